@@ -1,0 +1,5 @@
+import sys
+
+from sx2torch.cli import main
+
+sys.exit(main())

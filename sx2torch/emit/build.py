@@ -1,0 +1,138 @@
+"""Small constructors for libcst expressions that parenthesize by precedence."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+Expr = cst.BaseExpression
+
+BINARY = {
+    "+": (cst.Add, 12),
+    "-": (cst.Subtract, 12),
+    "*": (cst.Multiply, 13),
+    "/": (cst.Divide, 13),
+    "//": (cst.FloorDivide, 13),
+    "%": (cst.Modulo, 13),
+    "@": (cst.MatrixMultiply, 13),
+    "**": (cst.Power, 15),
+}
+COMPARE = {
+    "<": cst.LessThan,
+    "<=": cst.LessThanEqual,
+    ">": cst.GreaterThan,
+    ">=": cst.GreaterThanEqual,
+    "==": cst.Equal,
+}
+ATOM = 20
+UNARY = 14
+COMPARISON = 7
+
+
+def precedence(node: Expr) -> int:
+    if isinstance(node, cst.BinaryOperation) and not node.lpar:
+        return next(p for kind, p in BINARY.values() if isinstance(node.operator, kind))
+    if isinstance(node, cst.UnaryOperation) and not node.lpar:
+        return UNARY
+    if isinstance(node, cst.Comparison) and not node.lpar:
+        return COMPARISON
+    return ATOM
+
+
+def parens(node: Expr) -> Expr:
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def at_least(node: Expr, level: int) -> Expr:
+    return node if precedence(node) >= level else parens(node)
+
+
+def name(identifier: str) -> cst.Name:
+    return cst.Name(identifier)
+
+
+def attr(obj: Expr, *names: str) -> Expr:
+    node = at_least(obj, ATOM)
+    for part in names:
+        node = cst.Attribute(node, cst.Name(part))
+    return node
+
+
+def dotted(path: str) -> Expr:
+    head, *rest = path.split(".")
+    return attr(cst.Name(head), *rest) if rest else cst.Name(head)
+
+
+def call(func: Expr | str, *args: Expr, **kwargs: Expr) -> cst.Call:
+    func = dotted(func) if isinstance(func, str) else func
+    arguments = [cst.Arg(a) for a in args]
+    arguments += [cst.Arg(v, keyword=cst.Name(k)) for k, v in kwargs.items()]
+    return cst.Call(func, arguments)
+
+
+def method(obj: Expr, method_name: str, *args: Expr, **kwargs: Expr) -> cst.Call:
+    return call(attr(obj, method_name), *args, **kwargs)
+
+
+def binop(left: Expr, op: str, right: Expr) -> Expr:
+    kind, level = BINARY[op]
+    if op == "**":  # right-associative, and binds tighter than a unary minus on its left
+        left, right = at_least(left, ATOM), at_least(right, UNARY)
+    else:
+        left, right = at_least(left, level), at_least(right, level + 1)
+    return cst.BinaryOperation(left, kind(), right)
+
+
+def compare(left: Expr, op: str, right: Expr) -> Expr:
+    return cst.Comparison(
+        at_least(left, COMPARISON + 1),
+        [cst.ComparisonTarget(COMPARE[op](), at_least(right, COMPARISON + 1))],
+    )
+
+
+def neg(operand: Expr) -> Expr:
+    return cst.UnaryOperation(cst.Minus(), at_least(operand, UNARY))
+
+
+def number(value: int | float | bool) -> Expr:
+    if isinstance(value, bool):
+        return cst.Name("True" if value else "False")
+    if value < 0 or (isinstance(value, float) and str(value).startswith("-")):
+        return neg(number(-value))
+    if isinstance(value, int):
+        return cst.Integer(str(value))
+    return cst.Float(repr(value))
+
+
+def string(value: str) -> cst.SimpleString:
+    return cst.SimpleString(_quote(value))
+
+
+def docstring(value: str) -> cst.SimpleString:
+    """Triple-quoted where that is plainly safe, else an escaped one-line literal."""
+    plain = all(c.isprintable() or c == "\n" for c in value) and "\\" not in value
+    if plain and '"""' not in value and not value.endswith('"') and value.strip() == value:
+        return cst.SimpleString('"""' + value + '"""')
+    return string(value)
+
+
+def _quote(value: str) -> str:
+    """A double-quoted Python literal whose value is exactly `value`."""
+    return '"' + "".join(_quote_char(c) for c in value) + '"'
+
+
+def _quote_char(c: str) -> str:
+    if c in '"\\':
+        return "\\" + c
+    return c if c.isprintable() else c.encode("unicode_escape").decode()
+
+
+def tuple_(items: list[Expr]) -> Expr:
+    return cst.Tuple([cst.Element(i) for i in items])
+
+
+def list_(items: list[Expr]) -> cst.List:
+    return cst.List([cst.Element(i) for i in items])
+
+
+def subscript(obj: Expr, index: Expr) -> cst.Subscript:
+    return cst.Subscript(at_least(obj, ATOM), [cst.SubscriptElement(cst.Index(index))])

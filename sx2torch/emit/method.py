@@ -1,0 +1,362 @@
+"""One specialization of a defun -> one method.
+
+A node becomes a statement when the source names it (`let`), when several
+nodes read it, when an op must read it twice, or when it sits in another
+precision block than its reader; otherwise its expression is written inside its
+reader's. Casts are explicit: a parameter's cast down is written once at the
+top of the method, a cast several readers share once before the first of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from sx2torch.emit import build as b
+from sx2torch.emit.echo import echo
+from sx2torch.emit.names import Namespace, mangle
+from sx2torch.ir import ISLAND, Node, Scalar
+from sx2torch.ops import REGISTRY, EmitContext
+from sx2torch.policy import Typed
+from sx2torch.policy.rules import CALLS, is_param
+
+RETURN = "return"
+DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
+
+
+@dataclass
+class ClassContext:
+    """What a method needs to know of its class and of the other methods."""
+
+    target: str
+    storage: dict  # (model, param) -> stored dtype
+    attrs: dict  # source name -> attribute name, for consts, params and sub-models
+    method_names: dict  # Typed -> method name
+
+
+def argument_names(typed: Typed) -> tuple:
+    """Python names of a defun's arguments and &key arguments, the same at every call site."""
+    names = Namespace()
+    args = [names.fresh(node.name) for node in typed.graph.inputs]
+    keys = [names.fresh(key) for key, _ in typed.graph.keys]
+    return args, keys, names
+
+
+class MethodEmitter:
+    def __init__(self, typed: Typed, ctx: ClassContext):
+        self.typed = typed
+        self.ctx = ctx
+        self.graph = typed.graph
+        args, keys, self.names = argument_names(typed)
+        self.py: dict[Node, str] = dict(zip(self.graph.inputs, args))
+        self.key_names = dict(zip((k for k, _ in self.graph.keys), keys))
+        self.readers = self._readers()
+        self.named = self._named()
+        self.statement_of = self._statement_of()
+        self.order = {node: i for i, node in enumerate(n for n in self.graph.nodes if n in self.named)}
+        self.order[RETURN] = len(self.order)
+        self.last_read = self._last_reads()
+        self.holder: dict = {name: node for node, name in self.py.items()}
+        self.hoisted: dict = {}
+
+    # Analysis.
+
+    def _readers(self) -> dict:
+        readers: dict = {node: [] for node in [*self.graph.inputs, *self.graph.nodes]}
+        for node in self.graph.nodes:
+            for index, operand in enumerate(node.inputs):
+                if isinstance(operand, Node):
+                    readers[operand].append((node, index))
+        if isinstance(self.graph.output, Node) and self.graph.output in readers:
+            readers[self.graph.output].append((RETURN, None))
+        return readers
+
+    def _named(self) -> set:
+        named = set()
+        for node in self.graph.nodes:
+            if node.op in ("input", "param"):
+                continue
+            readers = self.readers[node]
+            if (
+                node.op == "chain"
+                or node.name is not None
+                or len(readers) != 1
+                or any(r != RETURN and REGISTRY.get(r.op) and REGISTRY[r.op].name_inputs for r, _ in readers)
+                or (readers[0][0] != RETURN and self.path(readers[0][0]) != self.path(node))
+            ):
+                named.add(node)
+        return named
+
+    def _statement_of(self) -> dict:
+        """For each node, the statement its expression is written in."""
+        where: dict = {}
+        for node in reversed(self.graph.nodes):
+            if node in self.named:
+                where[node] = node
+            elif self.readers.get(node):
+                reader = self.readers[node][0][0]
+                where[node] = RETURN if reader == RETURN else where[reader]
+        return where
+
+    def _last_reads(self) -> dict:
+        """The last statement that reads each value, and each cast of a value."""
+        last: dict = {}
+        for node in self.graph.nodes:
+            at = self.order.get(self.statement_of.get(node), -1)
+            for operand in node.inputs:
+                for value in (operand, (operand, self.want(node, operand))):
+                    last[value] = max(last.get(value, -1), at)
+        output = self.graph.output
+        if isinstance(output, Node):
+            last[output] = self.order[RETURN]
+        return last
+
+    def _fresh(self, base: str, value, at: int) -> str:
+        """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
+
+        def reusable(name: str) -> bool:
+            old = self.holder.get(name)
+            return old is not None and self.last_read.get(old, -1) <= at
+
+        name = self.names.fresh(base, reusable)
+        self.holder[name] = value
+        return name
+
+    def path(self, node: Node) -> tuple:
+        """The precision blocks a node's statement sits in, outermost first."""
+        blocks, mode = [], self.typed.ambient
+        for frame in node.frames:
+            if frame.mode != mode:
+                blocks.append(frame)
+                mode = frame.mode
+        return tuple(blocks)
+
+    # Dtypes.
+
+    def have(self, operand) -> Optional[str]:
+        """The dtype of the Python value: a parameter's is the dtype it is stored in."""
+        if isinstance(operand, Scalar):
+            return None
+        dtype = self.typed.dtype[operand]
+        if is_param(dtype):
+            stored = operand.op == "param"
+            return self.ctx.storage[self.typed.model, dtype[6:]] if stored else "f32"
+        return dtype
+
+    def want(self, node: Node, operand) -> Optional[str]:
+        have = self.have(operand)
+        if have not in ("f32", "bf16") or node.op in CALLS:
+            return None
+        return node.attrs["dtype"] if node.op == "cast" else self.typed.compute[node]
+
+    # Emission.
+
+    def body(self) -> list:
+        """The method's statements, precision blocks nested."""
+        casts = self._casts()
+        statements: list = []  # (path, statement)
+        for (operand, dtype), count in casts.items():
+            if operand.op == "param":
+                statements.append(((), self._hoist(operand, dtype, -1)))
+        for node in self.graph.nodes:
+            if node not in self.named:
+                continue
+            for operand, dtype in self._shared_casts(node, casts):
+                statements.append((self.path(node), self._hoist(operand, dtype, self.order[node])))
+            statements.extend((self.path(node), s) for s in self._statements(node))
+        output = self.graph.output
+        if isinstance(output, Node) and output not in self.named and output.op not in ("input", "param"):
+            for operand, dtype in self._shared_casts(RETURN, casts):
+                statements.append((self.path(output), self._hoist(operand, dtype, self.order[RETURN])))
+            statements.append((self.path(output), cst.SimpleStatementLine([cst.Return(self.expr(output))])))
+        else:
+            statements.append(((), cst.SimpleStatementLine([cst.Return(self.ref(output))])))
+        return _nest(statements, DEVICE[self.ctx.target])
+
+    def _casts(self) -> dict:
+        """(value, dtype) -> how many operand slots read the value cast to dtype."""
+        counts: dict = {}
+        for node in self.graph.nodes:
+            for operand in node.inputs:
+                dtype = self.want(node, operand)
+                if dtype and dtype != self.have(operand) and node.op != "cast":
+                    counts[operand, dtype] = counts.get((operand, dtype), 0) + 1
+        return counts
+
+    def _shared_casts(self, statement, casts: dict) -> list:
+        """Casts read more than once whose first reader is in this statement."""
+        due = []
+        for node in self.graph.nodes:
+            if self.statement_of.get(node) is not statement:
+                continue
+            for operand in node.inputs:
+                dtype = self.want(node, operand)
+                key = (operand, dtype)
+                if casts.get(key, 0) > 1 and key not in self.hoisted and key not in due:
+                    due.append(key)
+        return due
+
+    def _hoist(self, operand: Node, dtype: str, at: int) -> cst.SimpleStatementLine:
+        name = self._fresh(f"{self.py.get(operand) or operand.name or operand.op}_{dtype}", (operand, dtype), at)
+        value = self.cast(self.ref(operand), dtype)
+        self.hoisted[operand, dtype] = name
+        return _assign(name, value)
+
+    def _statements(self, node: Node) -> list:
+        name = self._bind(node)
+        if node.op == "chain":
+            return self._chain(node, name)
+        return [_assign(name, self.expr(node))]
+
+    def _bind(self, node: Node) -> str:
+        base = node.name or self._temporary_name(node)
+        name = self._fresh(base, node, self.order[node])
+        self.py[node] = name
+        return name
+
+    def _temporary_name(self, node: Node) -> str:
+        if node.op in CALLS:
+            return node.attrs["target"]
+        source = next((self._label(i) for i in node.inputs if isinstance(i, Node)), None)
+        return f"{mangle(node.op)}_{source}" if source else mangle(node.op)
+
+    def _label(self, node: Node) -> Optional[str]:
+        while node.name is None:
+            node = next((i for i in node.inputs if isinstance(i, Node)), None)
+            if node is None:
+                return None
+        return node.name
+
+    def _chain(self, node: Node, name: str) -> list:
+        x, *rest = node.inputs
+        statements = []
+        if self.py.get(x) != name:
+            statements.append(_assign(name, self.ref(x)))
+        layer = self._fresh("layer", None, self.order[node])
+        call = self._invoke(node, b.name(layer), [b.name(name)] + [self.ref(i) for i in rest])
+        loop = cst.For(
+            target=b.name(layer),
+            iter=b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]]),
+            body=cst.IndentedBlock([_assign(name, call)]),
+        )
+        return statements + [loop]
+
+    def _invoke(self, node: Node, module: b.Expr, args: list) -> b.Expr:
+        callee = self.typed.callee[node]
+        _, key_names, _ = argument_names(callee)
+        keys = dict(zip((k for k, _ in callee.graph.keys), key_names))
+        kwargs = {keys[k]: self.scalar(v) for k, v in node.attrs["keys"].items()}
+        method = self.ctx.method_names[callee]
+        if node.op == "call":
+            return b.call(b.attr(b.name("self"), method), *args, **kwargs)
+        return b.call(module if method == "forward" else b.attr(module, method), *args, **kwargs)
+
+    def ref(self, operand) -> b.Expr:
+        """An operand as it is, without a cast."""
+        if isinstance(operand, Scalar) or operand is None:
+            return self.scalar(operand) if operand is not None else b.name("None")
+        if operand.op == "param":
+            return b.attr(b.name("self"), self.ctx.attrs[operand.attrs["param"]])
+        if operand in self.py:
+            return b.name(self.py[operand])
+        return self.expr(operand)
+
+    def read(self, node: Node, operand) -> b.Expr:
+        """An operand as `node` reads it: cast to the dtype the node computes in."""
+        dtype = self.want(node, operand)
+        if dtype is None or dtype == self.have(operand):
+            return self.ref(operand)
+        if (operand, dtype) in self.hoisted:
+            return b.name(self.hoisted[operand, dtype])
+        return self.cast(self.ref(operand), dtype)
+
+    def cast(self, value: b.Expr, dtype: str) -> b.Expr:
+        if dtype == "f32":
+            return b.method(value, "float")
+        return b.method(value, "to", b.dotted("torch.bfloat16"))
+
+    def expr(self, node: Node) -> b.Expr:
+        if node.op == "cast":
+            return self.read(node, node.inputs[0])
+        if node.op == "call":
+            return self._invoke(node, None, [self.ref(i) for i in node.inputs])
+        if node.op == "submodel":
+            module = b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]])
+            return self._invoke(node, module, [self.ref(i) for i in node.inputs])
+        op = REGISTRY[node.op]
+        operands = [self.read(node, i) for i in node.inputs]
+        context = EmitContext(
+            self.ctx.target,
+            self.typed.compute.get(node),
+            {k: self._attr(v) for k, v in node.attrs.items()},
+            {k: _value(v) for k, v in node.attrs.items()},
+        )
+        return op.emit(operands, context)
+
+    def _attr(self, value):
+        if isinstance(value, Scalar):
+            return self.scalar(value)
+        if isinstance(value, tuple):
+            return tuple(self.scalar(v) for v in value)
+        return value
+
+    def scalar(self, scalar: Scalar) -> b.Expr:
+        if scalar.op == "lit":
+            return b.number(scalar.value)
+        if scalar.op == "const":
+            return b.attr(b.name("self"), self.ctx.attrs[scalar.args[0]])
+        if scalar.op == "key":
+            return b.name(self.key_names[scalar.args[0]])
+        if scalar.op == "neg":
+            return b.neg(self.scalar(scalar.args[0]))
+        return b.binop(self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1]))
+
+
+def _value(value):
+    if isinstance(value, Scalar):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(v.value for v in value)
+    return value
+
+
+def _assign(name: str, value: b.Expr) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(b.name(name))], value)])
+
+
+def _nest(statements: list, device: str) -> list:
+    """Statements with their block paths -> statements with nested `with` blocks."""
+    root: list = []
+    open_blocks: list = [((), root)]
+    for path, statement in statements:
+        while open_blocks[-1][0] != path[: len(open_blocks[-1][0])]:
+            open_blocks.pop()
+        while len(open_blocks[-1][0]) < len(path):
+            frame = path[len(open_blocks[-1][0])]
+            body: list = []
+            open_blocks[-1][1].append((frame, body))
+            open_blocks.append((open_blocks[-1][0] + (frame,), body))
+        open_blocks[-1][1].append(statement)
+    return _render(root, device)
+
+
+def _render(items: list, device: str) -> list:
+    rendered = []
+    for item in items:
+        if isinstance(item, tuple):
+            frame, body = item
+            rendered.append(_block(frame, _render(body, device), device))
+        else:
+            rendered.append(item)
+    return rendered
+
+
+def _block(frame, body: list, device: str) -> cst.With:
+    if frame.mode == ISLAND:
+        manager = b.call("torch.autocast", b.string(device), enabled=b.name("False"))
+    else:
+        manager = b.call("sx.bf16_region")
+    comment = cst.EmptyLine(comment=cst.Comment("# " + echo(frame.form, body=frame.library)))
+    return cst.With([cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[comment])

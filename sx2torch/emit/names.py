@@ -1,0 +1,72 @@
+"""Lisp names -> Python identifiers that shadow and capture nothing.
+
+`mangle` is idempotent and always gives an identifier. A `Namespace` hands out
+names within one scope (a method, or a class's attributes): reserved names get
+a trailing underscore, and two values wanting one name are numbered per base
+name (`x`, `x_2`), so a change in one function never renames things in another.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+
+SPELLED = {
+    "-": "_",
+    "*": "_star",
+    "+": "_plus",
+    "/": "_slash",
+    "<": "_lt",
+    ">": "_gt",
+    "=": "_eq",
+    "!": "_bang",
+    "?": "_p",
+    "&": "_and",
+    ".": "_dot",
+    "%": "_pct",
+}
+
+# What the generated module itself binds: its imports, and `self`.
+MODULE_NAMES = {"torch", "nn", "F", "sx", "self", "super", "__all__"}
+# nn.Module's own attributes (torch 2.13), which a parameter, const or method must not replace;
+# `forward` is meant to be replaced, and only the defun of that name can take it.
+MODULE_ATTRIBUTES = set(
+    """T_destination add_module apply bfloat16 buffers call_super_init children compile cpu cuda
+    double dump_patches eval extra_repr float get_buffer get_extra_state get_parameter
+    get_submodule half ipu load_state_dict modules mtia named_buffers named_children named_modules
+    named_parameters parameters register_backward_hook register_buffer register_forward_hook
+    register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
+    register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module
+    register_parameter register_state_dict_post_hook register_state_dict_pre_hook requires_grad_
+    set_extra_state set_submodule share_memory state_dict to to_empty train type xpu zero_grad
+    training""".split()
+)
+RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | MODULE_NAMES
+
+
+def mangle(name: str) -> str:
+    """`rms-norm*` -> `rms_norm_star`; a leading digit or underscore gets a `v` in front."""
+    text = "".join(SPELLED.get(c, c) if not (c.isalnum() or c == "_") or not c.isascii() else c for c in name)
+    text = "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"_u{ord(c):04x}" for c in text)
+    if not text or text[0].isdigit() or text[0] == "_":
+        text = "v" + text
+    assert text.isidentifier(), text
+    return text
+
+
+class Namespace:
+    def __init__(self, reserved: set = frozenset()):
+        self.reserved = RESERVED | set(reserved)
+        self.taken: set[str] = set()
+
+    def fresh(self, base: str, reusable=lambda name: False) -> str:
+        """A name for a new value; `reusable(name)` says a taken name's old value is dead."""
+        base = mangle(base)
+        if base in self.reserved:
+            base += "_"
+        candidate, n = base, 1
+        while candidate in self.taken and not reusable(candidate):
+            n += 1
+            candidate = f"{base}_{n}"
+        self.taken.add(candidate)
+        return candidate

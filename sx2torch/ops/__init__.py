@@ -1,0 +1,88 @@
+"""The op registry: one entry per op holds its signature, torch emission,
+derivative rule and precision marks.
+
+Argument kinds (positional `args` and `keys`):
+  tensor      a tensor or a scalar
+  ids         an integer tensor (indices, labels)
+  tensors     a vector of tensors, e.g. `[x y]`
+  int         a compile-time integer
+  number      a compile-time number
+  bool        a compile-time boolean
+  ints        a vector of compile-time integers, e.g. `[0 (* 2 d)]`
+  dtype       :f32 or :bf16
+  out         :f32 (the f32-out matmul)
+
+`result` says what the op produces: "float" (computes in the policy's dtype),
+"bool" (compares in that dtype), "keep" (moves data: integer and boolean
+tensors pass through, floats follow the policy) or "arith" (like "keep", and
+compile-time scalars fold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str = "tensor"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    kind: str
+    default: object = None
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple
+    emit: Optional[Callable] = None
+    keys: tuple = ()
+    result: str = "float"
+    arity: Optional[tuple] = None  # (least, most) arguments, most None for "any"; default: exactly args
+    sensitive: bool = False  # library mark (6.8): an f32 island wherever it is called
+    expand: Optional[Callable] = None  # defined by other ops, traced in their place
+    grad: Optional[Callable] = None
+    name_inputs: bool = False  # the emission reads an input twice, so it must be a local
+    doc: str = ""
+
+    @property
+    def bounds(self) -> tuple:
+        return self.arity or (len(self.args), len(self.args))
+
+    @property
+    def variadic(self) -> bool:
+        return self.bounds[1] is None
+
+    def key(self, name: str) -> Optional[Key]:
+        return next((k for k in self.keys if k.name == name), None)
+
+
+REGISTRY: dict[str, Op] = {}
+
+
+def register(op: Op) -> Op:
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name!r} registered twice")
+    if (op.emit is None) == (op.expand is None):
+        raise ValueError(f"op {op.name!r} needs exactly one of emit and expand")
+    REGISTRY[op.name] = op
+    return op
+
+
+@dataclass
+class EmitContext:
+    """What an op's emission may depend on besides its operands."""
+
+    target: str
+    compute: Optional[str] = None
+    attrs: dict = field(default_factory=dict)  # as Python expressions
+    values: dict = field(default_factory=dict)  # as compile-time values, consts at their defaults
+
+
+from sx2torch.ops import elementwise, linalg, nn, reduce, shape  # noqa: E402,F401

@@ -1,0 +1,93 @@
+"""sexpgpu/nn: normalizations and the numerically sensitive functions (6.8)."""
+
+from sx2torch.emit import build as b
+from sx2torch.ir import Scalar
+from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.reduce import dims
+
+X = Arg("x")
+LAST_AXIS = Key("axis", "int", -1)
+
+
+def _softmax(torch_name: str):
+    return lambda a, ctx: b.call(torch_name, a[0], dim=ctx.attrs["axis"])
+
+
+register(Op("softmax", (X,), _softmax("torch.softmax"), keys=(LAST_AXIS,), sensitive=True))
+register(Op("log-softmax", (X,), _softmax("torch.log_softmax"), keys=(LAST_AXIS,), sensitive=True))
+
+
+def _logsumexp(a, ctx):
+    axes = ctx.attrs["axes"]
+    dim = b.call("tuple", b.call("range", b.method(a[0], "dim"))) if axes is None else dims(axes)
+    extra = {"keepdim": b.number(True)} if ctx.values["keepdims"] else {}
+    return b.call("torch.logsumexp", a[0], dim=dim, **extra)
+
+
+register(
+    Op(
+        "logsumexp",
+        (X,),
+        _logsumexp,
+        keys=(Key("axes", "ints"), Key("keepdims", "bool", False)),
+        sensitive=True,
+        name_inputs=True,
+    )
+)
+register(
+    Op(
+        "cross-entropy",
+        (Arg("logits"), Arg("labels", "ids")),
+        lambda a, ctx: b.call("F.cross_entropy", a[0], a[1]),
+        sensitive=True,
+        doc="integer labels, mean over rows",
+    )
+)
+register(
+    Op(
+        "softcap",
+        (X, Arg("cap", "number")),
+        lambda a, ctx: b.binop(ctx.attrs["cap"], "*", b.call("torch.tanh", b.binop(a[0], "/", ctx.attrs["cap"]))),
+        sensitive=True,
+        doc="cap * tanh(x / cap)",
+    )
+)
+
+
+def _rms_norm(t, args, attrs):
+    """The seed's definition: only the mean of squares and its rsqrt are sensitive."""
+    (x,) = args
+    with t.library_island():
+        mean_square = t.op("mean", [t.op("*", [x, x])], axes=(Scalar.lit(-1),), keepdims=True)
+        inverse_rms = t.op("rsqrt", [t.op("+", [mean_square, attrs["eps"]])])
+    return t.op("*", [x, inverse_rms])
+
+
+def _normalize(axes):
+    """Statistics in an f32 island; centring and scaling outside it."""
+
+    def expand(t, args, attrs):
+        (x,) = args
+        along = axes if axes is not None else attrs["axes"]
+        with t.library_island():
+            mean = t.op("mean", [x], axes=along, keepdims=True)
+            var = t.op("mean", [t.op("square", [t.op("-", [x, mean])])], axes=along, keepdims=True)
+            inverse_std = t.op("rsqrt", [t.op("+", [var, attrs["eps"]])])
+        return t.op("*", [t.op("-", [x, mean]), inverse_std])
+
+    return expand
+
+
+EPS_6 = Key("eps", "number", 1e-6)
+EPS_5 = Key("eps", "number", 1e-5)
+register(Op("rms-norm", (X,), expand=_rms_norm, keys=(EPS_6,), doc="no gain"))
+register(Op("layer-norm", (X,), expand=_normalize((Scalar.lit(-1),)), keys=(EPS_5,), doc="no affine"))
+register(
+    Op(
+        "batch-norm",
+        (X,),
+        expand=_normalize(None),
+        keys=(Key("axes", "ints", (0,)), EPS_5),
+        doc="batch statistics",
+    )
+)

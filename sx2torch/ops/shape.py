@@ -1,0 +1,81 @@
+"""Shape ops: they move data and keep its dtype."""
+
+import libcst as cst
+
+from sx2torch.emit import build as b
+from sx2torch.ops import Arg, Key, Op, register
+
+X = Arg("x")
+
+
+def _reshape(a, ctx):
+    """`0` keeps the input's size at that position, as ONNX Reshape does."""
+    sizes = [
+        b.subscript(b.attr(a[0], "shape"), b.number(i)) if value == 0 else expr
+        for i, (expr, value) in enumerate(zip(ctx.attrs["shape"], ctx.values["shape"]))
+    ]
+    return b.method(a[0], "reshape", *sizes)
+
+
+register(Op("reshape", (X, Arg("shape", "ints")), _reshape, result="keep", name_inputs=True))
+register(
+    Op("transpose", (X, Arg("perm", "ints")), lambda a, ctx: b.method(a[0], "permute", *ctx.attrs["perm"]), result="keep")
+)
+register(
+    Op(
+        "swap-axes",
+        (X, Arg("a", "int"), Arg("b", "int")),
+        lambda a, ctx: b.method(a[0], "transpose", ctx.attrs["a"], ctx.attrs["b"]),
+        result="keep",
+    )
+)
+register(
+    Op(
+        "concat",
+        (Arg("xs", "tensors"),),
+        lambda a, ctx: b.call("torch.cat", b.list_(a), dim=ctx.attrs["axis"]),
+        keys=(Key("axis", "int", 0),),
+        result="keep",
+    )
+)
+
+
+def _slice(a, ctx):
+    axis = ctx.values["axis"]
+    start, end = ctx.attrs["start"], ctx.attrs["end"]
+    span = cst.Slice(lower=None if ctx.values["start"] == 0 else start, upper=end)
+    whole = cst.Slice(lower=None, upper=None)
+    if axis >= 0:
+        index = [whole] * axis + [span]
+    else:
+        index = [cst.Ellipsis(), span] + [whole] * (-axis - 1)
+    elements = [cst.SubscriptElement(i if isinstance(i, cst.Slice) else cst.Index(i)) for i in index]
+    return cst.Subscript(b.at_least(a[0], b.ATOM), elements)
+
+
+register(
+    Op(
+        "slice",
+        (X,),
+        _slice,
+        keys=(Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int")),
+        result="keep",
+    )
+)
+register(
+    Op(
+        "take",
+        (Arg("table"), Arg("ids", "ids")),
+        lambda a, ctx: b.subscript(a[0], a[1]),
+        result="keep",
+        doc="row gather: an embedding lookup",
+    )
+)
+
+
+def _one_hot(a, ctx):
+    codes = b.call("F.one_hot", a[0], ctx.attrs["n"])
+    return b.method(codes, "float") if ctx.compute == "f32" else b.method(codes, "to", b.dotted("torch.bfloat16"))
+
+
+register(Op("one-hot", (Arg("ids", "ids"), Arg("n", "int")), _one_hot, doc="float codes in the compute dtype"))

@@ -1,0 +1,246 @@
+"""The precision policy.
+
+Every defun is specialized per dtype signature of its tensor arguments, starting
+from the entry points (defuns no other defun calls, and `forward`), whose float
+arguments are f32 and whose index arguments are integer tensors. Each node gets
+the dtype it computes in and the dtype it outputs; parameters are typed "param"
+until a reader decides how it reads them; frozen parameters are then stored in
+the dtype their readers read (6.7).
+
+Dtypes: "f32", "bf16", "int", "bool", and "param:NAME" for a parameter of the
+model (a trained one is an f32 master weight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sx2torch.errors import SourceError
+from sx2torch.ir import ISLAND, REGION, Graph, Node, Scalar
+from sx2torch.ops import REGISTRY
+from sx2torch.resolve import Program
+
+CALLS = ("call", "submodel", "chain")
+
+
+@dataclass(eq=False)
+class Typed:
+    """One specialization of a defun: a graph with a dtype for every node."""
+
+    graph: Graph
+    signature: tuple
+    ambient: Optional[str] = None  # the mode of the with-numerics around the call, if any
+    dtype: dict = field(default_factory=dict)  # node -> output dtype
+    compute: dict = field(default_factory=dict)  # node -> the dtype its float inputs are read in
+    callee: dict = field(default_factory=dict)  # call node -> Typed
+
+    @property
+    def model(self) -> str:
+        return self.graph.model
+
+    @property
+    def output_dtype(self) -> Optional[str]:
+        out = self.graph.output
+        return self.dtype[out] if isinstance(out, Node) else None
+
+
+@dataclass
+class Lowered:
+    """What the emitter needs: every specialization, the entry points, and parameter storage."""
+
+    precision: str
+    specializations: list  # Typed, callees before callers
+    entries: dict  # (model, defun) -> Typed: the public method of each entry point
+    storage: dict  # (model, param) -> "f32" | "bf16"
+    natural: dict  # (model, defun) -> Typed at f32 (and integer) arguments: the plain method name
+
+
+def is_param(dtype: Optional[str]) -> bool:
+    return dtype is not None and dtype.startswith("param:")
+
+
+def run(program: Program, graphs: dict, precision: str) -> Lowered:
+    policy = _Policy(program, graphs, precision)
+    entries = {}
+    for model in program.all_models():
+        called = {n.attrs["target"] for g in graphs.values() if g.model == model.name for n in g.nodes if n.op == "call"}
+        for defun in model.defuns:
+            if model.is_top and (defun == "forward" or defun not in called):
+                graph = graphs[model.name, defun]
+                entries[model.name, defun] = policy.specialize(graph, policy.natural_signature(graph))
+    used = list(policy.order)
+    storage = policy.storage(used)
+    natural = {
+        (model.name, defun): policy.specialize(graphs[model.name, defun], policy.natural_signature(graphs[model.name, defun]))
+        for model in program.all_models()
+        for defun in model.defuns
+    }
+    return Lowered(precision, used, entries, storage, natural)
+
+
+class _Policy:
+    def __init__(self, program: Program, graphs: dict, precision: str):
+        self.program = program
+        self.graphs = graphs
+        self.precision = precision
+        self.done: dict = {}
+        self.order: list = []
+        self.int_inputs: dict = {}
+
+    def natural_signature(self, graph: Graph) -> tuple:
+        ints = self.integer_inputs(graph)
+        return tuple("int" if node in ints else "f32" for node in graph.inputs)
+
+    def integer_inputs(self, graph: Graph) -> set:
+        """Arguments that reach an index slot (through ops that keep dtypes) are integer tensors."""
+        if graph not in self.int_inputs:
+            found = set()
+            for node in graph.nodes:
+                for index, operand in enumerate(node.inputs):
+                    if self._wants_int(node, index, graph.model):
+                        found |= _origins(operand, graph)
+            self.int_inputs[graph] = found
+        return self.int_inputs[graph]
+
+    def _wants_int(self, node: Node, index: int, owner: str) -> bool:
+        if node.op in CALLS:
+            callee = self._callee_graph(node, owner)
+            return callee.inputs[index] in self.integer_inputs(callee)
+        op = REGISTRY.get(node.op)
+        return op is not None and _kind(op, index) == "ids"
+
+    def _callee_graph(self, node: Node, owner: str) -> Graph:
+        if node.op == "call":
+            return self.graphs[owner, node.attrs["target"]]
+        model = self.program.model(owner).params[node.attrs["target"]].init.model
+        return self.graphs[model, "forward"]
+
+    def specialize(self, graph: Graph, signature: tuple, ambient: Optional[str] = None) -> Typed:
+        """Nodes a call makes inside a with-numerics form carry its mark too (the callee's own forms win)."""
+        key = (graph.model, graph.name, signature, ambient)
+        if key in self.done:
+            return self.done[key]
+        typed = Typed(graph, signature, ambient)
+        model = self.program.model(graph.model)
+        for node, dtype in zip(graph.inputs, signature):
+            typed.dtype[node] = dtype
+        for node in graph.nodes:
+            if node.op == "param":
+                typed.dtype[node] = f"param:{node.attrs['param']}"
+            elif node.op in CALLS:
+                self._call(typed, node)
+            elif node.op == "cast":
+                typed.dtype[node] = node.attrs["dtype"]
+                typed.compute[node] = node.attrs["dtype"]
+            elif node.op != "input":
+                self._op(typed, node, model)
+        self.done[key] = typed
+        self.order.append(typed)
+        return typed
+
+    def _call(self, typed: Typed, node: Node) -> None:
+        callee_graph = self._callee_graph(node, typed.model)
+        signature = tuple(typed.dtype[i] for i in node.inputs)
+        if node.op != "call" and any(is_param(s) for s in signature):
+            raise SourceError(node.span, "pass a parameter to a sub-model through an activation, not as an argument")
+        callee = self.specialize(callee_graph, signature, node.mode or typed.ambient)
+        out = callee.output_dtype
+        if node.op == "chain" and out != signature[0]:
+            raise SourceError(
+                node.span,
+                f"each layer of the stack turns a {signature[0]} input into {out}; "
+                "chain needs layers whose output dtype is their input's (cast the input first)",
+            )
+        typed.callee[node] = callee
+        typed.dtype[node] = out
+
+    def _op(self, typed: Typed, node: Node, model) -> None:
+        op = REGISTRY[node.op]
+        dtypes = [typed.dtype[i] if isinstance(i, Node) else None for i in node.inputs]
+        for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
+            _check_kind(node, _kind(op, index), operand, dtype)
+        floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
+        compute = self._compute_dtype(node.mode or typed.ambient, floats, model)
+        if op.result == "bool":
+            out = "bool"
+        elif op.result in ("keep", "arith") and not floats:
+            out = next(d for d in dtypes if d is not None) if any(dtypes) else compute
+        else:
+            out = compute
+        if node.attrs.get("out") == "f32":
+            out = "f32"
+        typed.compute[node] = compute
+        typed.dtype[node] = out
+
+    def _compute_dtype(self, mode: Optional[str], floats: list, model) -> str:
+        if mode == ISLAND or any(_is_high(model, d) for d in floats):
+            return "f32"
+        if mode == REGION:
+            return "bf16"
+        if self.precision == "f32":
+            return "f32"
+        return "bf16" if any(d == "bf16" or is_param(d) for d in floats) else "f32"
+
+    def storage(self, used: list) -> dict:
+        """Trained parameters stay f32; a frozen one is stored in the dtype every reader reads (6.7)."""
+        readers: dict = {}
+        for typed in used:
+            for node in typed.graph.nodes:
+                if node.op in CALLS or node.op == "cast":
+                    continue
+                for operand in node.inputs:
+                    dtype = typed.dtype.get(operand) if isinstance(operand, Node) else None
+                    if is_param(dtype):
+                        readers.setdefault((typed.model, dtype[6:]), set()).add(typed.compute[node])
+            for node in typed.graph.nodes:
+                if node.op == "cast" and is_param(typed.dtype.get(node.inputs[0])):
+                    readers.setdefault((typed.model, typed.dtype[node.inputs[0]][6:]), set()).add("f32")
+        storage = {}
+        for model in self.program.all_models():
+            for param in model.params.values():
+                if param.is_module:
+                    continue
+                read_as = readers.get((model.name, param.name), set())
+                frozen_bf16 = not param.trainable and read_as == {"bf16"}
+                storage[model.name, param.name] = "bf16" if frozen_bf16 else "f32"
+        return storage
+
+
+def _kind(op, index: int) -> str:
+    return op.args[min(index, len(op.args) - 1)].kind
+
+
+def _is_high(model, dtype: str) -> bool:
+    if not is_param(dtype):
+        return False
+    param = model.params.get(dtype[6:])
+    return param is not None and param.numerics_high
+
+
+def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
+    if kind == "ids" and dtype != "int":
+        got = "a number" if isinstance(operand, Scalar) else f"a {_describe(dtype)} tensor"
+        raise SourceError(node.span, f"'{node.op}' needs an integer tensor of indices, got {got}")
+    if kind == "bool-tensor" and dtype != "bool":
+        raise SourceError(node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)")
+    if kind == "tensor" and dtype in ("int", "bool") and REGISTRY[node.op].result == "float":
+        raise SourceError(node.span, f"'{node.op}' needs a float tensor, got a {_describe(dtype)} tensor")
+
+
+def _describe(dtype: Optional[str]) -> str:
+    return {"int": "integer", "bool": "boolean"}.get(dtype, "float")
+
+
+def _origins(operand, graph: Graph) -> set:
+    """The arguments a value is a reshaped, sliced or gathered copy of."""
+    found, pending = set(), [operand]
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, Node):
+            continue
+        if node.op == "input":
+            found.add(node)
+        elif node.op in REGISTRY and REGISTRY[node.op].result in ("keep", "arith"):
+            pending.extend(node.inputs[:1] if node.op in ("take",) else node.inputs)
+    return found

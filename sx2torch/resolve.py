@@ -1,0 +1,397 @@
+"""Pass 2, resolve: top-level data -> a Program of models, consts, params, defuns and runs.
+
+Checks what can be checked without tracing bodies: the shape of every
+definition, duplicates, defrun keys, recursion, and that `forward` exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sx2torch import scalars
+from sx2torch.errors import SourceError, Span
+from sx2torch.ir import Scalar
+from sx2torch.read import Boolean, Datum, Keyword, List, String, Symbol, Vector
+
+PRECISIONS = ("f32", "bf16")
+LATER_RUN_KEYS = ("loss", "optimizer", "steps", "inputs")
+INITIALIZERS = {
+    # name: (positional args, keyword defaults)
+    "zeros": (("shape",), {}),
+    "ones": (("shape",), {}),
+    "full": (("shape", "value"), {}),
+    "normal": (("shape",), {"mean": 0, "std": 1}),
+    "uniform": (("shape",), {"low": 0, "high": 1}),
+    "eye": (("n",), {}),
+}
+
+
+@dataclass
+class Const:
+    name: str
+    value: Scalar
+    span: Span
+
+
+@dataclass
+class Init:
+    kind: str  # an INITIALIZERS name, "model" or "stack"
+    args: dict  # name -> Scalar, or a tuple of Scalars for shape
+    model: Optional[str] = None
+    count: Optional[Scalar] = None
+
+
+@dataclass
+class Param:
+    name: str
+    init: Init
+    span: Span
+    numerics_high: bool = False
+    trainable: bool = True
+
+    @property
+    def is_module(self) -> bool:
+        return self.init.kind in ("model", "stack")
+
+
+@dataclass
+class Defun:
+    name: str
+    args: list  # [Symbol]
+    keys: list  # [(Symbol, Datum default)]
+    doc: Optional[str]
+    body: tuple
+    span: Span
+
+
+@dataclass
+class Model:
+    name: str
+    span: Span
+    doc: Optional[str] = None
+    consts: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    defuns: dict = field(default_factory=dict)
+    is_top: bool = False
+
+    def lookup_const(self, name: str) -> Optional[Scalar]:
+        const = self.consts.get(name)
+        return Scalar("const", (name,), const.value.value) if const else None
+
+
+@dataclass
+class Run:
+    name: str
+    precision: str
+    span: Span
+
+
+@dataclass
+class Program:
+    top: Model
+    models: dict  # sub-models by name, in source order
+    runs: list
+
+    def model(self, name: str) -> Model:
+        return self.top if name == self.top.name else self.models[name]
+
+    def all_models(self) -> list:
+        return list(self.models.values()) + [self.top]
+
+
+def run(data: list, top_name: str) -> Program:
+    top = Model(top_name, Span(1, 1), is_top=True)
+    models: dict[str, Model] = {}
+    runs: list[Run] = []
+    for datum in data:
+        head = _head(datum, "a top-level form")
+        if head == "defmodel":
+            model = _defmodel(datum)
+            if model.name in models:
+                raise SourceError(datum.items[1].span, f"model '{model.name}' is already defined")
+            models[model.name] = model
+        elif head == "defrun":
+            runs.append(_defrun(datum, runs))
+        elif head == "require":
+            _require(datum)
+        else:
+            _model_form(top, datum, head)
+    program = Program(top, models, runs)
+    for model in program.all_models():
+        _check_params(program, model)
+        _check_recursion(model)
+    if "forward" not in top.defuns:
+        raise SourceError(Span(1, 1), "the file defines no 'forward' defun")
+    return program
+
+
+def _head(datum: Datum, what: str) -> str:
+    if not isinstance(datum, List) or not datum.items or not isinstance(datum.items[0], Symbol):
+        raise SourceError(datum.span, f"expected {what} such as (defun ...), got {_describe(datum)}")
+    return datum.items[0].name
+
+
+def _describe(datum: Datum) -> str:
+    return type(datum).__name__.lower()
+
+
+def _model_form(model: Model, datum: List, head: str) -> None:
+    if head == "defconst":
+        _define(model, _defconst(model, datum), model.consts)
+    elif head == "defparam":
+        _define(model, _defparam(model, datum), model.params)
+    elif head == "defun":
+        _define(model, _defun(datum), model.defuns)
+    elif head in ("defmodel", "defrun", "require") and not model.is_top:
+        raise SourceError(datum.span, f"'{head}' belongs at the top level of the file")
+    else:
+        raise SourceError(datum.items[0].span, f"unknown definition form '{head}'")
+
+
+def _define(model: Model, definition, table: dict) -> None:
+    for other in (model.consts, model.params, model.defuns):
+        if definition.name in other:
+            raise SourceError(definition.span, f"'{definition.name}' is already defined in this model")
+    table[definition.name] = definition
+
+
+def _symbol(datum: Datum, what: str) -> Symbol:
+    if not isinstance(datum, Symbol):
+        raise SourceError(datum.span, f"expected {what}, got {_describe(datum)}")
+    return datum
+
+
+def _arity(datum: List, low: int, high: Optional[int], usage: str) -> None:
+    n = len(datum.items) - 1
+    if n < low or (high is not None and n > high):
+        raise SourceError(datum.span, f"wrong number of arguments: expected {usage}")
+
+
+def _keywords(items: tuple, allowed: dict, where: str) -> dict:
+    """`:key value` pairs -> {key: Datum}, rejecting unknown and repeated keys."""
+    found: dict[str, Datum] = {}
+    if len(items) % 2:
+        raise SourceError(items[-1].span, f"keyword without a value in {where}")
+    for key, value in zip(items[::2], items[1::2]):
+        if not isinstance(key, Keyword):
+            raise SourceError(key.span, f"expected a keyword such as :{next(iter(allowed), 'key')}, got {_describe(key)}")
+        if key.name not in allowed:
+            known = ", ".join(f":{k}" for k in allowed) or "none"
+            raise SourceError(key.span, f"unknown keyword :{key.name} in {where} (known: {known})")
+        if key.name in found:
+            raise SourceError(key.span, f":{key.name} given twice")
+        found[key.name] = value
+    return found
+
+
+def _choice(datum: Datum, choices: tuple, what: str) -> str:
+    if isinstance(datum, Keyword) and datum.name in choices:
+        return datum.name
+    options = " or ".join(f":{c}" for c in choices)
+    raise SourceError(datum.span, f"{what} must be {options}")
+
+
+def _defconst(model: Model, datum: List) -> Const:
+    _arity(datum, 2, 3, "(defconst NAME VALUE [DOC])")
+    name = _symbol(datum.items[1], "a constant name")
+    value = scalars.evaluate(datum.items[2], model.lookup_const)
+    if len(datum.items) == 4 and not isinstance(datum.items[3], String):
+        raise SourceError(datum.items[3].span, "a docstring must be a string")
+    return Const(name.name, value, name.span)
+
+
+def _defparam(model: Model, datum: List) -> Param:
+    _arity(datum, 2, None, "(defparam NAME INIT &key :numerics :trainable)")
+    name = _symbol(datum.items[1], "a parameter name")
+    options = _keywords(datum.items[3:], {"numerics": None, "trainable": None}, "defparam")
+    param = Param(name.name, _init(model, datum.items[2]), name.span)
+    if "numerics" in options:
+        param.numerics_high = _choice(options["numerics"], ("high",), ":numerics") == "high"
+    if "trainable" in options:
+        flag = options["trainable"]
+        if not isinstance(flag, Boolean):
+            raise SourceError(flag.span, ":trainable must be true or false")
+        param.trainable = flag.value
+    if param.is_module and len(options):
+        raise SourceError(datum.items[3].span, "a sub-model parameter takes no :numerics or :trainable")
+    return param
+
+
+def _init(model: Model, datum: Datum) -> Init:
+    head = _head(datum, "an initializer such as (normal [d d])")
+    if head == "stack":
+        _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
+        count = scalars.expect_int(scalars.evaluate(datum.items[1], model.lookup_const), datum.items[1].span, "a stack size")
+        inner = _init(model, datum.items[2])
+        if inner.kind != "model":
+            raise SourceError(datum.items[2].span, "stack takes a sub-model instance, such as (block :d d)")
+        return Init("stack", inner.args, inner.model, count)
+    if head not in INITIALIZERS:
+        return Init("model", _instance_args(model, datum), model=head)
+    positional, defaults = INITIALIZERS[head]
+    n = len(positional)
+    items = datum.items[1:]
+    if len(items) < n or any(isinstance(i, Keyword) for i in items[:n]):
+        raise SourceError(datum.span, f"wrong number of arguments: expected ({head} {' '.join(p.upper() for p in positional)}{' &key ...' if defaults else ''})")
+    args = {}
+    for key, item in zip(positional, items[:n]):
+        if key == "shape":
+            args[key] = shape(model.lookup_const, item)
+        else:
+            args[key] = scalars.evaluate(item, model.lookup_const)
+    for key, item in _keywords(items[n:], defaults, head).items():
+        args[key] = scalars.evaluate(item, model.lookup_const)
+    for key, default in defaults.items():
+        args.setdefault(key, Scalar.lit(default))
+    if head == "eye":
+        scalars.expect_int(args["n"], items[0].span, "eye's size")
+    return Init(head, args)
+
+
+def _instance_args(model: Model, datum: List) -> dict:
+    """`(MODEL :k v ...)` -> {k: (span, Scalar)}; the keys are checked once every model is read."""
+    items = datum.items[1:]
+    if items and not isinstance(items[0], Keyword):
+        raise SourceError(items[0].span, "a sub-model takes only keyword arguments, such as (block :d d)")
+    every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
+    pairs = _keywords(items, every_key, "a sub-model instance")
+    keys = {item.name: item.span for item in items[::2]}
+    return {key: (keys[key], scalars.evaluate(value, model.lookup_const)) for key, value in pairs.items()}
+
+
+def shape(lookup, datum: Datum) -> tuple:
+    if not isinstance(datum, Vector):
+        raise SourceError(datum.span, "a shape must be a vector of integers and constants, such as [d (* 4 d)]")
+    sizes = tuple(scalars.expect_int(scalars.evaluate(item, lookup), item.span, "a size") for item in datum.items)
+    for item, size in zip(datum.items, sizes):
+        if size.value < 0:
+            raise SourceError(item.span, f"a size must not be negative, got {size.value}")
+    return sizes
+
+
+def _defun(datum: List) -> Defun:
+    _arity(datum, 2, None, "(defun NAME (ARG ... &key (K DEFAULT) ...) [DOC] BODY ...)")
+    name = _symbol(datum.items[1], "a function name")
+    params = datum.items[2]
+    if not isinstance(params, List):
+        raise SourceError(params.span, "expected an argument list such as (x &key (eps 1e-6))")
+    args, keys = _lambda_list(params.items)
+    body = datum.items[3:]
+    doc = None
+    if len(body) > 1 and isinstance(body[0], String):
+        doc, body = body[0].value, body[1:]
+    if not body:
+        raise SourceError(datum.span, f"defun '{name.name}' has no body")
+    return Defun(name.name, args, keys, doc, tuple(body), name.span)
+
+
+def _lambda_list(items: tuple) -> tuple:
+    args: list[Symbol] = []
+    keys: list[tuple] = []
+    seen: set[str] = set()
+    in_keys = False
+    for item in items:
+        if isinstance(item, Symbol) and item.name == "&key":
+            if in_keys:
+                raise SourceError(item.span, "&key given twice")
+            in_keys = True
+            continue
+        if in_keys:
+            if isinstance(item, Symbol):
+                raise SourceError(item.span, f"a &key argument needs a default: ({item.name} DEFAULT)")
+            if not isinstance(item, List) or len(item.items) != 2:
+                raise SourceError(item.span, "expected (NAME DEFAULT) after &key")
+            symbol, default = _symbol(item.items[0], "an argument name"), item.items[1]
+        else:
+            symbol, default = _symbol(item, "an argument name"), None
+        if symbol.name in seen:
+            raise SourceError(symbol.span, f"argument '{symbol.name}' given twice")
+        seen.add(symbol.name)
+        (keys.append((symbol, default)) if in_keys else args.append(symbol))
+    return args, keys
+
+
+def _defmodel(datum: List) -> Model:
+    _arity(datum, 2, None, "(defmodel NAME (&key (K DEFAULT) ...) [DOC] FORM ...)")
+    name = _symbol(datum.items[1], "a model name")
+    params = datum.items[2]
+    if not isinstance(params, List):
+        raise SourceError(params.span, "expected a key list such as (&key (d 128))")
+    args, keys = _lambda_list(params.items)
+    if args:
+        raise SourceError(args[0].span, "a model takes only &key arguments")
+    model = Model(name.name, name.span)
+    for symbol, default in keys:
+        model.consts[symbol.name] = Const(symbol.name, scalars.evaluate(default, model.lookup_const), symbol.span)
+    body = datum.items[3:]
+    if body and isinstance(body[0], String):
+        model.doc, body = body[0].value, body[1:]
+    for form in body:
+        _model_form(model, form, _head(form, "a definition"))
+    if "forward" not in model.defuns:
+        raise SourceError(name.span, f"model '{name.name}' defines no 'forward' defun")
+    return model
+
+
+def _defrun(datum: List, runs: list) -> Run:
+    _arity(datum, 1, None, "(defrun NAME :precision P)")
+    name = _symbol(datum.items[1], "a run name")
+    if any(r.name == name.name for r in runs):
+        raise SourceError(name.span, f"run '{name.name}' is already defined")
+    options = _keywords(datum.items[2:], {"precision": None} | dict.fromkeys(LATER_RUN_KEYS), "defrun")
+    for key in LATER_RUN_KEYS:
+        if key in options:
+            raise SourceError(options[key].span, f"defrun :{key} is not supported yet (only :precision is)")
+    precision = _choice(options["precision"], PRECISIONS, ":precision") if "precision" in options else "f32"
+    return Run(name.name, precision, name.span)
+
+
+def _require(datum: List) -> None:
+    _arity(datum, 1, 1, "(require sexpgpu/nn)")
+    library = _symbol(datum.items[1], "a library name")
+    if library.name not in ("sexpgpu/nn", "sexpgpu/optim"):
+        raise SourceError(library.span, f"unknown library '{library.name}' (known: sexpgpu/nn, sexpgpu/optim)")
+
+
+def _check_params(program: Program, model: Model) -> None:
+    for param in model.params.values():
+        if not param.is_module:
+            continue
+        if param.init.model not in program.models or param.init.model == model.name:
+            raise SourceError(param.span, f"unknown initializer or model '{param.init.model}'")
+        sub = program.models[param.init.model]
+        for key, (span, _) in param.init.args.items():
+            if key not in sub.consts:
+                known = ", ".join(f":{k}" for k in sub.consts) or "none"
+                raise SourceError(span, f"model '{sub.name}' has no key :{key} (known: {known})")
+
+
+def _check_recursion(model: Model) -> None:
+    calls = {name: _calls(defun, model) for name, defun in model.defuns.items()}
+    for start in model.defuns:
+        stack = [(start, iter(calls[start]), (start,))]
+        while stack:
+            name, callees, path = stack[-1]
+            step = next(callees, None)
+            if step is None:
+                stack.pop()
+                continue
+            callee, span = step
+            if callee == start:
+                route = " -> ".join(path + (callee,))
+                raise SourceError(span, f"defun '{start}' calls itself ({route}); recursion is not supported")
+            if callee not in path:
+                stack.append((callee, iter(calls[callee]), path + (callee,)))
+
+
+def _calls(defun: Defun, model: Model) -> list:
+    found, pending = [], list(defun.body)
+    while pending:
+        datum = pending.pop()
+        if isinstance(datum, (List, Vector)):
+            items = datum.items
+            if isinstance(datum, List) and items and isinstance(items[0], Symbol) and items[0].name in model.defuns:
+                found.append((items[0].name, items[0].span))
+            pending.extend(items)
+    return sorted(found, key=lambda call: call[1])

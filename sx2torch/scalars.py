@@ -1,0 +1,76 @@
+"""Compile-time scalars: literals, consts and &key arguments, and arithmetic on them."""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable, Optional
+
+from sx2torch.errors import SourceError
+from sx2torch.ir import Scalar
+from sx2torch.read import Boolean, Datum, Keyword, List, Number, Symbol
+
+ARITHMETIC: dict[str, tuple[str, Callable]] = {
+    "+": ("+", operator.add),
+    "-": ("-", operator.sub),
+    "*": ("*", operator.mul),
+    "/": ("/", operator.truediv),
+    "//": ("//", operator.floordiv),
+}
+
+Lookup = Callable[[str], Optional[Scalar]]
+
+
+def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
+    """Arithmetic on two scalars, evaluated now with every const at its default."""
+    if not all(_is_number(s.value) for s in (left, right)):
+        raise SourceError(span, "arithmetic needs numbers")
+    function = next(f for op, f in ARITHMETIC.values() if op == python_op)
+    try:
+        value = function(left.value, right.value)
+    except ZeroDivisionError:
+        raise SourceError(span, "division by zero (with the consts at their defaults)") from None
+    except OverflowError:
+        raise SourceError(span, "number too large") from None
+    return Scalar(python_op, (left, right), value)
+
+
+def negate(operand: Scalar, span) -> Scalar:
+    if not _is_number(operand.value):
+        raise SourceError(span, "arithmetic needs numbers")
+    return Scalar("neg", (operand,), -operand.value)
+
+
+def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
+    """A datum that must be known when the file compiles."""
+    if isinstance(datum, (Number, Boolean)):
+        return Scalar.lit(datum.value)
+    if isinstance(datum, Keyword):
+        return Scalar.lit(datum.name)
+    if isinstance(datum, Symbol):
+        found = lookup(datum.name)
+        if found is None:
+            raise SourceError(datum.span, f"'{datum.name}' is not a constant")
+        return found
+    if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
+        head = datum.items[0].name
+        operands = [evaluate(item, lookup) for item in datum.items[1:]]
+        if head in ARITHMETIC and operands:
+            if head == "-" and len(operands) == 1:
+                return negate(operands[0], datum.span)
+            if len(operands) < 2:
+                raise SourceError(datum.span, f"'{head}' needs at least two arguments")
+            result = operands[0]
+            for operand in operands[1:]:
+                result = fold(ARITHMETIC[head][0], result, operand, datum.span)
+            return result
+    raise SourceError(datum.span, "expected a number known at compile time (a literal, a const, or arithmetic on them)")
+
+
+def expect_int(scalar: Scalar, span, what: str) -> Scalar:
+    if not isinstance(scalar.value, int) or isinstance(scalar.value, bool):
+        raise SourceError(span, f"{what} must be an integer, not {scalar.value!r}")
+    return scalar
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,345 @@
+"""Pass 3, trace: each defun's body -> a Graph of nodes, before any dtype is known.
+
+Names resolve here (locals, arguments, &key arguments, consts, params,
+sub-models, defuns, ops); ops are checked against their registry signature;
+compile-time arithmetic folds into scalars; `with-numerics` frames are stamped
+on every node traced inside them.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Optional
+
+from sx2torch import scalars
+from sx2torch.errors import SourceError, Span
+from sx2torch.ir import ISLAND, REGION, Frame, Graph, Node, Operand, Scalar
+from sx2torch.ops import REGISTRY, Op
+from sx2torch.read import Boolean, Datum, Keyword, List, Number, String, Symbol, Vector
+from sx2torch.resolve import Defun, Model, Program
+
+SPECIAL_FORMS = ("let", "with-numerics", "cast", "gradient", "chain")
+
+
+def run(program: Program) -> dict:
+    """{(model name, defun name): Graph} for every defun of every model."""
+    graphs = {}
+    for model in program.all_models():
+        for defun in model.defuns.values():
+            graphs[model.name, defun.name] = Tracer(program, model, defun).trace()
+    return graphs
+
+
+class Tracer:
+    def __init__(self, program: Program, model: Model, defun: Defun):
+        self.program = program
+        self.model = model
+        self.defun = defun
+        self.frames: tuple = ()
+        self.datum: Optional[Datum] = None  # the form whose nodes are being made
+        self.param_reads: dict[str, Node] = {}
+        self.keys = {
+            symbol.name: Scalar("key", (symbol.name,), scalars.evaluate(default, model.lookup_const).value)
+            for symbol, default in defun.keys
+        }
+        self.key_defaults = [(symbol.name, scalars.evaluate(default, model.lookup_const)) for symbol, default in defun.keys]
+        self.graph = Graph(model.name, defun.name, [], self.key_defaults, defun.doc, span=defun.span)
+
+    def trace(self) -> Graph:
+        env = {}
+        for symbol in self.defun.args:
+            node = Node("input", (), {}, symbol.span, symbol, name=symbol.name)
+            self.graph.inputs.append(node)
+            env[symbol.name] = node
+        result = None
+        for form in self.defun.body:
+            result = self.expr(form, env)
+        self.graph.output = result
+        self._prune()
+        return self.graph
+
+    def _prune(self) -> None:
+        """Drop nodes the result does not depend on: a defun has no side effects."""
+        live, pending = set(), [self.graph.output]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, Node) and node not in live:
+                live.add(node)
+                pending.extend(node.inputs)
+        self.graph.nodes = [n for n in self.graph.nodes if n in live]
+
+    # Node construction, also used by the ops' `expand` definitions.
+
+    def op(self, name: str, inputs: list, **attrs) -> Operand:
+        op = REGISTRY[name]
+        if op.expand:
+            return op.expand(self, inputs, attrs)
+        if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
+            return self._fold(name, inputs)
+        frames = self.frames + ((Frame(ISLAND, self.datum, library=True),) if op.sensitive else ())
+        return self._add(Node(name, tuple(inputs), attrs, self.datum.span, self.datum, frames))
+
+    def _add(self, node: Node) -> Node:
+        self.graph.nodes.append(node)
+        return node
+
+    def _fold(self, name: str, inputs: list) -> Scalar:
+        if name in ("-", "neg") and len(inputs) == 1:
+            return scalars.negate(inputs[0], self.datum.span)
+        return scalars.fold(name, inputs[0], inputs[1], self.datum.span)
+
+    @contextmanager
+    def library_island(self):
+        with self._frame(Frame(ISLAND, self.datum, library=True)):
+            yield
+
+    @contextmanager
+    def _frame(self, frame: Frame):
+        outer = self.frames
+        self.frames = outer + (frame,)
+        try:
+            yield
+        finally:
+            self.frames = outer
+
+    # Expressions.
+
+    def expr(self, datum: Datum, env: dict) -> Operand:
+        if isinstance(datum, (Number, Boolean)):
+            return Scalar.lit(datum.value)
+        if isinstance(datum, Symbol):
+            return self.name(datum, env)
+        if isinstance(datum, List):
+            return self.form(datum, env)
+        what = {Keyword: "a keyword", String: "a string", Vector: "a vector"}[type(datum)]
+        raise SourceError(datum.span, f"{what} is not a value here")
+
+    def name(self, symbol: Symbol, env: dict) -> Operand:
+        name = symbol.name
+        if name in env:
+            return env[name]
+        if name in self.keys:
+            return self.keys[name]
+        if name in self.model.consts:
+            return self.model.lookup_const(name)
+        param = self.model.params.get(name)
+        if param is not None:
+            if param.is_module:
+                raise SourceError(symbol.span, f"'{name}' is a sub-model: call it, as ({name} x)")
+            return self.param_read(name, symbol)
+        if name in self.model.defuns or name in REGISTRY:
+            raise SourceError(symbol.span, f"'{name}' is a function: call it, as ({name} ...)")
+        raise SourceError(symbol.span, f"unknown name '{name}'")
+
+    def param_read(self, name: str, symbol: Symbol) -> Node:
+        if name not in self.param_reads:
+            node = Node("param", (), {"param": name}, symbol.span, symbol, name=name)
+            self.param_reads[name] = self._add(node)
+        return self.param_reads[name]
+
+    def form(self, datum: List, env: dict) -> Operand:
+        if not datum.items:
+            raise SourceError(datum.span, "an empty list is not a value")
+        head = datum.items[0]
+        if not isinstance(head, Symbol):
+            raise SourceError(head.span, "expected an op or function name")
+        if head.name in env or head.name in self.keys or head.name in self.model.consts:
+            raise SourceError(head.span, f"'{head.name}' is a value, not a function")
+        if head.name in SPECIAL_FORMS:
+            return getattr(self, "_" + head.name.replace("-", "_"))(datum, env)
+        if head.name in self.model.defuns:
+            return self._call(datum, env)
+        param = self.model.params.get(head.name)
+        if param is not None and param.is_module:
+            if param.init.kind == "stack":
+                raise SourceError(head.span, f"'{head.name}' is a stack: apply it with (chain {head.name} x)")
+            return self._invoke("submodel", head.name, self.program.models[param.init.model].defuns["forward"], datum, env)
+        if head.name in REGISTRY:
+            return self.apply(REGISTRY[head.name], datum, env)
+        raise SourceError(head.span, f"unknown op or function '{head.name}'")
+
+    def _let(self, datum: List, env: dict) -> Operand:
+        if len(datum.items) < 3 or not isinstance(datum.items[1], List):
+            raise SourceError(datum.span, "expected (let ((NAME EXPR) ...) BODY ...)")
+        env = dict(env)
+        for binding in datum.items[1].items:
+            if not (isinstance(binding, List) and len(binding.items) == 2 and isinstance(binding.items[0], Symbol)):
+                raise SourceError(binding.span, "expected a binding (NAME EXPR)")
+            symbol, value = binding.items
+            operand = self.expr(value, env)
+            if isinstance(operand, Node) and operand.name is None:
+                operand.name = symbol.name
+            env[symbol.name] = operand
+        return self._body(datum.items[2:], env)
+
+    def _body(self, forms: tuple, env: dict) -> Operand:
+        result = None
+        for form in forms:
+            result = self.expr(form, env)
+        return result
+
+    def _with_numerics(self, datum: List, env: dict) -> Operand:
+        if len(datum.items) < 3 or not isinstance(datum.items[1], List):
+            raise SourceError(datum.span, "expected (with-numerics (:sensitivity :high) BODY ...) or (with-numerics (:precision :bf16) BODY ...)")
+        options = datum.items[1].items
+        allowed = {"sensitivity": ("high", ISLAND), "precision": ("bf16", REGION)}
+        if len(options) != 2 or not isinstance(options[0], Keyword) or options[0].name not in allowed:
+            raise SourceError(datum.items[1].span, "expected one option: (:sensitivity :high) or (:precision :bf16)")
+        key, value = options
+        wanted, mode = allowed[key.name]
+        if not (isinstance(value, Keyword) and value.name == wanted):
+            raise SourceError(value.span, f":{key.name} must be :{wanted}")
+        with self._frame(Frame(mode, datum)):
+            return self._body(datum.items[2:], env)
+
+    def _cast(self, datum: List, env: dict) -> Operand:
+        if len(datum.items) != 3:
+            raise SourceError(datum.span, "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)")
+        value, dtype = datum.items[1:]
+        if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
+            raise SourceError(dtype.span, "cast takes :f32 or :bf16")
+        operand = self.expr(value, env)
+        if isinstance(operand, Scalar):
+            return operand  # scalars never decide a dtype
+        return self._add(Node("cast", (operand,), {"dtype": dtype.name}, datum.span, datum, self.frames))
+
+    def _gradient(self, datum: List, env: dict) -> Operand:
+        raise SourceError(datum.span, "gradient is not supported yet")
+
+    def _chain(self, datum: List, env: dict) -> Operand:
+        if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
+            raise SourceError(datum.span, "expected (chain LAYERS X ARG ...)")
+        layers = datum.items[1]
+        param = self.model.params.get(layers.name)
+        if param is None or param.init.kind != "stack":
+            raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
+        forward = self.program.models[param.init.model].defuns["forward"]
+        inner = List(datum.items[1:], datum.span)
+        return self._invoke("chain", layers.name, forward, inner, env, form=datum)
+
+    def _call(self, datum: List, env: dict) -> Operand:
+        callee = self.model.defuns[datum.items[0].name]
+        return self._invoke("call", callee.name, callee, datum, env)
+
+    def _invoke(self, kind: str, target: str, callee: Defun, datum: List, env: dict, form=None) -> Node:
+        """A call of a defun, a sub-model's forward, or a stack's forwards in turn."""
+        positional, keywords = _split(datum.items[1:])
+        if len(positional) != len(callee.args):
+            names = " ".join(a.name for a in callee.args)
+            raise SourceError(datum.span, f"wrong number of arguments: '{callee.name}' takes ({names})")
+        inputs = []
+        for item in positional:
+            operand = self.expr(item, env)
+            if isinstance(operand, Scalar):
+                raise SourceError(item.span, "pass numbers to a defun as &key arguments")
+            inputs.append(operand)
+        allowed = {symbol.name for symbol, _ in callee.keys}
+        keys = {}
+        for key, value in keywords:
+            if key.name not in allowed:
+                known = ", ".join(f":{k}" for k in sorted(allowed)) or "none"
+                raise SourceError(key.span, f"unknown keyword :{key.name} for '{callee.name}' (known: {known})")
+            keys[key.name] = self._scalar(value, env)
+        attrs = {"target": target, "keys": keys}
+        form = form or datum
+        return self._add(Node(kind, tuple(inputs), attrs, form.span, form, self.frames))
+
+    def _scalar(self, datum: Datum, env: dict) -> Scalar:
+        operand = self.expr(datum, env)
+        if not isinstance(operand, Scalar):
+            raise SourceError(datum.span, "expected a number known at compile time, got a tensor")
+        return operand
+
+    # Ops.
+
+    def apply(self, op: Op, datum: List, env: dict) -> Operand:
+        positional, keywords = _split(datum.items[1:])
+        least, most = op.bounds
+        if len(positional) < least or (most is not None and len(positional) > most):
+            raise SourceError(datum.span, f"wrong number of arguments: {_usage(op)}")
+        inputs, attrs = [], {}
+        for index, item in enumerate(positional):
+            spec = op.args[min(index, len(op.args) - 1)]
+            value = self._argument(spec.kind, item, env, f"{op.name}'s {spec.name}")
+            if spec.kind in ("tensor", "ids", "bool-tensor"):
+                inputs.append(value)
+            elif spec.kind == "tensors":
+                inputs.extend(value)
+            else:
+                attrs[spec.name] = value
+        given = {}
+        for key, value in keywords:
+            spec = op.key(key.name)
+            if spec is None:
+                known = ", ".join(f":{k.name}" for k in op.keys) or "none"
+                raise SourceError(key.span, f"unknown keyword :{key.name} for '{op.name}' (known: {known})")
+            if key.name in given:
+                raise SourceError(key.span, f":{key.name} given twice")
+            given[key.name] = self._argument(spec.kind, value, env, f":{key.name}")
+        for spec in op.keys:
+            attrs[spec.name] = given.get(spec.name, _default(spec.default))
+        outer, self.datum = self.datum, datum
+        try:
+            return self._fold_left(op, inputs, attrs) if op.variadic else self.op(op.name, inputs, **attrs)
+        finally:
+            self.datum = outer
+
+    def _fold_left(self, op: Op, inputs: list, attrs: dict) -> Operand:
+        result = inputs[0]
+        for operand in inputs[1:]:
+            result = self.op(op.name, [result, operand], **attrs)
+        return result
+
+    def _argument(self, kind: str, item: Datum, env: dict, what: str):
+        if kind in ("tensor", "ids", "bool-tensor"):
+            return self.expr(item, env)
+        if kind == "tensors":
+            if not isinstance(item, Vector) or not item.items:
+                raise SourceError(item.span, f"{what} must be a vector of tensors, such as [x y]")
+            return [self.expr(i, env) for i in item.items]
+        if kind == "ints":
+            if not isinstance(item, Vector):
+                raise SourceError(item.span, f"{what} must be a vector of integers, such as [0 -1]")
+            return tuple(scalars.expect_int(self._scalar(i, env), i.span, f"each of {what}") for i in item.items)
+        if kind == "out":
+            if not (isinstance(item, Keyword) and item.name == "f32"):
+                raise SourceError(item.span, f"{what} must be :f32")
+            return "f32"
+        value = self._scalar(item, env)
+        if kind == "int":
+            return scalars.expect_int(value, item.span, what)
+        if kind == "bool" and not isinstance(value.value, bool):
+            raise SourceError(item.span, f"{what} must be true or false")
+        if kind == "number" and (isinstance(value.value, (bool, str))):
+            raise SourceError(item.span, f"{what} must be a number")
+        return value
+
+
+def _split(items: tuple) -> tuple:
+    """Positional arguments, then `:key value` pairs."""
+    for index, item in enumerate(items):
+        if isinstance(item, Keyword):
+            rest = items[index:]
+            if len(rest) % 2:
+                raise SourceError(rest[-1].span, "keyword without a value")
+            for key in rest[::2]:
+                if not isinstance(key, Keyword):
+                    raise SourceError(key.span, "positional argument after keyword arguments")
+            return items[:index], list(zip(rest[::2], rest[1::2]))
+    return items, []
+
+
+def _default(value):
+    if value is None or isinstance(value, bool):
+        return Scalar.lit(value) if isinstance(value, bool) else None
+    if isinstance(value, tuple):
+        return tuple(Scalar.lit(v) for v in value)
+    return Scalar.lit(value)
+
+
+def _usage(op: Op) -> str:
+    args = " ".join(a.name.upper() for a in op.args)
+    if op.variadic:
+        args += " ..."
+    keys = " ".join(f":{k.name}" for k in op.keys)
+    return f"({op.name} {args}{' &key ' + keys if keys else ''})"
