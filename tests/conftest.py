@@ -1,0 +1,30 @@
+"""Shared fixtures: compile SexpGPU text and import the generated module."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from sx2torch.compiler import Options, compile_source
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden/*.py from golden/*.lisp")
+
+
+def load_module(code: str, name: str = "generated") -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(code, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+@pytest.fixture
+def build():
+    """build(source, filename="model.lisp", run=None, target="cuda") -> (module, code)."""
+
+    def compile_and_load(source: str, filename: str = "model.lisp", run=None, target: str = "cuda"):
+        code = compile_source(source, filename, Options(run=run, target=target))
+        return load_module(code), code
+
+    return compile_and_load
