@@ -90,8 +90,21 @@ class Tracer:
 
     @contextmanager
     def library_island(self):
+        """Nodes made inside compute in f32 under either policy (a library mark, 6.8)."""
         with self._frame(Frame(ISLAND, self.datum, library=True)):
             yield
+
+    @contextmanager
+    def library_region(self):
+        """Nodes made inside compute in bf16 under either policy."""
+        with self._frame(Frame(REGION, self.datum, library=True)):
+            yield
+
+    def cast(self, operand: Operand, dtype: str) -> Operand:
+        """An explicit conversion to "f32" or "bf16"; a scalar stays a scalar."""
+        if isinstance(operand, Scalar):
+            return operand
+        return self._add(Node("cast", (operand,), {"dtype": dtype}, self.datum.span, self.datum, self.frames))
 
     @contextmanager
     def _frame(self, frame: Frame):
@@ -199,9 +212,11 @@ class Tracer:
         if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
             raise SourceError(dtype.span, "cast takes :f32 or :bf16")
         operand = self.expr(value, env)
-        if isinstance(operand, Scalar):
-            return operand  # scalars never decide a dtype
-        return self._add(Node("cast", (operand,), {"dtype": dtype.name}, datum.span, datum, self.frames))
+        outer, self.datum = self.datum, datum
+        try:
+            return self.cast(operand, dtype.name)
+        finally:
+            self.datum = outer
 
     def _gradient(self, datum: List, env: dict) -> Operand:
         raise SourceError(datum.span, "gradient is not supported yet")

@@ -34,6 +34,7 @@ class ClassContext:
     storage: dict  # (model, param) -> stored dtype
     attrs: dict  # source name -> attribute name, for consts, params and sub-models
     method_names: dict  # Typed -> method name
+    specialized: set  # the Typed whose method name carries its dtypes
 
 
 def argument_names(typed: Typed) -> tuple:
@@ -217,17 +218,20 @@ class MethodEmitter:
         return name
 
     def _temporary_name(self, node: Node) -> str:
+        if node.op == "chain":
+            return self.py.get(node.inputs[0]) or self._label(node.inputs[0]) or "x"
         if node.op in CALLS:
             return node.attrs["target"]
         source = next((self._label(i) for i in node.inputs if isinstance(i, Node)), None)
         return f"{mangle(node.op)}_{source}" if source else mangle(node.op)
 
     def _label(self, node: Node) -> Optional[str]:
-        while node.name is None:
+        """The name a value is known by: its local's, or its source name, or its first input's."""
+        while node is not None and node not in self.py and node.name is None:
             node = next((i for i in node.inputs if isinstance(i, Node)), None)
-            if node is None:
-                return None
-        return node.name
+        if node is None:
+            return None
+        return self.py.get(node) or node.name
 
     def _chain(self, node: Node, name: str) -> list:
         x, *rest = node.inputs

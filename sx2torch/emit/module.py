@@ -25,7 +25,7 @@ def class_name(name: str) -> str:
 def run(program: Program, lowered: Lowered, header: str, target: str) -> cst.Module:
     classes = _class_names(program)
     attrs = {model.name: _attributes(model) for model in program.all_models()}
-    method_names = _method_names(program, lowered, attrs)
+    method_names, specialized = _method_names(program, lowered, attrs)
     body: list = [
         _import("torch"),
         cst.SimpleStatementLine([cst.ImportFrom(cst.Name("torch"), [cst.ImportAlias(cst.Name("nn"))])]),
@@ -45,7 +45,7 @@ def run(program: Program, lowered: Lowered, header: str, target: str) -> cst.Mod
         ),
     ]
     for model in program.all_models():
-        ctx = ClassContext(target, lowered.storage, attrs[model.name][0], method_names)
+        ctx = ClassContext(target, lowered.storage, attrs[model.name][0], method_names, specialized)
         body.append(_class(program, model, lowered, ctx, classes, attrs))
     comments = [cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()]
     return cst.Module(body=body, header=comments)
@@ -69,8 +69,10 @@ def _attributes(model: Model) -> tuple:
 
 def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
     """A plain name for the specialization at f32 arguments (or one that lowers to the same code),
-    a name with the argument dtypes for the others; a sub-model's forward is always `forward`."""
+    a name with the argument dtypes for the others, which are returned as `specialized`;
+    a sub-model's forward is always `forward`."""
     names: dict = {}
+    specialized: set = set()
     for model in program.all_models():
         namespace = attrs[model.name][1]
         for defun in model.defuns:
@@ -88,7 +90,8 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
                     names[typed] = names[plain]
                 else:
                     names[typed] = namespace.fresh(f"{defun}_{_suffix(typed)}")
-    return names
+                    specialized.add(typed)
+    return names, specialized
 
 
 def _suffix(typed: Typed) -> str:
@@ -161,7 +164,7 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
     )
     body = ([_docstring(typed.graph.doc)] if typed.graph.doc else []) + prologue + emitter.body()
     leading = []
-    if name != mangle(typed.graph.name):
+    if typed in ctx.specialized:
         leading.append(cst.EmptyLine(comment=cst.Comment("# " + _specialized(typed))))
     return cst.FunctionDef(cst.Name(name), params, cst.IndentedBlock(body), leading_lines=leading)
 
