@@ -57,11 +57,16 @@ def main(argv: Optional[list] = None) -> int:
             traceback.print_exc()
         else:
             print(
-                f"sx2torch: internal compiler error: {type(error).__name__}: {error} "
+                f"sx2torch: internal compiler error: {type(error).__name__}: {_one_line(str(error))} "
                 "(a bug in sx2torch: please report it with the source file; --traceback shows where)",
                 file=sys.stderr,
             )
         return 1
+
+
+def _one_line(text: str, width: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -92,9 +97,8 @@ def _compile(args) -> str:
         data = Path(args.file).read_bytes()
     except OSError as error:
         raise UsageError(f"cannot read {args.file}: {error.strerror}") from None
-    args.text = data.decode("utf-8", errors="replace")  # for showing a diagnostic's line
-    args.text = decode(data)
-    return compile_source(args.text, args.file, Options(run=args.run, target=args.target))
+    args.text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")  # for showing a diagnostic's line
+    return compile_source(decode(data), args.file, Options(run=args.run, target=args.target))
 
 
 def _compile_command(args) -> int:
@@ -108,9 +112,8 @@ def _compile_command(args) -> int:
 
 def _write_atomically(path: Path, text: str) -> None:
     """Write a sibling temporary file, then rename it over `path`: readers see old or new, never half."""
-    directory = path.parent if str(path.parent) else Path(".")
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror}") from None
     try:
@@ -118,10 +121,24 @@ def _write_atomically(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), _mode(path))
         os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {error.strerror}") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _mode(path: Path) -> int:
+    """The permissions of the file being replaced, or what a new file gets (mkstemp's are 0600)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _check_command(args) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SHOWN_WIDTH = 100  # a longer source line is shown as a window around the column
+
 
 @dataclass(frozen=True, order=True)
 class Span:
@@ -22,10 +24,22 @@ class SourceError(Exception):
         self.message = message
 
     def render(self, filename: str, text: str) -> str:
-        lines = text.splitlines()
+        """`FILE:LINE:COL: error: MESSAGE`, then the source line and a caret under the column."""
+        lines = text.split("\n")  # the reader counts lines at "\n" only
         head = f"{filename}:{self.span.line}:{self.span.col}: error: {self.message}"
-        if not 1 <= self.span.line <= len(lines):
+        if not 1 <= self.span.line <= len(lines) or not text:
             return head
-        source_line = lines[self.span.line - 1].expandtabs(1)
-        caret = " " * (self.span.col - 1) + "^"
-        return f"{head}\n  {source_line}\n  {caret}"
+        line, col = _window(lines[self.span.line - 1].removesuffix("\r"), self.span.col)
+        return f"{head}\n  {line}\n  {' ' * (col - 1)}^"
+
+
+def _window(line: str, col: int) -> tuple:
+    """The line made safe for a terminal (one printable character per column), cut to a window around `col`."""
+    line = "".join(c if c.isprintable() else ("?" if c != "\t" else " ") for c in line)
+    if len(line) <= SHOWN_WIDTH:
+        return line, col
+    start = max(0, min(col - 1 - SHOWN_WIDTH // 2, len(line) - SHOWN_WIDTH))
+    shown = line[start : start + SHOWN_WIDTH]
+    prefix = "..." if start else ""
+    suffix = "..." if start + SHOWN_WIDTH < len(line) else ""
+    return prefix + shown + suffix, col - start + len(prefix)

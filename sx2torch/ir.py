@@ -54,6 +54,7 @@ class Node:
     form: object
     frames: tuple = ()
     name: Union[str, None] = None
+    note: Union[str, None] = None  # a comment for the statement that computes this node
 
     @property
     def mode(self) -> Union[str, None]:

@@ -17,9 +17,14 @@ import sexpdata
 from sx2torch.errors import SourceError, Span
 
 MAX_DEPTH = 64
+WHITESPACE = " \t\n\r\f\v"  # ASCII only, as sexpdata; other spaces are invalid characters
 SYMBOL_RE = re.compile(r"[A-Za-z0-9_*+/<>=!?&.%-]+")
-TOKEN_RE = re.compile(r"[^\s()\[\]\";]+")
+TOKEN_RE = re.compile(r"[^ \t\n\r\f\v()\[\]\";]+")
+STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # else a symbol: nan, inf, 1_0
+INT_RANGE = range(-(2**63), 2**63)  # what torch takes as an integer
 CLOSERS = {"(": ")", "[": "]"}
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -93,12 +98,13 @@ class _Positions:
 
 
 def decode(data: bytes) -> str:
-    """UTF-8 bytes -> text, or a located error at the first bad byte."""
+    """UTF-8 bytes (a leading byte-order mark dropped) -> text, or a located error at the first bad byte."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as error:
-        good = data[: error.start].decode("utf-8")
-        raise SourceError(_Positions(good).span(len(good)), "the file is not valid UTF-8")
+        good = data[: error.start].decode("utf-8").removeprefix(BOM)
+        bad = data[error.start : error.end].hex(" ")
+        raise SourceError(_Positions(good).span(len(good)), f"the file is not valid UTF-8 (byte {bad})") from None
 
 
 def run(text: str) -> list[Datum]:
@@ -111,7 +117,7 @@ def run(text: str) -> list[Datum]:
     i, n = 0, len(text)
     while i < n:
         c = text[i]
-        if c.isspace():
+        if c in WHITESPACE:
             i += 1
         elif c == ";":
             newline = text.find("\n", i)
@@ -124,11 +130,12 @@ def run(text: str) -> list[Datum]:
             i += 1
         elif c in ")]":
             if not stack:
-                raise SourceError(where.span(i), f"unexpected '{c}' with no open bracket")
+                raise SourceError(where.span(i), f"unexpected '{c}': there is no open bracket to close")
             opener, start, outer = stack.pop()
             if CLOSERS[opener] != c:
+                expected = CLOSERS[opener]
                 raise SourceError(
-                    where.span(i), f"'{c}' closes the '{opener}' at {_at(where.span(start))}"
+                    where.span(i), f"expected '{expected}' to close the '{opener}' at {_at(where.span(start))}, got '{c}'"
                 )
             kind = List if opener == "(" else Vector
             outer.append(kind(tuple(items), where.span(start)))
@@ -140,7 +147,7 @@ def run(text: str) -> list[Datum]:
             i = _read_atom(atoms, text, i, where, items)
     if stack:
         opener, start, _ = stack[-1]
-        raise SourceError(where.span(start), f"'{opener}' is never closed")
+        raise SourceError(where.span(start), f"'{opener}' is never closed: expected '{CLOSERS[opener]}' before the end of the file")
     return top
 
 
@@ -149,8 +156,8 @@ def _at(span: Span) -> str:
 
 
 def _read_string(atoms: _AtomParser, text: str, i: int, where: _Positions, items: list) -> int:
-    if not re.match(r'"(?:[^"\\]|\\.)*"', text[i:], re.DOTALL):
-        raise SourceError(where.span(i), "unterminated string")
+    if not STRING_RE.match(text, i):
+        raise SourceError(where.span(i), "unterminated string: expected a closing '\"' before the end of the file")
     end, value = atoms.parse_str(i)
     items.append(String(value, where.span(i)))
     return end
@@ -165,11 +172,14 @@ def _read_atom(atoms: _AtomParser, text: str, i: int, where: _Positions, items: 
     if not name:
         raise SourceError(span, "a keyword needs a name after ':'")
     if not SYMBOL_RE.fullmatch(name):
-        bad = next(ch for ch in name if not SYMBOL_RE.fullmatch(ch))
-        raise SourceError(span, f"invalid character {bad!r} in {token!r}")
-    end, value = atoms.parse_atom(i)
-    items.append(_atom(token, value, span))
-    return end
+        at = next(k for k, ch in enumerate(token) if k >= len(token) - len(name) and not SYMBOL_RE.fullmatch(ch))
+        raise SourceError(
+            where.span(i + at),
+            f"invalid character {token[at]!r}: expected a name (letters, digits and -_*+/<>=!?&.%), a bracket or a space",
+        )
+    # sexpdata converts the token; the token's end is ours, as sexpdata ends atoms only at ASCII spaces.
+    items.append(_atom(token, atoms.atom(token), span))
+    return i + len(token)
 
 
 def _atom(token: str, value: object, span: Span) -> Datum:
@@ -177,12 +187,29 @@ def _atom(token: str, value: object, span: Span) -> Datum:
         return Keyword(token[1:], span)
     if token in ("true", "false"):
         return Boolean(token == "true", span)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, float) and not _finite(value):
-            return Symbol(token, span)
-        return Number(value, span, token)
-    return Symbol(token, span)
+    if not NUMBER_RE.fullmatch(token):
+        return Symbol(token, span)
+    if not _finite(value) or (isinstance(value, int) and value not in INT_RANGE):
+        raise SourceError(span, f"number out of range: {_short(token)}")
+    return Number(value, span, token)
+
+
+def _short(token: str) -> str:
+    return token if len(token) <= 40 else token[:37] + "..."
 
 
 def _finite(value: float) -> bool:
     return value - value == 0.0
+
+
+def shown(datum: Datum) -> str:
+    """A datum as a diagnostic names it: `:fp16`, `'x'`, `1.5`, `a list`."""
+    if isinstance(datum, Keyword):
+        return ":" + _short(datum.name)
+    if isinstance(datum, Symbol):
+        return f"'{_short(datum.name)}'"
+    if isinstance(datum, Number):
+        return _short(datum.text or repr(datum.value))
+    if isinstance(datum, Boolean):
+        return "true" if datum.value else "false"
+    return {String: "a string", List: "a list", Vector: "a vector"}[type(datum)]

@@ -12,9 +12,10 @@ from typing import Optional
 from sx2torch import scalars
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import Scalar
-from sx2torch.read import Boolean, Datum, Keyword, List, String, Symbol, Vector
+from sx2torch.read import Boolean, Datum, Keyword, List, String, Symbol, Vector, shown
 
 PRECISIONS = ("f32", "bf16")
+MAX_CALL_DEPTH = 64  # defuns calling defuns (and sub-models), like the reader's bound on nesting
 LATER_RUN_KEYS = ("loss", "optimizer", "steps", "inputs")
 INITIALIZERS = {
     # name: (positional args, keyword defaults)
@@ -110,6 +111,10 @@ def run(data: list, top_name: str) -> Program:
             model = _defmodel(datum)
             if model.name in models:
                 raise SourceError(datum.items[1].span, f"model '{model.name}' is already defined")
+            if model.name == top_name:
+                raise SourceError(
+                    datum.items[1].span, f"a defmodel cannot be named '{top_name}': the file's top model has that name"
+                )
             models[model.name] = model
         elif head == "defrun":
             runs.append(_defrun(datum, runs))
@@ -120,9 +125,10 @@ def run(data: list, top_name: str) -> Program:
     program = Program(top, models, runs)
     for model in program.all_models():
         _check_params(program, model)
-        _check_recursion(model)
+    _check_containment(program)
+    _check_calls(program)
     if "forward" not in top.defuns:
-        raise SourceError(Span(1, 1), "the file defines no 'forward' defun")
+        raise SourceError(Span(1, 1), "the file defines no 'forward' defun: expected (defun forward (x ...) ...)")
     return program
 
 
@@ -133,7 +139,7 @@ def _head(datum: Datum, what: str) -> str:
 
 
 def _describe(datum: Datum) -> str:
-    return type(datum).__name__.lower()
+    return shown(datum)
 
 
 def _model_form(model: Model, datum: List, head: str) -> None:
@@ -152,7 +158,11 @@ def _model_form(model: Model, datum: List, head: str) -> None:
 def _define(model: Model, definition, table: dict) -> None:
     for other in (model.consts, model.params, model.defuns):
         if definition.name in other:
-            raise SourceError(definition.span, f"'{definition.name}' is already defined in this model")
+            first = other[definition.name].span
+            raise SourceError(
+                definition.span,
+                f"'{definition.name}' is already defined in this model, at line {first.line}, column {first.col}",
+            )
     table[definition.name] = definition
 
 
@@ -189,7 +199,7 @@ def _choice(datum: Datum, choices: tuple, what: str) -> str:
     if isinstance(datum, Keyword) and datum.name in choices:
         return datum.name
     options = " or ".join(f":{c}" for c in choices)
-    raise SourceError(datum.span, f"{what} must be {options}")
+    raise SourceError(datum.span, f"{what} must be {options}, got {shown(datum)}")
 
 
 def _defconst(model: Model, datum: List) -> Const:
@@ -211,7 +221,7 @@ def _defparam(model: Model, datum: List) -> Param:
     if "trainable" in options:
         flag = options["trainable"]
         if not isinstance(flag, Boolean):
-            raise SourceError(flag.span, ":trainable must be true or false")
+            raise SourceError(flag.span, f":trainable must be true or false, got {shown(flag)}")
         param.trainable = flag.value
     if param.is_module and len(options):
         raise SourceError(datum.items[3].span, "a sub-model parameter takes no :numerics or :trainable")
@@ -367,31 +377,85 @@ def _check_params(program: Program, model: Model) -> None:
                 raise SourceError(span, f"model '{sub.name}' has no key :{key} (known: {known})")
 
 
-def _check_recursion(model: Model) -> None:
-    calls = {name: _calls(defun, model) for name, defun in model.defuns.items()}
-    for start in model.defuns:
-        stack = [(start, iter(calls[start]), (start,))]
+def _check_containment(program: Program) -> None:
+    """No model holds an instance of itself, directly or through other models."""
+    finished: set = set()
+    for root in program.models.values():
+        stack = [(root, iter(root.params.values()))]
+        path = [root.name]
         while stack:
-            name, callees, path = stack[-1]
+            model, params = stack[-1]
+            param = next(params, None)
+            if param is None:
+                finished.add(model.name)
+                stack.pop()
+                path.pop()
+                continue
+            if not param.is_module or param.init.model in finished:
+                continue
+            if param.init.model in path:
+                route = " -> ".join(path[path.index(param.init.model) :] + [param.init.model])
+                raise SourceError(param.span, f"model '{param.init.model}' contains itself ({route})")
+            sub = program.models[param.init.model]
+            stack.append((sub, iter(sub.params.values())))
+            path.append(sub.name)
+
+
+def _check_calls(program: Program) -> None:
+    """No defun calls itself, directly or through others; calls nest at most MAX_CALL_DEPTH deep."""
+    graph = {
+        (model.name, name): _calls(defun, model, program) for model in program.all_models() for name, defun in model.defuns.items()
+    }
+    below: dict = {}  # a finished defun -> the length of the longest chain of calls it starts
+    for root in graph:
+        stack, path = [(root, iter(graph[root]))], [root]
+        while stack:
+            caller, callees = stack[-1]
             step = next(callees, None)
             if step is None:
+                below[caller] = 1 + max((below[callee] for callee, _ in graph[caller]), default=0)
                 stack.pop()
+                path.pop()
                 continue
             callee, span = step
-            if callee == start:
-                route = " -> ".join(path + (callee,))
-                raise SourceError(span, f"defun '{start}' calls itself ({route}); recursion is not supported")
-            if callee not in path:
-                stack.append((callee, iter(calls[callee]), path + (callee,)))
+            if callee in path:
+                route = " -> ".join(name for _, name in path[path.index(callee) :] + [callee])
+                raise SourceError(span, f"defun '{callee[1]}' calls itself ({route}); recursion is not supported")
+            if len(path) + below.get(callee, 1) > MAX_CALL_DEPTH:
+                raise SourceError(span, f"calls nested more than {MAX_CALL_DEPTH} defuns deep")
+            if callee not in below:
+                stack.append((callee, iter(graph[callee])))
+                path.append(callee)
 
 
-def _calls(defun: Defun, model: Model) -> list:
+def _calls(defun: Defun, model: Model, program: Program) -> list:
+    """[((model name, defun name), span)] of the calls in a body, in source order: to the model's
+    defuns, and to the forward of a sub-model (called, or applied by `chain`)."""
     found, pending = [], list(defun.body)
     while pending:
         datum = pending.pop()
-        if isinstance(datum, (List, Vector)):
-            items = datum.items
-            if isinstance(datum, List) and items and isinstance(items[0], Symbol) and items[0].name in model.defuns:
-                found.append((items[0].name, items[0].span))
-            pending.extend(items)
+        if not isinstance(datum, (List, Vector)):
+            continue
+        items = datum.items
+        head = items[0] if isinstance(datum, List) and items and isinstance(items[0], Symbol) else None
+        if head and head.name == "let" and len(items) > 1 and isinstance(items[1], List):
+            bindings = [b.items[1] if isinstance(b, List) and len(b.items) == 2 else b for b in items[1].items]
+            pending.extend(bindings + list(items[2:]))
+            continue
+        callee = _callee(head, items, model, program)
+        if callee:
+            found.append((callee, head.span))
+        pending.extend(items)
     return sorted(found, key=lambda call: call[1])
+
+
+def _callee(head: Optional[Symbol], items: tuple, model: Model, program: Program) -> Optional[tuple]:
+    if head is None:
+        return None
+    if head.name in model.defuns:
+        return model.name, head.name
+    name = items[1].name if head.name == "chain" and len(items) > 1 and isinstance(items[1], Symbol) else head.name
+    param = model.params.get(name)
+    if param is not None and param.is_module and param.init.model in program.models:
+        return param.init.model, "forward"
+    return None

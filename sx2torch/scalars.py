@@ -22,21 +22,26 @@ Lookup = Callable[[str], Optional[Scalar]]
 
 def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
     """Arithmetic on two scalars, evaluated now with every const at its default."""
-    if not all(_is_number(s.value) for s in (left, right)):
-        raise SourceError(span, "arithmetic needs numbers")
+    for operand in (left, right):
+        if not _is_number(operand.value):
+            raise SourceError(span, f"arithmetic needs numbers, got {_shown(operand.value)}")
     function = next(f for op, f in ARITHMETIC.values() if op == python_op)
     try:
         value = function(left.value, right.value)
     except ZeroDivisionError:
         raise SourceError(span, "division by zero (with the consts at their defaults)") from None
     except OverflowError:
-        raise SourceError(span, "number too large") from None
+        value = float("inf")
+    if not _in_range(value):
+        raise SourceError(span, "number out of range (with the consts at their defaults)")
     return Scalar(python_op, (left, right), value)
 
 
 def negate(operand: Scalar, span) -> Scalar:
     if not _is_number(operand.value):
-        raise SourceError(span, "arithmetic needs numbers")
+        raise SourceError(span, f"arithmetic needs numbers, got {_shown(operand.value)}")
+    if not _in_range(-operand.value):
+        raise SourceError(span, "number out of range (with the consts at their defaults)")
     return Scalar("neg", (operand,), -operand.value)
 
 
@@ -49,7 +54,7 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
     if isinstance(datum, Symbol):
         found = lookup(datum.name)
         if found is None:
-            raise SourceError(datum.span, f"'{datum.name}' is not a constant")
+            raise SourceError(datum.span, f"'{datum.name}' is not a constant: expected a number known at compile time")
         return found
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
@@ -68,9 +73,25 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
 
 def expect_int(scalar: Scalar, span, what: str) -> Scalar:
     if not isinstance(scalar.value, int) or isinstance(scalar.value, bool):
-        raise SourceError(span, f"{what} must be an integer, not {scalar.value!r}")
+        raise SourceError(span, f"{what} must be an integer, got {_shown(scalar.value)}")
     return scalar
+
+
+def _in_range(value) -> bool:
+    """Finite, and an integer within torch's 64 bits."""
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return value - value == 0.0
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    """A scalar's value as the source writes it: `:fp16`, `true`, `1.5`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return ":" + value
+    return repr(value)

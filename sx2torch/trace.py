@@ -8,14 +8,15 @@ on every node traced inside them.
 
 from __future__ import annotations
 
+import difflib
 from contextlib import contextmanager
 from typing import Optional
 
-from sx2torch import scalars
+from sx2torch import gradient, scalars
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import ISLAND, REGION, Frame, Graph, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY, Op
-from sx2torch.read import Boolean, Datum, Keyword, List, Number, String, Symbol, Vector
+from sx2torch.read import Boolean, Datum, Keyword, List, Number, String, Symbol, Vector, shown
 from sx2torch.resolve import Defun, Model, Program
 
 SPECIAL_FORMS = ("let", "with-numerics", "cast", "gradient", "chain")
@@ -38,6 +39,8 @@ class Tracer:
         self.frames: tuple = ()
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
         self.param_reads: dict[str, Node] = {}
+        self.inline = False
+        self.stamps: tuple = ()  # frames that mark the backward of the gradient being traced
         self.keys = {
             symbol.name: Scalar("key", (symbol.name,), scalars.evaluate(default, model.lookup_const).value)
             for symbol, default in defun.keys
@@ -72,6 +75,8 @@ class Tracer:
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
+        for spec in op.keys:
+            attrs.setdefault(spec.name, _default(spec.default))
         if op.expand:
             return op.expand(self, inputs, attrs)
         if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
@@ -131,10 +136,11 @@ class Tracer:
         name = symbol.name
         if name in env:
             return env[name]
-        if name in self.keys:
-            return self.keys[name]
-        if name in self.model.consts:
-            return self.model.lookup_const(name)
+        scalar = self.keys.get(name) or self.model.lookup_const(name)
+        if scalar is not None:
+            if isinstance(scalar.value, str):
+                raise SourceError(symbol.span, f"'{name}' is the keyword :{scalar.value}, not a number or a tensor")
+            return scalar
         param = self.model.params.get(name)
         if param is not None:
             if param.is_module:
@@ -142,7 +148,11 @@ class Tracer:
             return self.param_read(name, symbol)
         if name in self.model.defuns or name in REGISTRY:
             raise SourceError(symbol.span, f"'{name}' is a function: call it, as ({name} ...)")
-        raise SourceError(symbol.span, f"unknown name '{name}'")
+        known = [*env, *self.keys, *self.model.consts, *self.model.params]
+        raise SourceError(
+            symbol.span,
+            f"unknown name '{name}': expected an argument, a let local, a const or a param{_suggest(name, known)}",
+        )
 
     def param_read(self, name: str, symbol: Symbol) -> Node:
         if name not in self.param_reads:
@@ -155,7 +165,7 @@ class Tracer:
             raise SourceError(datum.span, "an empty list is not a value")
         head = datum.items[0]
         if not isinstance(head, Symbol):
-            raise SourceError(head.span, "expected an op or function name")
+            raise SourceError(head.span, f"expected an op or function name, got {shown(head)}")
         if head.name in env or head.name in self.keys or head.name in self.model.consts:
             raise SourceError(head.span, f"'{head.name}' is a value, not a function")
         if head.name in SPECIAL_FORMS:
@@ -169,7 +179,8 @@ class Tracer:
             return self._invoke("submodel", head.name, self.program.models[param.init.model].defuns["forward"], datum, env)
         if head.name in REGISTRY:
             return self.apply(REGISTRY[head.name], datum, env)
-        raise SourceError(head.span, f"unknown op or function '{head.name}'")
+        known = [*REGISTRY, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
+        raise SourceError(head.span, f"unknown op or function '{head.name}'{_suggest(head.name, known)}")
 
     def _let(self, datum: List, env: dict) -> Operand:
         if len(datum.items) < 3 or not isinstance(datum.items[1], List):
@@ -197,20 +208,34 @@ class Tracer:
         options = datum.items[1].items
         allowed = {"sensitivity": ("high", ISLAND), "precision": ("bf16", REGION)}
         if len(options) != 2 or not isinstance(options[0], Keyword) or options[0].name not in allowed:
-            raise SourceError(datum.items[1].span, "expected one option: (:sensitivity :high) or (:precision :bf16)")
+            raise SourceError(datum.items[1].span, "expected one option, (:sensitivity :high) or (:precision :bf16)")
         key, value = options
         wanted, mode = allowed[key.name]
         if not (isinstance(value, Keyword) and value.name == wanted):
-            raise SourceError(value.span, f":{key.name} must be :{wanted}")
-        with self._frame(Frame(mode, datum)):
+            raise SourceError(value.span, f":{key.name} must be :{wanted}, got {shown(value)}")
+        frame = Frame(mode, datum)
+        if _wraps_gradient(datum):
+            with self._stamp(frame):
+                return self._body(datum.items[2:], env)
+        with self._frame(frame):
             return self._body(datum.items[2:], env)
+
+    @contextmanager
+    def _stamp(self, frame: Frame):
+        """A with-numerics form whose body is a gradient marks only what the gradient appends."""
+        outer = self.stamps
+        self.stamps = outer + (frame,)
+        try:
+            yield
+        finally:
+            self.stamps = outer
 
     def _cast(self, datum: List, env: dict) -> Operand:
         if len(datum.items) != 3:
             raise SourceError(datum.span, "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)")
         value, dtype = datum.items[1:]
         if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
-            raise SourceError(dtype.span, "cast takes :f32 or :bf16")
+            raise SourceError(dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}")
         operand = self.expr(value, env)
         outer, self.datum = self.datum, datum
         try:
@@ -219,7 +244,27 @@ class Tracer:
             self.datum = outer
 
     def _gradient(self, datum: List, env: dict) -> Operand:
-        raise SourceError(datum.span, "gradient is not supported yet")
+        return gradient.run(self, datum, env)
+
+    @contextmanager
+    def inlining(self):
+        """Defun calls traced now are traced in place, so that a gradient can see inside them."""
+        outer, self.inline = self.inline, True
+        try:
+            yield
+        finally:
+            self.inline = outer
+
+    def _inline(self, callee: Defun, inputs: list, keys: dict) -> Operand:
+        outer_keys = self.keys
+        self.keys = {
+            symbol.name: keys.get(symbol.name) or scalars.evaluate(default, self.model.lookup_const)
+            for symbol, default in callee.keys
+        }
+        try:
+            return self._body(callee.body, {symbol.name: value for symbol, value in zip(callee.args, inputs)})
+        finally:
+            self.keys = outer_keys
 
     def _chain(self, datum: List, env: dict) -> Operand:
         if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
@@ -240,8 +285,8 @@ class Tracer:
         """A call of a defun, a sub-model's forward, or a stack's forwards in turn."""
         positional, keywords = _split(datum.items[1:])
         if len(positional) != len(callee.args):
-            names = " ".join(a.name for a in callee.args)
-            raise SourceError(datum.span, f"wrong number of arguments: '{callee.name}' takes ({names})")
+            usage = " ".join([datum.items[0].name] + [a.name for a in callee.args])
+            raise SourceError(datum.span, f"wrong number of arguments: expected ({usage}), got {len(positional)}")
         inputs = []
         for item in positional:
             operand = self.expr(item, env)
@@ -255,6 +300,8 @@ class Tracer:
                 known = ", ".join(f":{k}" for k in sorted(allowed)) or "none"
                 raise SourceError(key.span, f"unknown keyword :{key.name} for '{callee.name}' (known: {known})")
             keys[key.name] = self._scalar(value, env)
+        if self.inline and kind == "call":
+            return self._inline(callee, inputs, keys)
         attrs = {"target": target, "keys": keys}
         form = form or datum
         return self._add(Node(kind, tuple(inputs), attrs, form.span, form, self.frames))
@@ -271,12 +318,12 @@ class Tracer:
         positional, keywords = _split(datum.items[1:])
         least, most = op.bounds
         if len(positional) < least or (most is not None and len(positional) > most):
-            raise SourceError(datum.span, f"wrong number of arguments: {_usage(op)}")
+            raise SourceError(datum.span, f"wrong number of arguments: expected {_usage(op)}, got {len(positional)}")
         inputs, attrs = [], {}
         for index, item in enumerate(positional):
             spec = op.args[min(index, len(op.args) - 1)]
             value = self._argument(spec.kind, item, env, f"{op.name}'s {spec.name}")
-            if spec.kind in ("tensor", "ids", "bool-tensor"):
+            if spec.kind in ("tensor", "ids", "bool-tensor", "like"):
                 inputs.append(value)
             elif spec.kind == "tensors":
                 inputs.extend(value)
@@ -306,7 +353,7 @@ class Tracer:
         return result
 
     def _argument(self, kind: str, item: Datum, env: dict, what: str):
-        if kind in ("tensor", "ids", "bool-tensor"):
+        if kind in ("tensor", "ids", "bool-tensor", "like"):
             return self.expr(item, env)
         if kind == "tensors":
             if not isinstance(item, Vector) or not item.items:
@@ -318,7 +365,7 @@ class Tracer:
             return tuple(scalars.expect_int(self._scalar(i, env), i.span, f"each of {what}") for i in item.items)
         if kind == "out":
             if not (isinstance(item, Keyword) and item.name == "f32"):
-                raise SourceError(item.span, f"{what} must be :f32")
+                raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
             return "f32"
         value = self._scalar(item, env)
         if kind == "int":
@@ -328,6 +375,22 @@ class Tracer:
         if kind == "number" and (isinstance(value.value, (bool, str))):
             raise SourceError(item.span, f"{what} must be a number")
         return value
+
+
+def _wraps_gradient(datum: List) -> bool:
+    """`(with-numerics OPTIONS (gradient ...))`, possibly through more with-numerics forms."""
+    body = datum.items[2:]
+    if len(body) != 1 or not isinstance(body[0], List) or not body[0].items:
+        return False
+    head = body[0].items[0]
+    if not isinstance(head, Symbol):
+        return False
+    return head.name == "gradient" or (head.name == "with-numerics" and len(body[0].items) > 2 and _wraps_gradient(body[0]))
+
+
+def _suggest(name: str, known: list) -> str:
+    close = difflib.get_close_matches(name, sorted(set(known)), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _split(items: tuple) -> tuple:

@@ -93,7 +93,10 @@ def neg(operand: Expr) -> Expr:
     return cst.UnaryOperation(cst.Minus(), at_least(operand, UNARY))
 
 
-def number(value: int | float | bool) -> Expr:
+def number(value: int | float | bool | str) -> Expr:
+    """A scalar's literal; a keyword scalar (a const `(defconst mode :fast)`) is its name as a string."""
+    if isinstance(value, str):
+        return string(value)
     if isinstance(value, bool):
         return cst.Name("True" if value else "False")
     if value < 0 or (isinstance(value, float) and str(value).startswith("-")):

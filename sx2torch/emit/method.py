@@ -106,8 +106,8 @@ class MethodEmitter:
         last: dict = {}
         for node in self.graph.nodes:
             at = self.order.get(self.statement_of.get(node), -1)
-            for operand in node.inputs:
-                for value in (operand, (operand, self.want(node, operand))):
+            for index, operand in enumerate(node.inputs):
+                for value in (operand, (operand, self.want(node, index))):
                     last[value] = max(last.get(value, -1), at)
         output = self.graph.output
         if isinstance(output, Node):
@@ -146,9 +146,10 @@ class MethodEmitter:
             return self.ctx.storage[self.typed.model, dtype[6:]] if stored else "f32"
         return dtype
 
-    def want(self, node: Node, operand) -> Optional[str]:
+    def want(self, node: Node, index: int) -> Optional[str]:
+        operand = node.inputs[index]
         have = self.have(operand)
-        if have not in ("f32", "bf16") or node.op in CALLS:
+        if have not in ("f32", "bf16") or node.op in CALLS or _shape_only(node, index):
             return None
         return node.attrs["dtype"] if node.op == "cast" else self.typed.compute[node]
 
@@ -180,8 +181,8 @@ class MethodEmitter:
         """(value, dtype) -> how many operand slots read the value cast to dtype."""
         counts: dict = {}
         for node in self.graph.nodes:
-            for operand in node.inputs:
-                dtype = self.want(node, operand)
+            for index, operand in enumerate(node.inputs):
+                dtype = self.want(node, index)
                 if dtype and dtype != self.have(operand) and node.op != "cast":
                     counts[operand, dtype] = counts.get((operand, dtype), 0) + 1
         return counts
@@ -192,8 +193,8 @@ class MethodEmitter:
         for node in self.graph.nodes:
             if self.statement_of.get(node) is not statement:
                 continue
-            for operand in node.inputs:
-                dtype = self.want(node, operand)
+            for index, operand in enumerate(node.inputs):
+                dtype = self.want(node, index)
                 key = (operand, dtype)
                 if casts.get(key, 0) > 1 and key not in self.hoisted and key not in due:
                     due.append(key)
@@ -207,9 +208,11 @@ class MethodEmitter:
 
     def _statements(self, node: Node) -> list:
         name = self._bind(node)
-        if node.op == "chain":
-            return self._chain(node, name)
-        return [_assign(name, self.expr(node))]
+        statements = self._chain(node, name) if node.op == "chain" else [_assign(name, self.expr(node))]
+        if node.note:
+            comment = cst.EmptyLine(comment=cst.Comment("# " + node.note))
+            statements[0] = statements[0].with_changes(leading_lines=[comment])
+        return statements
 
     def _bind(self, node: Node) -> str:
         base = node.name or self._temporary_name(node)
@@ -267,9 +270,10 @@ class MethodEmitter:
             return b.name(self.py[operand])
         return self.expr(operand)
 
-    def read(self, node: Node, operand) -> b.Expr:
+    def read(self, node: Node, index: int) -> b.Expr:
         """An operand as `node` reads it: cast to the dtype the node computes in."""
-        dtype = self.want(node, operand)
+        operand = node.inputs[index]
+        dtype = self.want(node, index)
         if dtype is None or dtype == self.have(operand):
             return self.ref(operand)
         if (operand, dtype) in self.hoisted:
@@ -283,14 +287,14 @@ class MethodEmitter:
 
     def expr(self, node: Node) -> b.Expr:
         if node.op == "cast":
-            return self.read(node, node.inputs[0])
+            return self.read(node, 0)
         if node.op == "call":
             return self._invoke(node, None, [self.ref(i) for i in node.inputs])
         if node.op == "submodel":
             module = b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]])
             return self._invoke(node, module, [self.ref(i) for i in node.inputs])
         op = REGISTRY[node.op]
-        operands = [self.read(node, i) for i in node.inputs]
+        operands = [self.read(node, i) for i in range(len(node.inputs))]
         context = EmitContext(
             self.ctx.target,
             self.typed.compute.get(node),
@@ -316,6 +320,11 @@ class MethodEmitter:
         if scalar.op == "neg":
             return b.neg(self.scalar(scalar.args[0]))
         return b.binop(self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1]))
+
+
+def _shape_only(node: Node, index: int) -> bool:
+    op = REGISTRY.get(node.op)
+    return op is not None and op.args[min(index, len(op.args) - 1)].kind == "like"
 
 
 def _value(value):

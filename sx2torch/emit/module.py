@@ -78,7 +78,7 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
         for defun in model.defuns:
             specs = [t for t in lowered.specializations if t.model == model.name and t.graph.name == defun]
             natural = lowered.natural[model.name, defun]
-            plain = next((t for t in specs if _equivalent(t, natural)), None)
+            plain = next((t for t in specs if natural is not None and _equivalent(t, natural)), None)
             if plain is None and defun == "forward" and specs:
                 plain = specs[0]
             if plain is not None:

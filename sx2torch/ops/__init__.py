@@ -4,6 +4,7 @@ derivative rule and precision marks.
 Argument kinds (positional `args` and `keys`):
   tensor      a tensor or a scalar
   ids         an integer tensor (indices, labels)
+  like        a tensor read only for its shape: it decides no dtype and is never cast
   tensors     a vector of tensors, e.g. `[x y]`
   int         a compile-time integer
   number      a compile-time number
@@ -49,6 +50,7 @@ class Op:
     expand: Optional[Callable] = None  # defined by other ops, traced in their place
     grad: Optional[Callable] = None
     name_inputs: bool = False  # the emission reads an input twice, so it must be a local
+    elementwise: bool = False  # the output has the broadcast shape of the tensor inputs
     doc: str = ""
 
     @property
@@ -64,6 +66,10 @@ class Op:
 
 
 REGISTRY: dict[str, Op] = {}
+
+# A derivative rule `grad(t, node, g)` sees the forward node (its inputs, attrs and output) and
+# the gradient `g` of its output, and returns one gradient (or None) per input, built with the
+# tracer `t` as other ops: `t.op("*", [g, x])`. See sx2torch/gradient.py.
 
 
 def register(op: Op) -> Op:
@@ -85,4 +91,4 @@ class EmitContext:
     values: dict = field(default_factory=dict)  # as compile-time values, consts at their defaults
 
 
-from sx2torch.ops import elementwise, linalg, nn, reduce, shape  # noqa: E402,F401
+from sx2torch.ops import adjoint, elementwise, linalg, nn, optim, reduce, scan, shape  # noqa: E402,F401

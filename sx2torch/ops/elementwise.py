@@ -1,58 +1,200 @@
-"""Elementwise ops: arithmetic, functions of one tensor, comparisons."""
+"""Elementwise ops: arithmetic, functions of one tensor, comparisons.
+
+Each derivative rule sees the forward node `n` (inputs `n.inputs`, output `n`) and the
+gradient `g` of its output; `unbroadcast` sums an operand's gradient back to its shape.
+"""
+
+import math
+from dataclasses import replace
 
 from sx2torch.emit import build as b
+from sx2torch.ir import Node, Scalar
 from sx2torch.ops import Arg, Key, Op, register
 
 X, Y = Arg("x"), Arg("y")
+HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
 
 
-def _binary(name: str, python_op: str, arity=None, doc: str = "") -> None:
+def _register(op: Op) -> Op:
+    return register(replace(op, elementwise=True))
+
+
+def unbroadcast(t, g, n, index: int):
+    """The gradient of input `index` of `n`, summed back to that input's shape."""
+    operand = n.inputs[index]
+    if isinstance(operand, Scalar):
+        return None
+    others = [i for k, i in enumerate(n.inputs) if k != index and isinstance(i, Node)]
+    return t.op("sum-to", [g, operand]) if others else g
+
+
+def _binary(name: str, python_op: str, grad, arity=None, doc: str = "") -> None:
     def emit(a, ctx):
         return b.binop(a[0], python_op, a[1])
 
-    register(Op(name, (X, Y), emit, result="arith", arity=arity, doc=doc))
+    _register(Op(name, (X, Y), emit, result="arith", arity=arity, grad=grad, doc=doc))
 
 
-_binary("+", "+", arity=(2, None), doc="n-ary sum, folded left")
-_binary("*", "*", arity=(2, None), doc="n-ary product, folded left")
-_binary("/", "/")
-_binary("//", "//", doc="floor division (for constants, as `(// d h)`)")
+def _add_grad(t, n, g):
+    return [unbroadcast(t, g, n, i) for i in range(2)]
+
+
+def _multiply_grad(t, n, g):
+    x, y = n.inputs
+    return [unbroadcast(t, t.op("*", [g, y]), n, 0), unbroadcast(t, t.op("*", [g, x]), n, 1)]
+
+
+def _divide_grad(t, n, g):
+    x, y = n.inputs
+    dy = t.op("neg", [t.op("/", [t.op("*", [g, n]), y])])
+    return [unbroadcast(t, t.op("/", [g, y]), n, 0), unbroadcast(t, dy, n, 1)]
+
+
+_binary("+", "+", _add_grad, arity=(2, None), doc="n-ary sum, folded left")
+_binary("*", "*", _multiply_grad, arity=(2, None), doc="n-ary product, folded left")
+_binary("/", "/", _divide_grad)
+_binary("//", "//", None, doc="floor division (for constants, as `(// d h)`)")
 
 
 def _minus(a, ctx):
     return b.neg(a[0]) if len(a) == 1 else b.binop(a[0], "-", a[1])
 
 
-register(Op("-", (X, Y), _minus, result="arith", arity=(1, 2), doc="difference; negation with one argument"))
-register(Op("neg", (X,), lambda a, ctx: b.neg(a[0]), result="arith"))
+def _minus_grad(t, n, g):
+    if len(n.inputs) == 1:
+        return [t.op("neg", [g])]
+    return [unbroadcast(t, g, n, 0), unbroadcast(t, t.op("neg", [g]), n, 1)]
 
 
-def _function(name: str, torch_name: str, result: str = "float") -> None:
-    register(Op(name, (X,), lambda a, ctx: b.call(torch_name, a[0]), result=result))
+_register(
+    Op("-", (X, Y), _minus, result="arith", arity=(1, 2), grad=_minus_grad, doc="difference; negation with one argument")
+)
+_register(Op("neg", (X,), lambda a, ctx: b.neg(a[0]), result="arith", grad=lambda t, n, g: [t.op("neg", [g])]))
 
 
-for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos"):
-    _function(_name, f"torch.{_name}")
-_function("abs", "torch.abs", result="keep")
-_function("relu", "torch.relu", result="keep")
-_function("gelu", "F.gelu")
-_function("silu", "F.silu")
-register(Op("square", (X,), lambda a, ctx: b.call("torch.square", a[0]), result="keep"))
-register(Op("pow", (X, Arg("p")), lambda a, ctx: b.binop(a[0], "**", a[1])))
-register(Op("maximum", (X, Y), lambda a, ctx: b.call("torch.maximum", a[0], a[1]), result="keep"))
-register(Op("minimum", (X, Y), lambda a, ctx: b.call("torch.minimum", a[0], a[1]), result="keep"))
-register(
+def _times(t, g, *factors):
+    """g times each factor, in turn."""
+    for factor in factors:
+        g = t.op("*", [g, factor])
+    return g
+
+
+def _one_minus(t, value):
+    return t.op("-", [ONE, value])
+
+
+DERIVATIVES = {
+    # name: (torch function, result, rule)
+    "exp": ("torch.exp", "float", lambda t, n, g: [_times(t, g, n)]),
+    "log": ("torch.log", "float", lambda t, n, g: [t.op("/", [g, n.inputs[0]])]),
+    "sqrt": ("torch.sqrt", "float", lambda t, n, g: [t.op("/", [g, t.op("*", [TWO, n])])]),
+    "rsqrt": (
+        "torch.rsqrt",
+        "float",
+        lambda t, n, g: [_times(t, g, Scalar.lit(-0.5), t.op("pow", [n, Scalar.lit(3)]))],
+    ),
+    "tanh": ("torch.tanh", "float", lambda t, n, g: [_times(t, g, _one_minus(t, t.op("square", [n])))]),
+    "sigmoid": ("torch.sigmoid", "float", lambda t, n, g: [_times(t, g, n, _one_minus(t, n))]),
+    "sin": ("torch.sin", "float", lambda t, n, g: [_times(t, g, t.op("cos", [n.inputs[0]]))]),
+    "cos": ("torch.cos", "float", lambda t, n, g: [t.op("neg", [_times(t, g, t.op("sin", [n.inputs[0]]))])]),
+    "erf": (
+        "torch.erf",
+        "float",
+        lambda t, n, g: [_times(t, g, Scalar.lit(2 / math.sqrt(math.pi)), _gauss(t, n.inputs[0], 1.0))],
+    ),
+    "abs": (
+        "torch.abs",
+        "keep",
+        lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, _where(t, _compare(t, "<", n.inputs[0]), t.op("neg", [g]), ZERO))],
+    ),
+    "relu": ("torch.relu", "keep", lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, ZERO)]),
+    "square": ("torch.square", "keep", lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))]),
+}
+
+
+def _compare(t, op: str, x):
+    return t.op(op, [x, ZERO])
+
+
+def _where(t, condition, yes, no):
+    return t.op("where", [condition, yes, no])
+
+
+def _gauss(t, x, scale: float):
+    """exp(-x**2 / scale)."""
+    return t.op("exp", [t.op("*", [Scalar.lit(-1.0 / scale), t.op("square", [x])])])
+
+
+def _gelu_grad(t, n, g):
+    """Exact gelu: Φ(x) + x·φ(x), Φ the standard normal CDF and φ its density."""
+    x = n.inputs[0]
+    cdf = t.op("*", [HALF, t.op("+", [ONE, t.op("erf", [t.op("*", [x, Scalar.lit(1 / math.sqrt(2))])])])])
+    density = t.op("*", [Scalar.lit(1 / math.sqrt(2 * math.pi)), _gauss(t, x, 2.0)])
+    return [_times(t, g, t.op("+", [cdf, t.op("*", [x, density])]))]
+
+
+def _silu_grad(t, n, g):
+    x = n.inputs[0]
+    s = t.op("sigmoid", [x])
+    return [_times(t, g, s, t.op("+", [ONE, t.op("*", [x, _one_minus(t, s)])]))]
+
+
+def _function(name: str, torch_name: str, result: str, grad) -> None:
+    _register(Op(name, (X,), lambda a, ctx: b.call(torch_name, a[0]), result=result, grad=grad))
+
+
+for _name, (_torch_name, _result, _grad) in DERIVATIVES.items():
+    _function(_name, _torch_name, _result, _grad)
+_function("gelu", "F.gelu", "float", _gelu_grad)
+_function("silu", "F.silu", "float", _silu_grad)
+
+
+def _pow_grad(t, n, g):
+    x, p = n.inputs
+    dx = _times(t, g, p, t.op("pow", [x, t.op("-", [p, ONE])]))
+    dp = None if isinstance(p, Scalar) else _times(t, g, n, t.op("log", [x]))
+    return [unbroadcast(t, dx, n, 0), None if dp is None else unbroadcast(t, dp, n, 1)]
+
+
+_register(Op("pow", (X, Arg("p")), lambda a, ctx: b.binop(a[0], "**", a[1]), grad=_pow_grad))
+
+
+def _extremum_grad(wins: str):
+    """torch's rule: the larger (smaller) input takes the gradient; a tie splits it in half."""
+
+    def grad(t, n, g):
+        x, y = n.inputs
+        tie = t.op("=", [x, y])
+        half = t.op("*", [g, HALF])
+        to_x = _where(t, t.op(wins, [x, y]), g, _where(t, tie, half, ZERO))
+        to_y = _where(t, t.op(wins, [y, x]), g, _where(t, tie, half, ZERO))
+        return [unbroadcast(t, to_x, n, 0), unbroadcast(t, to_y, n, 1)]
+
+    return grad
+
+
+_register(Op("maximum", (X, Y), lambda a, ctx: b.call("torch.maximum", a[0], a[1]), result="keep", grad=_extremum_grad(">")))
+_register(Op("minimum", (X, Y), lambda a, ctx: b.call("torch.minimum", a[0], a[1]), result="keep", grad=_extremum_grad("<")))
+
+
+def _where_grad(t, n, g):
+    condition = n.inputs[0]
+    return [None, unbroadcast(t, _where(t, condition, g, ZERO), n, 1), unbroadcast(t, _where(t, condition, ZERO, g), n, 2)]
+
+
+_register(
     Op(
         "where",
         (Arg("condition", "bool-tensor"), X, Y),
         lambda a, ctx: b.call("torch.where", *a),
         result="keep",
+        grad=_where_grad,
     )
 )
 
 
 def _comparison(name: str, python_op: str) -> None:
-    register(Op(name, (X, Y), lambda a, ctx: b.compare(a[0], python_op, a[1]), result="bool"))
+    _register(Op(name, (X, Y), lambda a, ctx: b.compare(a[0], python_op, a[1]), result="bool"))
 
 
 for _name, _python_op in (("<", "<"), ("<=", "<="), (">", ">"), (">=", ">="), ("=", "==")):
@@ -64,12 +206,24 @@ def _clamp(a, ctx):
     return b.call("torch.clamp", a[0], **bounds)
 
 
-register(
+def _clamp_grad(t, n, g):
+    """The gradient passes where min <= x <= max, as torch's."""
+    x = n.inputs[0]
+    low, high = n.attrs["min"], n.attrs["max"]
+    if low is not None:
+        g = _where(t, t.op("<", [x, low]), ZERO, g)
+    if high is not None:
+        g = _where(t, t.op(">", [x, high]), ZERO, g)
+    return [g]
+
+
+_register(
     Op(
         "clamp",
         (X,),
         _clamp,
         keys=(Key("min", "number"), Key("max", "number")),
         result="keep",
+        grad=_clamp_grad,
     )
 )

@@ -1,6 +1,7 @@
 """Linear algebra: the batched, broadcasting matmul, and its f32-out form (6.4)."""
 
 from sx2torch.emit import build as b
+from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
 
 
@@ -10,12 +11,22 @@ def _matmul(a, ctx):
     return b.binop(a[0], "@", a[1])
 
 
+def _matmul_grad(t, n, g):
+    """dA = g Bᵀ and dB = Aᵀ g (operands of rank 2 or more), summed over broadcast batch axes."""
+    a, b_ = n.inputs
+    last = (Scalar.lit(-1), Scalar.lit(-2))
+    da = t.op("matmul", [g, t.op("swap-axes", [b_], a=last[0], b=last[1])])
+    db = t.op("matmul", [t.op("swap-axes", [a], a=last[0], b=last[1]), g])
+    return [t.op("sum-to", [da, a]), t.op("sum-to", [db, b_])]
+
+
 register(
     Op(
         "matmul",
         (Arg("a"), Arg("b")),
         _matmul,
         keys=(Key("out", "out"),),
+        grad=_matmul_grad,
         doc="`:out :f32` on bf16 operands keeps the bf16 GEMM and stores its f32 accumulator",
     )
 )

@@ -91,3 +91,52 @@ register(
         doc="batch statistics",
     )
 )
+
+
+register(
+    Op(
+        "causal-mask",
+        (X,),
+        lambda a, ctx: b.call("sx.causal_mask", a[0]),
+        doc="-inf above the diagonal of the last two axes (row i keeps columns j <= i)",
+    )
+)
+
+
+def _attention_scale(a, ctx):
+    last_dim = b.subscript(b.attr(a[1], "shape"), b.number(-1))
+    return b.binop(a[0], "*", b.binop(last_dim, "**", b.number(-0.5)))
+
+
+register(
+    Op(
+        "attention-scale",
+        (Arg("scores"), Arg("q")),
+        _attention_scale,
+        doc="scores / sqrt(d), d the last dim of Q, read from its shape when the module runs",
+    )
+)
+
+
+def _causal_attention(t, args, attrs):
+    """The explicit composition: the matmuls and the 1/sqrt(d) follow the policy,
+    the mask and the softmax are an f32 island (6.8). Under :bf16 the scores are
+    rounded to bf16 once by their matmul and once by the scale (exactly when d is
+    a power of 4), then read up into f32."""
+    q, k, v = args
+    keys_t = t.op("swap-axes", [k], a=Scalar.lit(-2), b=Scalar.lit(-1))
+    scores = t.op("attention-scale", [t.op("matmul", [q, keys_t], out=None), q])
+    with t.library_island():
+        weights = t.op("softmax", [t.op("causal-mask", [scores])], axis=Scalar.lit(-1))
+    scores.name, weights.name = "scores", "weights"  # locals of the generated method
+    return t.op("matmul", [weights, v], out=None)
+
+
+register(
+    Op(
+        "causal-attention",
+        (Arg("q"), Arg("k"), Arg("v")),
+        expand=_causal_attention,
+        doc="softmax(Q Kᵀ / sqrt(d) + causal mask) V over the last two axes, d = Q's last dim",
+    )
+)

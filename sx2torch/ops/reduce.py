@@ -1,6 +1,7 @@
 """Reductions over `:axes` (default: all axes), with `:keepdims`."""
 
 from sx2torch.emit import build as b
+from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
 
 AXES = (Key("axes", "ints"), Key("keepdims", "bool", False))
@@ -8,6 +9,28 @@ AXES = (Key("axes", "ints"), Key("keepdims", "bool", False))
 
 def dims(axes) -> b.Expr:
     return axes[0] if len(axes) == 1 else b.tuple_(list(axes))
+
+
+def _spread(t, n, g, mean: bool = False):
+    """The output's gradient broadcast back over the reduced axes."""
+    x = n.inputs[0]
+    return t.op("expand-reduced", [g, x], axes=n.attrs["axes"], keepdims=n.attrs["keepdims"], mean=Scalar.lit(mean))
+
+
+def _extremum_grad(t, n, g):
+    """torch's rule: the gradient is shared evenly by the elements equal to the extremum."""
+    x = n.inputs[0]
+    hits = t.op("where", [t.op("=", [x, _spread(t, n, n)]), t.op("ones-like", [x]), Scalar.lit(0.0)])
+    count = _spread(t, n, t.op("sum", [hits], axes=n.attrs["axes"], keepdims=n.attrs["keepdims"]))
+    return [t.op("/", [t.op("*", [_spread(t, n, g), hits]), count])]
+
+
+GRADS = {
+    "sum": lambda t, n, g: [_spread(t, n, g)],
+    "mean": lambda t, n, g: [_spread(t, n, g, mean=True)],
+    "amax": _extremum_grad,
+    "amin": _extremum_grad,
+}
 
 
 def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
@@ -19,7 +42,8 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
         extra = {"keepdim": b.number(True)} if keepdims else {}
         return b.call(torch_name, a[0], dim=dim, **extra)
 
-    register(Op(name, (Arg("x"),), emit, keys=AXES, result="keep" if name in ("amax", "amin") else "float"))
+    result = "keep" if name in ("amax", "amin") else "float"
+    register(Op(name, (Arg("x"),), emit, keys=AXES, result=result, grad=GRADS[name]))
 
 
 _reduction("sum", "torch.sum", b.name("None"))

@@ -3,6 +3,7 @@
 import libcst as cst
 
 from sx2torch.emit import build as b
+from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
 
 X = Arg("x")
@@ -17,9 +18,34 @@ def _reshape(a, ctx):
     return b.method(a[0], "reshape", *sizes)
 
 
-register(Op("reshape", (X, Arg("shape", "ints")), _reshape, result="keep", name_inputs=True))
+def _reshape_grad(t, n, g):
+    return [t.op("reshape-as", [g, n.inputs[0]])]
+
+
+def _transpose_grad(t, n, g):
+    perm = [p.value for p in n.attrs["perm"]]
+    inverse = tuple(Scalar.lit(perm.index(i)) for i in range(len(perm)))
+    return [t.op("transpose", [g], perm=inverse)]
+
+
+register(Op("reshape", (X, Arg("shape", "ints")), _reshape, result="keep", name_inputs=True, grad=_reshape_grad))
 register(
-    Op("transpose", (X, Arg("perm", "ints")), lambda a, ctx: b.method(a[0], "permute", *ctx.attrs["perm"]), result="keep")
+    Op(
+        "reshape-as",
+        (X, Arg("like", "like")),
+        lambda a, ctx: b.method(a[0], "reshape", b.attr(a[1], "shape")),
+        result="keep",
+        grad=_reshape_grad,
+    )
+)
+register(
+    Op(
+        "transpose",
+        (X, Arg("perm", "ints")),
+        lambda a, ctx: b.method(a[0], "permute", *ctx.attrs["perm"]),
+        result="keep",
+        grad=_transpose_grad,
+    )
 )
 register(
     Op(
@@ -27,6 +53,7 @@ register(
         (X, Arg("a", "int"), Arg("b", "int")),
         lambda a, ctx: b.method(a[0], "transpose", ctx.attrs["a"], ctx.attrs["b"]),
         result="keep",
+        grad=lambda t, n, g: [t.op("swap-axes", [g], a=n.attrs["a"], b=n.attrs["b"])],
     )
 )
 register(
@@ -36,6 +63,9 @@ register(
         lambda a, ctx: b.call("torch.cat", b.list_(a), dim=ctx.attrs["axis"]),
         keys=(Key("axis", "int", 0),),
         result="keep",
+        grad=lambda t, n, g: [
+            t.op("concat-part", [g, *n.inputs], index=Scalar.lit(i), axis=n.attrs["axis"]) for i in range(len(n.inputs))
+        ],
     )
 )
 
@@ -60,6 +90,7 @@ register(
         _slice,
         keys=(Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int")),
         result="keep",
+        grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
     )
 )
 register(
@@ -68,6 +99,7 @@ register(
         (Arg("table"), Arg("ids", "ids")),
         lambda a, ctx: b.subscript(a[0], a[1]),
         result="keep",
+        grad=lambda t, n, g: [t.op("take-backward", [g, *n.inputs]), None],
         doc="row gather: an embedding lookup",
     )
 )
@@ -78,4 +110,12 @@ def _one_hot(a, ctx):
     return b.method(codes, "float") if ctx.compute == "f32" else b.method(codes, "to", b.dotted("torch.bfloat16"))
 
 
-register(Op("one-hot", (Arg("ids", "ids"), Arg("n", "int")), _one_hot, doc="float codes in the compute dtype"))
+register(
+    Op(
+        "one-hot",
+        (Arg("ids", "ids"), Arg("n", "int")),
+        _one_hot,
+        grad=lambda t, n, g: [None],
+        doc="float codes in the compute dtype",
+    )
+)

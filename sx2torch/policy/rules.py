@@ -53,7 +53,7 @@ class Lowered:
     specializations: list  # Typed, callees before callers
     entries: dict  # (model, defun) -> Typed: the public method of each entry point
     storage: dict  # (model, param) -> "f32" | "bf16"
-    natural: dict  # (model, defun) -> Typed at f32 (and integer) arguments: the plain method name
+    natural: dict  # (model, defun) -> Typed at f32 (and integer) arguments, or None: the plain method name
 
 
 def is_param(dtype: Optional[str]) -> bool:
@@ -72,7 +72,7 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
     used = list(policy.order)
     storage = policy.storage(used)
     natural = {
-        (model.name, defun): policy.specialize(graphs[model.name, defun], policy.natural_signature(graphs[model.name, defun]))
+        (model.name, defun): policy.natural(graphs[model.name, defun])
         for model in program.all_models()
         for defun in model.defuns
     }
@@ -87,6 +87,17 @@ class _Policy:
         self.done: dict = {}
         self.order: list = []
         self.int_inputs: dict = {}
+
+    def natural(self, graph: Graph) -> Optional[Typed]:
+        """The specialization at f32 (and integer) arguments, which only names methods.
+
+        A defun that is only ever called with other dtypes may have none: a stack
+        it chains can need a bf16 input, say. It then names no method.
+        """
+        try:
+            return self.specialize(graph, self.natural_signature(graph))
+        except SourceError:
+            return None
 
     def natural_signature(self, graph: Graph) -> tuple:
         ints = self.integer_inputs(graph)
@@ -157,7 +168,10 @@ class _Policy:
 
     def _op(self, typed: Typed, node: Node, model) -> None:
         op = REGISTRY[node.op]
-        dtypes = [typed.dtype[i] if isinstance(i, Node) else None for i in node.inputs]
+        dtypes = [
+            typed.dtype[i] if isinstance(i, Node) and _kind(op, index) != "like" else None
+            for index, i in enumerate(node.inputs)
+        ]
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
@@ -165,7 +179,10 @@ class _Policy:
         if op.result == "bool":
             out = "bool"
         elif op.result in ("keep", "arith") and not floats:
-            out = next(d for d in dtypes if d is not None) if any(dtypes) else compute
+            # Integer data passes through; a condition (where's) is not data, and
+            # number literals give a float in the compute dtype.
+            data = [d for index, d in enumerate(dtypes) if d is not None and _kind(op, index) != "bool-tensor"]
+            out = data[0] if data else compute
         else:
             out = compute
         if node.attrs.get("out") == "f32":

@@ -1,7 +1,23 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
+from sx2torch.runtime.attention import causal_mask
+from sx2torch.runtime.grad import concat_part, cross_entropy_backward, slice_backward, take_backward
 from sx2torch.runtime.matmul import matmul_f32_out
+from sx2torch.runtime.optim import newton_schulz
 from sx2torch.runtime.regions import bf16_region
 from sx2torch.runtime.rounding import round_to_bf16
+from sx2torch.runtime.scan import linear_scan, matrix_scan
 
-__all__ = ["bf16_region", "matmul_f32_out", "round_to_bf16"]
+__all__ = [
+    "bf16_region",
+    "causal_mask",
+    "concat_part",
+    "cross_entropy_backward",
+    "linear_scan",
+    "matmul_f32_out",
+    "matrix_scan",
+    "newton_schulz",
+    "round_to_bf16",
+    "slice_backward",
+    "take_backward",
+]

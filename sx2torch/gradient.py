@@ -1,0 +1,152 @@
+"""Pass 4, gradient: `(gradient Y X)` appends the backward of Y with respect to X to the
+graph being traced, before the policy runs, so the policy lowers it like the forward (6.9).
+
+Each backward node carries the frames of the forward node it differentiates, then the frames
+of the `with-numerics` forms wrapped directly around the `gradient` form, which are innermost
+and so win: such a form stamps its marks on every node the call appends, and not on Y's
+forward, which is traced as it would be without them (so in energy.lisp the forward runs in
+bf16 and the sweep in f32). The derivative rules live in the ops' registry entries. Defun
+calls inside Y are traced inline, so the backward sees their nodes.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from sx2torch.emit.echo import echo
+from sx2torch.errors import SourceError
+from sx2torch.ir import Node, Operand, Scalar
+from sx2torch.ops import REGISTRY
+from sx2torch.read import List, Symbol
+
+SCALAR_REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp")
+
+
+def run(t, datum: List, env: dict) -> Operand:
+    """Trace `(gradient Y X)` with the tracer `t`; return the node holding dY/dX."""
+    if len(datum.items) != 3:
+        raise SourceError(datum.span, "wrong number of arguments: expected (gradient Y X)")
+    y_form, x_form = datum.items[1:]
+    if not isinstance(x_form, Symbol):
+        raise SourceError(x_form.span, "X must be a name: an argument, a let local or a parameter")
+    x = t.name(x_form, env)
+    if not isinstance(x, Node):
+        raise SourceError(x_form.span, f"'{x_form.name}' is a number; gradient needs a tensor")
+    stamps, t.stamps = t.stamps, ()
+    try:
+        with t.inlining():
+            y = t.expr(y_form, env)
+    finally:
+        t.stamps = stamps
+    if not (isinstance(y, Node) and is_scalar(y)):
+        raise SourceError(
+            y_form.span, "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)"
+        )
+    return _Backward(t, datum).run(y, x)
+
+
+def is_scalar(node: Node) -> bool:
+    """Whether a value is a 0-d tensor, as far as the compiler can tell."""
+    if node.op in SCALAR_REDUCTIONS:
+        keepdims = node.attrs.get("keepdims")
+        return node.attrs.get("axes") is None and not (keepdims and keepdims.value)
+    if node.op == "cross-entropy":
+        return True
+    op = REGISTRY.get(node.op)
+    if node.op == "cast" or (op is not None and op.elementwise):
+        tensors = [i for i in node.inputs if isinstance(i, Node)]
+        return bool(tensors) and all(is_scalar(i) for i in tensors)
+    return False
+
+
+class _Backward:
+    def __init__(self, t, datum: List):
+        self.t = t
+        self.datum = datum
+        self.first = True
+
+    def run(self, y: Node, x: Node) -> Operand:
+        path = self._path(y, x)
+        grads: dict = {node: [] for node in path}
+        with self._stamped(y):
+            grads[y].append(self._note(self.t.op("ones-like", [y])))
+        for node in reversed(path):
+            contributions = grads[node]
+            if not contributions:
+                continue
+            with self._stamped(node):
+                total = self._sum(contributions, node)
+            if node is x:
+                return total
+            for operand, gradient in zip(node.inputs, self._rule(node, total)):
+                if gradient is not None and operand in grads:
+                    grads[operand].append(gradient)
+        with self._stamped(x):
+            return self._note(self.t.op("zeros-like", [x]))
+
+    def _path(self, y: Node, x: Node) -> list:
+        """The nodes on some path from x to y, in trace order."""
+        nodes = self.t.graph.nodes
+        depends = {x}
+        for node in nodes:
+            if any(isinstance(i, Node) and i in depends for i in node.inputs):
+                depends.add(node)
+        needed, pending = set(), [y]
+        while pending:
+            node = pending.pop()
+            if node in depends and node not in needed:
+                needed.add(node)
+                pending.extend(i for i in node.inputs if isinstance(i, Node))
+        return [x] + [n for n in nodes if n in needed and n is not x] if x in needed else []
+
+    def _sum(self, contributions: list, node: Node) -> Operand:
+        total = contributions[0]
+        for more in contributions[1:]:
+            total = self.t.op("+", [total, more])
+        if isinstance(total, Node) and total.name is None:
+            total.name = "grad_" + _label(node)
+            total.note = total.note or "gradient of " + echo(node.form)
+        return total
+
+    def _rule(self, node: Node, g: Operand) -> list:
+        if node.op == "cast":
+            return [g]  # a conversion's gradient is the identity; the marks set its dtype
+        if node.op in ("call", "submodel", "chain"):
+            raise SourceError(node.span, "gradient through a sub-model call is not supported yet")
+        op = REGISTRY[node.op]
+        if op.grad is None:
+            raise SourceError(node.span, f"'{node.op}' has no gradient, and (gradient ...) needs one here")
+        with self._stamped(node):
+            return op.grad(self.t, node, g)
+
+    @contextmanager
+    def _stamped(self, node: Node):
+        """Nodes made now carry the forward node's frames, then the frames around `gradient`."""
+        t = self.t
+        outer_frames, outer_datum = t.frames, t.datum
+        t.frames, t.datum = node.frames + t.stamps, node.form
+        try:
+            yield
+        finally:
+            t.frames, t.datum = outer_frames, outer_datum
+
+    def _note(self, node: Operand) -> Operand:
+        if self.first and isinstance(node, Node):
+            node.note = echo(self.datum)
+            self.first = False
+        return node
+
+
+def _label(node: Node) -> str:
+    """A forward value's name: its source name, else its op and the name of what it reads."""
+    if node.name is not None:
+        return node.name
+    first = next((i for i in node.inputs if isinstance(i, Node)), None)
+    return node.op if first is None else f"{node.op}-{first.name or first.op}"
+
+
+def unbroadcast(t, gradient: Operand, operand) -> Operand:
+    """The gradient of a broadcast operand: summed back to its shape (a scalar has none)."""
+    if isinstance(operand, Scalar):
+        return None
+    return t.op("sum-to", [gradient, operand])

@@ -1,0 +1,131 @@
+"""Ops that derivative rules build the backward from (they are ordinary ops, usable in source too)."""
+
+from sx2torch.emit import build as b
+from sx2torch.ir import Scalar
+from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.reduce import dims
+
+G, LIKE = Arg("g"), Arg("like", "like")
+
+
+def _sum_to_grad(t, node, g):
+    return [t.op("expand-as", [g, node.inputs[0]]), None]
+
+
+def _expand_as_grad(t, node, g):
+    return [t.op("sum-to", [g, node.inputs[0]]), None]
+
+
+def _filled(torch_name: str):
+    """ones or zeros shaped like the input, in the dtype the node computes in."""
+
+    def emit(a, ctx):
+        return b.call(torch_name, a[0], dtype=b.dotted(TORCH_DTYPES[ctx.compute]))
+
+    return emit
+
+
+TORCH_DTYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16"}
+register(Op("ones-like", (LIKE,), _filled("torch.ones_like"), grad=lambda t, n, g: [None]))
+register(Op("zeros-like", (LIKE,), _filled("torch.zeros_like"), grad=lambda t, n, g: [None]))
+register(
+    Op(
+        "sum-to",
+        (G, LIKE),
+        lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),
+        grad=_sum_to_grad,
+        doc="sums a broadcast gradient back to the shape of `like`",
+    )
+)
+register(
+    Op(
+        "expand-as",
+        (G, LIKE),
+        lambda a, ctx: b.method(a[0], "expand_as", a[1]),
+        grad=_expand_as_grad,
+        doc="broadcasts to the shape of `like`",
+    )
+)
+
+
+def _unsqueezed(g: b.Expr, axes, keepdims: bool) -> b.Expr:
+    """Put back the axes a reduction removed: non-negative ones first, then negative from the end."""
+    if keepdims or axes is None:
+        return g
+    for axis in sorted(a for a in axes if a >= 0):
+        g = b.method(g, "unsqueeze", b.number(axis))
+    for axis in sorted((a for a in axes if a < 0), reverse=True):
+        g = b.method(g, "unsqueeze", b.number(axis))
+    return g
+
+
+def _expand_reduced(a, ctx):
+    """The gradient of a sum (or mean) over `axes`: broadcast back over them (and divided by their size)."""
+    g, x = a
+    expanded = b.method(_unsqueezed(g, ctx.values["axes"], ctx.values["keepdims"]), "expand_as", x)
+    if not ctx.values["mean"]:
+        return expanded
+    count = b.binop(b.method(x, "numel"), "/", b.method(g, "numel"))
+    return b.binop(expanded, "/", count)
+
+
+def _expand_reduced_grad(t, node, g):
+    reduce = "mean" if node.attrs["mean"].value else "sum"
+    return [t.op(reduce, [g], axes=node.attrs["axes"], keepdims=node.attrs["keepdims"]), None]
+
+
+register(
+    Op(
+        "expand-reduced",
+        (G, LIKE),
+        _expand_reduced,
+        keys=(Key("axes", "ints"), Key("keepdims", "bool", False), Key("mean", "bool", False)),
+        grad=_expand_reduced_grad,
+        name_inputs=True,
+    )
+)
+
+
+def _take_backward_grad(t, node, g):
+    return [t.op("take", [g, node.inputs[2]]), None, None]
+
+
+register(
+    Op(
+        "take-backward",
+        (G, LIKE, Arg("ids", "ids")),
+        lambda a, ctx: b.call("sx.take_backward", *a),
+        grad=_take_backward_grad,
+    )
+)
+
+
+def _slice_backward(a, ctx):
+    values = ctx.values
+    end = ctx.attrs["end"] if values["end"] is not None else b.name("None")
+    return b.call("sx.slice_backward", a[0], a[1], ctx.attrs["axis"], ctx.attrs["start"], end)
+
+
+def _slice_backward_grad(t, node, g):
+    attrs = {k: node.attrs[k] for k in ("axis", "start", "end")}
+    return [t.op("slice", [g], **attrs), None]
+
+
+SLICE_KEYS = (Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int"))
+register(Op("slice-backward", (G, LIKE), _slice_backward, keys=SLICE_KEYS, grad=_slice_backward_grad))
+
+
+def _concat_part(a, ctx):
+    g, *parts = a
+    return b.call("sx.concat_part", g, b.list_(parts), ctx.attrs["index"], ctx.attrs["axis"])
+
+
+register(
+    Op(
+        "concat-part",
+        (G, LIKE),
+        _concat_part,
+        keys=(Key("index", "int", 0), Key("axis", "int", 0)),
+        arity=(2, None),
+    )
+)

@@ -1,0 +1,20 @@
+"""The causal mask of ``causal-attention`` (LANGUAGE.md 5, 6.8)."""
+
+import torch
+from torch import Tensor
+
+__all__ = ["causal_mask"]
+
+
+def causal_mask(scores: Tensor) -> Tensor:
+    """``scores`` with every entry above the diagonal of its last two axes set to -inf.
+
+    Row ``i`` (a query) keeps columns ``j <= i`` (the keys up to it). The mask is
+    aligned top-left, as ``F.scaled_dot_product_attention(..., is_causal=True)``
+    aligns it, so a row of a wider-than-tall block still keeps its own column.
+    The mask is built from the shape on the scores' device, with no Python
+    branch on values, so ``torch.compile(fullgraph=True)`` traces it whole.
+    """
+    rows, cols = scores.shape[-2], scores.shape[-1]
+    above = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).triu(1)
+    return scores.masked_fill(above, float("-inf"))

@@ -1,0 +1,36 @@
+"""Backward helpers the emitted code of `gradient` calls where one torch call would not do.
+
+Each is written with differentiable torch ops, so `loss.backward()` can differentiate the
+emitted backward (double backward)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def take_backward(grad: torch.Tensor, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The gradient of `table[ids]` with respect to `table`: rows scattered back and summed."""
+    rows = grad.reshape(-1, *table.shape[1:])
+    return grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
+
+
+def slice_backward(grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end) -> torch.Tensor:
+    """The gradient of a slice of `x` along `dim`: zeros around the slice's gradient."""
+    size = x.shape[dim]
+    start, stop, _ = slice(start, end).indices(size)
+    before = list(grad.shape)
+    before[dim] = start
+    after = list(grad.shape)
+    after[dim] = size - max(stop, start)
+    return torch.cat([grad.new_zeros(before), grad, grad.new_zeros(after)], dim=dim)
+
+
+def concat_part(grad: torch.Tensor, parts: list, index: int, dim: int) -> torch.Tensor:
+    """The gradient of `torch.cat(parts, dim)` with respect to `parts[index]`."""
+    return torch.split(grad, [p.shape[dim] for p in parts], dim=dim)[index]
+
+
+def cross_entropy_backward(grad: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The gradient of the mean cross-entropy over rows with respect to the logits."""
+    classes = torch.nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
+    return (torch.softmax(logits, dim=-1) - classes) * (grad / labels.numel())

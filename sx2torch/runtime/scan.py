@@ -1,0 +1,77 @@
+"""Linear recurrences as log-depth parallel scans: ``linear-scan`` and ``matrix-scan``.
+
+Both compute ``h_t = A_t h_{t-1} + b_t`` along one axis with ``h_{-1} = 0``.
+One step is the affine map ``h -> A h + b``; doing ``(A1, b1)`` and then
+``(A2, b2)`` is the affine map ``(A2 A1, A2 b1 + b2)``. The Hillis-Steele scan
+composes, at offsets 1, 2, 4, ..., every step with the one ``offset`` before
+it; after the round with offset ``k``, position ``t`` holds the composition of
+steps ``t - 2k + 1 .. t`` (steps before 0 are the identity map), so after
+``ceil(log2 T)`` rounds its ``b`` is ``h_t``.
+
+Each round is a handful of whole-tensor ops (shift, multiply, add), so the
+functions are readable, differentiable by autograd, and traced by
+``torch.compile(fullgraph=True)`` as a fixed, unrolled sequence of ops (the
+number of rounds depends only on the length of the axis). Work is
+``O(T log T)`` against the sequential loop's ``O(T)``, in ``log T`` steps of
+depth instead of ``T``.
+
+The compiler calls them inside an f32 island (LANGUAGE.md 6.8): the products of
+many decays lose precision fast in bf16.
+"""
+
+import torch
+from torch import Tensor
+
+__all__ = ["linear_scan", "matrix_scan"]
+
+
+def linear_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
+    """``h_t = a_t * h_{t-1} + b_t`` along ``dim``, with ``h_{-1} = 0``.
+
+    ``a`` and ``b`` broadcast against each other (a gate ``[batch, time, 1]``
+    may scale a ``[batch, time, d]`` input); the result has their broadcast
+    shape. A length-0 or length-1 axis returns ``b`` (broadcast) unchanged.
+    """
+    a, b = torch.broadcast_tensors(a, b)
+    offset = 1
+    while offset < b.shape[dim]:
+        b = b + a * _shift(b, offset, dim, b.new_zeros(()))
+        a = a * _shift(a, offset, dim, a.new_ones(()))
+        offset *= 2
+    return b
+
+
+def matrix_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
+    """``h_t = A_t @ h_{t-1} + b_t`` along ``dim``, with ``h_{-1} = 0``.
+
+    Shapes: ``a`` is ``[*batch_a, n, n]`` (a matrix per step) and ``b`` is
+    ``[*batch_b, n]`` (a vector per step); ``batch_a`` and ``batch_b``
+    broadcast to ``batch``, and the result is ``[*batch, n]``. ``dim`` indexes
+    ``batch``, the axes the two share: for ``b`` of shape ``[B, T, n]``, ``dim=1``
+    is time; a negative ``dim`` counts back from the last batch axis (``-1`` is
+    time there too), never the matrix or vector axes. A time-invariant ``A``
+    can be passed once, ``[n, n]``.
+    """
+    n = b.shape[-1]
+    if a.dim() < 2 or a.shape[-2:] != (n, n):
+        raise ValueError(f"matrix_scan: a must be [..., {n}, {n}] for b [..., {n}], got {tuple(a.shape)}")
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-1])
+    if not -len(batch) <= dim < len(batch):
+        raise ValueError(f"matrix_scan: dim {dim} is not one of the {len(batch)} batch axes of {tuple(batch)}")
+    dim = dim % len(batch)
+    a = a.expand(*batch, n, n)
+    b = b.expand(*batch, n)
+    identity = torch.eye(n, dtype=a.dtype, device=a.device)
+    offset = 1
+    while offset < b.shape[dim]:
+        earlier = _shift(b, offset, dim, b.new_zeros(()))
+        b = b + (a @ earlier.unsqueeze(-1)).squeeze(-1)
+        a = a @ _shift(a, offset, dim, identity)
+        offset *= 2
+    return b
+
+
+def _shift(x: Tensor, offset: int, dim: int, fill: Tensor) -> Tensor:
+    """``x`` moved ``offset`` steps later along ``dim``; the first ``offset`` steps are ``fill``."""
+    head = fill.expand_as(x.narrow(dim, 0, offset))
+    return torch.cat([head, x.narrow(dim, 0, x.shape[dim] - offset)], dim)

@@ -1,0 +1,379 @@
+"""Every op of the registry, compiled under :f32, against torch reference values.
+
+CASES maps each op name to one or more (arguments, body, inputs, reference)
+cases. The tests iterate over the registry, so an op registered without a case
+here fails `test_every_registered_op_has_a_case` and its own parametrized test;
+a case for an op not registered yet is skipped.
+
+A reference written as the same torch call the op means is compared bitwise.
+Where the reference is torch's own fused function for a composite op
+(layer-norm, batch-norm, attention, the scans), its evaluation order differs
+from the op's definition, so those compare with a tolerance (see `tolerance`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sx2torch.ops import REGISTRY
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def x34(seed=0):
+    return torch.randn(3, 4, generator=_generator(seed))
+
+
+def positive34(seed=0):
+    return torch.rand(3, 4, generator=_generator(seed)) + 0.5
+
+
+IDS = torch.tensor([2, 0, 1, 2])
+LABELS = torch.tensor([3, 0, 1])
+
+
+@dataclass
+class Case:
+    args: str  # the defun's argument list
+    body: str  # the defun's body
+    inputs: Callable[[], tuple]
+    reference: Callable
+    tolerance: Optional[dict] = None  # None: bitwise
+    why: str = ""  # why a tolerance is unavoidable
+    xfail: Optional[str] = None  # a known bug, reported
+
+
+def case(args, body, inputs, reference, **extra) -> Case:
+    return Case(args, body, inputs, reference, **extra)
+
+
+XY = lambda: (x34(0), x34(1))  # noqa: E731
+X = lambda: (x34(0),)  # noqa: E731
+POS = lambda: (positive34(0),)  # noqa: E731
+
+FUSED = dict(rtol=1e-5, atol=1e-5)
+
+
+def _linear_scan(a, b, axis=1):
+    a, b = a.movedim(axis, 0), b.movedim(axis, 0)
+    h, out = torch.zeros_like(b[0]), []
+    for t in range(a.shape[0]):
+        h = a[t] * h + b[t]
+        out.append(h)
+    return torch.stack(out).movedim(0, axis)
+
+
+def _matrix_scan(a, b):
+    """a: [batch time d d], b: [batch time d]; h_t = A_t h_{t-1} + b_t along axis 1."""
+    h, out = torch.zeros_like(b[:, 0]), []
+    for t in range(b.shape[1]):
+        h = (a[:, t] @ h.unsqueeze(-1)).squeeze(-1) + b[:, t]
+        out.append(h)
+    return torch.stack(out, dim=1)
+
+
+def _newton_schulz(g, steps=5):
+    """Muon's quintic iteration, in bf16, returning f32 (6.8)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g.to(torch.bfloat16)
+    tall = g.shape[-2] > g.shape[-1]
+    if tall:
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        m = x @ x.mT
+        n = b * m + c * m @ m
+        x = a * x + n @ x
+    if tall:
+        x = x.mT
+    return x.float()
+
+
+def _causal_attention(q, k, v):
+    d = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / d**0.5
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
+CASES: dict[str, list[Case]] = {
+    "+": [case("x y", "(+ x y x)", XY, lambda x, y: x + y + x), case("x", "(+ x 1.5)", X, lambda x: x + 1.5)],
+    "*": [case("x y", "(* x y x)", XY, lambda x, y: x * y * x), case("x", "(* 2.0 x)", X, lambda x: 2.0 * x)],
+    "/": [case("x y", "(/ x y)", XY, lambda x, y: x / y), case("x", "(/ 1.0 x)", X, lambda x: 1.0 / x)],
+    "//": [case("x y", "(// x y)", XY, lambda x, y: x // y)],
+    "-": [case("x y", "(- x y)", XY, lambda x, y: x - y), case("x", "(- x)", X, lambda x: -x)],
+    "neg": [case("x", "(neg x)", X, lambda x: -x)],
+    "exp": [case("x", "(exp x)", X, torch.exp)],
+    "log": [case("x", "(log x)", POS, torch.log)],
+    "sqrt": [case("x", "(sqrt x)", POS, torch.sqrt)],
+    "rsqrt": [case("x", "(rsqrt x)", POS, torch.rsqrt)],
+    "square": [case("x", "(square x)", X, torch.square)],
+    "tanh": [case("x", "(tanh x)", X, torch.tanh)],
+    "sigmoid": [case("x", "(sigmoid x)", X, torch.sigmoid)],
+    "relu": [case("x", "(relu x)", X, torch.relu)],
+    "gelu": [case("x", "(gelu x)", X, F.gelu)],
+    "silu": [case("x", "(silu x)", X, F.silu)],
+    "sin": [case("x", "(sin x)", X, torch.sin)],
+    "cos": [case("x", "(cos x)", X, torch.cos)],
+    "abs": [case("x", "(abs x)", X, torch.abs)],
+    "pow": [case("x", "(pow x 3)", X, lambda x: torch.pow(x, 3)), case("x y", "(pow x y)", lambda: (positive34(0), x34(1)), torch.pow)],
+    "maximum": [
+        case("x y", "(maximum x y)", XY, torch.maximum),
+        case(
+            "x",
+            "(maximum x 0.0)",
+            X,
+            lambda x: torch.clamp(x, min=0.0),
+            xfail="registry: maximum/minimum emit torch.maximum(x, 0.0), which rejects a Python number",
+        ),
+    ],
+    "minimum": [case("x y", "(minimum x y)", XY, torch.minimum)],
+    "where": [
+        case("x y", "(where (> x 0) x y)", XY, lambda x, y: torch.where(x > 0, x, y)),
+        case("x", "(where (> x 0) x 0.0)", X, lambda x: torch.where(x > 0, x, 0.0)),
+    ],
+    "<": [case("x y", "(< x y)", XY, torch.lt)],
+    "<=": [case("x y", "(<= x y)", XY, torch.le)],
+    ">": [case("x y", "(> x y)", XY, torch.gt), case("x", "(> x 0.5)", X, lambda x: x > 0.5)],
+    ">=": [case("x y", "(>= x y)", XY, torch.ge)],
+    "=": [case("x", "(= (square x) (* x x))", X, lambda x: torch.square(x) == x * x)],
+    "clamp": [
+        case("x", "(clamp x :min -0.5 :max 0.5)", X, lambda x: torch.clamp(x, -0.5, 0.5)),
+        case("x", "(clamp x :max 0.25)", X, lambda x: torch.clamp(x, max=0.25)),
+    ],
+    "sum": [
+        case("x", "(sum x)", X, torch.sum),
+        case("x", "(sum x :axes [1] :keepdims true)", X, lambda x: torch.sum(x, dim=1, keepdim=True)),
+    ],
+    "mean": [
+        case("x", "(mean x :axes [0])", X, lambda x: torch.mean(x, dim=0)),
+        case("x", "(mean x :axes [0 1])", X, lambda x: torch.mean(x, dim=(0, 1))),
+    ],
+    "amax": [
+        case("x", "(amax x)", X, torch.amax),
+        case("x", "(amax x :keepdims true)", X, lambda x: torch.amax(x, dim=(0, 1), keepdim=True)),
+    ],
+    "amin": [case("x", "(amin x :axes [-1])", X, lambda x: torch.amin(x, dim=-1))],
+    "matmul": [
+        case("x w", "(matmul x w)", lambda: (x34(0), torch.randn(4, 5, generator=_generator(1))), torch.matmul),
+        case(
+            "x w",
+            "(matmul x w :out :f32)",
+            lambda: (torch.randn(2, 3, 4, generator=_generator(0)), torch.randn(4, 5, generator=_generator(1))),
+            torch.matmul,
+        ),
+    ],
+    "softmax": [case("x", "(softmax x)", X, lambda x: torch.softmax(x, dim=-1))],
+    "log-softmax": [case("x", "(log-softmax x :axis 0)", X, lambda x: torch.log_softmax(x, dim=0))],
+    "logsumexp": [
+        case("x", "(logsumexp x :axes [-1])", X, lambda x: torch.logsumexp(x, dim=-1)),
+        case("x", "(logsumexp x)", X, lambda x: torch.logsumexp(x, dim=(0, 1))),
+    ],
+    "cross-entropy": [case("x labels", "(cross-entropy x labels)", lambda: (x34(0), LABELS), F.cross_entropy)],
+    "softcap": [case("x", "(softcap x 2.0)", X, lambda x: 2.0 * torch.tanh(x / 2.0))],
+    "rms-norm": [
+        # The seed's definition, bitwise.
+        case("x", "(rms-norm x)", X, lambda x: x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6)),
+        case(
+            "x",
+            "(rms-norm x :eps 1e-3)",
+            X,
+            lambda x: F.rms_norm(x, (4,), eps=1e-3),
+            tolerance=FUSED,
+            why="F.rms_norm is a fused kernel with its own evaluation order",
+        ),
+    ],
+    "layer-norm": [
+        case(
+            "x",
+            "(layer-norm x)",
+            X,
+            lambda x: F.layer_norm(x, (4,), eps=1e-5),
+            tolerance=FUSED,
+            why="F.layer_norm computes its statistics in another order (Welford)",
+        )
+    ],
+    "batch-norm": [
+        case(
+            "x",
+            "(batch-norm x)",
+            X,
+            lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
+            tolerance=FUSED,
+            why="F.batch_norm computes its statistics in another order (Welford)",
+        ),
+        case(
+            "x",
+            "(batch-norm x :axes [0 1])",
+            lambda: (torch.randn(2, 3, 4, generator=_generator(0)),),
+            lambda x: F.batch_norm(x.permute(0, 2, 1), None, None, training=True, eps=1e-5).permute(0, 2, 1),
+            tolerance=FUSED,
+            why="F.batch_norm computes its statistics in another order (Welford)",
+        ),
+    ],
+    "reshape": [
+        case("x", "(reshape x [2 -1])", X, lambda x: x.reshape(2, 6)),
+        case("x", "(reshape x [0 2 -1])", X, lambda x: x.reshape(3, 2, 2)),
+    ],
+    "transpose": [case("x", "(transpose (reshape x [3 2 2]) [2 0 1])", X, lambda x: x.reshape(3, 2, 2).permute(2, 0, 1))],
+    "swap-axes": [case("x", "(swap-axes x 0 1)", X, lambda x: x.transpose(0, 1))],
+    "concat": [case("x y", "(concat [x y x] :axis 1)", XY, lambda x, y: torch.cat([x, y, x], dim=1))],
+    "slice": [
+        case("x", "(slice x :axis -1 :start 1 :end 3)", X, lambda x: x[..., 1:3]),
+        case("x", "(slice x :axis 0 :start 1 :end 3)", X, lambda x: x[1:3]),
+    ],
+    "take": [case("x ids", "(take x ids)", lambda: (x34(0), IDS), lambda x, ids: x[ids])],
+    "one-hot": [case("ids", "(one-hot ids 5)", lambda: (IDS,), lambda ids: F.one_hot(ids, 5).float())],
+    "erf": [case("x", "(erf x)", X, torch.erf)],
+    # Ops the derivative rules build backward sweeps from (usable in source too).
+    "ones-like": [case("x", "(ones-like x)", X, torch.ones_like)],
+    "zeros-like": [case("x", "(zeros-like x)", X, torch.zeros_like)],
+    "sum-to": [case("g x", "(sum-to g (slice x :axis 0 :start 0 :end 1))", XY, lambda g, x: g.sum(0, keepdim=True))],
+    "expand-as": [case("g x", "(expand-as (slice g :axis 0 :start 0 :end 1) x)", XY, lambda g, x: g[0:1].expand(3, 4))],
+    "expand-reduced": [
+        case("g x", "(expand-reduced (sum g :axes [1]) x :axes [1])", XY, lambda g, x: g.sum(1, keepdim=True).expand(3, 4)),
+        case(
+            "g x",
+            "(expand-reduced (sum g :axes [0]) x :axes [0] :mean true)",
+            XY,
+            lambda g, x: g.sum(0, keepdim=True).expand(3, 4) / 3.0,
+        ),
+    ],
+    "take-backward": [
+        case(
+            "g table ids",
+            "(take-backward g table ids)",
+            lambda: (torch.randn(4, 4, generator=_generator(0)), x34(1), IDS),
+            lambda g, table, ids: torch.zeros_like(table).index_add(0, ids, g),
+        )
+    ],
+    "slice-backward": [
+        case(
+            "g x",
+            "(slice-backward (slice g :axis 1 :start 1 :end 3) x :axis 1 :start 1 :end 3)",
+            XY,
+            lambda g, x: F.pad(g[:, 1:3], (1, 1)),
+        )
+    ],
+    "concat-part": [
+        case("x", "(concat-part x x :index 0 :axis 1)", X, lambda x: x),
+        case(
+            "x y",
+            "(concat-part (concat [x y] :axis 1) x y :index 1 :axis 1)",
+            XY,
+            lambda x, y: y,
+            xfail="concat-part's arity (2, None) makes the tracer fold it left, as (concat-part (concat-part g x) y)",
+        ),
+    ],
+    "reshape-as": [case("x y", "(reshape-as x (reshape y [2 6]))", XY, lambda x, y: x.reshape(2, 6))],
+    "causal-mask": [
+        case(
+            "x",
+            "(causal-mask x)",
+            lambda: (torch.randn(2, 3, 5, generator=_generator(0)),),
+            lambda x: x.masked_fill(torch.ones(3, 5, dtype=torch.bool).triu(1), float("-inf")),
+        )
+    ],
+    "attention-scale": [
+        case(
+            "s q",
+            "(attention-scale s q)",
+            lambda: (x34(0), torch.randn(3, 9, generator=_generator(1))),
+            lambda s, q: s * 9**-0.5,
+        )
+    ],
+    "newton-schulz-bf16": [
+        case(
+            "g",
+            "(newton-schulz-bf16 g)",
+            lambda: (torch.randn(6, 4, generator=_generator(0)),),
+            _newton_schulz,  # the iteration in bf16, cast back to the input's dtype
+        )
+    ],
+    "causal-attention": [
+        case(
+            "q k v",
+            "(causal-attention q k v)",
+            lambda: tuple(torch.randn(2, 3, 5, 4, generator=_generator(s)) for s in range(3)),
+            _causal_attention,
+            tolerance=FUSED,
+            why="the op may use a fused attention kernel",
+        )
+    ],
+    "linear-scan": [
+        case(
+            "a b",
+            "(linear-scan a b)",
+            lambda: (torch.rand(2, 6, 3, generator=_generator(0)), torch.randn(2, 6, 3, generator=_generator(1))),
+            _linear_scan,
+            tolerance=FUSED,
+            why="a scan may associate its products in another order than the loop",
+        )
+    ],
+    "matrix-scan": [
+        case(
+            "a b",
+            "(matrix-scan a b)",
+            lambda: (0.5 * torch.randn(2, 6, 3, 3, generator=_generator(0)), torch.randn(2, 6, 3, generator=_generator(1))),
+            _matrix_scan,
+            tolerance=FUSED,
+            why="a scan may associate its products in another order than the loop",
+        )
+    ],
+    "newton-schulz": [
+        case(
+            "g",
+            "(newton-schulz g)",
+            lambda: (torch.randn(6, 4, generator=_generator(0)),),
+            _newton_schulz,
+            tolerance=dict(rtol=0.0, atol=0.02),
+            why="bf16 iterations: the grouping of the polynomial changes bf16 roundings",
+        )
+    ],
+}
+
+
+def _implemented(name: str) -> bool:
+    op = REGISTRY.get(name)
+    return op is not None and (op.emit is not None or op.expand is not None)
+
+
+ALL_OPS = sorted(set(REGISTRY) | set(CASES))
+
+
+def test_every_registered_op_has_a_case():
+    missing = sorted(name for name in REGISTRY if _implemented(name) and name not in CASES)
+    assert not missing, f"ops without a numeric test: {missing}; add them to CASES"
+
+
+def _params():
+    for name in ALL_OPS:
+        cases = CASES.get(name, [None])
+        for index, c in enumerate(cases):
+            marks = [pytest.mark.xfail(strict=True, reason=c.xfail)] if c and c.xfail else []
+            yield pytest.param(name, index, id=f"{name}-{index}", marks=marks)
+
+
+@pytest.mark.parametrize("name, index", list(_params()))
+def test_op_against_torch(build, name, index):
+    if not _implemented(name):
+        pytest.skip(f"{name} is not registered yet")
+    assert name in CASES, f"{name} is registered but has no case in CASES"
+    c = CASES[name][index]
+    module, code = build(f"(defun forward ({c.args}) {c.body})\n", "m.lisp")
+    inputs = c.inputs()
+    got = module.M()(*inputs)
+    expected = c.reference(*inputs)
+    assert got.dtype == expected.dtype and got.shape == expected.shape, code
+    if c.tolerance is None:
+        assert torch.equal(got, expected), f"{got}\n!=\n{expected}\n{code}"
+    else:
+        assert c.why
+        torch.testing.assert_close(got, expected, **c.tolerance)

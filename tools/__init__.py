@@ -1,0 +1,1 @@
+"""Developer tools for sx2torch (not part of the installed package)."""
