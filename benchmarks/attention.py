@@ -4,10 +4,11 @@ The composition is the code sx2torch generates for ``(causal-attention q k v)``
 (bf16 matmuls and 1/sqrt(d) under ``:bf16``, the mask and softmax in f32); the
 fused form is ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` on
 the same operands (bf16 ones under ``:bf16``). For each shape and precision
-it prints the largest absolute difference of each from a float64 reference,
-(computed from the operands as both read them, so under ``:bf16`` it measures the
-arithmetic, not the rounding of the inputs), and the median time of a forward and of a forward+backward, with the ratio
-composition / fused (above 1: the fused kernel is faster).
+it prints the largest absolute difference of each from a float64 reference
+computed from the operands as both read them (so under ``:bf16`` it measures
+the arithmetic, not the rounding of the inputs), and the median time of a
+forward and of a forward+backward, with the ratio composition / fused (above
+1: the fused kernel is faster).
 
 Run: ``python -m benchmarks.attention [--device cuda] [--repeat 20]``.
 """

@@ -27,7 +27,7 @@ def compile_source(text: str, filename: str, options: Options = Options()) -> st
     """Compile one SexpGPU source text to a formatted Python module."""
     data = read.run(text)
     program = resolve.run(data, top_model_name(filename))
-    chosen = _choose_run(program, options.run)
+    chosen = choose_run(program, options.run)
     precision = chosen.precision if chosen else "f32"
     graphs = trace.run(program)
     lowered = policy.run(program, graphs, precision)
@@ -36,7 +36,7 @@ def compile_source(text: str, filename: str, options: Options = Options()) -> st
     return format.run(tree.code)
 
 
-def _choose_run(program: resolve.Program, name: Optional[str]):
+def choose_run(program: resolve.Program, name: Optional[str]):
     if name is None:
         return program.runs[0] if program.runs else None
     for run in program.runs:

@@ -78,7 +78,10 @@ class Tracer:
         for spec in op.keys:
             attrs.setdefault(spec.name, _default(spec.default))
         if op.expand:
-            return op.expand(self, inputs, attrs)
+            result = op.expand(self, inputs, attrs)
+            if isinstance(result, Node) and result.label is None:
+                result.label = op.word
+            return result
         if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
             return self._fold(name, inputs)
         frames = self.frames + ((Frame(ISLAND, self.datum, library=True),) if op.sensitive else ())
@@ -389,7 +392,7 @@ def _wraps_gradient(datum: List) -> bool:
 
 
 def _suggest(name: str, known: list) -> str:
-    close = difflib.get_close_matches(name, sorted(set(known)), n=1)
+    close = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.75)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

@@ -26,7 +26,9 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    assert actual.dtype == expected.dtype, f"dtype {actual.dtype}, expected {expected.dtype}"
+    assert (
+        actual.dtype == expected.dtype
+    ), f"dtype {actual.dtype}, expected {expected.dtype}"
     assert actual.shape == expected.shape
     assert torch.equal(bits(actual), bits(expected)), f"{actual}\n!=\n{expected}"
 
@@ -105,7 +107,9 @@ def test_rms_mlp_trains_on_cpu(build):
     assert loss.dtype == F32 and loss.dim() == 0
     loss.backward()
     for name, param in net.named_parameters():
-        assert param.dtype == F32 and param.grad is not None and param.grad.dtype == F32, name
+        assert (
+            param.dtype == F32 and param.grad is not None and param.grad.dtype == F32
+        ), name
         assert torch.isfinite(param.grad).all(), name
     # A step of SGD lowers the loss on this batch.
     with torch.no_grad():
@@ -134,7 +138,9 @@ def test_distill_teacher_is_a_bf16_buffer(build):
     torch.manual_seed(0)
     net = module.Distill()
     torch.manual_seed(0)
-    teacher, student = torch.normal(0.0, 1.0, size=(32, 32)), torch.normal(0.0, 0.1, size=(32, 32))
+    teacher, student = torch.normal(0.0, 1.0, size=(32, 32)), torch.normal(
+        0.0, 0.1, size=(32, 32)
+    )
     assert dict(net.named_buffers()).keys() == {"teacher"}
     assert dict(net.named_parameters()).keys() == {"student"}
     assert net.teacher.dtype == BF16 and net.student.dtype == F32
@@ -148,7 +154,11 @@ def test_distill_teacher_is_a_bf16_buffer(build):
 def test_distill_forward_and_loss_match_hand_written_reference(build):
     module, _ = example(build, "distill")
     net = module.Distill(d=8)
-    teacher, student, x = small(8, 8, seed=1), small(8, 8, seed=2), small(3, 8, seed=3, low=-16, high=17)
+    teacher, student, x = (
+        small(8, 8, seed=1),
+        small(8, 8, seed=2),
+        small(3, 8, seed=3, low=-16, high=17),
+    )
     with torch.no_grad():
         net.teacher.copy_(teacher)
         net.student.copy_(student)

@@ -104,11 +104,23 @@ def _causal_attention(q, k, v):
 
 
 CASES: dict[str, list[Case]] = {
-    "+": [case("x y", "(+ x y x)", XY, lambda x, y: x + y + x), case("x", "(+ x 1.5)", X, lambda x: x + 1.5)],
-    "*": [case("x y", "(* x y x)", XY, lambda x, y: x * y * x), case("x", "(* 2.0 x)", X, lambda x: 2.0 * x)],
-    "/": [case("x y", "(/ x y)", XY, lambda x, y: x / y), case("x", "(/ 1.0 x)", X, lambda x: 1.0 / x)],
+    "+": [
+        case("x y", "(+ x y x)", XY, lambda x, y: x + y + x),
+        case("x", "(+ x 1.5)", X, lambda x: x + 1.5),
+    ],
+    "*": [
+        case("x y", "(* x y x)", XY, lambda x, y: x * y * x),
+        case("x", "(* 2.0 x)", X, lambda x: 2.0 * x),
+    ],
+    "/": [
+        case("x y", "(/ x y)", XY, lambda x, y: x / y),
+        case("x", "(/ 1.0 x)", X, lambda x: 1.0 / x),
+    ],
     "//": [case("x y", "(// x y)", XY, lambda x, y: x // y)],
-    "-": [case("x y", "(- x y)", XY, lambda x, y: x - y), case("x", "(- x)", X, lambda x: -x)],
+    "-": [
+        case("x y", "(- x y)", XY, lambda x, y: x - y),
+        case("x", "(- x)", X, lambda x: -x),
+    ],
     "neg": [case("x", "(neg x)", X, lambda x: -x)],
     "exp": [case("x", "(exp x)", X, torch.exp)],
     "log": [case("x", "(log x)", POS, torch.log)],
@@ -123,7 +135,10 @@ CASES: dict[str, list[Case]] = {
     "sin": [case("x", "(sin x)", X, torch.sin)],
     "cos": [case("x", "(cos x)", X, torch.cos)],
     "abs": [case("x", "(abs x)", X, torch.abs)],
-    "pow": [case("x", "(pow x 3)", X, lambda x: torch.pow(x, 3)), case("x y", "(pow x y)", lambda: (positive34(0), x34(1)), torch.pow)],
+    "pow": [
+        case("x", "(pow x 3)", X, lambda x: torch.pow(x, 3)),
+        case("x y", "(pow x y)", lambda: (positive34(0), x34(1)), torch.pow),
+    ],
     "maximum": [
         case("x y", "(maximum x y)", XY, torch.maximum),
         case(
@@ -141,16 +156,26 @@ CASES: dict[str, list[Case]] = {
     ],
     "<": [case("x y", "(< x y)", XY, torch.lt)],
     "<=": [case("x y", "(<= x y)", XY, torch.le)],
-    ">": [case("x y", "(> x y)", XY, torch.gt), case("x", "(> x 0.5)", X, lambda x: x > 0.5)],
+    ">": [
+        case("x y", "(> x y)", XY, torch.gt),
+        case("x", "(> x 0.5)", X, lambda x: x > 0.5),
+    ],
     ">=": [case("x y", "(>= x y)", XY, torch.ge)],
     "=": [case("x", "(= (square x) (* x x))", X, lambda x: torch.square(x) == x * x)],
     "clamp": [
-        case("x", "(clamp x :min -0.5 :max 0.5)", X, lambda x: torch.clamp(x, -0.5, 0.5)),
+        case(
+            "x", "(clamp x :min -0.5 :max 0.5)", X, lambda x: torch.clamp(x, -0.5, 0.5)
+        ),
         case("x", "(clamp x :max 0.25)", X, lambda x: torch.clamp(x, max=0.25)),
     ],
     "sum": [
         case("x", "(sum x)", X, torch.sum),
-        case("x", "(sum x :axes [1] :keepdims true)", X, lambda x: torch.sum(x, dim=1, keepdim=True)),
+        case(
+            "x",
+            "(sum x :axes [1] :keepdims true)",
+            X,
+            lambda x: torch.sum(x, dim=1, keepdim=True),
+        ),
     ],
     "mean": [
         case("x", "(mean x :axes [0])", X, lambda x: torch.mean(x, dim=0)),
@@ -158,29 +183,56 @@ CASES: dict[str, list[Case]] = {
     ],
     "amax": [
         case("x", "(amax x)", X, torch.amax),
-        case("x", "(amax x :keepdims true)", X, lambda x: torch.amax(x, dim=(0, 1), keepdim=True)),
+        case(
+            "x",
+            "(amax x :keepdims true)",
+            X,
+            lambda x: torch.amax(x, dim=(0, 1), keepdim=True),
+        ),
     ],
     "amin": [case("x", "(amin x :axes [-1])", X, lambda x: torch.amin(x, dim=-1))],
     "matmul": [
-        case("x w", "(matmul x w)", lambda: (x34(0), torch.randn(4, 5, generator=_generator(1))), torch.matmul),
+        case(
+            "x w",
+            "(matmul x w)",
+            lambda: (x34(0), torch.randn(4, 5, generator=_generator(1))),
+            torch.matmul,
+        ),
         case(
             "x w",
             "(matmul x w :out :f32)",
-            lambda: (torch.randn(2, 3, 4, generator=_generator(0)), torch.randn(4, 5, generator=_generator(1))),
+            lambda: (
+                torch.randn(2, 3, 4, generator=_generator(0)),
+                torch.randn(4, 5, generator=_generator(1)),
+            ),
             torch.matmul,
         ),
     ],
     "softmax": [case("x", "(softmax x)", X, lambda x: torch.softmax(x, dim=-1))],
-    "log-softmax": [case("x", "(log-softmax x :axis 0)", X, lambda x: torch.log_softmax(x, dim=0))],
+    "log-softmax": [
+        case("x", "(log-softmax x :axis 0)", X, lambda x: torch.log_softmax(x, dim=0))
+    ],
     "logsumexp": [
         case("x", "(logsumexp x :axes [-1])", X, lambda x: torch.logsumexp(x, dim=-1)),
         case("x", "(logsumexp x)", X, lambda x: torch.logsumexp(x, dim=(0, 1))),
     ],
-    "cross-entropy": [case("x labels", "(cross-entropy x labels)", lambda: (x34(0), LABELS), F.cross_entropy)],
+    "cross-entropy": [
+        case(
+            "x labels",
+            "(cross-entropy x labels)",
+            lambda: (x34(0), LABELS),
+            F.cross_entropy,
+        )
+    ],
     "softcap": [case("x", "(softcap x 2.0)", X, lambda x: 2.0 * torch.tanh(x / 2.0))],
     "rms-norm": [
         # The seed's definition, bitwise.
-        case("x", "(rms-norm x)", X, lambda x: x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6)),
+        case(
+            "x",
+            "(rms-norm x)",
+            X,
+            lambda x: x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-6),
+        ),
         case(
             "x",
             "(rms-norm x :eps 1e-3)",
@@ -213,7 +265,9 @@ CASES: dict[str, list[Case]] = {
             "x",
             "(batch-norm x :axes [0 1])",
             lambda: (torch.randn(2, 3, 4, generator=_generator(0)),),
-            lambda x: F.batch_norm(x.permute(0, 2, 1), None, None, training=True, eps=1e-5).permute(0, 2, 1),
+            lambda x: F.batch_norm(
+                x.permute(0, 2, 1), None, None, training=True, eps=1e-5
+            ).permute(0, 2, 1),
             tolerance=FUSED,
             why="F.batch_norm computes its statistics in another order (Welford)",
         ),
@@ -222,23 +276,65 @@ CASES: dict[str, list[Case]] = {
         case("x", "(reshape x [2 -1])", X, lambda x: x.reshape(2, 6)),
         case("x", "(reshape x [0 2 -1])", X, lambda x: x.reshape(3, 2, 2)),
     ],
-    "transpose": [case("x", "(transpose (reshape x [3 2 2]) [2 0 1])", X, lambda x: x.reshape(3, 2, 2).permute(2, 0, 1))],
+    "transpose": [
+        case(
+            "x",
+            "(transpose (reshape x [3 2 2]) [2 0 1])",
+            X,
+            lambda x: x.reshape(3, 2, 2).permute(2, 0, 1),
+        )
+    ],
     "swap-axes": [case("x", "(swap-axes x 0 1)", X, lambda x: x.transpose(0, 1))],
-    "concat": [case("x y", "(concat [x y x] :axis 1)", XY, lambda x, y: torch.cat([x, y, x], dim=1))],
+    "concat": [
+        case(
+            "x y",
+            "(concat [x y x] :axis 1)",
+            XY,
+            lambda x, y: torch.cat([x, y, x], dim=1),
+        )
+    ],
     "slice": [
         case("x", "(slice x :axis -1 :start 1 :end 3)", X, lambda x: x[..., 1:3]),
         case("x", "(slice x :axis 0 :start 1 :end 3)", X, lambda x: x[1:3]),
     ],
-    "take": [case("x ids", "(take x ids)", lambda: (x34(0), IDS), lambda x, ids: x[ids])],
-    "one-hot": [case("ids", "(one-hot ids 5)", lambda: (IDS,), lambda ids: F.one_hot(ids, 5).float())],
+    "take": [
+        case("x ids", "(take x ids)", lambda: (x34(0), IDS), lambda x, ids: x[ids])
+    ],
+    "one-hot": [
+        case(
+            "ids",
+            "(one-hot ids 5)",
+            lambda: (IDS,),
+            lambda ids: F.one_hot(ids, 5).float(),
+        )
+    ],
     "erf": [case("x", "(erf x)", X, torch.erf)],
     # Ops the derivative rules build backward sweeps from (usable in source too).
     "ones-like": [case("x", "(ones-like x)", X, torch.ones_like)],
     "zeros-like": [case("x", "(zeros-like x)", X, torch.zeros_like)],
-    "sum-to": [case("g x", "(sum-to g (slice x :axis 0 :start 0 :end 1))", XY, lambda g, x: g.sum(0, keepdim=True))],
-    "expand-as": [case("g x", "(expand-as (slice g :axis 0 :start 0 :end 1) x)", XY, lambda g, x: g[0:1].expand(3, 4))],
+    "sum-to": [
+        case(
+            "g x",
+            "(sum-to g (slice x :axis 0 :start 0 :end 1))",
+            XY,
+            lambda g, x: g.sum(0, keepdim=True),
+        )
+    ],
+    "expand-as": [
+        case(
+            "g x",
+            "(expand-as (slice g :axis 0 :start 0 :end 1) x)",
+            XY,
+            lambda g, x: g[0:1].expand(3, 4),
+        )
+    ],
     "expand-reduced": [
-        case("g x", "(expand-reduced (sum g :axes [1]) x :axes [1])", XY, lambda g, x: g.sum(1, keepdim=True).expand(3, 4)),
+        case(
+            "g x",
+            "(expand-reduced (sum g :axes [1]) x :axes [1])",
+            XY,
+            lambda g, x: g.sum(1, keepdim=True).expand(3, 4),
+        ),
         case(
             "g x",
             "(expand-reduced (sum g :axes [0]) x :axes [0] :mean true)",
@@ -272,13 +368,19 @@ CASES: dict[str, list[Case]] = {
             xfail="concat-part's arity (2, None) makes the tracer fold it left, as (concat-part (concat-part g x) y)",
         ),
     ],
-    "reshape-as": [case("x y", "(reshape-as x (reshape y [2 6]))", XY, lambda x, y: x.reshape(2, 6))],
+    "reshape-as": [
+        case(
+            "x y", "(reshape-as x (reshape y [2 6]))", XY, lambda x, y: x.reshape(2, 6)
+        )
+    ],
     "causal-mask": [
         case(
             "x",
             "(causal-mask x)",
             lambda: (torch.randn(2, 3, 5, generator=_generator(0)),),
-            lambda x: x.masked_fill(torch.ones(3, 5, dtype=torch.bool).triu(1), float("-inf")),
+            lambda x: x.masked_fill(
+                torch.ones(3, 5, dtype=torch.bool).triu(1), float("-inf")
+            ),
         )
     ],
     "attention-scale": [
@@ -301,7 +403,9 @@ CASES: dict[str, list[Case]] = {
         case(
             "q k v",
             "(causal-attention q k v)",
-            lambda: tuple(torch.randn(2, 3, 5, 4, generator=_generator(s)) for s in range(3)),
+            lambda: tuple(
+                torch.randn(2, 3, 5, 4, generator=_generator(s)) for s in range(3)
+            ),
             _causal_attention,
             tolerance=FUSED,
             why="the op may use a fused attention kernel",
@@ -311,7 +415,10 @@ CASES: dict[str, list[Case]] = {
         case(
             "a b",
             "(linear-scan a b)",
-            lambda: (torch.rand(2, 6, 3, generator=_generator(0)), torch.randn(2, 6, 3, generator=_generator(1))),
+            lambda: (
+                torch.rand(2, 6, 3, generator=_generator(0)),
+                torch.randn(2, 6, 3, generator=_generator(1)),
+            ),
             _linear_scan,
             tolerance=FUSED,
             why="a scan may associate its products in another order than the loop",
@@ -321,7 +428,10 @@ CASES: dict[str, list[Case]] = {
         case(
             "a b",
             "(matrix-scan a b)",
-            lambda: (0.5 * torch.randn(2, 6, 3, 3, generator=_generator(0)), torch.randn(2, 6, 3, generator=_generator(1))),
+            lambda: (
+                0.5 * torch.randn(2, 6, 3, 3, generator=_generator(0)),
+                torch.randn(2, 6, 3, generator=_generator(1)),
+            ),
             _matrix_scan,
             tolerance=FUSED,
             why="a scan may associate its products in another order than the loop",
@@ -349,7 +459,9 @@ ALL_OPS = sorted(set(REGISTRY) | set(CASES))
 
 
 def test_every_registered_op_has_a_case():
-    missing = sorted(name for name in REGISTRY if _implemented(name) and name not in CASES)
+    missing = sorted(
+        name for name in REGISTRY if _implemented(name) and name not in CASES
+    )
     assert not missing, f"ops without a numeric test: {missing}; add them to CASES"
 
 
@@ -357,7 +469,11 @@ def _params():
     for name in ALL_OPS:
         cases = CASES.get(name, [None])
         for index, c in enumerate(cases):
-            marks = [pytest.mark.xfail(strict=True, reason=c.xfail)] if c and c.xfail else []
+            marks = (
+                [pytest.mark.xfail(strict=True, reason=c.xfail)]
+                if c and c.xfail
+                else []
+            )
             yield pytest.param(name, index, id=f"{name}-{index}", marks=marks)
 
 

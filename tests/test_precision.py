@@ -50,9 +50,15 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
     """Bitwise equality, dtype and shape included."""
-    assert actual.dtype == expected.dtype, f"dtype {actual.dtype}, expected {expected.dtype}"
-    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    assert torch.equal(bits(actual), bits(expected)), f"values differ:\n{actual}\nexpected\n{expected}"
+    assert (
+        actual.dtype == expected.dtype
+    ), f"dtype {actual.dtype}, expected {expected.dtype}"
+    assert (
+        actual.shape == expected.shape
+    ), f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    assert torch.equal(
+        bits(actual), bits(expected)
+    ), f"values differ:\n{actual}\nexpected\n{expected}"
 
 
 def make(build, body: str, precision: str | None, filename: str = "m.lisp"):
@@ -74,28 +80,36 @@ def down(t: torch.Tensor) -> torch.Tensor:
 
 def method_text(code: str, name: str) -> str:
     """The source text of one generated method."""
-    match = re.search(rf"\n    def {re.escape(name)}\(self.*?(?=\n    (?:def |# )|\Z)", code, re.S)
+    match = re.search(
+        rf"\n    def {re.escape(name)}\(self.*?(?=\n    (?:def |# )|\Z)", code, re.S
+    )
     assert match, f"no method {name} in\n{code}"
     return match.group(0)
 
 
 def specialization(code: str, defun: str, description: str) -> str:
     """The method name of the specialization whose comment is `# DEFUN for DESCRIPTION`."""
-    match = re.search(rf"# {re.escape(defun)} for {re.escape(description)}\n\s+def (\w+)\(", code)
+    match = re.search(
+        rf"# {re.escape(defun)} for {re.escape(description)}\n\s+def (\w+)\(", code
+    )
     assert match, f"no specialization '{defun} for {description}' in\n{code}"
     return match.group(1)
 
 
 def data_sanity_rounds(value: torch.Tensor) -> None:
     """The test data must make a bf16 rounding visible, or the test proves nothing."""
-    assert not torch.equal(value.to(BF16).float(), value), "test data: every value is a bf16 value"
+    assert not torch.equal(
+        value.to(BF16).float(), value
+    ), "test data: every value is a bf16 value"
 
 
 # 6.1 Policy: dtypes fixed when the file compiles; the chosen defrun decides.
 
 
 def test_6_1_file_without_defrun_compiles_under_f32(build):
-    cls, code = make(build, "(defparam w (zeros [4 3]))\n(defun forward (x) (matmul x w))", None)
+    cls, code = make(
+        build, "(defparam w (zeros [4 3]))\n(defun forward (x) (matmul x w))", None
+    )
     assert "precision f32" in code.splitlines()[0]
     assert ".to(torch.bfloat16)" not in code
     net = cls()
@@ -181,7 +195,9 @@ def test_6_2_parameter_read_through_one_cast_down_per_method(build, precision):
     assign(net, w=w)
     if precision == "bf16":
         for method in ("forward", "helper"):
-            assert method_text(code, method).count("self.w.to(torch.bfloat16)") == 1, code
+            assert (
+                method_text(code, method).count("self.w.to(torch.bfloat16)") == 1
+            ), code
         wb, xb = down(w), down(x)
         expected = (xb @ wb) @ wb + (xb @ wb + wb) + wb
         assert_same(net(x), expected)
@@ -209,7 +225,13 @@ def test_6_2_integer_tensors_are_never_cast(build, precision):
     # cross-entropy's mark: the logits are read in f32, the labels as they are.
     logits = table[ids].reshape(-1, 4)
     got = net(ids.reshape(-1), labels.reshape(-1))
-    assert_same(got, F.cross_entropy(logits.to(BF16).float() if precision == "bf16" else logits, labels.reshape(-1)))
+    assert_same(
+        got,
+        F.cross_entropy(
+            logits.to(BF16).float() if precision == "bf16" else logits,
+            labels.reshape(-1),
+        ),
+    )
     assert ids.dtype == torch.int64 and labels.dtype == torch.int64
 
 
@@ -226,7 +248,11 @@ def test_6_2_one_hot_of_integers_is_f32_until_it_meets_a_parameter(build, precis
     assign(net, w=w)
     ids = torch.tensor([0, 4, 2])
     assert_same(net.codes(ids), F.one_hot(ids, 5).float())
-    expected = down(F.one_hot(ids, 5).float()) @ down(w) if precision == "bf16" else F.one_hot(ids, 5).float() @ w
+    expected = (
+        down(F.one_hot(ids, 5).float()) @ down(w)
+        if precision == "bf16"
+        else F.one_hot(ids, 5).float() @ w
+    )
     assert_same(net(ids), expected)
 
 
@@ -272,7 +298,11 @@ def test_6_3_island_under_f32_changes_nothing(build):
     marked, _ = make(build, MARKED, "f32")
     unmarked, _ = make(build, UNMARKED, "f32")
     generator = torch.Generator().manual_seed(0)
-    w, b, x = torch.randn(4, 3, generator=generator), torch.randn(3, generator=generator), torch.randn(2, 4, generator=generator)
+    w, b, x = (
+        torch.randn(4, 3, generator=generator),
+        torch.randn(3, generator=generator),
+        torch.randn(2, 4, generator=generator),
+    )
     one, other = marked(), unmarked()
     assign(one, w=w, b=b)
     assign(other, w=w, b=b)
@@ -303,6 +333,7 @@ MATMUL = """
 (defun inside (x)
   (let ((h (matmul x w)))
     (with-numerics (:sensitivity :high) (matmul (slice h :axis 1 :start 0 :end 2) (slice w :axis 0 :start 0 :end 2)))))
+(defun wide-plus (x) (+ (matmul x w :out :f32) (slice x :axis 1 :start 0 :end 3)))
 (defun forward (x) (wide x))
 """
 
@@ -333,6 +364,15 @@ def test_6_4_out_f32_on_bf16_operands_stores_the_f32_accumulator(build):
     # accumulation order gives these bits.
     assert_same(net.wide(x), down(x).float() @ down(w).float())
     assert_same(net(x), x @ w)
+
+
+def test_6_4_out_f32_result_is_an_island_until_it_meets_bf16(build):
+    cls, _ = make(build, MATMUL, "bf16")
+    net = cls()
+    x, w = odd(5, 8, seed=13), small(8, 3, seed=7, low=-16, high=17)
+    assign(net, w=w)
+    # The f32 accumulator meets an f32 value: f32, and x's odd values survive outside the GEMM.
+    assert_same(net.wide_plus(x), down(x).float() @ down(w).float() + x[:, 0:3])
 
 
 def test_6_4_out_f32_gradients_reach_bf16_operands_as_bf16(build):
@@ -368,7 +408,9 @@ def test_6_4_out_f32_on_f32_operands_changes_no_value(build):
     assert "matmul_f32_out" not in code
     net = cls()
     generator = torch.Generator().manual_seed(0)
-    w, x = torch.randn(8, 3, generator=generator), torch.randn(5, 8, generator=generator)
+    w, x = torch.randn(8, 3, generator=generator), torch.randn(
+        5, 8, generator=generator
+    )
     assign(net, w=w)
     assert_same(net.wide(x), net.rounded(x))
     assert_same(net.wide(x), x @ w)
@@ -454,7 +496,9 @@ def test_6_5_innermost_form_wins(build, precision):
     data_sanity_rounds(h)
     assert_same(net.region_in_island(x), down(h) @ down(w))
     # The library's mark keeps softmax f32 inside a region.
-    assert_same(net.softmax_in_region(x), torch.softmax((down(x) @ down(w)).float(), dim=-1))
+    assert_same(
+        net.softmax_in_region(x), torch.softmax((down(x) @ down(w)).float(), dim=-1)
+    )
 
 
 def test_6_5_region_around_a_whole_model_is_not_the_bf16_policy(build):
@@ -463,7 +507,9 @@ def test_6_5_region_around_a_whole_model_is_not_the_bf16_policy(build):
 (defun forward (x) %s)
 """
     model = "(matmul (+ x 1.0) w)"
-    region_cls, _ = make(build, body % f"(with-numerics (:precision :bf16) {model})", "f32")
+    region_cls, _ = make(
+        build, body % f"(with-numerics (:precision :bf16) {model})", "f32"
+    )
     policy_cls, _ = make(build, body % model, "bf16")
     w = torch.eye(4)
     x = torch.full((2, 4), 257.0)
@@ -507,7 +553,9 @@ def test_6_6_bf16_rounding_is_nearest_even(build):
     cls, _ = make(build, "(defparam w (ones [1]))\n(defun forward (x) (* x w))", "bf16")
     net = cls()
     x = torch.tensor([257.0, 259.0, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -257.0])
-    assert_same(net(x), torch.tensor([256.0, 260.0, 1.0, 1.0 + 2.0**-6, -256.0]).to(BF16))
+    assert_same(
+        net(x), torch.tensor([256.0, 260.0, 1.0, 1.0 + 2.0**-6, -256.0]).to(BF16)
+    )
 
 
 # 6.7 Parameters.
@@ -522,7 +570,11 @@ def test_6_7_numerics_high_readers_compute_f32_from_the_master(build):
     cls, code = make(build, body, "bf16")
     assert "self.hi.to(" not in code
     net = cls()
-    x, w, hi = small(2, 4, seed=1, low=-2, high=3), small(4, 4, seed=2, low=-2, high=3), odd(4, 3, seed=3)
+    x, w, hi = (
+        small(2, 4, seed=1, low=-2, high=3),
+        small(4, 4, seed=2, low=-2, high=3),
+        odd(4, 3, seed=3),
+    )
     assign(net, w=w, hi=hi)
     out = net(x)
     assert_same(out, (down(x) @ down(w)).float() @ hi)
@@ -571,7 +623,10 @@ def test_6_7_frozen_bf16_parameter_gives_the_same_bits_as_the_cast(build, precis
     torch.manual_seed(0)
     net = cls()
     torch.manual_seed(0)
-    drawn = {name: torch.normal(0.0, 1.0, size=(4, 4)) for name in ("f", "g", "hi", "r", "both", "t")}
+    drawn = {
+        name: torch.normal(0.0, 1.0, size=(4, 4))
+        for name in ("f", "g", "hi", "r", "both", "t")
+    }
     # Rounded once when made, nearest-even.
     assert_same(net.r, drawn["r"].to(BF16))
     x = small(2, 4, seed=5, low=-2, high=3)
@@ -587,19 +642,35 @@ def test_6_7_frozen_bf16_parameter_gives_the_same_bits_as_the_cast(build, precis
     else:
         d = down(x) @ down(drawn["r"])
         e = (down(x) @ down(drawn["both"])).float() + x @ drawn["both"]
-        expected = x @ drawn["f"] + x @ drawn["g"] + x @ drawn["hi"] + d.float() + e + x @ drawn["t"]
+        expected = (
+            x @ drawn["f"]
+            + x @ drawn["g"]
+            + x @ drawn["hi"]
+            + d.float()
+            + e
+            + x @ drawn["t"]
+        )
     assert_same(net(x), expected)
 
 
 @pytest.mark.parametrize("precision", POLICIES)
 def test_6_7_load_state_dict_rounds_into_a_bf16_buffer(build, precision):
-    cls, _ = make(build, "(defparam r (zeros [6]) :trainable false)\n(defun forward (x) (with-numerics (:precision :bf16) (* x r)))", precision)
+    cls, _ = make(
+        build,
+        "(defparam r (zeros [6]) :trainable false)\n(defun forward (x) (with-numerics (:precision :bf16) (* x r)))",
+        precision,
+    )
     net = cls()
     assert net.r.dtype == BF16
-    values = torch.tensor([257.0, 259.0, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -0.1, 3.4e38])
+    values = torch.tensor(
+        [257.0, 259.0, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -0.1, 3.4e38]
+    )
     net.load_state_dict({"r": values})
     assert_same(net.r, values.to(BF16))
-    assert_same(net.r, torch.tensor([256.0, 260.0, 1.0, 1.0 + 2.0**-6, -0.1, float("inf")]).to(BF16))
+    assert_same(
+        net.r,
+        torch.tensor([256.0, 260.0, 1.0, 1.0 + 2.0**-6, -0.1, float("inf")]).to(BF16),
+    )
     assert_same(net(torch.ones(6)), values.to(BF16))
 
 
@@ -614,7 +685,12 @@ def test_6_7_state_dict_keys_use_underscores(build):
 (defun forward (x) (matmul (chain blocks (matmul x w-in)) frozen-table))
 """
     cls, _ = make(build, body, "bf16")
-    assert set(cls().state_dict()) == {"w_in", "frozen_table", "blocks.0.w_q", "blocks.1.w_q"}
+    assert set(cls().state_dict()) == {
+        "w_in",
+        "frozen_table",
+        "blocks.0.w_q",
+        "blocks.1.w_q",
+    }
 
 
 def test_6_7_master_weight_gradients_are_f32(build):
@@ -661,7 +737,9 @@ def library_net(build, precision):
 @pytest.mark.parametrize("precision", POLICIES)
 def test_6_8_softmax_family_computes_in_f32(build, precision):
     net, x, w, code = library_net(build, precision)
-    h = (down(x) @ down(w)).float() if precision == "bf16" else x @ w  # exact integers either way
+    h = (
+        (down(x) @ down(w)).float() if precision == "bf16" else x @ w
+    )  # exact integers either way
     labels = torch.tensor([0, 5, 2, 3, 1])
     assert_same(net.sm(x), torch.softmax(h, dim=-1))
     assert_same(net.lsm(x), torch.log_softmax(h, dim=0))
@@ -683,7 +761,9 @@ def test_6_8_rms_norm_statistics_f32_final_multiply_bf16(build):
 def test_6_8_rms_norm_under_f32(build):
     net, x, w, _ = library_net(build, "f32")
     h = x @ w
-    assert_same(net.rms(x), h * torch.rsqrt(torch.mean(h * h, dim=-1, keepdim=True) + 1e-6))
+    assert_same(
+        net.rms(x), h * torch.rsqrt(torch.mean(h * h, dim=-1, keepdim=True) + 1e-6)
+    )
 
 
 @pytest.mark.parametrize("op, axis", [("ln", -1), ("bn", 0)])
@@ -741,3 +821,72 @@ def test_defun_called_inside_with_numerics_computes_with_that_mark(build, precis
     h = (down(x) @ down(w)).float() if precision == "bf16" else x @ w
     assert_same(net.marked(x), torch.exp(h) * 2.0)
     assert_same(net.regioned(x), torch.exp(down(x)) * 2.0)
+
+
+def test_defun_called_only_with_bf16_may_chain_a_stack(build):
+    """Regression: the f32 specialization, used only to name methods, raised a spurious error."""
+    body = """
+(defmodel block (&key (d 4))
+  (defparam w (zeros [d d]))
+  (defun forward (x) (matmul x w)))
+(defparam blocks (stack 2 (block :d 4)))
+(defparam w0 (zeros [4 4]))
+(defun run-blocks (x) (chain blocks x))
+(defun forward (x) (run-blocks (matmul x w0)))
+"""
+    cls, _ = make(build, body, "bf16")
+    net = cls()
+    w0, w1, w2 = (small(4, 4, seed=s, low=-2, high=3) for s in (1, 2, 3))
+    assign(net, w0=w0)
+    assign(net.blocks[0], w=w1)
+    assign(net.blocks[1], w=w2)
+    x = small(3, 4, seed=4, low=-2, high=3)
+    assert_same(net(x), ((down(x) @ down(w0)) @ down(w1)) @ down(w2))
+
+
+@pytest.mark.parametrize("precision", POLICIES)
+def test_6_2_where_of_number_literals_is_f32_until_it_meets_bf16(build, precision):
+    """Regression: the condition's dtype (bool) was taken for the output's."""
+    body = """
+(defparam w (zeros [4 4]))
+(defun mask (x) (where (> x 0) 1.0 0.0))
+(defun forward (x) (* (where (> x 0) 1.0 0.0) (matmul x w)))
+"""
+    cls, _ = make(build, body, precision)
+    net = cls()
+    w, x = small(4, 4, seed=1), small(3, 4, seed=2)
+    assign(net, w=w)
+    mask = torch.where(x > 0, 1.0, 0.0)
+    assert_same(net.mask(x), mask)
+    expected = (
+        down(mask) * (down(x) @ down(w)) if precision == "bf16" else mask * (x @ w)
+    )
+    assert_same(net(x), expected)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="registry: where with two number branches emits torch.where(c, 1.0, 0.0), "
+    "an f32 tensor, where the policy computes bf16 (a region); it should emit in the compute dtype as one-hot does",
+)
+def test_6_5_where_of_number_literals_in_a_region_is_bf16(build):
+    cls, _ = make(
+        build,
+        "(defun forward (x) (with-numerics (:precision :bf16) (where (> x 0) 1.0 0.0)))",
+        "f32",
+    )
+    x = small(3, 4, seed=2)
+    assert_same(cls()(x), torch.where(x > 0, 1.0, 0.0).to(BF16))
+
+
+def test_6_7_numerics_high_parameter_inside_a_region_is_still_read_in_f32(build):
+    """6.7 says a node that reads a :numerics :high parameter computes in f32; a region does not override it."""
+    body = """
+(defparam hi (zeros [4 3]) :numerics :high)
+(defun forward (x) (with-numerics (:precision :bf16) (matmul x hi)))
+"""
+    cls, _ = make(build, body, "f32")
+    net = cls()
+    x, hi = small(2, 4, seed=1, low=-2, high=3), odd(4, 3, seed=3)
+    assign(net, hi=hi)
+    assert_same(net(x), x @ hi)

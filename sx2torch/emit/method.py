@@ -225,8 +225,9 @@ class MethodEmitter:
             return self.py.get(node.inputs[0]) or self._label(node.inputs[0]) or "x"
         if node.op in CALLS:
             return node.attrs["target"]
+        word = node.label or REGISTRY[node.op].word
         source = next((self._label(i) for i in node.inputs if isinstance(i, Node)), None)
-        return f"{mangle(node.op)}_{source}" if source else mangle(node.op)
+        return f"{word}_{source}" if source else word
 
     def _label(self, node: Node) -> Optional[str]:
         """The name a value is known by: its local's, or its source name, or its first input's."""

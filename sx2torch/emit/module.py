@@ -24,7 +24,7 @@ def class_name(name: str) -> str:
 
 def run(program: Program, lowered: Lowered, header: str, target: str) -> cst.Module:
     classes = _class_names(program)
-    attrs = {model.name: _attributes(model) for model in program.all_models()}
+    attrs = {model.name: attributes(model) for model in program.all_models()}
     method_names, specialized = _method_names(program, lowered, attrs)
     body: list = [
         _import("torch"),
@@ -60,7 +60,7 @@ def _class_names(program: Program) -> dict:
     return {model.name: names.fresh(class_name(model.name)) for model in [program.top, *program.models.values()]}
 
 
-def _attributes(model: Model) -> tuple:
+def attributes(model: Model) -> tuple:
     """Attribute names for consts, params and sub-models; and the class namespace for methods."""
     names = Namespace(MODULE_ATTRIBUTES)
     attrs = {name: names.fresh(name) for name in [*model.consts, *model.params]}

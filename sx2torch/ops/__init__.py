@@ -54,6 +54,11 @@ class Op:
     doc: str = ""
 
     @property
+    def word(self) -> str:
+        """The op in identifiers: `rms_norm`, and `add` for `+`."""
+        return WORDS.get(self.name) or self.name.replace("-", "_")
+
+    @property
     def bounds(self) -> tuple:
         return self.arity or (len(self.args), len(self.args))
 
@@ -66,6 +71,7 @@ class Op:
 
 
 REGISTRY: dict[str, Op] = {}
+WORDS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "=": "eq"}
 
 # A derivative rule `grad(t, node, g)` sees the forward node (its inputs, attrs and output) and
 # the gradient `g` of its output, and returns one gradient (or None) per input, built with the

@@ -55,6 +55,25 @@ class Lowered:
     storage: dict  # (model, param) -> "f32" | "bf16"
     natural: dict  # (model, defun) -> Typed at f32 (and integer) arguments, or None: the plain method name
 
+    def value_dtype(self, typed: Typed, operand) -> Optional[str]:
+        """The dtype of an operand's tensor: a parameter's is the dtype it is stored in (one
+        passed in as an argument is treated as f32, so a cast at its use is never missed)."""
+        if isinstance(operand, Scalar):
+            return None
+        dtype = typed.dtype[operand]
+        if is_param(dtype):
+            return self.storage[typed.model, dtype[6:]] if operand.op == "param" else "f32"
+        return dtype
+
+    def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
+        """The dtype `node` reads its input `index` in, or None where it takes it as it is."""
+        have = self.value_dtype(typed, node.inputs[index])
+        op = REGISTRY.get(node.op)
+        shape_only = op is not None and _kind(op, index) == "like"
+        if have not in ("f32", "bf16") or node.op in CALLS or shape_only:
+            return None
+        return node.attrs["dtype"] if node.op == "cast" else typed.compute[node]
+
 
 def is_param(dtype: Optional[str]) -> bool:
     return dtype is not None and dtype.startswith("param:")

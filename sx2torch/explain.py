@@ -1,0 +1,185 @@
+"""`sx2torch explain`: where the precision policy keeps f32 and why, and what each parameter costs.
+
+Under :bf16 it lists, per source line, the nodes that compute in f32 with the reason (a
+sensitive mark, a library mark, a :numerics :high parameter, :out :f32, an explicit cast, or a
+value that has not met a parameter or bf16 value yet) and the casts the compiler inserts there;
+under :f32, the lines of bf16 regions. Then a table of parameters as in `state_dict`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sx2torch import policy, read, resolve, trace
+from sx2torch.compiler import Options, choose_run, top_model_name
+from sx2torch.emit.echo import echo
+from sx2torch.emit.module import attributes
+from sx2torch.ir import ISLAND, REGION, Node, Scalar
+from sx2torch.policy.rules import CALLS, is_param
+from sx2torch.scalars import ARITHMETIC
+
+BYTES = {"f32": 4, "bf16": 2}
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Line:
+    line: int
+    source: str
+    reasons: list = field(default_factory=list)
+    casts: list = field(default_factory=list)
+
+
+def run(text: str, filename: str, options: Options = Options()) -> dict:
+    """The report as plain data; `render` and `json.dumps` turn it into text."""
+    program = resolve.run(read.run(text), top_model_name(filename))
+    chosen = choose_run(program, options.run)
+    precision = chosen.precision if chosen else "f32"
+    lowered = policy.run(program, trace.run(program), precision)
+    source_lines = text.splitlines()
+    lines: dict[int, Line] = {}
+    for typed in lowered.specializations:
+        for node in typed.graph.nodes:
+            reason = _reason(typed, node, lowered, precision)
+            if reason is None:
+                continue
+            number = node.span.line
+            entry = lines.setdefault(number, Line(number, source_lines[number - 1].strip()))
+            _add(entry.reasons, reason)
+            for cast in _casts(typed, node, lowered):
+                _add(entry.casts, cast)
+    params = _params(program, lowered)
+    totals = {
+        "trainable": sum(p["bytes"] for p in params if p["trainable"]),
+        "frozen": sum(p["bytes"] for p in params if not p["trainable"]),
+        "all": sum(p["bytes"] for p in params),
+    }
+    return {
+        "schema": SCHEMA_VERSION,
+        "file": filename,
+        "run": chosen.name if chosen else None,
+        "precision": precision,
+        "kept": "f32" if precision == "bf16" else "bf16",
+        "lines": [vars(lines[n]) for n in sorted(lines)],
+        "params": params,
+        "totals": totals,
+    }
+
+
+def _add(items: list, item: str) -> None:
+    if item not in items:
+        items.append(item)
+
+
+def _reason(typed, node: Node, lowered, precision: str):
+    """Why this node computes in f32 under :bf16 (or in bf16 under :f32); None if it is unremarkable."""
+    if node.op in ("input", "param") or node.op in CALLS:
+        return None
+    compute, out = typed.compute.get(node), typed.dtype.get(node)
+    frame = node.frames[-1] if node.frames else None
+    if precision == "f32":
+        if compute != "bf16":
+            return None
+        if frame is not None and frame.mode == REGION:
+            return ("library region: " if frame.library else "bf16 region: ") + echo(frame.form, body=frame.library)
+        return "bf16 region: called inside one" if typed.ambient == REGION else "explicit (cast ... :bf16)"
+    if node.op == "cast":
+        return "explicit (cast ... :f32)" if node.attrs["dtype"] == "f32" else None
+    if compute == "bf16":
+        return ":out :f32 keeps the f32 accumulator of the bf16 GEMM" if out == "f32" else None
+    if compute != "f32" or out not in ("f32", "bool"):
+        return None
+    high = [typed.dtype[i][6:] for i in node.inputs if isinstance(i, Node) and is_param(typed.dtype[i])]
+    if frame is not None and frame.mode == ISLAND:
+        kind = "library mark" if frame.library else "sensitive mark"
+        return f"{kind}: {echo(frame.form, body=frame.library)}"
+    if typed.ambient == ISLAND:
+        return "sensitive mark: called inside (with-numerics (:sensitivity :high) ...)"
+    if high:
+        return f":numerics :high parameter {high[0]}"
+    return "no parameter or bf16 value has reached this value yet"
+
+
+def _casts(typed, node: Node, lowered) -> list:
+    found = []
+    for index, operand in enumerate(node.inputs):
+        wanted = lowered.read_dtype(typed, node, index)
+        have = lowered.value_dtype(typed, operand)
+        if wanted and have and wanted != have:
+            label = operand.name or operand.op
+            once = " (once per method)" if operand.op == "param" else ""
+            found.append(f"{label} {have} -> {wanted}{once}")
+    return found
+
+
+def _params(program, lowered) -> list:
+    rows: list = []
+
+    def visit(model, prefix: str, env: dict) -> None:
+        names = attributes(model)[0]
+        env = dict(env)
+        for const in model.consts.values():
+            env.setdefault(const.name, _evaluate(const.value, env))
+        for param in model.params.values():
+            key = prefix + names[param.name]
+            init = param.init
+            if param.is_module:
+                sub = program.models[init.model]
+                sub_env = {k: _evaluate(v, env) for k, (_, v) in init.args.items()}
+                if init.kind == "model":
+                    visit(sub, key + ".", sub_env)
+                else:
+                    for i in range(_evaluate(init.count, env)):
+                        visit(sub, f"{key}.{i}.", sub_env)
+                continue
+            shape = [_evaluate(s, env) for s in init.args["shape"]] if "shape" in init.args else [_evaluate(init.args["n"], env)] * 2
+            dtype = lowered.storage[model.name, param.name]
+            count = 1
+            for size in shape:
+                count *= size
+            rows.append(
+                {"name": key, "shape": shape, "dtype": dtype, "bytes": count * BYTES[dtype], "trainable": param.trainable}
+            )
+
+    visit(program.top, "", {})
+    return rows
+
+
+def _evaluate(scalar: Scalar, env: dict):
+    """A compile-time scalar with the given consts (defaults for the rest)."""
+    if scalar.op == "lit":
+        return scalar.value
+    if scalar.op in ("const", "key"):
+        return env.get(scalar.args[0], scalar.value)
+    if scalar.op == "neg":
+        return -_evaluate(scalar.args[0], env)
+    function = next(f for op, f in ARITHMETIC.values() if op == scalar.op)
+    return function(_evaluate(scalar.args[0], env), _evaluate(scalar.args[1], env))
+
+
+def render(report: dict) -> str:
+    """The report for people: source lines quoted, columns aligned."""
+    head = f"{report['file']}: run {report['run'] or '(none)'}, precision {report['precision']}"
+    out = [head, ""]
+    kept = "Where the policy keeps f32" if report["kept"] == "f32" else "bf16 regions"
+    out.append(f"{kept}:" if report["lines"] else f"{kept}: none")
+    width = max((len(str(line["line"])) for line in report["lines"]), default=1)
+    for line in report["lines"]:
+        out.append(f"  {line['line']:>{width}} | {line['source']}")
+        pad = " " * (width + 3)
+        out.extend(f"  {pad}why:  {reason}" for reason in line["reasons"])
+        out.extend(f"  {pad}cast: {cast}" for cast in line["casts"])
+    out += ["", "Parameters:"]
+    table = [("name", "shape", "dtype", "bytes")]
+    table += [(p["name"], "[" + ", ".join(map(str, p["shape"])) + "]", p["dtype"] + ("" if p["trainable"] else " (frozen)"), f"{p['bytes']:,}") for p in report["params"]]
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    for row in table:
+        out.append("  " + "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    for name in ("trainable", "frozen", "all"):
+        out.append(f"  {name + ':':<11}{report['totals'][name]:>{widths[3] + 2},} bytes")
+    return "\n".join(out) + "\n"
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"

@@ -1,0 +1,384 @@
+"""Every malformed input gets `FILE:LINE:COL: error: MESSAGE`, the source line and a caret; exit 1, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sx2torch import cli, trace
+
+# name: (source, line, col, message)
+CASES = {
+    "open-paren": (
+        b"(defun forward (x)\n  (relu x)\n",
+        1,
+        1,
+        "'(' is never closed: expected ')' before the end of the file",
+    ),
+    "close-paren": (
+        b"(defun forward (x)\n  (relu x)))\n",
+        2,
+        12,
+        "unexpected ')': there is no open bracket to close",
+    ),
+    "mismatched": (
+        b"(defun forward (x)\n  (sum x :axes [0)))\n",
+        2,
+        18,
+        "expected ']' to close the '[' at line 2, column 16, got ')'",
+    ),
+    "open-bracket": (
+        b"(defparam w (zeros [3 4))\n",
+        1,
+        24,
+        "expected ']' to close the '[' at line 1, column 20, got ')'",
+    ),
+    "string": (
+        b'(defun forward (x)\n  "never closed\n  x)\n',
+        2,
+        3,
+        "unterminated string: expected a closing '\"' before the end of the file",
+    ),
+    "utf8": (
+        b"(defun forward (x)\n  (relu \xff x))\n",
+        2,
+        9,
+        "the file is not valid UTF-8 (byte ff)",
+    ),
+    "utf8-comment": (
+        b"; caf\xe9\n(defun forward (x) x)\n",
+        1,
+        6,
+        "the file is not valid UTF-8 (byte e9)",
+    ),
+    "unknown-name": (
+        b"(defun forward (x)\n  (relu y))\n",
+        2,
+        9,
+        "unknown name 'y': expected an argument, a let local, a const or a param",
+    ),
+    "unknown-name-close": (
+        b"(defun forward (input)\n  (relu inptu))\n",
+        2,
+        9,
+        "unknown name 'inptu': expected an argument, a let local, a const or a param (did you mean 'input'?)",
+    ),
+    "unknown-op": (
+        b"(defun forward (x)\n  (frobnicate x))\n",
+        2,
+        4,
+        "unknown op or function 'frobnicate'",
+    ),
+    "unknown-op-close": (
+        b"(defun forward (x)\n  (sofmax x))\n",
+        2,
+        4,
+        "unknown op or function 'sofmax' (did you mean 'softmax'?)",
+    ),
+    "arity-op": (
+        b"(defun forward (x)\n  (relu x x))\n",
+        2,
+        3,
+        "wrong number of arguments: expected (relu X), got 2",
+    ),
+    "arity-defun": (
+        b"(defun twice (a b) (+ a b))\n(defun forward (x)\n  (twice x))\n",
+        3,
+        3,
+        "wrong number of arguments: expected (twice a b), got 1",
+    ),
+    "arity-defconst": (
+        b"(defconst d)\n(defun forward (x) x)\n",
+        1,
+        1,
+        "wrong number of arguments: expected (defconst NAME VALUE [DOC])",
+    ),
+    "unknown-key": (
+        b"(defun forward (x)\n  (softmax x :axiz -1))\n",
+        2,
+        14,
+        "unknown keyword :axiz for 'softmax' (known: :axis)",
+    ),
+    "unknown-key-defun": (
+        b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :j 3))\n",
+        2,
+        25,
+        "unknown keyword :j for 'f' (known: :k)",
+    ),
+    "precision": (
+        b"(defun forward (x) x)\n(defrun train :precision :fp16)\n",
+        2,
+        26,
+        ":precision must be :f32 or :bf16, got :fp16",
+    ),
+    "sensitivity": (
+        b"(defun forward (x)\n  (with-numerics (:sensitivity :low) x))\n",
+        2,
+        32,
+        ":sensitivity must be :high, got :low",
+    ),
+    "cast": (
+        b"(defun forward (x)\n  (cast x :f64))\n",
+        2,
+        11,
+        "cast takes :f32 or :bf16, got :f64",
+    ),
+    "shape-not-vector": (
+        b"(defparam w (zeros 3))\n(defun forward (x) x)\n",
+        1,
+        20,
+        "a shape must be a vector of integers and constants, such as [d (* 4 d)]",
+    ),
+    "shape-name": (
+        b"(defconst d 4)\n(defparam w (zeros [d n]))\n(defun forward (x) x)\n",
+        2,
+        23,
+        "'n' is not a constant: expected a number known at compile time",
+    ),
+    "shape-float": (
+        b"(defparam w (zeros [3 1.5]))\n(defun forward (x) x)\n",
+        1,
+        23,
+        "a size must be an integer, got 1.5",
+    ),
+    "shape-keyword": (
+        b"(defparam w (zeros [3 :a]))\n(defun forward (x) x)\n",
+        1,
+        23,
+        "a size must be an integer, got :a",
+    ),
+    "run-key": (
+        b"(defun forward (x) x)\n(defrun train :precission :bf16)\n",
+        2,
+        15,
+        "unknown keyword :precission in defrun (known: :precision, :loss, :optimizer, :steps, :inputs)",
+    ),
+    "duplicate": (
+        b"(defun forward (x) x)\n(defconst d 1)\n(defparam d (zeros [3]))\n",
+        3,
+        11,
+        "'d' is already defined in this model, at line 2, column 11",
+    ),
+    "duplicate-defun": (
+        b"(defun forward (x) x)\n(defun forward (x) (relu x))\n",
+        2,
+        8,
+        "'forward' is already defined in this model, at line 1, column 8",
+    ),
+    "duplicate-model": (
+        b"(defmodel m () (defun forward (x) x))\n(defmodel m () (defun forward (x) x))\n(defun forward (x) x)\n",
+        2,
+        11,
+        "model 'm' is already defined",
+    ),
+    "recursion": (
+        b"(defun forward (x)\n  (relu (forward x)))\n",
+        2,
+        10,
+        "defun 'forward' calls itself (forward -> forward); recursion is not supported",
+    ),
+    "mutual-recursion": (
+        b"(defun ping (x) (pong x))\n(defun pong (x) (ping x))\n(defun forward (x) (ping x))\n",
+        2,
+        18,
+        "defun 'ping' calls itself (ping -> pong -> ping); recursion is not supported",
+    ),
+    "no-forward": (
+        b"(defconst d 4)\n(defun f (x) x)\n",
+        1,
+        1,
+        "the file defines no 'forward' defun: expected (defun forward (x ...) ...)",
+    ),
+    "model-cycle": (
+        b"(defmodel a () (defparam q (b)) (defun forward (x) (q x)))\n"
+        b"(defmodel b () (defparam p (a)) (defun forward (x) (p x)))\n"
+        b"(defparam m (a))\n(defun forward (x) (m x))\n",
+        2,
+        26,
+        "model 'a' contains itself (a -> b -> a)",
+    ),
+    "model-named-as-file": (
+        b"(defmodel model () (defun forward (x) x))\n(defun forward (x) x)\n",
+        1,
+        11,
+        "a defmodel cannot be named 'model': the file's top model has that name",
+    ),
+    "keyword-const": (
+        b"(defconst mode :fast)\n(defun forward (x) (* x mode))\n",
+        2,
+        25,
+        "'mode' is the keyword :fast, not a number or a tensor",
+    ),
+    "overflow": (
+        b"(defconst big (* 1e200 1e200))\n(defun forward (x) x)\n",
+        1,
+        15,
+        "number out of range (with the consts at their defaults)",
+    ),
+    "int-range": (
+        b"(defun forward (x) (* x 99999999999999999999))\n",
+        1,
+        25,
+        "number out of range: 99999999999999999999",
+    ),
+    "float-range": (
+        b"(defun forward (x) (* x 1e999))\n",
+        1,
+        25,
+        "number out of range: 1e999",
+    ),
+    "unicode-space": (
+        "(defun forward (x)\n  (relu\u00a0x))\n".encode(),
+        2,
+        8,
+        "invalid character '\\xa0': expected a name (letters, digits and -_*+/<>=!?&.%), a bracket or a space",
+    ),
+    "nul": (
+        b"(defun forward (x)\n  (relu x\x00))\n",
+        2,
+        10,
+        "invalid character '\\x00': expected a name (letters, digits and -_*+/<>=!?&.%), a bracket or a space",
+    ),
+    "quote": (b"(defun forward (x) '(x))\n", 1, 20, "quoted data (') is not supported"),
+    "call-depth": (
+        b"".join(b"(defun f%d (x) (relu (f%d x)))\n" % (i, i + 1) for i in range(70))
+        + b"(defun f70 (x) x)\n(defun forward (x) (f0 x))\n",
+        64,
+        23,
+        "calls nested more than 64 defuns deep",
+    ),
+}
+
+
+def compile_file(
+    tmp_path, capsys, source: bytes, *options: str, name: str = "model.lisp"
+) -> tuple:
+    path = tmp_path / name
+    path.write_bytes(source)
+    rc = cli.main([str(path), *options])
+    out, err = capsys.readouterr()
+    return rc, out, err, str(path)
+
+
+def expected_lines(source: bytes, line: int, col: int) -> tuple:
+    shown = source.decode("utf-8", errors="replace").split("\n")[line - 1]
+    shown = "".join(c if c.isprintable() else "?" for c in shown)
+    return "  " + shown, "  " + " " * (col - 1) + "^"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_diagnostic_is_located(tmp_path, capsys, name):
+    source, line, col, message = CASES[name]
+    rc, out, err, path = compile_file(tmp_path, capsys, source)
+    assert (rc, out) == (1, "")
+    assert err.splitlines() == [
+        f"{path}:{line}:{col}: error: {message}",
+        *expected_lines(source, line, col),
+    ]
+
+
+def test_deep_nesting_is_bounded(tmp_path, capsys):
+    source = b"(defun forward (x) " + b"(relu " * 10_000 + b"x" + b")" * 10_001 + b"\n"
+    rc, out, err, path = compile_file(tmp_path, capsys, source)
+    head, shown, caret = err.splitlines()
+    assert (rc, out) == (1, "")
+    assert head == f"{path}:1:398: error: forms nested deeper than 64 levels"
+    assert len(shown) < 120 and shown[len(caret) - 1] == "(" and caret.strip() == "^"
+
+
+def test_deep_vectors_are_bounded(tmp_path, capsys):
+    rc, _, err, path = compile_file(tmp_path, capsys, b"[" * 100_000)
+    assert rc == 1 and err.startswith(
+        f"{path}:1:65: error: forms nested deeper than 64 levels\n"
+    )
+
+
+def test_empty_file(tmp_path, capsys):
+    rc, _, err, path = compile_file(tmp_path, capsys, b"")
+    assert (rc, err) == (
+        1,
+        f"{path}:1:1: error: the file defines no 'forward' defun: expected (defun forward (x ...) ...)\n",
+    )
+
+
+def test_crlf_and_tabs_keep_the_caret_under_the_column(tmp_path, capsys):
+    rc, _, err, path = compile_file(
+        tmp_path, capsys, b"(defun forward (x)\r\n\t(relu y))\r\n"
+    )
+    assert rc == 1
+    assert err.splitlines() == [
+        f"{path}:2:8: error: unknown name 'y': expected an argument, a let local, a const or a param",
+        "   (relu y))",
+        "         ^",
+    ]
+
+
+def test_control_characters_are_not_echoed_to_the_terminal(tmp_path, capsys):
+    rc, _, err, _ = compile_file(
+        tmp_path, capsys, b'(defun forward (x)\n  "\x1b[2J\x07" (relu y))\n'
+    )
+    assert rc == 1 and "\x1b" not in err and "\x07" not in err
+    assert err.splitlines()[1:] == ['    "?[2J?" (relu y))', "                  ^"]
+
+
+def test_a_byte_order_mark_is_not_a_column(tmp_path, capsys):
+    rc, _, err, path = compile_file(
+        tmp_path, capsys, b"\xef\xbb\xbf(defun forward (x) y)\n"
+    )
+    assert rc == 1 and err.startswith(f"{path}:1:20: error: unknown name 'y'")
+
+
+def test_unknown_run_is_a_diagnostic(tmp_path, capsys):
+    source = b"(defun forward (x) x)\n(defrun train :precision :bf16)\n"
+    rc, out, err, path = compile_file(tmp_path, capsys, source, "--run", "eval")
+    assert (rc, out) == (1, "")
+    assert (
+        err.splitlines()[0]
+        == f"{path}:1:1: error: no defrun named 'eval' (known: train)"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"(defun forward (x)\n  (relu x)",
+        b"(defun forward (x) (relu \xff))",
+        b"(defun forward (x) (forward x))",
+    ],
+)
+def test_no_traceback_from_the_command(tmp_path, source):
+    path = tmp_path / "bad.lisp"
+    path.write_bytes(source)
+    result = subprocess.run(
+        [sys.executable, "-m", "sx2torch", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"{path}:1:") and "Traceback" not in result.stderr
+
+
+def test_a_compiler_bug_is_one_line(tmp_path, capsys, monkeypatch):
+    def broken(program):
+        raise KeyError("the tracer lost its way\nsecond line")
+
+    monkeypatch.setattr(trace, "run", broken)
+    rc, out, err, _ = compile_file(tmp_path, capsys, b"(defun forward (x) x)\n")
+    assert (rc, out) == (1, "")
+    assert err == (
+        "sx2torch: internal compiler error: KeyError: 'the tracer lost its way\\nsecond line' "
+        "(a bug in sx2torch: please report it with the source file; --traceback shows where)\n"
+    )
+
+
+def test_traceback_flag_shows_a_compiler_bug(tmp_path, capsys, monkeypatch):
+    def broken(program):
+        raise KeyError("the tracer lost its way")
+
+    monkeypatch.setattr(trace, "run", broken)
+    rc, _, err, _ = compile_file(
+        tmp_path, capsys, b"(defun forward (x) x)\n", "--traceback"
+    )
+    assert rc == 1
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert "in broken" in err and err.endswith("KeyError: 'the tracer lost its way'\n")
