@@ -182,8 +182,9 @@ def test_distill_trains_the_student_only(build):
     target = (x.to(BF16) @ net.teacher).float()
     pred = x @ net.student.detach()
     expected = x.T @ (2.0 * (pred - target) / pred.numel())
+    # A tolerance: autograd's backward of mean(square) scales and multiplies in
+    # another order than this formula, and the data are not integers here.
     torch.testing.assert_close(net.student.grad, expected, rtol=1e-5, atol=1e-6)
-    # (tolerance: autograd's backward of mean(square) scales and multiplies in another order)
 
 
 def test_distill_state_dict_round_trip_gives_the_same_bits(build):

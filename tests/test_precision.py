@@ -15,7 +15,6 @@ Two kinds of integer data appear:
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
@@ -890,3 +889,58 @@ def test_6_7_numerics_high_parameter_inside_a_region_is_still_read_in_f32(build)
     x, hi = small(2, 4, seed=1, low=-2, high=3), odd(4, 3, seed=3)
     assign(net, hi=hi)
     assert_same(net(x), x @ hi)
+
+
+SCANS = """
+(defparam w (zeros [4 4]))
+(defun scan (x) (linear-scan (sigmoid (matmul x w)) (matmul x w)))
+(defun ortho (g) (newton-schulz (matmul g w)))
+(defun forward (x) (scan x))
+"""
+
+
+def _newton_schulz_reference(g):
+    """LANGUAGE.md 5: Muon's quintic iteration on G / (|G|_F + 1e-7), in bf16 (6.8), returning f32."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g.to(BF16)
+    tall = g.shape[-2] > g.shape[-1]
+    if tall:
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(5):
+        m = x @ x.mT
+        x = a * x + (b * m + c * m @ m) @ x
+    if tall:
+        x = x.mT
+    return x.float()
+
+
+@pytest.mark.parametrize("precision", POLICIES)
+def test_6_8_linear_scan_computes_in_f32(build, precision):
+    cls, _ = make(build, SCANS, precision)
+    net = cls()
+    w, x = small(4, 4, seed=1, low=-2, high=3) / 4, small(
+        2, 5, 4, seed=2, low=-2, high=3
+    )
+    assign(net, w=w)
+    h = down(x) @ down(w) if precision == "bf16" else x @ w
+    a, b = torch.sigmoid(h).float(), h.float()  # the scan reads its bf16 inputs cast up
+    state, steps = torch.zeros(2, 4), []
+    for t in range(5):
+        state = a[:, t] * state + b[:, t]
+        steps.append(state)
+    got = net.scan(x)
+    assert got.dtype == F32
+    # A tolerance: the contract does not fix the order in which a scan associates
+    # its products (a parallel scan may regroup them); the dtype is exact.
+    torch.testing.assert_close(got, torch.stack(steps, dim=1), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("precision", POLICIES)
+def test_6_8_newton_schulz_iterates_in_bf16_and_returns_f32(build, precision):
+    cls, _ = make(build, SCANS, precision)
+    net = cls()
+    w, g = small(4, 4, seed=1, low=-2, high=3), small(6, 4, seed=3, low=-2, high=3)
+    assign(net, w=w)
+    h = down(g) @ down(w) if precision == "bf16" else g @ w
+    assert_same(net.ortho(g), _newton_schulz_reference(h))

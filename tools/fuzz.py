@@ -1,6 +1,7 @@
 """Mutation fuzzing of the sx2torch command line, in process.
 
     python -m tools.fuzz --n 100000 [--seed 0] [--crashes fuzz-crashes] [--limit 10]
+    python -m tools.fuzz --reduce CRASH.lisp      # a smaller input with the same finding
 
 Each input is an example or golden source with a few random edits (tokens and
 brackets inserted, deleted, swapped or replaced; odd bytes injected; pieces of
@@ -170,7 +171,7 @@ def campaign(n: int, seed: int, crashes: Path, limit_s: float) -> int:
                 (crashes / f"crash-{name}.txt").write_text(
                     finding + "\n", encoding="utf-8"
                 )
-                signature = re.sub(r"\d+", "N", finding)[:120]
+                signature = _signature(finding)
                 if signature not in found:
                     found[signature] = name
                     print(f"[{tried}] new crash {name}: {finding}", flush=True)
@@ -184,6 +185,46 @@ def campaign(n: int, seed: int, crashes: Path, limit_s: float) -> int:
         f"done: {n} inputs tried (seed {seed}), {counts['crash']} crashing, {len(found)} distinct; saved in {crashes}"
     )
     return 1 if found else 0
+
+
+def reduce(data: bytes, limit_s: float = 10.0) -> bytes:
+    """A smaller input with the same finding: forms deleted, or replaced by one of their parts."""
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "input.lisp"
+        wanted = _signature(check(path, data, limit_s)[1])
+        parts = [t for t in tokens(data) if not t.isspace()]
+        changed = True
+        while changed:
+            changed = False
+            for start, end in sorted(_forms(parts), key=lambda f: f[0] - f[1]):
+                for child in [(start, start)] + [
+                    c for c in _forms(parts) if start < c[0] and c[1] < end
+                ]:
+                    trial = parts[:start] + parts[child[0] : child[1]] + parts[end:]
+                    if _signature(check(path, b" ".join(trial), limit_s)[1]) == wanted:
+                        parts, changed = trial, True
+                        break
+                if changed:
+                    break
+    return re.sub(rb"([(\[]) | ([)\]])", rb"\1\2", b" ".join(parts)) + b"\n"
+
+
+def _forms(parts: list) -> list:
+    """(start, end) of every atom and bracketed form among the tokens."""
+    found, opened = [], []
+    for i, part in enumerate(parts):
+        if part in (b"(", b"["):
+            opened.append(i)
+        elif part in (b")", b"]"):
+            if opened:
+                found.append((opened.pop(), i + 1))
+        else:
+            found.append((i, i + 1))
+    return found
+
+
+def _signature(finding: Optional[str]) -> Optional[str]:
+    return re.sub(r"\d+", "N", finding)[:120] if finding else None
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -206,7 +247,15 @@ def main(argv: Optional[list] = None) -> int:
         default=10.0,
         help="seconds one input may take (default 10)",
     )
+    parser.add_argument(
+        "--reduce",
+        type=Path,
+        help="print a smaller input with the same finding as this one",
+    )
     args = parser.parse_args(argv)
+    if args.reduce:
+        sys.stdout.buffer.write(reduce(args.reduce.read_bytes(), args.limit))
+        return 0
     return campaign(args.n, args.seed, args.crashes, args.limit)
 
 

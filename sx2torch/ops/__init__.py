@@ -51,6 +51,7 @@ class Op:
     grad: Optional[Callable] = None
     name_inputs: bool = False  # the emission reads an input twice, so it must be a local
     elementwise: bool = False  # the output has the broadcast shape of the tensor inputs
+    exact: bool = False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
     doc: str = ""
 
     @property
@@ -91,10 +92,15 @@ def register(op: Op) -> Op:
 class EmitContext:
     """What an op's emission may depend on besides its operands."""
 
-    target: str
+    target: str  # "cuda", "metal" or "cpu"
     compute: Optional[str] = None
     attrs: dict = field(default_factory=dict)  # as Python expressions
     values: dict = field(default_factory=dict)  # as compile-time values, consts at their defaults
+
+    @property
+    def tensor_dtype(self) -> str:
+        """The torch dtype a new tensor of the compute dtype has: metal and cpu hold bf16 in f32."""
+        return "torch.bfloat16" if self.compute == "bf16" and self.target == "cuda" else "torch.float32"
 
 
 from sx2torch.ops import adjoint, elementwise, linalg, nn, optim, reduce, scan, shape  # noqa: E402,F401

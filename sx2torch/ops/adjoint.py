@@ -20,14 +20,13 @@ def _filled(torch_name: str):
     """ones or zeros shaped like the input, in the dtype the node computes in."""
 
     def emit(a, ctx):
-        return b.call(torch_name, a[0], dtype=b.dotted(TORCH_DTYPES[ctx.compute]))
+        return b.call(torch_name, a[0], dtype=b.dotted(ctx.tensor_dtype))
 
     return emit
 
 
-TORCH_DTYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16"}
-register(Op("ones-like", (LIKE,), _filled("torch.ones_like"), grad=lambda t, n, g: [None]))
-register(Op("zeros-like", (LIKE,), _filled("torch.zeros_like"), grad=lambda t, n, g: [None]))
+register(Op("ones-like", (LIKE,), _filled("torch.ones_like"), grad=lambda t, n, g: [None], exact=True))
+register(Op("zeros-like", (LIKE,), _filled("torch.zeros_like"), grad=lambda t, n, g: [None], exact=True))
 register(
     Op(
         "sum-to",
@@ -43,6 +42,7 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "expand_as", a[1]),
         grad=_expand_as_grad,
+        exact=True,
         doc="broadcasts to the shape of `like`",
     )
 )
@@ -112,7 +112,7 @@ def _slice_backward_grad(t, node, g):
 
 
 SLICE_KEYS = (Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int"))
-register(Op("slice-backward", (G, LIKE), _slice_backward, keys=SLICE_KEYS, grad=_slice_backward_grad))
+register(Op("slice-backward", (G, LIKE), _slice_backward, keys=SLICE_KEYS, grad=_slice_backward_grad, exact=True))
 
 
 def _concat_part(a, ctx):
@@ -126,6 +126,7 @@ register(
         (G, LIKE),
         _concat_part,
         keys=(Key("index", "int", 0), Key("axis", "int", 0)),
+        exact=True,
         arity=(2, None),
     )
 )

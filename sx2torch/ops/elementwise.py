@@ -69,7 +69,9 @@ def _minus_grad(t, n, g):
 _register(
     Op("-", (X, Y), _minus, result="arith", arity=(1, 2), grad=_minus_grad, doc="difference; negation with one argument")
 )
-_register(Op("neg", (X,), lambda a, ctx: b.neg(a[0]), result="arith", grad=lambda t, n, g: [t.op("neg", [g])]))
+_register(
+    Op("neg", (X,), lambda a, ctx: b.neg(a[0]), result="arith", grad=lambda t, n, g: [t.op("neg", [g])], exact=True)
+)
 
 
 def _times(t, g, *factors):
@@ -139,8 +141,12 @@ def _silu_grad(t, n, g):
     return [_times(t, g, s, t.op("+", [ONE, t.op("*", [x, _one_minus(t, s)])]))]
 
 
+EXACT = ("abs", "relu")
+
+
 def _function(name: str, torch_name: str, result: str, grad) -> None:
-    _register(Op(name, (X,), lambda a, ctx: b.call(torch_name, a[0]), result=result, grad=grad))
+    op = Op(name, (X,), lambda a, ctx: b.call(torch_name, a[0]), result=result, grad=grad, exact=name in EXACT)
+    _register(op)
 
 
 for _name, (_torch_name, _result, _grad) in DERIVATIVES.items():
@@ -173,8 +179,8 @@ def _extremum_grad(wins: str):
     return grad
 
 
-_register(Op("maximum", (X, Y), lambda a, ctx: b.call("torch.maximum", a[0], a[1]), result="keep", grad=_extremum_grad(">")))
-_register(Op("minimum", (X, Y), lambda a, ctx: b.call("torch.minimum", a[0], a[1]), result="keep", grad=_extremum_grad("<")))
+_register(Op("maximum", (X, Y), lambda a, ctx: b.call("torch.maximum", a[0], a[1]), result="keep", grad=_extremum_grad(">"), exact=True))
+_register(Op("minimum", (X, Y), lambda a, ctx: b.call("torch.minimum", a[0], a[1]), result="keep", grad=_extremum_grad("<"), exact=True))
 
 
 def _where_grad(t, n, g):
@@ -189,12 +195,13 @@ _register(
         lambda a, ctx: b.call("torch.where", *a),
         result="keep",
         grad=_where_grad,
+        exact=True,
     )
 )
 
 
 def _comparison(name: str, python_op: str) -> None:
-    _register(Op(name, (X, Y), lambda a, ctx: b.compare(a[0], python_op, a[1]), result="bool"))
+    _register(Op(name, (X, Y), lambda a, ctx: b.compare(a[0], python_op, a[1]), result="bool", exact=True))
 
 
 for _name, _python_op in (("<", "<"), ("<=", "<="), (">", ">"), (">=", ">="), ("=", "==")):

@@ -6,7 +6,8 @@ from sx2torch.ops import Arg, Key, Op, register
 
 
 def _matmul(a, ctx):
-    if ctx.attrs["out"] == "f32" and ctx.compute == "bf16":
+    """On metal and cpu the operands are bf16 values held in f32: their f32 GEMM is the f32-out product."""
+    if ctx.attrs["out"] == "f32" and ctx.compute == "bf16" and ctx.target == "cuda":
         return b.call("sx.matmul_f32_out", a[0], a[1])
     return b.binop(a[0], "@", a[1])
 

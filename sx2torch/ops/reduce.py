@@ -43,7 +43,8 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
         return b.call(torch_name, a[0], dim=dim, **extra)
 
     result = "keep" if name in ("amax", "amin") else "float"
-    register(Op(name, (Arg("x"),), emit, keys=AXES, result=result, grad=GRADS[name]))
+    exact = name in ("amax", "amin")
+    register(Op(name, (Arg("x"),), emit, keys=AXES, result=result, grad=GRADS[name], exact=exact))
 
 
 _reduction("sum", "torch.sum", b.name("None"))

@@ -28,13 +28,24 @@ def _transpose_grad(t, n, g):
     return [t.op("transpose", [g], perm=inverse)]
 
 
-register(Op("reshape", (X, Arg("shape", "ints")), _reshape, result="keep", name_inputs=True, grad=_reshape_grad))
+register(
+    Op(
+        "reshape",
+        (X, Arg("shape", "ints")),
+        _reshape,
+        result="keep",
+        exact=True,
+        name_inputs=True,
+        grad=_reshape_grad,
+    )
+)
 register(
     Op(
         "reshape-as",
         (X, Arg("like", "like")),
         lambda a, ctx: b.method(a[0], "reshape", b.attr(a[1], "shape")),
         result="keep",
+        exact=True,
         grad=_reshape_grad,
     )
 )
@@ -44,6 +55,7 @@ register(
         (X, Arg("perm", "ints")),
         lambda a, ctx: b.method(a[0], "permute", *ctx.attrs["perm"]),
         result="keep",
+        exact=True,
         grad=_transpose_grad,
     )
 )
@@ -53,6 +65,7 @@ register(
         (X, Arg("a", "int"), Arg("b", "int")),
         lambda a, ctx: b.method(a[0], "transpose", ctx.attrs["a"], ctx.attrs["b"]),
         result="keep",
+        exact=True,
         grad=lambda t, n, g: [t.op("swap-axes", [g], a=n.attrs["a"], b=n.attrs["b"])],
     )
 )
@@ -63,8 +76,12 @@ register(
         lambda a, ctx: b.call("torch.cat", b.list_(a), dim=ctx.attrs["axis"]),
         keys=(Key("axis", "int", 0),),
         result="keep",
+        exact=True,
         grad=lambda t, n, g: [
-            t.op("concat-part", [g, *n.inputs], index=Scalar.lit(i), axis=n.attrs["axis"]) for i in range(len(n.inputs))
+            t.op(
+                "concat-part", [g, *n.inputs], index=Scalar.lit(i), axis=n.attrs["axis"]
+            )
+            for i in range(len(n.inputs))
         ],
     )
 )
@@ -79,7 +96,10 @@ def _slice(a, ctx):
         index = [whole] * axis + [span]
     else:
         index = [cst.Ellipsis(), span] + [whole] * (-axis - 1)
-    elements = [cst.SubscriptElement(i if isinstance(i, cst.Slice) else cst.Index(i)) for i in index]
+    elements = [
+        cst.SubscriptElement(i if isinstance(i, cst.Slice) else cst.Index(i))
+        for i in index
+    ]
     return cst.Subscript(b.at_least(a[0], b.ATOM), elements)
 
 
@@ -90,6 +110,7 @@ register(
         _slice,
         keys=(Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int")),
         result="keep",
+        exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
     )
 )
@@ -99,6 +120,7 @@ register(
         (Arg("table"), Arg("ids", "ids")),
         lambda a, ctx: b.subscript(a[0], a[1]),
         result="keep",
+        exact=True,
         grad=lambda t, n, g: [t.op("take-backward", [g, *n.inputs]), None],
         doc="row gather: an embedding lookup",
     )
@@ -107,7 +129,7 @@ register(
 
 def _one_hot(a, ctx):
     codes = b.call("F.one_hot", a[0], ctx.attrs["n"])
-    return b.method(codes, "float") if ctx.compute == "f32" else b.method(codes, "to", b.dotted("torch.bfloat16"))
+    return b.method(codes, "to", b.dotted(ctx.tensor_dtype))
 
 
 register(

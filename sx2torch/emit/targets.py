@@ -1,0 +1,43 @@
+"""How each target holds bf16 values (section 7).
+
+cuda: native bf16 tensors; a cast is `.to(torch.bfloat16)` or `.float()`.
+metal and cpu: a bf16 value is an f32 tensor holding a bf16 value; a cast down is the
+runtime's exact rounding, a cast up is nothing, and a node that computes in bf16 computes in
+f32 and rounds on store, unless its op cannot leave the bf16 values (a reshape, a relu) or it
+stores the f32 accumulator (`:out :f32`). A frozen parameter stored in bf16 is a real bf16
+tensor (half the memory) read through an exact `.float()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sx2torch.emit import build as b
+
+DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+
+    @property
+    def device(self) -> str:
+        """The device type of the `torch.autocast(..., enabled=False)` around f32 islands."""
+        return DEVICE[self.name]
+
+    @property
+    def held(self) -> bool:
+        return self.name != "cuda"
+
+    def cast(self, value: b.Expr, have: str, want: str) -> b.Expr:
+        """`value`, a tensor of dtype `have` ("bf16" for a real bf16 tensor), as `want`."""
+        if not self.held:
+            return b.method(value, "float") if want == "f32" else b.method(value, "to", b.dotted("torch.bfloat16"))
+        if have == "bf16-stored":
+            return b.method(value, "float")
+        return b.call("sx.round_to_bf16", value) if want == "bf16" else value
+
+    def store(self, value: b.Expr, rounds: bool) -> b.Expr:
+        """A bf16 node's result: held targets round what they computed in f32."""
+        return b.call("sx.round_to_bf16", value) if self.held and rounds else value
