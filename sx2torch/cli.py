@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__
+from sx2torch import __version__, explain
 from sx2torch.compiler import TARGETS, Options, compile_source
 from sx2torch.errors import SourceError
 from sx2torch.read import decode
@@ -28,9 +28,6 @@ commands:
   (default)   compile FILE.lisp and print the module (or write it with -o)
   check       exit 1 with a unified diff when GENERATED.py is not what FILE.lisp compiles to
   explain     say where the precision policy keeps f32, and list parameter sizes"""
-SUPPORTED_TARGETS = ("cuda",)
-
-
 class UsageError(Exception):
     pass
 
@@ -90,15 +87,17 @@ def _parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _compile(args) -> str:
-    if args.target not in SUPPORTED_TARGETS:
-        raise UsageError(f"--target {args.target} is not supported yet")
+def _source(args) -> str:
     try:
         data = Path(args.file).read_bytes()
     except OSError as error:
         raise UsageError(f"cannot read {args.file}: {error.strerror}") from None
     args.text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")  # for showing a diagnostic's line
-    return compile_source(decode(data), args.file, Options(run=args.run, target=args.target))
+    return decode(data)
+
+
+def _compile(args) -> str:
+    return compile_source(_source(args), args.file, Options(run=args.run, target=args.target))
 
 
 def _compile_command(args) -> int:
@@ -161,7 +160,9 @@ def _check_command(args) -> int:
 
 
 def _explain_command(args) -> int:
-    raise UsageError("explain is not supported yet")
+    report = explain.run(_source(args), args.file, Options(run=args.run, target=args.target))
+    sys.stdout.write(explain.to_json(report) if args.json else explain.render(report))
+    return 0
 
 
 COMMANDS = {"compile": _compile_command, "check": _check_command, "explain": _explain_command}

@@ -345,7 +345,7 @@ class Tracer:
             attrs[spec.name] = given.get(spec.name, _default(spec.default))
         outer, self.datum = self.datum, datum
         try:
-            return self._fold_left(op, inputs, attrs) if op.variadic else self.op(op.name, inputs, **attrs)
+            return self._fold_left(op, inputs, attrs) if op.folds else self.op(op.name, inputs, **attrs)
         finally:
             self.datum = outer
 
@@ -420,7 +420,7 @@ def _default(value):
 
 def _usage(op: Op) -> str:
     args = " ".join(a.name.upper() for a in op.args)
-    if op.variadic:
+    if op.bounds[1] is None:
         args += " ..."
     keys = " ".join(f":{k.name}" for k in op.keys)
     return f"({op.name} {args}{' &key ' + keys if keys else ''})"

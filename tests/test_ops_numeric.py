@@ -146,7 +146,6 @@ CASES: dict[str, list[Case]] = {
             "(maximum x 0.0)",
             X,
             lambda x: torch.clamp(x, min=0.0),
-            xfail="registry: maximum/minimum emit torch.maximum(x, 0.0), which rejects a Python number",
         ),
     ],
     "minimum": [case("x y", "(minimum x y)", XY, torch.minimum)],
@@ -365,7 +364,6 @@ CASES: dict[str, list[Case]] = {
             "(concat-part (concat [x y] :axis 1) x y :index 1 :axis 1)",
             XY,
             lambda x, y: y,
-            xfail="concat-part's arity (2, None) makes the tracer fold it left, as (concat-part (concat-part g x) y)",
         ),
     ],
     "reshape-as": [

@@ -863,11 +863,6 @@ def test_6_2_where_of_number_literals_is_f32_until_it_meets_bf16(build, precisio
     assert_same(net(x), expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="registry: where with two number branches emits torch.where(c, 1.0, 0.0), "
-    "an f32 tensor, where the policy computes bf16 (a region); it should emit in the compute dtype as one-hot does",
-)
 def test_6_5_where_of_number_literals_in_a_region_is_bf16(build):
     cls, _ = make(
         build,

@@ -15,7 +15,10 @@ import torch
 from sx2torch.compiler import compile_source
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "examples"
-SMALL_GPT = {"vocab": 128, "d": 64}  # the file's defaults are 512 and 128: smaller keeps CPU tests fast
+SMALL_GPT = {
+    "vocab": 128,
+    "d": 64,
+}  # the file's defaults are 512 and 128: smaller keeps CPU tests fast
 
 
 @pytest.fixture
@@ -34,7 +37,9 @@ def load(tmp_path, request):
             assert ":precision :bf16" in text
             text = text.replace(":precision :bf16", f":precision :{precision}")
         code = compile_source(text, example)
-        name = f"sx_{request.node.name}_{len(names)}".translate(str.maketrans("[]-.", "____"))
+        name = f"sx_{request.node.name}_{len(names)}".translate(
+            str.maketrans("[]-.", "____")
+        )
         path = tmp_path / f"{name}.py"
         path.write_text(code)
         spec = importlib.util.spec_from_file_location(name, path)
@@ -57,7 +62,9 @@ def gpt_batch(vocab: int, seed: int = 0):
 
 def scan_batch(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(4, 24, 64, generator=generator), torch.randn(4, 24, 64, generator=generator)
+    return torch.randn(4, 24, 64, generator=generator), torch.randn(
+        4, 24, 64, generator=generator
+    )
 
 
 def train(loss_of, model, steps: int = 40, lr: float = 1e-2) -> tuple[float, float]:
@@ -92,7 +99,9 @@ def test_tiny_gpt_overfits_a_fixed_batch(load, precision):
     idx, targets = gpt_batch(SMALL_GPT["vocab"])
     logits = model(idx)
     assert logits.dtype == torch.float32 and logits.shape == (4, 32, SMALL_GPT["vocab"])
-    assert all(p.dtype == torch.float32 for p in model.parameters())  # f32 master weights
+    assert all(
+        p.dtype == torch.float32 for p in model.parameters()
+    )  # f32 master weights
     first, last = train(lambda: model.loss(idx, targets), model)
     assert last <= 0.6 * first, (first, last)
 
@@ -115,7 +124,9 @@ def test_scan_trains(load, precision):
     assert last <= 0.9 * first, (first, last)
     loss = scan_loss(model, x, y)
     loss.backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()
+    )
 
 
 def fresh_copy(model_class, model, **kwargs):
@@ -186,12 +197,15 @@ def gradients(model, loss_of):
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-def assert_compiled_matches_eager(model, loss_of, compiled_loss_of):
+def assert_compiled_matches_eager(model, loss_of, compiled_loss_of, grad_tolerance):
+    """Loss within 1e-5; each gradient within `grad_tolerance` of its largest entry."""
     eager_loss, eager_grads = gradients(model, loss_of)
     compiled_loss, compiled_grads = gradients(model, compiled_loss_of)
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-5)
     for compiled, eager in zip(compiled_grads, eager_grads):
-        torch.testing.assert_close(compiled, eager, rtol=0, atol=0.02 * eager.abs().max().item())
+        torch.testing.assert_close(
+            compiled, eager, rtol=0, atol=grad_tolerance * eager.abs().max().item()
+        )
 
 
 def test_torch_compile_fullgraph_forward_and_backward(load):
@@ -203,7 +217,12 @@ def test_torch_compile_fullgraph_forward_and_backward(load):
     idx, targets = gpt_batch(SMALL_GPT["vocab"])
     torch._dynamo.reset()
     compiled_loss = torch.compile(model.loss, fullgraph=True, backend="aot_eager")
-    assert_compiled_matches_eager(model, lambda: model.loss(idx, targets), lambda: compiled_loss(idx, targets))
+    assert_compiled_matches_eager(
+        model,
+        lambda: model.loss(idx, targets),
+        lambda: compiled_loss(idx, targets),
+        grad_tolerance=1e-6,
+    )
 
 
 def test_inductor_matches_eager_with_emulated_casts(load, emulated_casts):
@@ -218,4 +237,9 @@ def test_inductor_matches_eager_with_emulated_casts(load, emulated_casts):
     model = scan.Scan()
     x, y = scan_batch()
     compiled = torch.compile(model, fullgraph=True)
-    assert_compiled_matches_eager(model, lambda: scan_loss(model, x, y), lambda: scan_loss(compiled, x, y))
+    assert_compiled_matches_eager(
+        model,
+        lambda: scan_loss(model, x, y),
+        lambda: scan_loss(compiled, x, y),
+        grad_tolerance=0.02,
+    )

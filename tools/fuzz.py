@@ -192,7 +192,7 @@ def reduce(data: bytes, limit_s: float = 10.0) -> bytes:
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "input.lisp"
         wanted = _signature(check(path, data, limit_s)[1])
-        parts = [t for t in tokens(data) if not t.isspace()]
+        parts = [t for t in tokens(data) if not t.isspace() and not t.startswith(b";")]
         changed = True
         while changed:
             changed = False

@@ -51,7 +51,7 @@ def name(identifier: str) -> cst.Name:
 
 
 def attr(obj: Expr, *names: str) -> Expr:
-    node = at_least(obj, ATOM)
+    node = at_least(obj, ATOM) if not isinstance(obj, cst.Integer) else parens(obj)  # `16.t` reads as `16.` `t`
     for part in names:
         node = cst.Attribute(node, cst.Name(part))
     return node

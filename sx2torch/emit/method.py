@@ -19,19 +19,19 @@ from sx2torch.emit.echo import echo
 from sx2torch.emit.names import Namespace, mangle
 from sx2torch.ir import ISLAND, Node, Scalar
 from sx2torch.ops import REGISTRY, EmitContext
-from sx2torch.policy import Typed
-from sx2torch.policy.rules import CALLS, is_param
+from sx2torch.emit.targets import Target
+from sx2torch.policy import Lowered, Typed
+from sx2torch.policy.rules import CALLS
 
 RETURN = "return"
-DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
 
 
 @dataclass
 class ClassContext:
     """What a method needs to know of its class and of the other methods."""
 
-    target: str
-    storage: dict  # (model, param) -> stored dtype
+    target: Target
+    lowered: Lowered  # every specialization's dtypes, and where parameters are stored
     attrs: dict  # source name -> attribute name, for consts, params and sub-models
     method_names: dict  # Typed -> method name
     specialized: set  # the Typed whose method name carries its dtypes
@@ -107,7 +107,8 @@ class MethodEmitter:
         for node in self.graph.nodes:
             at = self.order.get(self.statement_of.get(node), -1)
             for index, operand in enumerate(node.inputs):
-                for value in (operand, (operand, self.want(node, index))):
+                conversion = self.conversion(node, index)
+                for value in (operand, (operand, conversion and conversion[1])):
                     last[value] = max(last.get(value, -1), at)
         output = self.graph.output
         if isinstance(output, Node):
@@ -136,22 +137,22 @@ class MethodEmitter:
 
     # Dtypes.
 
-    def have(self, operand) -> Optional[str]:
-        """The dtype of the Python value: a parameter's is the dtype it is stored in."""
-        if isinstance(operand, Scalar):
-            return None
-        dtype = self.typed.dtype[operand]
-        if is_param(dtype):
-            stored = operand.op == "param"
-            return self.ctx.storage[self.typed.model, dtype[6:]] if stored else "f32"
-        return dtype
+    def conversion(self, node: Node, index: int) -> Optional[tuple]:
+        """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None.
 
-    def want(self, node: Node, index: int) -> Optional[str]:
-        operand = node.inputs[index]
-        have = self.have(operand)
-        if have not in ("f32", "bf16") or node.op in CALLS or _shape_only(node, index):
+        A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
+        holds bf16 values in f32, so that target reads it through `.float()`."""
+        lowered = self.ctx.lowered
+        want = lowered.read_dtype(self.typed, node, index)
+        if want is None:
             return None
-        return node.attrs["dtype"] if node.op == "cast" else self.typed.compute[node]
+        operand = node.inputs[index]
+        have = lowered.value_dtype(self.typed, operand)
+        if self.ctx.target.held and have == "bf16":
+            if operand.op == "param":
+                return "bf16-stored", want
+            return None  # a bf16 value already is an f32 tensor there
+        return None if have == want else (have, want)
 
     # Emission.
 
@@ -159,32 +160,33 @@ class MethodEmitter:
         """The method's statements, precision blocks nested."""
         casts = self._casts()
         statements: list = []  # (path, statement)
-        for (operand, dtype), count in casts.items():
+        for operand, conversion in casts:
             if operand.op == "param":
-                statements.append(((), self._hoist(operand, dtype, -1)))
+                statements.append(((), self._hoist(operand, conversion, -1)))
         for node in self.graph.nodes:
             if node not in self.named:
                 continue
-            for operand, dtype in self._shared_casts(node, casts):
-                statements.append((self.path(node), self._hoist(operand, dtype, self.order[node])))
+            for operand, conversion in self._shared_casts(node, casts):
+                statements.append((self.path(node), self._hoist(operand, conversion, self.order[node])))
             statements.extend((self.path(node), s) for s in self._statements(node))
         output = self.graph.output
         if isinstance(output, Node) and output not in self.named and output.op not in ("input", "param"):
-            for operand, dtype in self._shared_casts(RETURN, casts):
-                statements.append((self.path(output), self._hoist(operand, dtype, self.order[RETURN])))
+            for operand, conversion in self._shared_casts(RETURN, casts):
+                statements.append((self.path(output), self._hoist(operand, conversion, self.order[RETURN])))
             statements.append((self.path(output), cst.SimpleStatementLine([cst.Return(self.expr(output))])))
         else:
             statements.append(((), cst.SimpleStatementLine([cst.Return(self.ref(output))])))
-        return _nest(statements, DEVICE[self.ctx.target])
+        return _nest(statements, self.ctx.target.device)
 
     def _casts(self) -> dict:
         """(value, dtype) -> how many operand slots read the value cast to dtype."""
         counts: dict = {}
         for node in self.graph.nodes:
             for index, operand in enumerate(node.inputs):
-                dtype = self.want(node, index)
-                if dtype and dtype != self.have(operand) and node.op != "cast":
-                    counts[operand, dtype] = counts.get((operand, dtype), 0) + 1
+                conversion = self.conversion(node, index)
+                if conversion and node.op != "cast":
+                    key = (operand, conversion)
+                    counts[key] = counts.get(key, 0) + 1
         return counts
 
     def _shared_casts(self, statement, casts: dict) -> list:
@@ -194,17 +196,16 @@ class MethodEmitter:
             if self.statement_of.get(node) is not statement:
                 continue
             for index, operand in enumerate(node.inputs):
-                dtype = self.want(node, index)
-                key = (operand, dtype)
+                key = (operand, self.conversion(node, index))
                 if casts.get(key, 0) > 1 and key not in self.hoisted and key not in due:
                     due.append(key)
         return due
 
-    def _hoist(self, operand: Node, dtype: str, at: int) -> cst.SimpleStatementLine:
-        name = self._fresh(f"{self.py.get(operand) or operand.name or operand.op}_{dtype}", (operand, dtype), at)
-        value = self.cast(self.ref(operand), dtype)
-        self.hoisted[operand, dtype] = name
-        return _assign(name, value)
+    def _hoist(self, operand: Node, conversion: tuple, at: int) -> cst.SimpleStatementLine:
+        want = conversion[1]
+        name = self._fresh(f"{self.py.get(operand) or operand.name or operand.op}_{want}", (operand, want), at)
+        self.hoisted[operand, conversion] = name
+        return _assign(name, self.ctx.target.cast(self.ref(operand), *conversion))
 
     def _statements(self, node: Node) -> list:
         name = self._bind(node)
@@ -274,17 +275,12 @@ class MethodEmitter:
     def read(self, node: Node, index: int) -> b.Expr:
         """An operand as `node` reads it: cast to the dtype the node computes in."""
         operand = node.inputs[index]
-        dtype = self.want(node, index)
-        if dtype is None or dtype == self.have(operand):
+        conversion = self.conversion(node, index)
+        if conversion is None:
             return self.ref(operand)
-        if (operand, dtype) in self.hoisted:
-            return b.name(self.hoisted[operand, dtype])
-        return self.cast(self.ref(operand), dtype)
-
-    def cast(self, value: b.Expr, dtype: str) -> b.Expr:
-        if dtype == "f32":
-            return b.method(value, "float")
-        return b.method(value, "to", b.dotted("torch.bfloat16"))
+        if (operand, conversion) in self.hoisted:
+            return b.name(self.hoisted[operand, conversion])
+        return self.ctx.target.cast(self.ref(operand), *conversion)
 
     def expr(self, node: Node) -> b.Expr:
         if node.op == "cast":
@@ -297,12 +293,14 @@ class MethodEmitter:
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         context = EmitContext(
-            self.ctx.target,
+            self.ctx.target.name,
             self.typed.compute.get(node),
             {k: self._attr(v) for k, v in node.attrs.items()},
             {k: _value(v) for k, v in node.attrs.items()},
+            tuple(isinstance(i, Scalar) for i in node.inputs),
         )
-        return op.emit(operands, context)
+        rounds = self.typed.dtype[node] == "bf16" and not op.exact
+        return self.ctx.target.store(op.emit(operands, context), rounds)
 
     def _attr(self, value):
         if isinstance(value, Scalar):
@@ -321,11 +319,6 @@ class MethodEmitter:
         if scalar.op == "neg":
             return b.neg(self.scalar(scalar.args[0]))
         return b.binop(self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1]))
-
-
-def _shape_only(node: Node, index: int) -> bool:
-    op = REGISTRY.get(node.op)
-    return op is not None and op.args[min(index, len(op.args) - 1)].kind == "like"
 
 
 def _value(value):

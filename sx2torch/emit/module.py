@@ -8,6 +8,7 @@ from sx2torch import __version__
 from sx2torch.emit import build as b
 from sx2torch.emit.method import ClassContext, MethodEmitter, argument_names
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
+from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Node, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
@@ -45,7 +46,7 @@ def run(program: Program, lowered: Lowered, header: str, target: str) -> cst.Mod
         ),
     ]
     for model in program.all_models():
-        ctx = ClassContext(target, lowered.storage, attrs[model.name][0], method_names, specialized)
+        ctx = ClassContext(Target(target), lowered, attrs[model.name][0], method_names, specialized)
         body.append(_class(program, model, lowered, ctx, classes, attrs))
     comments = [cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()]
     return cst.Module(body=body, header=comments)

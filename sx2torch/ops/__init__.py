@@ -51,6 +51,7 @@ class Op:
     grad: Optional[Callable] = None
     name_inputs: bool = False  # the emission reads an input twice, so it must be a local
     elementwise: bool = False  # the output has the broadcast shape of the tensor inputs
+    folds: bool = False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
     exact: bool = False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
     doc: str = ""
 
@@ -63,9 +64,6 @@ class Op:
     def bounds(self) -> tuple:
         return self.arity or (len(self.args), len(self.args))
 
-    @property
-    def variadic(self) -> bool:
-        return self.bounds[1] is None
 
     def key(self, name: str) -> Optional[Key]:
         return next((k for k in self.keys if k.name == name), None)
@@ -96,6 +94,7 @@ class EmitContext:
     compute: Optional[str] = None
     attrs: dict = field(default_factory=dict)  # as Python expressions
     values: dict = field(default_factory=dict)  # as compile-time values, consts at their defaults
+    scalars: tuple = ()  # for each operand, whether it is a compile-time number rather than a tensor
 
     @property
     def tensor_dtype(self) -> str:

@@ -32,7 +32,7 @@ def _binary(name: str, python_op: str, grad, arity=None, doc: str = "") -> None:
     def emit(a, ctx):
         return b.binop(a[0], python_op, a[1])
 
-    _register(Op(name, (X, Y), emit, result="arith", arity=arity, grad=grad, doc=doc))
+    _register(Op(name, (X, Y), emit, result="arith", arity=arity, grad=grad, folds=arity is not None, doc=doc))
 
 
 def _add_grad(t, n, g):
@@ -179,8 +179,29 @@ def _extremum_grad(wins: str):
     return grad
 
 
-_register(Op("maximum", (X, Y), lambda a, ctx: b.call("torch.maximum", a[0], a[1]), result="keep", grad=_extremum_grad(">"), exact=True))
-_register(Op("minimum", (X, Y), lambda a, ctx: b.call("torch.minimum", a[0], a[1]), result="keep", grad=_extremum_grad("<"), exact=True))
+def _extremum(torch_name: str, bound: str):
+    """torch.maximum takes two tensors; against a number it is a clamp."""
+
+    def emit(a, ctx):
+        if ctx.scalars[1]:
+            return b.call("torch.clamp", a[0], **{bound: a[1]})
+        if ctx.scalars[0]:
+            return b.call("torch.clamp", a[1], **{bound: a[0]})
+        return b.call(torch_name, a[0], a[1])
+
+    return emit
+
+
+_register(Op("maximum", (X, Y), _extremum("torch.maximum", "min"), result="keep", grad=_extremum_grad(">"), exact=True))
+_register(Op("minimum", (X, Y), _extremum("torch.minimum", "max"), result="keep", grad=_extremum_grad("<"), exact=True))
+
+
+def _where_emit(a, ctx):
+    """Two number branches would give torch's default dtype: give the compute dtype instead."""
+    chosen = b.call("torch.where", *a)
+    if ctx.scalars[1] and ctx.scalars[2]:
+        return b.method(chosen, "to", b.dotted(ctx.tensor_dtype))
+    return chosen
 
 
 def _where_grad(t, n, g):
@@ -192,7 +213,7 @@ _register(
     Op(
         "where",
         (Arg("condition", "bool-tensor"), X, Y),
-        lambda a, ctx: b.call("torch.where", *a),
+        _where_emit,
         result="keep",
         grad=_where_grad,
         exact=True,

@@ -13,13 +13,27 @@ def _softmax(torch_name: str):
     return lambda a, ctx: b.call(torch_name, a[0], dim=ctx.attrs["axis"])
 
 
-register(Op("softmax", (X,), _softmax("torch.softmax"), keys=(LAST_AXIS,), sensitive=True))
-register(Op("log-softmax", (X,), _softmax("torch.log_softmax"), keys=(LAST_AXIS,), sensitive=True))
+register(
+    Op("softmax", (X,), _softmax("torch.softmax"), keys=(LAST_AXIS,), sensitive=True)
+)
+register(
+    Op(
+        "log-softmax",
+        (X,),
+        _softmax("torch.log_softmax"),
+        keys=(LAST_AXIS,),
+        sensitive=True,
+    )
+)
 
 
 def _logsumexp(a, ctx):
     axes = ctx.attrs["axes"]
-    dim = b.call("tuple", b.call("range", b.method(a[0], "dim"))) if axes is None else dims(axes)
+    dim = (
+        b.call("tuple", b.call("range", b.method(a[0], "dim")))
+        if axes is None
+        else dims(axes)
+    )
     extra = {"keepdim": b.number(True)} if ctx.values["keepdims"] else {}
     return b.call("torch.logsumexp", a[0], dim=dim, **extra)
 
@@ -47,7 +61,11 @@ register(
     Op(
         "softcap",
         (X, Arg("cap", "number")),
-        lambda a, ctx: b.binop(ctx.attrs["cap"], "*", b.call("torch.tanh", b.binop(a[0], "/", ctx.attrs["cap"]))),
+        lambda a, ctx: b.binop(
+            ctx.attrs["cap"],
+            "*",
+            b.call("torch.tanh", b.binop(a[0], "/", ctx.attrs["cap"])),
+        ),
         sensitive=True,
         doc="cap * tanh(x / cap)",
     )
@@ -58,7 +76,9 @@ def _rms_norm(t, args, attrs):
     """The seed's definition: only the mean of squares and its rsqrt are sensitive."""
     (x,) = args
     with t.library_island():
-        mean_square = t.op("mean", [t.op("*", [x, x])], axes=(Scalar.lit(-1),), keepdims=True)
+        mean_square = t.op(
+            "mean", [t.op("*", [x, x])], axes=(Scalar.lit(-1),), keepdims=True
+        )
         inverse_rms = t.op("rsqrt", [t.op("+", [mean_square, attrs["eps"]])])
     return t.op("*", [x, inverse_rms])
 
@@ -71,7 +91,12 @@ def _normalize(axes):
         along = axes if axes is not None else attrs["axes"]
         with t.library_island():
             mean = t.op("mean", [x], axes=along, keepdims=True)
-            var = t.op("mean", [t.op("square", [t.op("-", [x, mean])])], axes=along, keepdims=True)
+            var = t.op(
+                "mean",
+                [t.op("square", [t.op("-", [x, mean])])],
+                axes=along,
+                keepdims=True,
+            )
             inverse_std = t.op("rsqrt", [t.op("+", [var, attrs["eps"]])])
         return t.op("*", [t.op("-", [x, mean]), inverse_std])
 
@@ -81,7 +106,15 @@ def _normalize(axes):
 EPS_6 = Key("eps", "number", 1e-6)
 EPS_5 = Key("eps", "number", 1e-5)
 register(Op("rms-norm", (X,), expand=_rms_norm, keys=(EPS_6,), doc="no gain"))
-register(Op("layer-norm", (X,), expand=_normalize((Scalar.lit(-1),)), keys=(EPS_5,), doc="no affine"))
+register(
+    Op(
+        "layer-norm",
+        (X,),
+        expand=_normalize((Scalar.lit(-1),)),
+        keys=(EPS_5,),
+        doc="no affine",
+    )
+)
 register(
     Op(
         "batch-norm",

@@ -59,7 +59,12 @@ def round_to_bf16(x: Tensor) -> Tensor:
     a NaN stays a NaN (its payload is not kept), ±inf and ±0 are kept, and a
     finite value that rounds past the largest bf16 becomes ±inf. The gradient
     is the identity, as the gradient of a cast is.
+
+    A bfloat16 tensor (a frozen parameter stored in bf16, passed to a defun) is
+    widened exactly instead: it holds bf16 values already.
     """
+    if x.dtype == torch.bfloat16:
+        return x.float()
     if x.dtype != torch.float32:
-        raise TypeError(f"round_to_bf16 takes a float32 tensor, got {x.dtype}")
+        raise TypeError(f"round_to_bf16 takes a float32 or bfloat16 tensor, got {x.dtype}")
     return _RoundToBf16.apply(x)

@@ -54,10 +54,14 @@ def matrix_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
     """
     n = b.shape[-1]
     if a.dim() < 2 or a.shape[-2:] != (n, n):
-        raise ValueError(f"matrix_scan: a must be [..., {n}, {n}] for b [..., {n}], got {tuple(a.shape)}")
+        raise ValueError(
+            f"matrix_scan: a must be [..., {n}, {n}] for b [..., {n}], got {tuple(a.shape)}"
+        )
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-1])
     if not -len(batch) <= dim < len(batch):
-        raise ValueError(f"matrix_scan: dim {dim} is not one of the {len(batch)} batch axes of {tuple(batch)}")
+        raise ValueError(
+            f"matrix_scan: dim {dim} is not one of the {len(batch)} batch axes of {tuple(batch)}"
+        )
     dim = dim % len(batch)
     a = a.expand(*batch, n, n)
     b = b.expand(*batch, n)

@@ -44,7 +44,11 @@ def qkv(*shape, keys=None, seed=0):
     torch.manual_seed(seed)
     batch, time, d = shape[:-2], shape[-2], shape[-1]
     keys = keys or time
-    return torch.randn(*shape), torch.randn(*batch, keys, d), torch.randn(*batch, keys, d)
+    return (
+        torch.randn(*shape),
+        torch.randn(*batch, keys, d),
+        torch.randn(*batch, keys, d),
+    )
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 3, 17, 16), (4, 64, 32)])
@@ -69,7 +73,10 @@ def test_bf16_computes_each_step_as_the_rules_round_it(build):
 def test_bf16_softmax_is_an_f32_island_and_the_matmuls_are_bf16(build):
     _, code = build(SOURCE, run="fast")
     before, after = code[code.index("def forward") :].split("with torch.autocast")
-    assert "cast_q @ k.to(torch.bfloat16).transpose(-2, -1) * cast_q.shape[-1] ** -0.5" in before
+    assert (
+        "cast_q @ k.to(torch.bfloat16).transpose(-2, -1) * cast_q.shape[-1] ** -0.5"
+        in before
+    )
     assert "weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)" in after
     assert "return weights.to(torch.bfloat16) @ v.to(torch.bfloat16)" in after
 
@@ -93,7 +100,10 @@ def test_gradients_match_sdpa_in_float64(build):
     q, k, v = (x.double().requires_grad_() for x in qkv(2, 2, 9, 8))
     weight = torch.randn(2, 2, 9, 8, dtype=torch.float64)
     ours = torch.autograd.grad((module.Model()(q, k, v) * weight).sum(), (q, k, v))
-    fused = torch.autograd.grad((F.scaled_dot_product_attention(q, k, v, is_causal=True) * weight).sum(), (q, k, v))
+    fused = torch.autograd.grad(
+        (F.scaled_dot_product_attention(q, k, v, is_causal=True) * weight).sum(),
+        (q, k, v),
+    )
     for got, expected in zip(ours, fused):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
@@ -102,7 +112,11 @@ def test_causal_mask_keeps_the_diagonal_and_below():
     scores = torch.zeros(2, 3, 4)
     masked = causal_mask(scores)
     expected = torch.tensor(
-        [[0.0, -math.inf, -math.inf, -math.inf], [0.0, 0.0, -math.inf, -math.inf], [0.0, 0.0, 0.0, -math.inf]]
+        [
+            [0.0, -math.inf, -math.inf, -math.inf],
+            [0.0, 0.0, -math.inf, -math.inf],
+            [0.0, 0.0, 0.0, -math.inf],
+        ]
     )
     assert torch.equal(masked, expected.expand(2, 3, 4))
     assert causal_mask(scores.to(torch.bfloat16)).dtype == torch.bfloat16

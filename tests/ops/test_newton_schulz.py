@@ -34,8 +34,12 @@ def test_matches_the_formula_in_bf16(shape):
     got = newton_schulz(g)
     assert got.dtype == torch.float32 and got.shape == g.shape
     expected = reference(g).float()
-    torch.testing.assert_close(got, expected, rtol=0, atol=0.05)  # a few bf16 ulps of values near 1
-    close_to_exact = reference(g, dtype=torch.float64)  # the same iteration without rounding
+    torch.testing.assert_close(
+        got, expected, rtol=0, atol=0.05
+    )  # a few bf16 ulps of values near 1
+    close_to_exact = reference(
+        g, dtype=torch.float64
+    )  # the same iteration without rounding
     assert (got.double() - close_to_exact).abs().max() < 0.1
 
 

@@ -52,15 +52,21 @@ def test_linear_scan_matches_the_loop(length):
 @pytest.mark.parametrize("length", LENGTHS)
 def test_linear_scan_is_exact_in_float64(length):
     torch.manual_seed(length)
-    a, b = decays(length, 2, dtype=torch.float64), torch.randn(length, 2, dtype=torch.float64)
-    torch.testing.assert_close(linear_scan(a, b, dim=0), linear_loop(a, b, 0), rtol=1e-12, atol=1e-12)
+    a, b = decays(length, 2, dtype=torch.float64), torch.randn(
+        length, 2, dtype=torch.float64
+    )
+    torch.testing.assert_close(
+        linear_scan(a, b, dim=0), linear_loop(a, b, 0), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_linear_scan_broadcasts_a_gate_and_takes_a_negative_axis():
     torch.manual_seed(0)
     a, b = decays(4, 1, 9), torch.randn(4, 5, 9)
     got = linear_scan(a, b, dim=-1)
-    torch.testing.assert_close(got.double(), linear_loop(a.double(), b.double(), -1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        got.double(), linear_loop(a.double(), b.double(), -1), rtol=1e-5, atol=1e-5
+    )
     assert got.shape == (4, 5, 9)
 
 
@@ -90,7 +96,9 @@ def test_matrix_scan_shape_convention():
 def test_matrix_scan_of_diagonal_matrices_is_the_linear_scan():
     torch.manual_seed(2)
     a, b = decays(3, 11, 5), torch.randn(3, 11, 5)
-    torch.testing.assert_close(matrix_scan(torch.diag_embed(a), b), linear_scan(a, b), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        matrix_scan(torch.diag_embed(a), b), linear_scan(a, b), rtol=1e-5, atol=1e-6
+    )
 
 
 def grad(y, xs):
@@ -128,8 +136,13 @@ def test_scan_gradients_in_float32_at_length_1000():
     b = torch.randn(1, 1000, 2, requires_grad=True)
     weight = torch.randn(1, 1000, 2)
     scan_grads = torch.autograd.grad((linear_scan(a, b) * weight).sum(), (a, b))
-    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
-    loop_grads = torch.autograd.grad((linear_loop(a64, b64, 1) * weight.double()).sum(), (a64, b64))
+    a64, b64 = (
+        a.detach().double().requires_grad_(),
+        b.detach().double().requires_grad_(),
+    )
+    loop_grads = torch.autograd.grad(
+        (linear_loop(a64, b64, 1) * weight.double()).sum(), (a64, b64)
+    )
     for got, expected in zip(scan_grads, loop_grads):
         torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-4)
 

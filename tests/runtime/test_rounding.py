@@ -115,9 +115,16 @@ def test_gradient_is_the_identity() -> None:
     assert torch.equal(x.grad, upstream)
 
 
-def test_rejects_a_non_float32_tensor() -> None:
+def test_rejects_a_tensor_that_is_neither_float32_nor_bfloat16() -> None:
     with pytest.raises(TypeError, match="float32"):
-        round_to_bf16(torch.ones(3, dtype=torch.bfloat16))
+        round_to_bf16(torch.ones(3, dtype=torch.float16))
+
+
+def test_widens_a_bfloat16_tensor_exactly() -> None:
+    x = torch.tensor([1.0, -2.5, 3.0078125, float("inf")], dtype=torch.bfloat16)
+    widened = round_to_bf16(x)
+    assert widened.dtype == torch.float32
+    assert torch.equal(widened, x.float())
 
 
 def test_compiles_without_graph_breaks_and_still_rounds_when_fused() -> None:
