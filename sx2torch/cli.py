@@ -82,6 +82,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--run", help="the defrun to compile for (default: the first)")
     parser.add_argument("--target", choices=TARGETS, default="cuda", help="the device family (default: cuda)")
+    if command in ("compile", "check"):
+        parser.add_argument("--source-lines", action="store_true", help="add a `# FILE:LINE` comment to each statement")
     parser.add_argument("--traceback", action="store_true", help="show the traceback of an internal error")
     parser.add_argument("--version", action="version", version=f"sx2torch {__version__}")
     return parser
@@ -97,7 +99,8 @@ def _source(args) -> str:
 
 
 def _compile(args) -> str:
-    return compile_source(_source(args), args.file, Options(run=args.run, target=args.target))
+    options = Options(run=args.run, target=args.target, source_lines=getattr(args, "source_lines", False))
+    return compile_source(_source(args), args.file, options)
 
 
 def _compile_command(args) -> int:

@@ -9,6 +9,7 @@ under :f32, the lines of bf16 regions. Then a table of parameters as in `state_d
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from sx2torch import policy, read, resolve, trace
@@ -114,6 +115,8 @@ def _casts(typed, node: Node, lowered) -> list:
 
 
 def _params(program, lowered) -> list:
+    """One row per tensor of `state_dict`, in its order: a module's parameters, its buffers
+    (the frozen parameters), then its sub-modules'."""
     rows: list = []
 
     def visit(model, prefix: str, env: dict) -> None:
@@ -121,26 +124,27 @@ def _params(program, lowered) -> list:
         env = dict(env)
         for const in model.consts.values():
             env.setdefault(const.name, _evaluate(const.value, env))
-        for param in model.params.values():
-            key = prefix + names[param.name]
-            init = param.init
-            if param.is_module:
-                sub = program.models[init.model]
-                sub_env = {k: _evaluate(v, env) for k, (_, v) in init.args.items()}
-                if init.kind == "model":
-                    visit(sub, key + ".", sub_env)
-                else:
-                    for i in range(_evaluate(init.count, env)):
-                        visit(sub, f"{key}.{i}.", sub_env)
-                continue
-            shape = [_evaluate(s, env) for s in init.args["shape"]] if "shape" in init.args else [_evaluate(init.args["n"], env)] * 2
-            dtype = lowered.storage[model.name, param.name]
-            count = 1
-            for size in shape:
-                count *= size
-            rows.append(
-                {"name": key, "shape": shape, "dtype": dtype, "bytes": count * BYTES[dtype], "trainable": param.trainable}
-            )
+        params = list(model.params.values())
+        tensors = [p for p in params if not p.is_module]
+        for param in [p for p in tensors if p.trainable] + [p for p in tensors if not p.trainable]:
+            add(model, param, prefix + names[param.name], env)
+        for param in [p for p in params if p.is_module]:
+            key, init = prefix + names[param.name], param.init
+            sub = program.models[init.model]
+            sub_env = {k: _evaluate(v, env) for k, (_, v) in init.args.items()}
+            if init.kind == "model":
+                visit(sub, key + ".", sub_env)
+            else:
+                for i in range(_evaluate(init.count, env)):
+                    visit(sub, f"{key}.{i}.", sub_env)
+
+    def add(model, param, key: str, env: dict) -> None:
+        args = param.init.args
+        sizes = args["shape"] if "shape" in args else (args["n"], args["n"])
+        shape = [_evaluate(size, env) for size in sizes]
+        dtype = lowered.storage[model.name, param.name]
+        count = math.prod(shape)
+        rows.append({"name": key, "shape": shape, "dtype": dtype, "bytes": count * BYTES[dtype], "trainable": param.trainable})
 
     visit(program.top, "", {})
     return rows

@@ -35,6 +35,7 @@ class ClassContext:
     attrs: dict  # source name -> attribute name, for consts, params and sub-models
     method_names: dict  # Typed -> method name
     specialized: set  # the Typed whose method name carries its dtypes
+    source_lines: Optional[str] = None  # the file name for `# file.lisp:LINE` comments, when asked for
 
 
 def argument_names(typed: Typed) -> tuple:
@@ -173,7 +174,8 @@ class MethodEmitter:
         if isinstance(output, Node) and output not in self.named and output.op not in ("input", "param"):
             for operand, conversion in self._shared_casts(RETURN, casts):
                 statements.append((self.path(output), self._hoist(operand, conversion, self.order[RETURN])))
-            statements.append((self.path(output), cst.SimpleStatementLine([cst.Return(self.expr(output))])))
+            returned = cst.SimpleStatementLine([cst.Return(self.expr(output))])
+            statements.append((self.path(output), self._located(returned, output)))
         else:
             statements.append(((), cst.SimpleStatementLine([cst.Return(self.ref(output))])))
         return _nest(statements, self.ctx.target.device)
@@ -213,7 +215,14 @@ class MethodEmitter:
         if node.note:
             comment = cst.EmptyLine(comment=cst.Comment("# " + node.note))
             statements[0] = statements[0].with_changes(leading_lines=[comment])
-        return statements
+        return [self._located(s, node) for s in statements]
+
+    def _located(self, statement, node: Node):
+        """With --source-lines, a trailing `# file.lisp:LINE` comment."""
+        if self.ctx.source_lines is None or not isinstance(statement, cst.SimpleStatementLine):
+            return statement
+        comment = cst.Comment(f"# {self.ctx.source_lines}:{node.span.line}")
+        return statement.with_changes(trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment))
 
     def _bind(self, node: Node) -> str:
         base = node.name or self._temporary_name(node)

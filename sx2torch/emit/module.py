@@ -23,7 +23,7 @@ def class_name(name: str) -> str:
     return "".join(p[0].upper() + p[1:] for p in parts) or "Model"
 
 
-def run(program: Program, lowered: Lowered, header: str, target: str) -> cst.Module:
+def run(program: Program, lowered: Lowered, header: str, target: str, source_lines=None) -> cst.Module:
     classes = _class_names(program)
     attrs = {model.name: attributes(model) for model in program.all_models()}
     method_names, specialized = _method_names(program, lowered, attrs)
@@ -46,7 +46,7 @@ def run(program: Program, lowered: Lowered, header: str, target: str) -> cst.Mod
         ),
     ]
     for model in program.all_models():
-        ctx = ClassContext(Target(target), lowered, attrs[model.name][0], method_names, specialized)
+        ctx = ClassContext(Target(target), lowered, attrs[model.name][0], method_names, specialized, source_lines)
         body.append(_class(program, model, lowered, ctx, classes, attrs))
     comments = [cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()]
     return cst.Module(body=body, header=comments)

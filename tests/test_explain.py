@@ -1,0 +1,79 @@
+"""sx2torch explain: each reason at its line, and byte totals equal to the module's state_dict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sx2torch import explain
+from sx2torch.cli import main
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+
+REASONS = """\
+(defparam w (normal [8 8]))
+(defparam gain (ones [8]) :numerics :high)
+(defparam frozen (normal [8 8]) :trainable false)
+(defun forward (x)
+  (let ((early (exp x))
+        (h (matmul early w))
+        (s (with-numerics (:sensitivity :high) (tanh h)))
+        (g (* h gain))
+        (p (softmax g))
+        (o (matmul h frozen :out :f32)))
+    (+ s p o)))
+(defrun train :precision :bf16)
+"""
+
+
+def lines_of(report: dict) -> dict:
+    return {entry["line"]: entry for entry in report["lines"]}
+
+
+def test_each_reason_for_f32_appears_at_its_line():
+    lines = lines_of(explain.run(REASONS, "reasons.lisp"))
+    assert lines[5]["reasons"] == ["no parameter or bf16 value has reached this value yet"]
+    assert lines[7]["reasons"] == ["sensitive mark: (with-numerics (:sensitivity :high) ...)"]
+    assert lines[7]["casts"] == ["h bf16 -> f32"]
+    assert lines[8]["reasons"] == [":numerics :high parameter gain"]
+    assert lines[9]["reasons"] == ["library mark: (softmax g)"]
+    assert lines[10]["reasons"] == [":out :f32 keeps the f32 accumulator of the bf16 GEMM"]
+    assert 6 not in lines  # an ordinary bf16 matmul is not where f32 is kept
+
+
+def test_under_f32_it_lists_the_lines_of_bf16_regions():
+    report = explain.run((GOLDEN / "distill.lisp").read_text(), "distill.lisp")
+    assert report["kept"] == "bf16"
+    (entry,) = report["lines"]
+    assert entry["line"] == 10 and entry["source"] == "(matmul x w)))"
+    assert entry["reasons"] == ["bf16 region: (with-numerics (:precision :bf16) ...)"]
+
+
+@pytest.mark.parametrize("name", ["rms-mlp", "distill", "frozen-params", "submodels", "tiny-gpt"])
+def test_byte_totals_equal_the_state_dict(name, build):
+    path = GOLDEN / f"{name}.lisp"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not a golden case yet")
+    text = path.read_text()
+    report = explain.run(text, path.name)
+    module, _ = build(text, path.name)
+    state = module.__dict__[module.__all__[0]]().state_dict()
+    assert [p["name"] for p in report["params"]] == list(state)
+    for row in report["params"]:
+        tensor = state[row["name"]]
+        assert list(tensor.shape) == row["shape"] and row["bytes"] == tensor.nbytes
+    assert report["totals"]["all"] == sum(t.nbytes for t in state.values())
+    assert report["totals"]["all"] == report["totals"]["trainable"] + report["totals"]["frozen"]
+
+
+def test_text_and_json_from_the_command_line(capsys):
+    assert main(["explain", str(GOLDEN / "frozen-params.lisp")]) == 0
+    text = capsys.readouterr().out
+    assert "Where the policy keeps f32:" in text
+    assert "embed  [8, 8]  bf16 (frozen)" in text
+    assert main(["explain", str(GOLDEN / "frozen-params.lisp"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"schema", "file", "run", "precision", "kept", "lines", "params", "totals"}
+    assert report["totals"]["frozen"] == 8 * 8 * 2 + 8 * 4
