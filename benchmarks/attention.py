@@ -27,7 +27,10 @@ from sx2torch.compiler import Options, compile_source
 SOURCE = """
 (require sexpgpu/nn)
 (defun forward (q k v)
-  (causal-attention (cast q :PRECISION) (cast k :PRECISION) (cast v :PRECISION)))
+  (let ((q (cast q :PRECISION))
+        (k (cast k :PRECISION))
+        (v (cast v :PRECISION)))
+    (causal-attention q k v)))
 (defrun run :precision :PRECISION)
 """
 SHAPES = [

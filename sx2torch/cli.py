@@ -28,13 +28,17 @@ commands:
   (default)   compile FILE.lisp and print the module (or write it with -o)
   check       exit 1 with a unified diff when GENERATED.py is not what FILE.lisp compiles to
   explain     say where the precision policy keeps f32, and list parameter sizes"""
+
+
 class UsageError(Exception):
     pass
 
 
 def main(argv: Optional[list] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = argv[0] if argv and argv[0] in ("check", "explain", "compile") else "compile"
+    command = (
+        argv[0] if argv and argv[0] in ("check", "explain", "compile") else "compile"
+    )
     rest = argv[1:] if argv and argv[0] == command else argv
     parser = _parser(command)
     try:
@@ -49,7 +53,9 @@ def main(argv: Optional[list] = None) -> int:
     except SourceError as error:
         print(error.render(args.file, getattr(args, "text", "")), file=sys.stderr)
         return 1
-    except Exception as error:  # anything else is a bug in the compiler, not in the source
+    except (
+        Exception
+    ) as error:  # anything else is a bug in the compiler, not in the source
         if args.traceback:
             traceback.print_exc()
         else:
@@ -79,13 +85,30 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "compile":
         parser.add_argument("-o", "--output", help="write the module here, atomically")
     if command == "explain":
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument(
+            "--json", action="store_true", help="machine-readable output"
+        )
     parser.add_argument("--run", help="the defrun to compile for (default: the first)")
-    parser.add_argument("--target", choices=TARGETS, default="cuda", help="the device family (default: cuda)")
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="cuda",
+        help="the device family (default: cuda)",
+    )
     if command in ("compile", "check"):
-        parser.add_argument("--source-lines", action="store_true", help="add a `# FILE:LINE` comment to each statement")
-    parser.add_argument("--traceback", action="store_true", help="show the traceback of an internal error")
-    parser.add_argument("--version", action="version", version=f"sx2torch {__version__}")
+        parser.add_argument(
+            "--source-lines",
+            action="store_true",
+            help="add a `# FILE:LINE` comment to each statement",
+        )
+    parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="show the traceback of an internal error",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"sx2torch {__version__}"
+    )
     return parser
 
 
@@ -94,12 +117,18 @@ def _source(args) -> str:
         data = Path(args.file).read_bytes()
     except OSError as error:
         raise UsageError(f"cannot read {args.file}: {error.strerror}") from None
-    args.text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")  # for showing a diagnostic's line
+    args.text = data.decode("utf-8", errors="replace").removeprefix(
+        "\ufeff"
+    )  # for showing a diagnostic's line
     return decode(data)
 
 
 def _compile(args) -> str:
-    options = Options(run=args.run, target=args.target, source_lines=getattr(args, "source_lines", False))
+    options = Options(
+        run=args.run,
+        target=args.target,
+        source_lines=getattr(args, "source_lines", False),
+    )
     return compile_source(_source(args), args.file, options)
 
 
@@ -115,7 +144,9 @@ def _compile_command(args) -> int:
 def _write_atomically(path: Path, text: str) -> None:
     """Write a sibling temporary file, then rename it over `path`: readers see old or new, never half."""
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, temporary = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+        )
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror}") from None
     try:
@@ -158,14 +189,23 @@ def _check_command(args) -> int:
         tofile=f"{args.generated} (compiled from {args.file})",
     )
     sys.stdout.writelines(diff)
-    print(f"sx2torch check: {args.generated} is stale; regenerate it from {args.file}", file=sys.stderr)
+    print(
+        f"sx2torch check: {args.generated} is stale; regenerate it from {args.file}",
+        file=sys.stderr,
+    )
     return 1
 
 
 def _explain_command(args) -> int:
-    report = explain.run(_source(args), args.file, Options(run=args.run, target=args.target))
+    report = explain.run(
+        _source(args), args.file, Options(run=args.run, target=args.target)
+    )
     sys.stdout.write(explain.to_json(report) if args.json else explain.render(report))
     return 0
 
 
-COMMANDS = {"compile": _compile_command, "check": _check_command, "explain": _explain_command}
+COMMANDS = {
+    "compile": _compile_command,
+    "check": _check_command,
+    "explain": _explain_command,
+}

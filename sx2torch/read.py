@@ -17,11 +17,15 @@ import sexpdata
 from sx2torch.errors import SourceError, Span
 
 MAX_DEPTH = 64
-WHITESPACE = " \t\n\r\f\v"  # ASCII only, as sexpdata; other spaces are invalid characters
+WHITESPACE = (
+    " \t\n\r\f\v"  # ASCII only, as sexpdata; other spaces are invalid characters
+)
 SYMBOL_RE = re.compile(r"[A-Za-z0-9_*+/<>=!?&.%-]+")
 TOKEN_RE = re.compile(r"[^ \t\n\r\f\v()\[\]\";]+")
 STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # else a symbol: nan, inf, 1_0
+NUMBER_RE = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+)  # else a symbol: nan, inf, 1_0
 INT_RANGE = range(-(2**63), 2**63)  # what torch takes as an integer
 CLOSERS = {"(": ")", "[": "]"}
 BOM = "\ufeff"
@@ -104,7 +108,10 @@ def decode(data: bytes) -> str:
     except UnicodeDecodeError as error:
         good = data[: error.start].decode("utf-8").removeprefix(BOM)
         bad = data[error.start : error.end].hex(" ")
-        raise SourceError(_Positions(good).span(len(good)), f"the file is not valid UTF-8 (byte {bad})") from None
+        raise SourceError(
+            _Positions(good).span(len(good)),
+            f"the file is not valid UTF-8 (byte {bad})",
+        ) from None
 
 
 def run(text: str) -> list[Datum]:
@@ -124,18 +131,24 @@ def run(text: str) -> list[Datum]:
             i = n if newline < 0 else newline + 1
         elif c in CLOSERS:
             if len(stack) >= MAX_DEPTH:
-                raise SourceError(where.span(i), f"forms nested deeper than {MAX_DEPTH} levels")
+                raise SourceError(
+                    where.span(i), f"forms nested deeper than {MAX_DEPTH} levels"
+                )
             stack.append((c, i, items))
             items = []
             i += 1
         elif c in ")]":
             if not stack:
-                raise SourceError(where.span(i), f"unexpected '{c}': there is no open bracket to close")
+                raise SourceError(
+                    where.span(i),
+                    f"unexpected '{c}': there is no open bracket to close",
+                )
             opener, start, outer = stack.pop()
             if CLOSERS[opener] != c:
                 expected = CLOSERS[opener]
                 raise SourceError(
-                    where.span(i), f"expected '{expected}' to close the '{opener}' at {_at(where.span(start))}, got '{c}'"
+                    where.span(i),
+                    f"expected '{expected}' to close the '{opener}' at {_at(where.span(start))}, got '{c}'",
                 )
             kind = List if opener == "(" else Vector
             outer.append(kind(tuple(items), where.span(start)))
@@ -147,7 +160,10 @@ def run(text: str) -> list[Datum]:
             i = _read_atom(atoms, text, i, where, items)
     if stack:
         opener, start, _ = stack[-1]
-        raise SourceError(where.span(start), f"'{opener}' is never closed: expected '{CLOSERS[opener]}' before the end of the file")
+        raise SourceError(
+            where.span(start),
+            f"'{opener}' is never closed: expected '{CLOSERS[opener]}' before the end of the file",
+        )
     return top
 
 
@@ -155,15 +171,22 @@ def _at(span: Span) -> str:
     return f"line {span.line}, column {span.col}"
 
 
-def _read_string(atoms: _AtomParser, text: str, i: int, where: _Positions, items: list) -> int:
+def _read_string(
+    atoms: _AtomParser, text: str, i: int, where: _Positions, items: list
+) -> int:
     if not STRING_RE.match(text, i):
-        raise SourceError(where.span(i), "unterminated string: expected a closing '\"' before the end of the file")
+        raise SourceError(
+            where.span(i),
+            "unterminated string: expected a closing '\"' before the end of the file",
+        )
     end, value = atoms.parse_str(i)
     items.append(String(value, where.span(i)))
     return end
 
 
-def _read_atom(atoms: _AtomParser, text: str, i: int, where: _Positions, items: list) -> int:
+def _read_atom(
+    atoms: _AtomParser, text: str, i: int, where: _Positions, items: list
+) -> int:
     span = where.span(i)
     token = TOKEN_RE.match(text, i).group()
     if text[i] == "'":
@@ -172,7 +195,11 @@ def _read_atom(atoms: _AtomParser, text: str, i: int, where: _Positions, items: 
     if not name:
         raise SourceError(span, "a keyword needs a name after ':'")
     if not SYMBOL_RE.fullmatch(name):
-        at = next(k for k, ch in enumerate(token) if k >= len(token) - len(name) and not SYMBOL_RE.fullmatch(ch))
+        at = next(
+            k
+            for k, ch in enumerate(token)
+            if k >= len(token) - len(name) and not SYMBOL_RE.fullmatch(ch)
+        )
         raise SourceError(
             where.span(i + at),
             f"invalid character {token[at]!r}: expected a name (letters, digits and -_*+/<>=!?&.%), a bracket or a space",

@@ -15,7 +15,16 @@ from sx2torch.ir import Scalar
 from sx2torch.read import Boolean, Datum, Keyword, List, String, Symbol, Vector, shown
 
 PRECISIONS = ("f32", "bf16")
-MAX_CALL_DEPTH = 64  # defuns calling defuns (and sub-models), like the reader's bound on nesting
+SPECIAL_FORMS = (
+    "let",
+    "with-numerics",
+    "cast",
+    "gradient",
+    "chain",
+)  # traced by trace.py, not called
+MAX_CALL_DEPTH = (
+    64  # defuns calling defuns (and sub-models), like the reader's bound on nesting
+)
 LATER_RUN_KEYS = ("loss", "optimizer", "steps", "inputs")
 INITIALIZERS = {
     # name: (positional args, keyword defaults)
@@ -110,10 +119,13 @@ def run(data: list, top_name: str) -> Program:
         if head == "defmodel":
             model = _defmodel(datum)
             if model.name in models:
-                raise SourceError(datum.items[1].span, f"model '{model.name}' is already defined")
+                raise SourceError(
+                    datum.items[1].span, f"model '{model.name}' is already defined"
+                )
             if model.name == top_name:
                 raise SourceError(
-                    datum.items[1].span, f"a defmodel cannot be named '{top_name}': the file's top model has that name"
+                    datum.items[1].span,
+                    f"a defmodel cannot be named '{top_name}': the file's top model has that name",
                 )
             models[model.name] = model
         elif head == "defrun":
@@ -128,13 +140,22 @@ def run(data: list, top_name: str) -> Program:
     _check_containment(program)
     _check_calls(program)
     if "forward" not in top.defuns:
-        raise SourceError(Span(1, 1), "the file defines no 'forward' defun: expected (defun forward (x ...) ...)")
+        raise SourceError(
+            Span(1, 1),
+            "the file defines no 'forward' defun: expected (defun forward (x ...) ...)",
+        )
     return program
 
 
 def _head(datum: Datum, what: str) -> str:
-    if not isinstance(datum, List) or not datum.items or not isinstance(datum.items[0], Symbol):
-        raise SourceError(datum.span, f"expected {what} such as (defun ...), got {_describe(datum)}")
+    if (
+        not isinstance(datum, List)
+        or not datum.items
+        or not isinstance(datum.items[0], Symbol)
+    ):
+        raise SourceError(
+            datum.span, f"expected {what} such as (defun ...), got {_describe(datum)}"
+        )
     return datum.items[0].name
 
 
@@ -181,14 +202,23 @@ def _arity(datum: List, low: int, high: Optional[int], usage: str) -> None:
 def _keywords(items: tuple, allowed: dict, where: str) -> dict:
     """`:key value` pairs -> {key: Datum}, rejecting unknown and repeated keys."""
     found: dict[str, Datum] = {}
-    if len(items) % 2:
-        raise SourceError(items[-1].span, f"keyword without a value in {where}")
-    for key, value in zip(items[::2], items[1::2]):
+    for at in range(0, len(items), 2):
+        key = items[at]
         if not isinstance(key, Keyword):
-            raise SourceError(key.span, f"expected a keyword such as :{next(iter(allowed), 'key')}, got {_describe(key)}")
+            raise SourceError(
+                key.span,
+                f"expected a keyword such as :{next(iter(allowed), 'key')}, got {_describe(key)}",
+            )
+        if at + 1 == len(items):
+            raise SourceError(
+                key.span, f"keyword :{key.name} without a value in {where}"
+            )
+        value = items[at + 1]
         if key.name not in allowed:
             known = ", ".join(f":{k}" for k in allowed) or "none"
-            raise SourceError(key.span, f"unknown keyword :{key.name} in {where} (known: {known})")
+            raise SourceError(
+                key.span, f"unknown keyword :{key.name} in {where} (known: {known})"
+            )
         if key.name in found:
             raise SourceError(key.span, f":{key.name} given twice")
         found[key.name] = value
@@ -214,17 +244,26 @@ def _defconst(model: Model, datum: List) -> Const:
 def _defparam(model: Model, datum: List) -> Param:
     _arity(datum, 2, None, "(defparam NAME INIT &key :numerics :trainable)")
     name = _symbol(datum.items[1], "a parameter name")
-    options = _keywords(datum.items[3:], {"numerics": None, "trainable": None}, "defparam")
+    options = _keywords(
+        datum.items[3:], {"numerics": None, "trainable": None}, "defparam"
+    )
     param = Param(name.name, _init(model, datum.items[2]), name.span)
     if "numerics" in options:
-        param.numerics_high = _choice(options["numerics"], ("high",), ":numerics") == "high"
+        param.numerics_high = (
+            _choice(options["numerics"], ("high",), ":numerics") == "high"
+        )
     if "trainable" in options:
         flag = options["trainable"]
         if not isinstance(flag, Boolean):
-            raise SourceError(flag.span, f":trainable must be true or false, got {shown(flag)}")
+            raise SourceError(
+                flag.span, f":trainable must be true or false, got {shown(flag)}"
+            )
         param.trainable = flag.value
     if param.is_module and len(options):
-        raise SourceError(datum.items[3].span, "a sub-model parameter takes no :numerics or :trainable")
+        raise SourceError(
+            datum.items[3].span,
+            "a sub-model parameter takes no :numerics or :trainable",
+        )
     return param
 
 
@@ -232,10 +271,17 @@ def _init(model: Model, datum: Datum) -> Init:
     head = _head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
         _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
-        count = scalars.expect_int(scalars.evaluate(datum.items[1], model.lookup_const), datum.items[1].span, "a stack size")
+        count = scalars.expect_int(
+            scalars.evaluate(datum.items[1], model.lookup_const),
+            datum.items[1].span,
+            "a stack size",
+        )
         inner = _init(model, datum.items[2])
         if inner.kind != "model":
-            raise SourceError(datum.items[2].span, "stack takes a sub-model instance, such as (block :d d)")
+            raise SourceError(
+                datum.items[2].span,
+                "stack takes a sub-model instance, such as (block :d d)",
+            )
         return Init("stack", inner.args, inner.model, count)
     if head not in INITIALIZERS:
         return Init("model", _instance_args(model, datum), model=head)
@@ -243,7 +289,10 @@ def _init(model: Model, datum: Datum) -> Init:
     n = len(positional)
     items = datum.items[1:]
     if len(items) < n or any(isinstance(i, Keyword) for i in items[:n]):
-        raise SourceError(datum.span, f"wrong number of arguments: expected ({head} {' '.join(p.upper() for p in positional)}{' &key ...' if defaults else ''})")
+        raise SourceError(
+            datum.span,
+            f"wrong number of arguments: expected ({head} {' '.join(p.upper() for p in positional)}{' &key ...' if defaults else ''})",
+        )
     args = {}
     for key, item in zip(positional, items[:n]):
         if key == "shape":
@@ -263,29 +312,49 @@ def _instance_args(model: Model, datum: List) -> dict:
     """`(MODEL :k v ...)` -> {k: (span, Scalar)}; the keys are checked once every model is read."""
     items = datum.items[1:]
     if items and not isinstance(items[0], Keyword):
-        raise SourceError(items[0].span, "a sub-model takes only keyword arguments, such as (block :d d)")
+        raise SourceError(
+            items[0].span,
+            "a sub-model takes only keyword arguments, such as (block :d d)",
+        )
     every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
     pairs = _keywords(items, every_key, "a sub-model instance")
     keys = {item.name: item.span for item in items[::2]}
-    return {key: (keys[key], scalars.evaluate(value, model.lookup_const)) for key, value in pairs.items()}
+    return {
+        key: (keys[key], scalars.evaluate(value, model.lookup_const))
+        for key, value in pairs.items()
+    }
 
 
 def shape(lookup, datum: Datum) -> tuple:
     if not isinstance(datum, Vector):
-        raise SourceError(datum.span, "a shape must be a vector of integers and constants, such as [d (* 4 d)]")
-    sizes = tuple(scalars.expect_int(scalars.evaluate(item, lookup), item.span, "a size") for item in datum.items)
+        raise SourceError(
+            datum.span,
+            "a shape must be a vector of integers and constants, such as [d (* 4 d)]",
+        )
+    sizes = tuple(
+        scalars.expect_int(scalars.evaluate(item, lookup), item.span, "a size")
+        for item in datum.items
+    )
     for item, size in zip(datum.items, sizes):
         if size.value < 0:
-            raise SourceError(item.span, f"a size must not be negative, got {size.value}")
+            raise SourceError(
+                item.span, f"a size must not be negative, got {size.value}"
+            )
     return sizes
 
 
 def _defun(datum: List) -> Defun:
     _arity(datum, 2, None, "(defun NAME (ARG ... &key (K DEFAULT) ...) [DOC] BODY ...)")
     name = _symbol(datum.items[1], "a function name")
+    if name.name in SPECIAL_FORMS:
+        raise SourceError(
+            name.span, f"a defun cannot be named '{name.name}': that is a special form"
+        )
     params = datum.items[2]
     if not isinstance(params, List):
-        raise SourceError(params.span, "expected an argument list such as (x &key (eps 1e-6))")
+        raise SourceError(
+            params.span, "expected an argument list such as (x &key (eps 1e-6))"
+        )
     args, keys = _lambda_list(params.items)
     body = datum.items[3:]
     doc = None
@@ -309,7 +378,9 @@ def _lambda_list(items: tuple) -> tuple:
             continue
         if in_keys:
             if isinstance(item, Symbol):
-                raise SourceError(item.span, f"a &key argument needs a default: ({item.name} DEFAULT)")
+                raise SourceError(
+                    item.span, f"a &key argument needs a default: ({item.name} DEFAULT)"
+                )
             if not isinstance(item, List) or len(item.items) != 2:
                 raise SourceError(item.span, "expected (NAME DEFAULT) after &key")
             symbol, default = _symbol(item.items[0], "an argument name"), item.items[1]
@@ -333,7 +404,9 @@ def _defmodel(datum: List) -> Model:
         raise SourceError(args[0].span, "a model takes only &key arguments")
     model = Model(name.name, name.span)
     for symbol, default in keys:
-        model.consts[symbol.name] = Const(symbol.name, scalars.evaluate(default, model.lookup_const), symbol.span)
+        model.consts[symbol.name] = Const(
+            symbol.name, scalars.evaluate(default, model.lookup_const), symbol.span
+        )
     body = datum.items[3:]
     if body and isinstance(body[0], String):
         model.doc, body = body[0].value, body[1:]
@@ -349,11 +422,20 @@ def _defrun(datum: List, runs: list) -> Run:
     name = _symbol(datum.items[1], "a run name")
     if any(r.name == name.name for r in runs):
         raise SourceError(name.span, f"run '{name.name}' is already defined")
-    options = _keywords(datum.items[2:], {"precision": None} | dict.fromkeys(LATER_RUN_KEYS), "defrun")
+    options = _keywords(
+        datum.items[2:], {"precision": None} | dict.fromkeys(LATER_RUN_KEYS), "defrun"
+    )
     for key in LATER_RUN_KEYS:
         if key in options:
-            raise SourceError(options[key].span, f"defrun :{key} is not supported yet (only :precision is)")
-    precision = _choice(options["precision"], PRECISIONS, ":precision") if "precision" in options else "f32"
+            raise SourceError(
+                options[key].span,
+                f"defrun :{key} is not supported yet (only :precision is)",
+            )
+    precision = (
+        _choice(options["precision"], PRECISIONS, ":precision")
+        if "precision" in options
+        else "f32"
+    )
     return Run(name.name, precision, name.span)
 
 
@@ -361,7 +443,10 @@ def _require(datum: List) -> None:
     _arity(datum, 1, 1, "(require sexpgpu/nn)")
     library = _symbol(datum.items[1], "a library name")
     if library.name not in ("sexpgpu/nn", "sexpgpu/optim"):
-        raise SourceError(library.span, f"unknown library '{library.name}' (known: sexpgpu/nn, sexpgpu/optim)")
+        raise SourceError(
+            library.span,
+            f"unknown library '{library.name}' (known: sexpgpu/nn, sexpgpu/optim)",
+        )
 
 
 def _check_params(program: Program, model: Model) -> None:
@@ -369,12 +454,16 @@ def _check_params(program: Program, model: Model) -> None:
         if not param.is_module:
             continue
         if param.init.model not in program.models or param.init.model == model.name:
-            raise SourceError(param.span, f"unknown initializer or model '{param.init.model}'")
+            raise SourceError(
+                param.span, f"unknown initializer or model '{param.init.model}'"
+            )
         sub = program.models[param.init.model]
         for key, (span, _) in param.init.args.items():
             if key not in sub.consts:
                 known = ", ".join(f":{k}" for k in sub.consts) or "none"
-                raise SourceError(span, f"model '{sub.name}' has no key :{key} (known: {known})")
+                raise SourceError(
+                    span, f"model '{sub.name}' has no key :{key} (known: {known})"
+                )
 
 
 def _check_containment(program: Program) -> None:
@@ -394,8 +483,12 @@ def _check_containment(program: Program) -> None:
             if not param.is_module or param.init.model in finished:
                 continue
             if param.init.model in path:
-                route = " -> ".join(path[path.index(param.init.model) :] + [param.init.model])
-                raise SourceError(param.span, f"model '{param.init.model}' contains itself ({route})")
+                route = " -> ".join(
+                    path[path.index(param.init.model) :] + [param.init.model]
+                )
+                raise SourceError(
+                    param.span, f"model '{param.init.model}' contains itself ({route})"
+                )
             sub = program.models[param.init.model]
             stack.append((sub, iter(sub.params.values())))
             path.append(sub.name)
@@ -404,25 +497,38 @@ def _check_containment(program: Program) -> None:
 def _check_calls(program: Program) -> None:
     """No defun calls itself, directly or through others; calls nest at most MAX_CALL_DEPTH deep."""
     graph = {
-        (model.name, name): _calls(defun, model, program) for model in program.all_models() for name, defun in model.defuns.items()
+        (model.name, name): _calls(defun, model, program)
+        for model in program.all_models()
+        for name, defun in model.defuns.items()
     }
-    below: dict = {}  # a finished defun -> the length of the longest chain of calls it starts
+    below: dict = (
+        {}
+    )  # a finished defun -> the length of the longest chain of calls it starts
     for root in graph:
         stack, path = [(root, iter(graph[root]))], [root]
         while stack:
             caller, callees = stack[-1]
             step = next(callees, None)
             if step is None:
-                below[caller] = 1 + max((below[callee] for callee, _ in graph[caller]), default=0)
+                below[caller] = 1 + max(
+                    (below[callee] for callee, _ in graph[caller]), default=0
+                )
                 stack.pop()
                 path.pop()
                 continue
             callee, span = step
             if callee in path:
-                route = " -> ".join(name for _, name in path[path.index(callee) :] + [callee])
-                raise SourceError(span, f"defun '{callee[1]}' calls itself ({route}); recursion is not supported")
+                route = " -> ".join(
+                    name for _, name in path[path.index(callee) :] + [callee]
+                )
+                raise SourceError(
+                    span,
+                    f"defun '{callee[1]}' calls itself ({route}); recursion is not supported",
+                )
             if len(path) + below.get(callee, 1) > MAX_CALL_DEPTH:
-                raise SourceError(span, f"calls nested more than {MAX_CALL_DEPTH} defuns deep")
+                raise SourceError(
+                    span, f"calls nested more than {MAX_CALL_DEPTH} defuns deep"
+                )
             if callee not in below:
                 stack.append((callee, iter(graph[callee])))
                 path.append(callee)
@@ -437,9 +543,21 @@ def _calls(defun: Defun, model: Model, program: Program) -> list:
         if not isinstance(datum, (List, Vector)):
             continue
         items = datum.items
-        head = items[0] if isinstance(datum, List) and items and isinstance(items[0], Symbol) else None
-        if head and head.name == "let" and len(items) > 1 and isinstance(items[1], List):
-            bindings = [b.items[1] if isinstance(b, List) and len(b.items) == 2 else b for b in items[1].items]
+        head = (
+            items[0]
+            if isinstance(datum, List) and items and isinstance(items[0], Symbol)
+            else None
+        )
+        if (
+            head
+            and head.name == "let"
+            and len(items) > 1
+            and isinstance(items[1], List)
+        ):
+            bindings = [
+                b.items[1] if isinstance(b, List) and len(b.items) == 2 else b
+                for b in items[1].items
+            ]
             pending.extend(bindings + list(items[2:]))
             continue
         callee = _callee(head, items, model, program)
@@ -449,12 +567,18 @@ def _calls(defun: Defun, model: Model, program: Program) -> list:
     return sorted(found, key=lambda call: call[1])
 
 
-def _callee(head: Optional[Symbol], items: tuple, model: Model, program: Program) -> Optional[tuple]:
+def _callee(
+    head: Optional[Symbol], items: tuple, model: Model, program: Program
+) -> Optional[tuple]:
     if head is None:
         return None
     if head.name in model.defuns:
         return model.name, head.name
-    name = items[1].name if head.name == "chain" and len(items) > 1 and isinstance(items[1], Symbol) else head.name
+    name = (
+        items[1].name
+        if head.name == "chain" and len(items) > 1 and isinstance(items[1], Symbol)
+        else head.name
+    )
     param = model.params.get(name)
     if param is not None and param.is_module and param.init.model in program.models:
         return param.init.model, "forward"

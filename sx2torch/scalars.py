@@ -24,24 +24,34 @@ def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
     """Arithmetic on two scalars, evaluated now with every const at its default."""
     for operand in (left, right):
         if not _is_number(operand.value):
-            raise SourceError(span, f"arithmetic needs numbers, got {_shown(operand.value)}")
+            raise SourceError(
+                span, f"arithmetic needs numbers, got {_shown(operand.value)}"
+            )
     function = next(f for op, f in ARITHMETIC.values() if op == python_op)
     try:
         value = function(left.value, right.value)
     except ZeroDivisionError:
-        raise SourceError(span, "division by zero (with the consts at their defaults)") from None
+        raise SourceError(
+            span, "division by zero (with the consts at their defaults)"
+        ) from None
     except OverflowError:
         value = float("inf")
     if not _in_range(value):
-        raise SourceError(span, "number out of range (with the consts at their defaults)")
+        raise SourceError(
+            span, "number out of range (with the consts at their defaults)"
+        )
     return Scalar(python_op, (left, right), value)
 
 
 def negate(operand: Scalar, span) -> Scalar:
     if not _is_number(operand.value):
-        raise SourceError(span, f"arithmetic needs numbers, got {_shown(operand.value)}")
+        raise SourceError(
+            span, f"arithmetic needs numbers, got {_shown(operand.value)}"
+        )
     if not _in_range(-operand.value):
-        raise SourceError(span, "number out of range (with the consts at their defaults)")
+        raise SourceError(
+            span, "number out of range (with the consts at their defaults)"
+        )
     return Scalar("neg", (operand,), -operand.value)
 
 
@@ -54,7 +64,10 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
     if isinstance(datum, Symbol):
         found = lookup(datum.name)
         if found is None:
-            raise SourceError(datum.span, f"'{datum.name}' is not a constant: expected a number known at compile time")
+            raise SourceError(
+                datum.span,
+                f"'{datum.name}' is not a constant: expected a number known at compile time",
+            )
         return found
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
@@ -68,12 +81,17 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
             for operand in operands[1:]:
                 result = fold(ARITHMETIC[head][0], result, operand, datum.span)
             return result
-    raise SourceError(datum.span, "expected a number known at compile time (a literal, a const, or arithmetic on them)")
+    raise SourceError(
+        datum.span,
+        "expected a number known at compile time (a literal, a const, or arithmetic on them)",
+    )
 
 
 def expect_int(scalar: Scalar, span, what: str) -> Scalar:
     if not isinstance(scalar.value, int) or isinstance(scalar.value, bool):
-        raise SourceError(span, f"{what} must be an integer, got {_shown(scalar.value)}")
+        raise SourceError(
+            span, f"{what} must be an integer, got {_shown(scalar.value)}"
+        )
     return scalar
 
 

@@ -16,10 +16,18 @@ from sx2torch import gradient, scalars
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import ISLAND, REGION, Frame, Graph, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY, Op
-from sx2torch.read import Boolean, Datum, Keyword, List, Number, String, Symbol, Vector, shown
-from sx2torch.resolve import Defun, Model, Program
-
-SPECIAL_FORMS = ("let", "with-numerics", "cast", "gradient", "chain")
+from sx2torch.read import (
+    Boolean,
+    Datum,
+    Keyword,
+    List,
+    Number,
+    String,
+    Symbol,
+    Vector,
+    shown,
+)
+from sx2torch.resolve import SPECIAL_FORMS, Defun, Model, Program
 
 
 def run(program: Program) -> dict:
@@ -40,13 +48,24 @@ class Tracer:
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
         self.param_reads: dict[str, Node] = {}
         self.inline = False
-        self.stamps: tuple = ()  # frames that mark the backward of the gradient being traced
+        self.stamps: (
+            tuple
+        ) = ()  # frames that mark the backward of the gradient being traced
         self.keys = {
-            symbol.name: Scalar("key", (symbol.name,), scalars.evaluate(default, model.lookup_const).value)
+            symbol.name: Scalar(
+                "key",
+                (symbol.name,),
+                scalars.evaluate(default, model.lookup_const).value,
+            )
             for symbol, default in defun.keys
         }
-        self.key_defaults = [(symbol.name, scalars.evaluate(default, model.lookup_const)) for symbol, default in defun.keys]
-        self.graph = Graph(model.name, defun.name, [], self.key_defaults, defun.doc, span=defun.span)
+        self.key_defaults = [
+            (symbol.name, scalars.evaluate(default, model.lookup_const))
+            for symbol, default in defun.keys
+        ]
+        self.graph = Graph(
+            model.name, defun.name, [], self.key_defaults, defun.doc, span=defun.span
+        )
 
     def trace(self) -> Graph:
         env = {}
@@ -84,8 +103,12 @@ class Tracer:
             return result
         if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
             return self._fold(name, inputs)
-        frames = self.frames + ((Frame(ISLAND, self.datum, library=True),) if op.sensitive else ())
-        return self._add(Node(name, tuple(inputs), attrs, self.datum.span, self.datum, frames))
+        frames = self.frames + (
+            (Frame(ISLAND, self.datum, library=True),) if op.sensitive else ()
+        )
+        return self._add(
+            Node(name, tuple(inputs), attrs, self.datum.span, self.datum, frames)
+        )
 
     def _add(self, node: Node) -> Node:
         self.graph.nodes.append(node)
@@ -112,7 +135,16 @@ class Tracer:
         """An explicit conversion to "f32" or "bf16"; a scalar stays a scalar."""
         if isinstance(operand, Scalar):
             return operand
-        return self._add(Node("cast", (operand,), {"dtype": dtype}, self.datum.span, self.datum, self.frames))
+        return self._add(
+            Node(
+                "cast",
+                (operand,),
+                {"dtype": dtype},
+                self.datum.span,
+                self.datum,
+                self.frames,
+            )
+        )
 
     @contextmanager
     def _frame(self, frame: Frame):
@@ -132,7 +164,9 @@ class Tracer:
             return self.name(datum, env)
         if isinstance(datum, List):
             return self.form(datum, env)
-        what = {Keyword: "a keyword", String: "a string", Vector: "a vector"}[type(datum)]
+        what = {Keyword: "a keyword", String: "a string", Vector: "a vector"}[
+            type(datum)
+        ]
         raise SourceError(datum.span, f"{what} is not a value here")
 
     def name(self, symbol: Symbol, env: dict) -> Operand:
@@ -142,15 +176,22 @@ class Tracer:
         scalar = self.keys.get(name) or self.model.lookup_const(name)
         if scalar is not None:
             if isinstance(scalar.value, str):
-                raise SourceError(symbol.span, f"'{name}' is the keyword :{scalar.value}, not a number or a tensor")
+                raise SourceError(
+                    symbol.span,
+                    f"'{name}' is the keyword :{scalar.value}, not a number or a tensor",
+                )
             return scalar
         param = self.model.params.get(name)
         if param is not None:
             if param.is_module:
-                raise SourceError(symbol.span, f"'{name}' is a sub-model: call it, as ({name} x)")
+                raise SourceError(
+                    symbol.span, f"'{name}' is a sub-model: call it, as ({name} x)"
+                )
             return self.param_read(name, symbol)
         if name in self.model.defuns or name in REGISTRY:
-            raise SourceError(symbol.span, f"'{name}' is a function: call it, as ({name} ...)")
+            raise SourceError(
+                symbol.span, f"'{name}' is a function: call it, as ({name} ...)"
+            )
         known = [*env, *self.keys, *self.model.consts, *self.model.params]
         raise SourceError(
             symbol.span,
@@ -168,7 +209,9 @@ class Tracer:
             raise SourceError(datum.span, "an empty list is not a value")
         head = datum.items[0]
         if not isinstance(head, Symbol):
-            raise SourceError(head.span, f"expected an op or function name, got {shown(head)}")
+            raise SourceError(
+                head.span, f"expected an op or function name, got {shown(head)}"
+            )
         if head.name in env or head.name in self.keys or head.name in self.model.consts:
             raise SourceError(head.span, f"'{head.name}' is a value, not a function")
         if head.name in SPECIAL_FORMS:
@@ -178,19 +221,35 @@ class Tracer:
         param = self.model.params.get(head.name)
         if param is not None and param.is_module:
             if param.init.kind == "stack":
-                raise SourceError(head.span, f"'{head.name}' is a stack: apply it with (chain {head.name} x)")
-            return self._invoke("submodel", head.name, self.program.models[param.init.model].defuns["forward"], datum, env)
+                raise SourceError(
+                    head.span,
+                    f"'{head.name}' is a stack: apply it with (chain {head.name} x)",
+                )
+            return self._invoke(
+                "submodel",
+                head.name,
+                self.program.models[param.init.model].defuns["forward"],
+                datum,
+                env,
+            )
         if head.name in REGISTRY:
             return self.apply(REGISTRY[head.name], datum, env)
         known = [*REGISTRY, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
-        raise SourceError(head.span, f"unknown op or function '{head.name}'{_suggest(head.name, known)}")
+        raise SourceError(
+            head.span,
+            f"unknown op or function '{head.name}'{_suggest(head.name, known)}",
+        )
 
     def _let(self, datum: List, env: dict) -> Operand:
         if len(datum.items) < 3 or not isinstance(datum.items[1], List):
             raise SourceError(datum.span, "expected (let ((NAME EXPR) ...) BODY ...)")
         env = dict(env)
         for binding in datum.items[1].items:
-            if not (isinstance(binding, List) and len(binding.items) == 2 and isinstance(binding.items[0], Symbol)):
+            if not (
+                isinstance(binding, List)
+                and len(binding.items) == 2
+                and isinstance(binding.items[0], Symbol)
+            ):
                 raise SourceError(binding.span, "expected a binding (NAME EXPR)")
             symbol, value = binding.items
             operand = self.expr(value, env)
@@ -207,15 +266,27 @@ class Tracer:
 
     def _with_numerics(self, datum: List, env: dict) -> Operand:
         if len(datum.items) < 3 or not isinstance(datum.items[1], List):
-            raise SourceError(datum.span, "expected (with-numerics (:sensitivity :high) BODY ...) or (with-numerics (:precision :bf16) BODY ...)")
+            raise SourceError(
+                datum.span,
+                "expected (with-numerics (:sensitivity :high) BODY ...) or (with-numerics (:precision :bf16) BODY ...)",
+            )
         options = datum.items[1].items
         allowed = {"sensitivity": ("high", ISLAND), "precision": ("bf16", REGION)}
-        if len(options) != 2 or not isinstance(options[0], Keyword) or options[0].name not in allowed:
-            raise SourceError(datum.items[1].span, "expected one option, (:sensitivity :high) or (:precision :bf16)")
+        if (
+            len(options) != 2
+            or not isinstance(options[0], Keyword)
+            or options[0].name not in allowed
+        ):
+            raise SourceError(
+                datum.items[1].span,
+                "expected one option, (:sensitivity :high) or (:precision :bf16)",
+            )
         key, value = options
         wanted, mode = allowed[key.name]
         if not (isinstance(value, Keyword) and value.name == wanted):
-            raise SourceError(value.span, f":{key.name} must be :{wanted}, got {shown(value)}")
+            raise SourceError(
+                value.span, f":{key.name} must be :{wanted}, got {shown(value)}"
+            )
         frame = Frame(mode, datum)
         if _wraps_gradient(datum):
             with self._stamp(frame):
@@ -235,10 +306,15 @@ class Tracer:
 
     def _cast(self, datum: List, env: dict) -> Operand:
         if len(datum.items) != 3:
-            raise SourceError(datum.span, "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)")
+            raise SourceError(
+                datum.span,
+                "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)",
+            )
         value, dtype = datum.items[1:]
         if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
-            raise SourceError(dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}")
+            raise SourceError(
+                dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}"
+            )
         operand = self.expr(value, env)
         outer, self.datum = self.datum, datum
         try:
@@ -261,11 +337,15 @@ class Tracer:
     def _inline(self, callee: Defun, inputs: list, keys: dict) -> Operand:
         outer_keys = self.keys
         self.keys = {
-            symbol.name: keys.get(symbol.name) or scalars.evaluate(default, self.model.lookup_const)
+            symbol.name: keys.get(symbol.name)
+            or scalars.evaluate(default, self.model.lookup_const)
             for symbol, default in callee.keys
         }
         try:
-            return self._body(callee.body, {symbol.name: value for symbol, value in zip(callee.args, inputs)})
+            return self._body(
+                callee.body,
+                {symbol.name: value for symbol, value in zip(callee.args, inputs)},
+            )
         finally:
             self.keys = outer_keys
 
@@ -275,7 +355,9 @@ class Tracer:
         layers = datum.items[1]
         param = self.model.params.get(layers.name)
         if param is None or param.init.kind != "stack":
-            raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
+            raise SourceError(
+                layers.span, f"'{layers.name}' is not a stack of sub-models"
+            )
         forward = self.program.models[param.init.model].defuns["forward"]
         inner = List(datum.items[1:], datum.span)
         return self._invoke("chain", layers.name, forward, inner, env, form=datum)
@@ -284,24 +366,34 @@ class Tracer:
         callee = self.model.defuns[datum.items[0].name]
         return self._invoke("call", callee.name, callee, datum, env)
 
-    def _invoke(self, kind: str, target: str, callee: Defun, datum: List, env: dict, form=None) -> Node:
+    def _invoke(
+        self, kind: str, target: str, callee: Defun, datum: List, env: dict, form=None
+    ) -> Node:
         """A call of a defun, a sub-model's forward, or a stack's forwards in turn."""
         positional, keywords = _split(datum.items[1:])
         if len(positional) != len(callee.args):
             usage = " ".join([datum.items[0].name] + [a.name for a in callee.args])
-            raise SourceError(datum.span, f"wrong number of arguments: expected ({usage}), got {len(positional)}")
+            raise SourceError(
+                datum.span,
+                f"wrong number of arguments: expected ({usage}), got {len(positional)}",
+            )
         inputs = []
         for item in positional:
             operand = self.expr(item, env)
             if isinstance(operand, Scalar):
-                raise SourceError(item.span, "pass numbers to a defun as &key arguments")
+                raise SourceError(
+                    item.span, "pass numbers to a defun as &key arguments"
+                )
             inputs.append(operand)
         allowed = {symbol.name for symbol, _ in callee.keys}
         keys = {}
         for key, value in keywords:
             if key.name not in allowed:
                 known = ", ".join(f":{k}" for k in sorted(allowed)) or "none"
-                raise SourceError(key.span, f"unknown keyword :{key.name} for '{callee.name}' (known: {known})")
+                raise SourceError(
+                    key.span,
+                    f"unknown keyword :{key.name} for '{callee.name}' (known: {known})",
+                )
             keys[key.name] = self._scalar(value, env)
         if self.inline and kind == "call":
             return self._inline(callee, inputs, keys)
@@ -312,7 +404,9 @@ class Tracer:
     def _scalar(self, datum: Datum, env: dict) -> Scalar:
         operand = self.expr(datum, env)
         if not isinstance(operand, Scalar):
-            raise SourceError(datum.span, "expected a number known at compile time, got a tensor")
+            raise SourceError(
+                datum.span, "expected a number known at compile time, got a tensor"
+            )
         return operand
 
     # Ops.
@@ -321,7 +415,10 @@ class Tracer:
         positional, keywords = _split(datum.items[1:])
         least, most = op.bounds
         if len(positional) < least or (most is not None and len(positional) > most):
-            raise SourceError(datum.span, f"wrong number of arguments: expected {_usage(op)}, got {len(positional)}")
+            raise SourceError(
+                datum.span,
+                f"wrong number of arguments: expected {_usage(op)}, got {len(positional)}",
+            )
         inputs, attrs = [], {}
         for index, item in enumerate(positional):
             spec = op.args[min(index, len(op.args) - 1)]
@@ -337,7 +434,10 @@ class Tracer:
             spec = op.key(key.name)
             if spec is None:
                 known = ", ".join(f":{k.name}" for k in op.keys) or "none"
-                raise SourceError(key.span, f"unknown keyword :{key.name} for '{op.name}' (known: {known})")
+                raise SourceError(
+                    key.span,
+                    f"unknown keyword :{key.name} for '{op.name}' (known: {known})",
+                )
             if key.name in given:
                 raise SourceError(key.span, f":{key.name} given twice")
             given[key.name] = self._argument(spec.kind, value, env, f":{key.name}")
@@ -345,7 +445,11 @@ class Tracer:
             attrs[spec.name] = given.get(spec.name, _default(spec.default))
         outer, self.datum = self.datum, datum
         try:
-            return self._fold_left(op, inputs, attrs) if op.folds else self.op(op.name, inputs, **attrs)
+            return (
+                self._fold_left(op, inputs, attrs)
+                if op.folds
+                else self.op(op.name, inputs, **attrs)
+            )
         finally:
             self.datum = outer
 
@@ -360,12 +464,19 @@ class Tracer:
             return self.expr(item, env)
         if kind == "tensors":
             if not isinstance(item, Vector) or not item.items:
-                raise SourceError(item.span, f"{what} must be a vector of tensors, such as [x y]")
+                raise SourceError(
+                    item.span, f"{what} must be a vector of tensors, such as [x y]"
+                )
             return [self.expr(i, env) for i in item.items]
         if kind == "ints":
             if not isinstance(item, Vector):
-                raise SourceError(item.span, f"{what} must be a vector of integers, such as [0 -1]")
-            return tuple(scalars.expect_int(self._scalar(i, env), i.span, f"each of {what}") for i in item.items)
+                raise SourceError(
+                    item.span, f"{what} must be a vector of integers, such as [0 -1]"
+                )
+            return tuple(
+                scalars.expect_int(self._scalar(i, env), i.span, f"each of {what}")
+                for i in item.items
+            )
         if kind == "out":
             if not (isinstance(item, Keyword) and item.name == "f32"):
                 raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
@@ -388,7 +499,11 @@ def _wraps_gradient(datum: List) -> bool:
     head = body[0].items[0]
     if not isinstance(head, Symbol):
         return False
-    return head.name == "gradient" or (head.name == "with-numerics" and len(body[0].items) > 2 and _wraps_gradient(body[0]))
+    return head.name == "gradient" or (
+        head.name == "with-numerics"
+        and len(body[0].items) > 2
+        and _wraps_gradient(body[0])
+    )
 
 
 def _suggest(name: str, known: list) -> str:
@@ -401,11 +516,16 @@ def _split(items: tuple) -> tuple:
     for index, item in enumerate(items):
         if isinstance(item, Keyword):
             rest = items[index:]
-            if len(rest) % 2:
-                raise SourceError(rest[-1].span, "keyword without a value")
-            for key in rest[::2]:
-                if not isinstance(key, Keyword):
-                    raise SourceError(key.span, "positional argument after keyword arguments")
+            for at in range(0, len(rest), 2):
+                if not isinstance(rest[at], Keyword):
+                    raise SourceError(
+                        rest[at].span,
+                        "expected a keyword: positional arguments come before keywords",
+                    )
+                if at + 1 == len(rest):
+                    raise SourceError(
+                        rest[at].span, f"keyword :{rest[at].name} without a value"
+                    )
             return items[:index], list(zip(rest[::2], rest[1::2]))
     return items, []
 

@@ -61,6 +61,20 @@ POS = lambda: (positive34(0),)  # noqa: E731
 FUSED = dict(rtol=1e-5, atol=1e-5)
 
 
+def _adjoint_loop(a, g):
+    """l_t = g_t + A_{t+1}^T l_{t+1}, backwards over axis 1."""
+    later, out = torch.zeros_like(g[:, 0]), []
+    for t in reversed(range(g.shape[1])):
+        step = g[:, t]
+        if t + 1 < g.shape[1]:
+            step = step + (a[:, t + 1].transpose(-1, -2) @ later.unsqueeze(-1)).squeeze(
+                -1
+            )
+        later = step
+        out.append(step)
+    return torch.stack(out[::-1], 1)
+
+
 def _linear_scan(a, b, axis=1):
     a, b = a.movedim(axis, 0), b.movedim(axis, 0)
     h, out = torch.zeros_like(b[0]), []
@@ -340,6 +354,53 @@ CASES: dict[str, list[Case]] = {
             XY,
             lambda g, x: g.sum(0, keepdim=True).expand(3, 4) / 3.0,
         ),
+    ],
+    "cross-entropy-backward": [
+        case(
+            "g logits labels",
+            "(cross-entropy-backward g logits labels)",
+            lambda: (torch.tensor(0.5), x34(0), torch.tensor([0, 3, 1])),
+            lambda g, logits, labels: (torch.softmax(logits, -1) - F.one_hot(labels, 4))
+            * (g / 3),
+            tolerance=FUSED,
+            why="softmax is fused; the reference's order of operations may differ in the last bit",
+        )
+    ],
+    "linear-scan-adjoint": [
+        case(
+            "a g",
+            "(linear-scan-adjoint a g :axis 1)",
+            lambda: (torch.sigmoid(x34(0)).reshape(2, 6, 1), x34(1).reshape(2, 6, 1)),
+            lambda a, g: _linear_scan(
+                torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], 1).flip(1), g.flip(1)
+            ).flip(1),
+            tolerance=FUSED,
+            why="the parallel scan sums in another order than the loop",
+        )
+    ],
+    "matrix-scan-adjoint": [
+        case(
+            "a g",
+            "(matrix-scan-adjoint a g :axis 1)",
+            lambda: (
+                (x34(0) * 0.3).reshape(1, 3, 2, 2),
+                x34(1)[:, :2].reshape(1, 3, 2),
+            ),
+            lambda a, g: _adjoint_loop(a, g),
+            tolerance=FUSED,
+            why="the parallel scan sums in another order than the loop",
+        )
+    ],
+    "previous": [
+        case(
+            "h",
+            "(previous h :axis 1)",
+            X,
+            lambda h: torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1),
+        )
+    ],
+    "outer": [
+        case("x y", "(outer x y)", XY, lambda x, y: x.unsqueeze(-1) * y.unsqueeze(-2))
     ],
     "take-backward": [
         case(

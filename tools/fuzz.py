@@ -23,6 +23,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -108,9 +109,11 @@ def problem(rc: int, out: str, err: str) -> Optional[str]:
     if rc != 0:
         return f"exit {rc}: {err[:200]!r}"
     try:
-        compile(out, "<generated>", "exec")
-    except (SyntaxError, ValueError) as error:
-        return f"the output does not compile: {error}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the contract: it compiles without warnings
+            compile(out, "<generated>", "exec")
+    except (SyntaxError, ValueError, Warning) as error:
+        return f"the output does not compile cleanly: {error}"
     if black.format_str(out, mode=black.Mode()) != out:
         return "the output is not black-stable"
     return None

@@ -51,7 +51,9 @@ def name(identifier: str) -> cst.Name:
 
 
 def attr(obj: Expr, *names: str) -> Expr:
-    node = at_least(obj, ATOM) if not isinstance(obj, cst.Integer) else parens(obj)  # `16.t` reads as `16.` `t`
+    node = (
+        at_least(obj, ATOM) if not isinstance(obj, cst.Integer) else parens(obj)
+    )  # `16.t` reads as `16.` `t`
     for part in names:
         node = cst.Attribute(node, cst.Name(part))
     return node
@@ -75,7 +77,9 @@ def method(obj: Expr, method_name: str, *args: Expr, **kwargs: Expr) -> cst.Call
 
 def binop(left: Expr, op: str, right: Expr) -> Expr:
     kind, level = BINARY[op]
-    if op == "**":  # right-associative, and binds tighter than a unary minus on its left
+    if (
+        op == "**"
+    ):  # right-associative, and binds tighter than a unary minus on its left
         left, right = at_least(left, ATOM), at_least(right, UNARY)
     else:
         left, right = at_least(left, level), at_least(right, level + 1)
@@ -113,7 +117,12 @@ def string(value: str) -> cst.SimpleString:
 def docstring(value: str) -> cst.SimpleString:
     """Triple-quoted where that is plainly safe, else an escaped one-line literal."""
     plain = all(c.isprintable() or c == "\n" for c in value) and "\\" not in value
-    if plain and '"""' not in value and not value.endswith('"') and value.strip() == value:
+    if (
+        plain
+        and '"""' not in value
+        and not value.endswith('"')
+        and value.strip() == value
+    ):
         return cst.SimpleString('"""' + value + '"""')
     return string(value)
 

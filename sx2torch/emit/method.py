@@ -235,7 +235,7 @@ class MethodEmitter:
             return self.py.get(node.inputs[0]) or self._label(node.inputs[0]) or "x"
         if node.op in CALLS:
             return node.attrs["target"]
-        word = node.label or REGISTRY[node.op].word
+        word = node.label or (REGISTRY[node.op].word if node.op in REGISTRY else node.op)
         source = next((self._label(i) for i in node.inputs if isinstance(i, Node)), None)
         return f"{word}_{source}" if source else word
 

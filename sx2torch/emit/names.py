@@ -41,13 +41,21 @@ MODULE_ATTRIBUTES = set(
     set_extra_state set_submodule share_memory state_dict to to_empty train type xpu zero_grad
     training""".split()
 )
-RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | MODULE_NAMES
+RESERVED = (
+    set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | MODULE_NAMES
+)
 
 
 def mangle(name: str) -> str:
     """`rms-norm*` -> `rms_norm_star`; a leading digit or underscore gets a `v` in front."""
-    text = "".join(SPELLED.get(c, c) if not (c.isalnum() or c == "_") or not c.isascii() else c for c in name)
-    text = "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"_u{ord(c):04x}" for c in text)
+    text = "".join(
+        SPELLED.get(c, c) if not (c.isalnum() or c == "_") or not c.isascii() else c
+        for c in name
+    )
+    text = "".join(
+        c if c.isascii() and (c.isalnum() or c == "_") else f"_u{ord(c):04x}"
+        for c in text
+    )
     if not text or text[0].isdigit() or text[0] == "_":
         text = "v" + text
     assert text.isidentifier(), text

@@ -9,12 +9,37 @@ X = Arg("x")
 LAST_AXIS = Key("axis", "int", -1)
 
 
+TRUE = Scalar.lit(True)
+
+
 def _softmax(torch_name: str):
     return lambda a, ctx: b.call(torch_name, a[0], dim=ctx.attrs["axis"])
 
 
+def _along(t, n, value):
+    """The sum of `value` along the op's axis, kept for broadcasting."""
+    return t.op("sum", [value], axes=(n.attrs["axis"],), keepdims=TRUE)
+
+
+def _softmax_grad(t, n, g):
+    """dx = y * (g - sum(g * y))."""
+    return [t.op("*", [n, t.op("-", [g, _along(t, n, t.op("*", [g, n]))])])]
+
+
+def _log_softmax_grad(t, n, g):
+    """dx = g - exp(y) * sum(g)."""
+    return [t.op("-", [g, t.op("*", [t.op("exp", [n]), _along(t, n, g)])])]
+
+
 register(
-    Op("softmax", (X,), _softmax("torch.softmax"), keys=(LAST_AXIS,), sensitive=True)
+    Op(
+        "softmax",
+        (X,),
+        _softmax("torch.softmax"),
+        keys=(LAST_AXIS,),
+        sensitive=True,
+        grad=_softmax_grad,
+    )
 )
 register(
     Op(
@@ -23,6 +48,7 @@ register(
         _softmax("torch.log_softmax"),
         keys=(LAST_AXIS,),
         sensitive=True,
+        grad=_log_softmax_grad,
     )
 )
 
@@ -38,6 +64,21 @@ def _logsumexp(a, ctx):
     return b.call("torch.logsumexp", a[0], dim=dim, **extra)
 
 
+def _logsumexp_grad(t, n, g):
+    """dx = g * exp(x - y), with g and y broadcast back over the reduced axes."""
+    x = n.inputs[0]
+
+    def spread(value):
+        return t.op(
+            "expand-reduced",
+            [value, x],
+            axes=n.attrs["axes"],
+            keepdims=n.attrs["keepdims"],
+        )
+
+    return [t.op("*", [spread(g), t.op("exp", [t.op("-", [x, spread(n)])])])]
+
+
 register(
     Op(
         "logsumexp",
@@ -46,6 +87,7 @@ register(
         keys=(Key("axes", "ints"), Key("keepdims", "bool", False)),
         sensitive=True,
         name_inputs=True,
+        grad=_logsumexp_grad,
     )
 )
 register(
@@ -54,7 +96,16 @@ register(
         (Arg("logits"), Arg("labels", "ids")),
         lambda a, ctx: b.call("F.cross_entropy", a[0], a[1]),
         sensitive=True,
+        grad=lambda t, n, g: [t.op("cross-entropy-backward", [g, *n.inputs]), None],
         doc="integer labels, mean over rows",
+    )
+)
+register(
+    Op(
+        "cross-entropy-backward",
+        (Arg("g"), Arg("logits"), Arg("labels", "ids")),
+        lambda a, ctx: b.call("sx.cross_entropy_backward", *a),
+        doc="(softmax(logits) - one_hot(labels)) * g / rows",
     )
 )
 register(
@@ -67,6 +118,21 @@ register(
             b.call("torch.tanh", b.binop(a[0], "/", ctx.attrs["cap"])),
         ),
         sensitive=True,
+        grad=lambda t, n, g: [
+            t.op(
+                "*",
+                [
+                    g,
+                    t.op(
+                        "-",
+                        [
+                            Scalar.lit(1.0),
+                            t.op("square", [t.op("/", [n, n.attrs["cap"]])]),
+                        ],
+                    ),
+                ],
+            )
+        ],
         doc="cap * tanh(x / cap)",
     )
 )
@@ -126,12 +192,29 @@ register(
 )
 
 
+def _causal_mask(a, ctx):
+    fill = ctx.attrs["fill"]
+    extra = {} if fill is None else {"fill": fill}
+    return b.call("sx.causal_mask", a[0], **extra)
+
+
+def _causal_mask_grad(t, n, g):
+    """The masked entries are constants: no gradient flows through them."""
+    return [t.op("causal-mask", [g], fill=Scalar.lit(0.0))]
+
+
 register(
     Op(
         "causal-mask",
         (X,),
-        lambda a, ctx: b.call("sx.causal_mask", a[0]),
-        doc="-inf above the diagonal of the last two axes (row i keeps columns j <= i)",
+        _causal_mask,
+        keys=(Key("fill", "number"),),
+        exact=True,
+        grad=_causal_mask_grad,
+        doc=(
+            "X with the entries above the diagonal of its last two axes set to :fill "
+            "(default -inf): row i keeps columns j <= i"
+        ),
     )
 )
 
@@ -144,9 +227,10 @@ def _attention_scale(a, ctx):
 register(
     Op(
         "attention-scale",
-        (Arg("scores"), Arg("q")),
+        (Arg("scores"), Arg("q", "like")),
         _attention_scale,
-        doc="scores / sqrt(d), d the last dim of Q, read from its shape when the module runs",
+        grad=lambda t, n, g: [t.op("attention-scale", [g, n.inputs[1]]), None],
+        doc="scores / sqrt(d), d the last dim of Q (read from its shape when the module runs)",
     )
 )
 

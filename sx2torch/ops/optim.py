@@ -26,6 +26,7 @@ register(
         (Arg("g"),),
         lambda a, ctx: b.call("sx.newton_schulz", a[0], steps=ctx.attrs["steps"]),
         keys=(STEPS,),
+        exact=True,
         doc="the iteration of newton-schulz, in bf16, returning its input's dtype",
     )
 )

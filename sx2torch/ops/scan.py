@@ -15,6 +15,63 @@ def _scan(runtime_name: str):
     return lambda a, ctx: b.call(runtime_name, a[0], a[1], dim=ctx.attrs["axis"])
 
 
+def _linear_scan_grad(t, n, g):
+    """db_t = l_t with l_t = g_t + a_{t+1} l_{t+1}; da_t = l_t h_{t-1}."""
+    a, b_ = n.inputs
+    axis = n.attrs["axis"]
+    adjoint = t.op("linear-scan-adjoint", [a, g], axis=axis)
+    da = t.op("*", [adjoint, t.op("previous", [n], axis=axis)])
+    return [t.op("sum-to", [da, a]), t.op("sum-to", [adjoint, b_])]
+
+
+def _matrix_scan_grad(t, n, g):
+    """db_t = l_t with l_t = g_t + A_{t+1}^T l_{t+1}; dA_t = l_t h_{t-1}^T."""
+    a, b_ = n.inputs
+    axis = n.attrs["axis"]
+    adjoint = t.op("matrix-scan-adjoint", [a, g], axis=axis)
+    earlier = t.op("previous", [n], axis=axis)
+    da = t.op("outer", [adjoint, earlier])
+    return [t.op("sum-to", [da, a]), t.op("sum-to", [adjoint, b_])]
+
+
+for _name, _runtime in (
+    ("linear-scan-adjoint", "sx.linear_scan_adjoint"),
+    ("matrix-scan-adjoint", "sx.matrix_scan_adjoint"),
+):
+    register(
+        Op(
+            _name,
+            (Arg("a"), Arg("g")),
+            _scan(_runtime),
+            keys=(TIME_AXIS,),
+            doc="a scan run backwards",
+        )
+    )
+register(
+    Op(
+        "previous",
+        (Arg("h"),),
+        lambda a, ctx: b.call("sx.previous", a[0], dim=ctx.attrs["axis"]),
+        keys=(TIME_AXIS,),
+        result="keep",
+        exact=True,
+        doc="h_{t-1} along :axis, h_{-1} = 0",
+    )
+)
+register(
+    Op(
+        "outer",
+        (Arg("x"), Arg("y")),
+        lambda a, ctx: b.binop(
+            b.method(a[0], "unsqueeze", b.number(-1)),
+            "*",
+            b.method(a[1], "unsqueeze", b.number(-2)),
+        ),
+        doc="the outer product of the last axes: [..., n] and [..., m] -> [..., n, m]",
+    )
+)
+
+
 register(
     Op(
         "linear-scan",
@@ -22,6 +79,7 @@ register(
         _scan("sx.linear_scan"),
         keys=(TIME_AXIS,),
         sensitive=True,
+        grad=_linear_scan_grad,
         doc="h_t = a_t * h_{t-1} + b_t along :axis, h_{-1} = 0; A and B broadcast",
     )
 )
@@ -32,6 +90,7 @@ register(
         _scan("sx.matrix_scan"),
         keys=(TIME_AXIS,),
         sensitive=True,
+        grad=_matrix_scan_grad,
         doc=(
             "h_t = A_t h_{t-1} + b_t along :axis, h_{-1} = 0; A [..., n, n], B [..., n], "
             "their batch axes broadcast and :axis counts those (negative: from the last batch axis)"

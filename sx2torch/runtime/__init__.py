@@ -1,12 +1,23 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
 from sx2torch.runtime.attention import causal_mask
-from sx2torch.runtime.grad import concat_part, cross_entropy_backward, slice_backward, take_backward
+from sx2torch.runtime.grad import (
+    concat_part,
+    cross_entropy_backward,
+    slice_backward,
+    take_backward,
+)
 from sx2torch.runtime.matmul import matmul_f32_out
 from sx2torch.runtime.optim import newton_schulz
 from sx2torch.runtime.regions import bf16_region
 from sx2torch.runtime.rounding import round_to_bf16
-from sx2torch.runtime.scan import linear_scan, matrix_scan
+from sx2torch.runtime.scan import (
+    linear_scan,
+    linear_scan_adjoint,
+    matrix_scan,
+    matrix_scan_adjoint,
+    previous,
+)
 
 __all__ = [
     "bf16_region",
@@ -14,9 +25,12 @@ __all__ = [
     "concat_part",
     "cross_entropy_backward",
     "linear_scan",
+    "linear_scan_adjoint",
     "matmul_f32_out",
     "matrix_scan",
+    "matrix_scan_adjoint",
     "newton_schulz",
+    "previous",
     "round_to_bf16",
     "slice_backward",
     "take_backward",

@@ -6,15 +6,17 @@ from torch import Tensor
 __all__ = ["causal_mask"]
 
 
-def causal_mask(scores: Tensor) -> Tensor:
-    """``scores`` with every entry above the diagonal of its last two axes set to -inf.
+def causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
+    """``scores`` with every entry above the diagonal of its last two axes set to ``fill``.
 
     Row ``i`` (a query) keeps columns ``j <= i`` (the keys up to it). The mask is
     aligned top-left, as ``F.scaled_dot_product_attention(..., is_causal=True)``
     aligns it, so a row of a wider-than-tall block still keeps its own column.
-    The mask is built from the shape on the scores' device, with no Python
-    branch on values, so ``torch.compile(fullgraph=True)`` traces it whole.
+    The default -inf gives those entries zero weight in a softmax; ``fill=0.0``
+    is the mask's gradient. The mask is built from the shape on the scores'
+    device, with no Python branch on values, so ``torch.compile(fullgraph=True)``
+    traces it whole.
     """
     rows, cols = scores.shape[-2], scores.shape[-1]
     above = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).triu(1)
-    return scores.masked_fill(above, float("-inf"))
+    return scores.masked_fill(above, fill)

@@ -8,13 +8,17 @@ from __future__ import annotations
 import torch
 
 
-def take_backward(grad: torch.Tensor, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+def take_backward(
+    grad: torch.Tensor, table: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
     """The gradient of `table[ids]` with respect to `table`: rows scattered back and summed."""
     rows = grad.reshape(-1, *table.shape[1:])
     return grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
 
 
-def slice_backward(grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end) -> torch.Tensor:
+def slice_backward(
+    grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end
+) -> torch.Tensor:
     """The gradient of a slice of `x` along `dim`: zeros around the slice's gradient."""
     size = x.shape[dim]
     start, stop, _ = slice(start, end).indices(size)
@@ -30,7 +34,9 @@ def concat_part(grad: torch.Tensor, parts: list, index: int, dim: int) -> torch.
     return torch.split(grad, [p.shape[dim] for p in parts], dim=dim)[index]
 
 
-def cross_entropy_backward(grad: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def cross_entropy_backward(
+    grad: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
     """The gradient of the mean cross-entropy over rows with respect to the logits."""
     classes = torch.nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
     return (torch.softmax(logits, dim=-1) - classes) * (grad / labels.numel())

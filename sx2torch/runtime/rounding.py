@@ -66,5 +66,7 @@ def round_to_bf16(x: Tensor) -> Tensor:
     if x.dtype == torch.bfloat16:
         return x.float()
     if x.dtype != torch.float32:
-        raise TypeError(f"round_to_bf16 takes a float32 or bfloat16 tensor, got {x.dtype}")
+        raise TypeError(
+            f"round_to_bf16 takes a float32 or bfloat16 tensor, got {x.dtype}"
+        )
     return _RoundToBf16.apply(x)

@@ -22,7 +22,13 @@ many decays lose precision fast in bf16.
 import torch
 from torch import Tensor
 
-__all__ = ["linear_scan", "matrix_scan"]
+__all__ = [
+    "linear_scan",
+    "linear_scan_adjoint",
+    "matrix_scan",
+    "matrix_scan_adjoint",
+    "previous",
+]
 
 
 def linear_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
@@ -79,3 +85,42 @@ def _shift(x: Tensor, offset: int, dim: int, fill: Tensor) -> Tensor:
     """``x`` moved ``offset`` steps later along ``dim``; the first ``offset`` steps are ``fill``."""
     head = fill.expand_as(x.narrow(dim, 0, offset))
     return torch.cat([head, x.narrow(dim, 0, x.shape[dim] - offset)], dim)
+
+
+def previous(h: Tensor, dim: int = 1) -> Tensor:
+    """``h_{t-1}`` along ``dim``, with ``h_{-1} = 0``: what step ``t`` of a scan read."""
+    if h.shape[dim] == 0:
+        return h
+    return _shift(h, 1, dim, h.new_zeros(()))
+
+
+def linear_scan_adjoint(a: Tensor, grad: Tensor, dim: int = 1) -> Tensor:
+    """The gradient of a linear scan's ``b``: ``l_t = g_t + a_{t+1} l_{t+1}``, a scan run backwards.
+
+    The gradient of its ``a`` is then ``l_t * h_{t-1}``.
+    """
+    a = a.expand_as(grad)
+    later = _unshift(a, dim, a.new_zeros(()))
+    return linear_scan(later.flip(dim), grad.flip(dim), dim).flip(dim)
+
+
+def matrix_scan_adjoint(a: Tensor, grad: Tensor, dim: int = 1) -> Tensor:
+    """The gradient of a matrix scan's ``b``: ``l_t = g_t + A_{t+1}^T l_{t+1}``.
+
+    ``dim`` is counted as in ``matrix_scan``; the gradient of ``A_t`` is the
+    outer product ``l_t h_{t-1}^T``.
+    """
+    n = grad.shape[-1]
+    batch = grad.shape[:-1]
+    dim = dim % len(batch)
+    a = a.expand(*batch, n, n).transpose(-1, -2)
+    later = _unshift(a, dim, a.new_zeros(()))
+    return matrix_scan(later.flip(dim), grad.flip(dim), dim).flip(dim)
+
+
+def _unshift(x: Tensor, dim: int, fill: Tensor) -> Tensor:
+    """``x`` moved one step earlier along ``dim``; the last step is ``fill``."""
+    if x.shape[dim] == 0:
+        return x
+    tail = fill.expand_as(x.narrow(dim, 0, 1))
+    return torch.cat([x.narrow(dim, 1, x.shape[dim] - 1), tail], dim)

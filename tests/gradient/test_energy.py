@@ -11,7 +11,9 @@ EXAMPLE = (Path(__file__).resolve().parents[2] / "golden" / "energy.lisp").read_
 
 
 def with_precision(precision: str) -> str:
-    return EXAMPLE.replace("(defrun train :precision :bf16)", f"(defrun train :precision :{precision})")
+    return EXAMPLE.replace(
+        "(defrun train :precision :bf16)", f"(defrun train :precision :{precision})"
+    )
 
 
 def reference_energy(pos, w1, w2):
@@ -20,7 +22,9 @@ def reference_energy(pos, w1, w2):
 
 def reference_forces(pos, w1, w2, create_graph=False):
     pos = pos.detach().requires_grad_()
-    (grad,) = torch.autograd.grad(reference_energy(pos, w1, w2), pos, create_graph=create_graph)
+    (grad,) = torch.autograd.grad(
+        reference_energy(pos, w1, w2), pos, create_graph=create_graph
+    )
     return -grad
 
 
@@ -87,10 +91,14 @@ def test_bf16_sweep_follows_the_forward_marks_and_a_stamp_makes_it_f32(build):
     plain, stamped = model.plain(pos), model.stamped(pos)
     assert plain.dtype == torch.bfloat16
     assert stamped.dtype == torch.float32
-    assert not torch.equal(stamped, stamped.to(torch.bfloat16).float()), "the f32 sweep is not rounded to bf16"
+    assert not torch.equal(
+        stamped, stamped.to(torch.bfloat16).float()
+    ), "the f32 sweep is not rounded to bf16"
     # The f32 sweep over the same bf16 forward values, by hand.
     w1, w2 = model.w1.detach(), model.w2.detach()
     tanh = torch.tanh(pos.to(torch.bfloat16) @ w1.to(torch.bfloat16)).float()
     expected = ((torch.ones(8, 1) @ w2.T) * (1 - tanh * tanh)) @ w1.T
     torch.testing.assert_close(stamped, expected, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(plain.float(), expected, rtol=0.05, atol=0.01)  # bf16 sweep: within bf16 rounding
+    torch.testing.assert_close(
+        plain.float(), expected, rtol=0.05, atol=0.01
+    )  # bf16 sweep: within bf16 rounding

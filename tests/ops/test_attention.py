@@ -125,3 +125,19 @@ def test_causal_mask_keeps_the_diagonal_and_below():
 def test_causal_mask_compiles_without_graph_breaks():
     explanation = torch._dynamo.explain(causal_mask)(torch.randn(2, 5, 5))
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+@pytest.mark.parametrize(
+    "expression, reference",
+    [
+        ("(causal-mask x :fill 0.0)", lambda x, q: causal_mask(x, fill=0.0)),
+        ("(attention-scale x q)", lambda x, q: x * q.shape[-1] ** -0.5),
+    ],
+)
+def test_derivative_rules_of_the_mask_and_the_scale(build, expression, reference):
+    module, _ = build(f"(defun forward (x q c) (gradient (sum (* {expression} c)) x))")
+    torch.manual_seed(0)
+    x, q, c = torch.randn(2, 3, 4), torch.randn(2, 3, 16), torch.randn(2, 3, 4)
+    leaf = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad((reference(leaf, q) * c).sum(), leaf)
+    torch.testing.assert_close(module.Model()(x, q, c), expected)

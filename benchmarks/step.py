@@ -1,0 +1,291 @@
+"""Time a training step (forward, backward, AdamW) on CPU, target by target.
+
+For each model, three variants of the same source are measured side by side in
+one process, their repetitions interleaved (the order rotates every round) so
+that drift in the machine's speed falls on all of them alike:
+
+- ``cpu``: ``--target cpu`` under the source's ``:bf16`` run (bf16 values held
+  in f32 tensors, rounded by ``sx.round_to_bf16``);
+- ``native-bf16``: ``--target cuda`` run on CPU (real bf16 tensors and bf16
+  GEMMs);
+- ``f32``: the same source with its defrun edited to ``:precision :f32``.
+
+Each timing is one step; the figure reported is the median over the
+repetitions. The goals (LANGUAGE.md section 7): ``cpu / f32 <= 1.3`` and
+``native-bf16 / cpu >= 20``. ``--profile`` adds a breakdown of the cpu
+variant's step (the share of ``sx.round_to_bf16``, the top ops), an ablation
+(the cpu variant with the rounding done by torch's cast round trip, and with
+no rounding at all), one rounding against one f32 op, and a square GEMM in
+bf16 against f32.
+
+Run: ``python -m benchmarks.step [--reps 30] [--batch 256] [--no-tiny-gpt]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from sx2torch import runtime
+from sx2torch.compiler import Options, compile_source
+from sx2torch.errors import SourceError
+
+ROOT = Path(__file__).resolve().parent.parent
+RMS_MLP = ROOT / "golden" / "rms-mlp.lisp"
+TINY_GPT = ROOT.parent / "shared" / "examples" / "tiny-gpt.lisp"
+
+
+@dataclass
+class Variant:
+    name: str
+    net: torch.nn.Module
+    step: Callable[[], None]
+    times: list[float]
+
+
+def load(
+    source: str, filename: str, target: str, rounding: Callable | None = None
+) -> types.ModuleType:
+    """Compile and import; ``rounding``, if given, replaces ``sx.round_to_bf16``."""
+    code = compile_source(source, filename, Options(target=target))
+    module = types.ModuleType(Path(filename).stem.replace("-", "_"))
+    exec(compile(code, filename, "exec"), module.__dict__)
+    if rounding is not None:
+        module.sx = types.SimpleNamespace(**vars(runtime))
+        module.sx.round_to_bf16 = rounding
+    return module
+
+
+class _CastRoundTrip(torch.autograd.Function):
+    """``x.to(torch.bfloat16).float()`` with the identity gradient, as the helper has."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.bfloat16).float()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def cast_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """The ablation's rounding: two passes of torch's own RNE cast, not ~10 int ops."""
+    return x.float() if x.dtype == torch.bfloat16 else _CastRoundTrip.apply(x)
+
+
+def no_rounding(x: torch.Tensor) -> torch.Tensor:
+    """The ablation's upper bound: what the held form costs without any rounding."""
+    return x.float()
+
+
+def as_f32(source: str) -> str:
+    edited = source.replace(":precision :bf16", ":precision :f32")
+    if edited == source:
+        raise SystemExit("the source has no `:precision :bf16` defrun to edit")
+    return edited
+
+
+def training_step(
+    net: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> Callable[[], None]:
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        net.loss(*inputs).backward()
+        optimizer.step()
+
+    return step
+
+
+def variants(
+    path: Path, inputs: tuple[torch.Tensor, ...], ablation: bool = False
+) -> list[Variant]:
+    """The three variants; with ``ablation``, the cpu one with two other roundings."""
+    source = path.read_text(encoding="utf-8")
+    made = []
+    chosen = [
+        ("cpu", source, "cpu", None),
+        ("native-bf16", source, "cuda", None),
+        ("f32", as_f32(source), "cpu", None),
+    ]
+    if ablation:
+        chosen += [
+            ("cpu, cast round trip", source, "cpu", cast_round_trip),
+            ("cpu, no rounding", source, "cpu", no_rounding),
+        ]
+    for name, text, target, rounding in chosen:
+        module = load(text, path.name, target, rounding)
+        torch.manual_seed(0)
+        net = getattr(module, module.__all__[0])()
+        made.append(Variant(name, net, training_step(net, inputs), []))
+    return made
+
+
+def measure(runs: list[Variant], reps: int, warmup: int) -> None:
+    for run in runs:
+        for _ in range(warmup):
+            run.step()
+    for rep in range(reps):
+        shift = rep % len(runs)
+        for run in runs[shift:] + runs[:shift]:
+            start = time.perf_counter()
+            run.step()
+            run.times.append(time.perf_counter() - start)
+
+
+def report(title: str, runs: list[Variant]) -> dict[str, float]:
+    median = {run.name: statistics.median(run.times) for run in runs}
+    print(f"\n{title}")
+    for run in runs:
+        spread = (
+            statistics.quantiles(run.times, n=4) if len(run.times) > 1 else [0, 0, 0]
+        )
+        print(
+            f"  {run.name:12} median {median[run.name] * 1e3:9.2f} ms"
+            f"   (quartiles {spread[0] * 1e3:.2f} .. {spread[2] * 1e3:.2f} ms,"
+            f" n={len(run.times)})"
+        )
+    for name in median:
+        if name.startswith("cpu, "):
+            print(f"  ({name}) / f32 = {median[name] / median['f32']:6.2f}")
+    cpu_over_f32 = median["cpu"] / median["f32"]
+    native_over_cpu = median["native-bf16"] / median["cpu"]
+    print(
+        f"  cpu / f32         = {cpu_over_f32:6.2f}   (goal <= 1.3:"
+        f" {'met' if cpu_over_f32 <= 1.3 else 'MISSED'})"
+    )
+    print(
+        f"  native-bf16 / cpu = {native_over_cpu:6.2f}   (goal >= 20:"
+        f" {'met' if native_over_cpu >= 20 else 'MISSED'})"
+    )
+    return median
+
+
+def traced_rounding(x: torch.Tensor) -> torch.Tensor:
+    """``sx.round_to_bf16`` inside a profiler range, so its inclusive time shows."""
+    with torch.profiler.record_function("sx.round_to_bf16"):
+        return runtime.round_to_bf16(x)
+
+
+def profile(path: Path, inputs: tuple[torch.Tensor, ...], reps: int) -> None:
+    """Where the cpu variant's step goes: the rounding's share, then the top ops."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    module = load(path.read_text(encoding="utf-8"), path.name, "cpu", traced_rounding)
+    torch.manual_seed(0)
+    step = training_step(getattr(module, module.__all__[0])(), inputs)
+    for _ in range(2):
+        step()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("step"):
+            for _ in range(reps):
+                step()
+    events = {e.key: e for e in prof.key_averages()}
+    total = events["step"].cpu_time_total
+    rounding = events["sx.round_to_bf16"]
+    print(
+        f"  profile of the cpu variant, {reps} steps: sx.round_to_bf16 called"
+        f" {rounding.count // reps} times a step, {rounding.cpu_time_total / total:.1%}"
+        f" of the step ({rounding.cpu_time_total / reps / 1e3:.2f} ms/step)"
+    )
+    print("    top ops by self CPU time:")
+    ops = [e for key, e in events.items() if key.startswith("aten::")]
+    for event in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:10]:
+        print(
+            f"      {event.key:28} {event.self_cpu_time_total / reps / 1e3:8.3f} ms/step"
+            f"  x{event.count // reps}"
+        )
+
+
+def gemm_cost(n: int = 1024, reps: int = 10) -> None:
+    """A square bf16 GEMM against the f32 one: the premise of section 7's cpu target."""
+    a = torch.randn(n, n)
+    b = a.to(torch.bfloat16)
+    times = {}
+    for label, fn in (("f32", lambda: a @ a), ("bf16", lambda: b @ b)):
+        fn()
+        samples = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+        times[label] = statistics.median(samples)
+    print(
+        f"  {n}x{n} torch.mm: f32 {times['f32'] * 1e3:.2f} ms, bf16"
+        f" {times['bf16'] * 1e3:.2f} ms, bf16/f32 = {times['bf16'] / times['f32']:.2f}"
+    )
+
+
+def rounding_cost(shape: tuple[int, ...], reps: int = 50) -> None:
+    """One ``round_to_bf16`` against one f32 elementwise op of the same size."""
+    from sx2torch.runtime import round_to_bf16
+
+    x = torch.randn(shape)
+    cases = {
+        "round_to_bf16(x)": lambda: round_to_bf16(x),
+        "x.to(bf16).float()": lambda: x.to(torch.bfloat16).float(),
+        "x + x (one f32 op)": lambda: x + x,
+    }
+    print(f"  elementwise cost on {tuple(shape)} f32:")
+    for label, fn in cases.items():
+        for _ in range(5):
+            fn()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        print(f"    {label:22} {statistics.median(times) * 1e6:9.1f} us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--no-tiny-gpt", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+
+    print(f"torch {torch.__version__}")
+    print(f"CPU capability: {torch.backends.cpu.get_cpu_capability()}")
+    print(f"threads: {torch.get_num_threads()}")
+
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, 784, generator=generator)
+    labels = torch.randint(0, 10, (args.batch,), generator=generator)
+    runs = variants(RMS_MLP, (x, labels), ablation=args.profile)
+    measure(runs, args.reps, args.warmup)
+    report(f"rms-mlp, batch {args.batch}, one AdamW step", runs)
+    if args.profile:
+        profile(RMS_MLP, (x, labels), reps=10)
+        rounding_cost((args.batch, 784))
+        gemm_cost()
+
+    if not args.no_tiny_gpt:
+        try:
+            batch, time_steps = 8, 64
+            idx = torch.randint(0, 512, (batch, time_steps), generator=generator)
+            targets = torch.randint(0, 512, (batch, time_steps), generator=generator)
+            runs = variants(TINY_GPT, (idx, targets), ablation=args.profile)
+        except (OSError, SourceError) as error:
+            print(f"\ntiny-gpt skipped: {error}")
+        else:
+            measure(runs, max(args.reps // 2, 5), args.warmup)
+            report(
+                f"tiny-gpt, batch {batch} x {time_steps} tokens, one AdamW step", runs
+            )
+            if args.profile:
+                profile(TINY_GPT, (idx, targets), reps=5)
+
+
+if __name__ == "__main__":
+    main()

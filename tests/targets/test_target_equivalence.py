@@ -1,0 +1,645 @@
+"""The metal and cpu targets compute what the cuda target computes (LANGUAGE.md 6.6, 7).
+
+Every golden case is compiled for cuda, metal and cpu; each module is built
+under the same seed, so the parameters are equal, and every public method is
+fed the same inputs. Run on CPU, the cuda module uses native bf16 tensors and
+kernels, the held targets f32 tensors holding bf16 values rounded by
+``sx.round_to_bf16``. Where the cuda module returns bf16, the held ones return
+f32 tensors holding the same bf16 values: outputs are compared after
+``.float()``.
+
+Bitwise where the order of every computation is fixed: a bf16 elementwise op on
+CPU widens, computes in f32 and rounds nearest-even, which is what the held
+form writes out; f32 kernels are the same in both; and a GEMM or a sum whose
+terms and partial sums are all exact in f32 gives the same result in any order.
+Integer-valued inputs and parameters make every GEMM exact, so there the
+comparison is bitwise for every case.
+
+Within one bf16 ulp elsewhere: with the seeded (normal) parameters a GEMM's
+products are not exact, and the bf16 GEMM (oneDNN) may sum a row in another
+order than the f32 GEMM of the held form, so the f32 accumulators can differ in
+their last bits and, rarely, round to neighbouring bf16 values. On this
+machine's shapes the seeded comparisons come out bitwise for the integer
+inputs but not for rms-mlp on a realistic batch of normal data (a few dozen of
+2560 logits differ in their low f32 bits).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+import sx2torch.metal
+from sx2torch.runtime import round_to_bf16
+from sx2torch.compiler import Options, compile_source
+from sx2torch.emit.targets import Target
+
+BF16, F32 = torch.bfloat16, torch.float32
+GOLDEN = Path(__file__).resolve().parent.parent.parent / "golden"
+CASES = sorted(p.stem for p in GOLDEN.glob("*.lisp"))
+TARGETS = ("cuda", "metal", "cpu")
+HELD = ("metal", "cpu")
+
+
+# --- Inputs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Floats:
+    """Integer-valued f32 in [low, high)."""
+
+    shape: tuple[int, ...]
+    low: int = -2
+    high: int = 3
+
+    def make(self, generator: torch.Generator, target: str) -> torch.Tensor:
+        return torch.randint(
+            self.low, self.high, self.shape, generator=generator
+        ).float()
+
+
+@dataclass(frozen=True)
+class Bf16s(Floats):
+    """The argument of a bf16 specialization: a bf16 tensor for cuda, f32 holding
+    the same (integer, so exactly representable) values for the held targets."""
+
+    def make(self, generator: torch.Generator, target: str) -> torch.Tensor:
+        values = super().make(generator, target)
+        return values.to(BF16) if target == "cuda" else values
+
+
+@dataclass(frozen=True)
+class Ids:
+    """int64 ids or labels in [0, high): never cast (6.2)."""
+
+    shape: tuple[int, ...]
+    high: int
+
+    def make(self, generator: torch.Generator, target: str) -> torch.Tensor:
+        return torch.randint(0, self.high, self.shape, generator=generator)
+
+
+# For each golden case, each public method to call, as "METHOD" on the top
+# model or "SUBMODULE.METHOD" on a sub-model instance, and its arguments. The
+# int64 arguments are the ones the generated code feeds to `take` (an index)
+# or `cross-entropy` (labels).
+INPUTS: dict[str, dict[str, tuple]] = {
+    "contagion-bf16": {"forward": (Floats((4, 8)),)},
+    "contagion-f32": {"forward": (Floats((4, 8)),)},
+    "distill": {
+        "project": (Floats((4, 32)), Floats((32, 32))),
+        "forward": (Floats((4, 32)),),
+        "loss": (Floats((4, 32)),),
+    },
+    "energy": {
+        "energy": (Floats((5, 3)),),
+        "forces": (Floats((5, 3)),),
+        "forward": (Floats((5, 3)),),
+        "loss": (Floats((5, 3)), Floats((5, 3))),
+    },
+    "frozen-params": {"forward": (Floats((4, 8)),)},
+    "integer-ids": {
+        "forward": (Ids((2, 5), 16),),
+        "loss": (Ids((2, 5), 16), Ids((2, 5), 16)),
+    },
+    "island-bf16": {"forward": (Floats((4, 8)),)},
+    "island-f32": {"forward": (Floats((4, 8)),)},
+    "library-marks": {
+        "forward": (Floats((4, 8)),),
+        "loss": (Floats((4, 8)), Ids((4,), 8)),
+    },
+    "matmul-in-island": {"forward": (Floats((4, 8)),)},
+    "matmul-out-f32": {"forward": (Floats((4, 8)),)},
+    "matmul-out-f32-on-f32": {"forward": (Floats((4, 8)),)},
+    "numerics-high": {"forward": (Floats((4, 8)),)},
+    "param-cast-once": {"forward": (Floats((4, 4)),)},
+    "region-f32": {"project": (Floats((4, 8)),), "forward": (Floats((4, 8)),)},
+    "region-nested": {"forward": (Floats((4, 8)),)},
+    "region-whole-model": {"forward": (Floats((4, 8)),)},
+    "renaming": {
+        "lambda_": (Floats((4, 4)), Floats((4, 4))),
+        "forward": (Floats((4, 4)),),
+    },
+    "rms-mlp": {
+        "rms_norm_star_bf16": (Bf16s((16, 256)),),
+        "forward": (Floats((16, 784)),),
+        "loss": (Floats((16, 784)), Ids((16,), 10)),
+    },
+    "scan": {"forward": (Floats((2, 6, 64)),)},
+    "specializations": {
+        "gate": (Floats((4, 8)),),
+        "gate_bf16": (Bf16s((4, 8)),),
+        "gate_bf16_island": (Bf16s((4, 8)),),
+        "forward": (Floats((4, 8)),),
+    },
+    "submodels": {
+        "forward": (Floats((4, 16)),),
+        "layers.0.forward": (Floats((4, 16)),),
+        "out.forward": (Floats((4, 16)),),
+    },
+    "tiny-gpt": {
+        "forward": (Ids((2, 8), 512),),
+        "loss": (Ids((2, 8), 512), Ids((2, 8), 512)),
+        # A block reads the bf16 residual stream.
+        "blocks.0.forward": (Bf16s((2, 8, 128)),),
+        "blocks.0.attend_bf16": (Bf16s((2, 8, 128)),),
+        "blocks.0.heads_bf16": (Bf16s((2, 8, 128)),),
+    },
+}
+
+# Golden cases left out of the comparison, with the reason. None: every golden
+# case compiles for all three targets.
+SKIPPED: dict[str, str] = {}
+
+COMPARED = [case for case in CASES if case not in SKIPPED]
+
+
+# --- Helpers --------------------------------------------------------------
+
+
+def load(source: str, filename: str, target: str) -> types.ModuleType:
+    code = compile_source(source, filename, Options(target=target))
+    module = types.ModuleType(f"{Path(filename).stem}_{target}".replace("-", "_"))
+    module.code = code
+    exec(compile(code, filename, "exec"), module.__dict__)
+    return module
+
+
+_LOADED: dict[tuple[str, str], types.ModuleType] = {}
+
+
+def golden(case: str, target: str) -> types.ModuleType:
+    if (case, target) not in _LOADED:
+        path = GOLDEN / f"{case}.lisp"
+        _LOADED[case, target] = load(
+            path.read_text(encoding="utf-8"), path.name, target
+        )
+    return _LOADED[case, target]
+
+
+def construct(module: types.ModuleType, seed: int = 0, **consts) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return getattr(module, module.__all__[0])(**consts)
+
+
+def nets(case: str) -> dict[str, torch.nn.Module]:
+    return {target: construct(golden(case, target)) for target in TARGETS}
+
+
+def method(net: torch.nn.Module, name: str):
+    *path, last = name.split(".")
+    return getattr(net.get_submodule(".".join(path)), last)
+
+
+def arguments(case: str, name: str, target: str) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(sorted(INPUTS[case]).index(name))
+    return [spec.make(generator, target) for spec in INPUTS[case][name]]
+
+
+def call(net: torch.nn.Module, case: str, name: str, target: str) -> torch.Tensor:
+    with torch.no_grad():
+        return method(net, name)(*arguments(case, name, target))
+
+
+def integer_parameters(net: torch.nn.Module, seed: int = 7) -> None:
+    """Overwrite every float parameter and buffer with small integers (the same
+    for every target): every product and partial sum of a GEMM is then exact."""
+    generator = torch.Generator().manual_seed(seed)
+    state = {
+        key: torch.randint(-2, 3, value.shape, generator=generator).float()
+        for key, value in sorted(net.state_dict().items())
+        if value.is_floating_point()
+    }
+    net.load_state_dict(state, strict=False)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous()
+    return t.view({BF16: torch.int16, F32: torch.int32}[t.dtype])
+
+
+def held_value(cuda_out: torch.Tensor, held_out: torch.Tensor) -> torch.Tensor:
+    """Check the held output's dtype against cuda's, and return cuda's as f32."""
+    assert held_out.dtype == F32, held_out.dtype
+    assert held_out.shape == cuda_out.shape
+    if cuda_out.dtype == BF16:
+        # An f32 tensor holding bf16 values: rounding it changes nothing.
+        assert torch.equal(bits(held_out.to(BF16).float()), bits(held_out))
+    else:
+        assert cuda_out.dtype == F32, cuda_out.dtype
+    return cuda_out.float()
+
+
+def assert_bitwise(cuda_out: torch.Tensor, held_out: torch.Tensor) -> None:
+    expected = held_value(cuda_out, held_out)
+    same = (bits(expected) == bits(held_out)) | (expected.isnan() & held_out.isnan())
+    assert same.all(), f"{int((~same).sum())} of {same.numel()} differ"
+
+
+def bf16_ulp(t: torch.Tensor) -> torch.Tensor:
+    """The spacing of bf16 values at |t| (for normal values: 2^(exponent - 7))."""
+    _, exponent = torch.frexp(t.abs())
+    return torch.ldexp(torch.ones_like(t), exponent - 8).clamp_min(2.0**-133)
+
+
+def assert_within_one_bf16_ulp(cuda_out: torch.Tensor, held_out: torch.Tensor):
+    expected = held_value(cuda_out, held_out)
+    scale = torch.maximum(expected.abs(), held_out.abs())
+    close = (expected - held_out).abs() <= bf16_ulp(scale)
+    close |= (expected == held_out) | (expected.isnan() & held_out.isnan())
+    assert close.all(), f"{int((~close).sum())} of {close.numel()} beyond one bf16 ulp"
+
+
+# --- The table covers every golden case and every public method -----------
+
+
+def public_methods(cls: type) -> set[str]:
+    return {
+        name
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and callable(value)
+    }
+
+
+def test_every_golden_case_has_inputs_or_a_reason_to_skip():
+    assert set(INPUTS) | set(SKIPPED) == set(CASES)
+    assert not set(INPUTS) & set(SKIPPED)
+
+
+@pytest.mark.parametrize("case", COMPARED)
+def test_the_table_calls_every_public_method_of_every_model_class(case):
+    module = golden(case, "cuda")
+    net = construct(module)
+    wanted = {
+        (name, m)
+        for name in module.__all__
+        for m in public_methods(getattr(module, name))
+    }
+    called = set()
+    for entry in INPUTS[case]:
+        *path, last = entry.split(".")
+        called.add((type(net.get_submodule(".".join(path))).__name__, last))
+    assert called == wanted
+
+
+def test_every_golden_case_compiles_for_every_target():
+    for case in CASES:
+        for target in TARGETS:
+            golden(case, target)
+
+
+# --- Parameters -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", COMPARED)
+def test_same_seed_gives_equal_parameters_on_every_target(case):
+    made = nets(case)
+    reference = made["cuda"].state_dict()
+    for target in HELD:
+        state = made[target].state_dict()
+        assert state.keys() == reference.keys()
+        for key, value in state.items():
+            # A frozen parameter stored in bf16 is a real bf16 tensor on every
+            # target; a trained one is an f32 master weight on every target.
+            assert value.dtype == reference[key].dtype, key
+            assert torch.equal(bits(value), bits(reference[key])), key
+
+
+# --- Forward, loss and every other method ---------------------------------
+
+
+@pytest.mark.parametrize("target", HELD)
+@pytest.mark.parametrize("case", COMPARED)
+def test_bitwise_with_integer_parameters_and_inputs(case, target):
+    made = nets(case)
+    for net in made.values():
+        integer_parameters(net)
+    for name in INPUTS[case]:
+        expected = call(made["cuda"], case, name, "cuda")
+        actual = call(made[target], case, name, target)
+        assert_bitwise(expected, actual)
+
+
+@pytest.mark.parametrize("target", HELD)
+@pytest.mark.parametrize("case", COMPARED)
+def test_within_one_bf16_ulp_with_seeded_parameters(case, target):
+    made = nets(case)
+    for name in INPUTS[case]:
+        expected = call(made["cuda"], case, name, "cuda")
+        actual = call(made[target], case, name, target)
+        assert_within_one_bf16_ulp(expected, actual)
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_rms_mlp_on_a_realistic_batch_is_within_one_bf16_ulp(target):
+    """256 rows of normal data: the first GEMM sums 784 inexact products, so the
+    bf16 GEMM and the f32 GEMM of the held form need not agree bitwise."""
+    made = nets("rms-mlp")
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 784, generator=generator)
+    labels = torch.randint(0, 10, (256,), generator=generator)
+    with torch.no_grad():
+        assert_within_one_bf16_ulp(made["cuda"](x), made[target](x))
+        assert_within_one_bf16_ulp(
+            made["cuda"].loss(x, labels), made[target].loss(x, labels)
+        )
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", COMPARED)
+def test_running_twice_gives_identical_bits(case, target):
+    net = construct(golden(case, target))
+    for name in INPUTS[case]:
+        first = call(net, case, name, target)
+        second = call(net, case, name, target)
+        assert torch.equal(bits(first), bits(second)), name
+
+
+# --- Backward -------------------------------------------------------------
+
+
+def gradients(net: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    net.zero_grad(set_to_none=True)
+    loss.backward()
+    return {name: p.grad for name, p in net.named_parameters()}
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_rms_mlp_master_weight_gradients_agree(target):
+    """The tolerance is bf16's: cuda's autograd runs the backward of each bf16 op
+    in bf16, while a held target's rounding passes its gradient through
+    unchanged, so its backward is f32 throughout."""
+    made = nets("rms-mlp")
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 784, generator=generator)
+    labels = torch.randint(0, 10, (64,), generator=generator)
+    expected = gradients(made["cuda"], made["cuda"].loss(x, labels))
+    actual = gradients(made[target], made[target].loss(x, labels))
+    assert expected.keys() == actual.keys() == {"w1", "b1", "w2"}
+    for name, grad in actual.items():
+        assert grad.dtype == F32 and expected[name].dtype == F32
+        scale = float(expected[name].abs().max())
+        torch.testing.assert_close(
+            grad, expected[name], rtol=2.0**-6, atol=2.0**-6 * scale, msg=name
+        )
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_distill_student_gradient_is_bitwise(target):
+    """Under :f32 the student's path is f32 on every target; the teacher's bf16
+    region holds no parameter that trains."""
+    made = nets("distill")
+    x = torch.randint(-4, 5, (8, 32), generator=torch.Generator().manual_seed(3))
+    x = x.float()
+    expected = gradients(made["cuda"], made["cuda"].loss(x))
+    actual = gradients(made[target], made[target].loss(x))
+    assert actual.keys() == {"student"}
+    assert torch.equal(bits(actual["student"]), bits(expected["student"]))
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_energy_double_backward_agrees(target):
+    """The loss reads forces, the emitted gradient of the energy: its backward
+    is a double backward through the generated code."""
+    made = nets("energy")
+    generator = torch.Generator().manual_seed(4)
+    pos, forces = torch.randn(16, 3, generator=generator), torch.randn(16, 3)
+    expected = gradients(made["cuda"], made["cuda"].loss(pos, forces))
+    actual = gradients(made[target], made[target].loss(pos, forces))
+    for name, grad in actual.items():
+        scale = float(expected[name].abs().max())
+        torch.testing.assert_close(
+            grad, expected[name], rtol=2.0**-6, atol=2.0**-6 * scale, msg=name
+        )
+
+
+# --- Frozen parameters stored in bf16 --------------------------------------
+
+
+def f32_teacher_source() -> str:
+    """distill with its region replaced by a mark that changes nothing under
+    :f32: the teacher is then read in f32 and stored in f32 (6.7)."""
+    source = (GOLDEN / "distill.lisp").read_text(encoding="utf-8")
+    edited = source.replace(
+        "(with-numerics (:precision :bf16)", "(with-numerics (:sensitivity :high)"
+    )
+    assert edited != source
+    return edited
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_frozen_bf16_parameter_is_a_real_bf16_tensor_at_half_the_memory(target):
+    bf16_teacher = construct(golden("distill", target)).teacher
+    f32_teacher = construct(load(f32_teacher_source(), "distill.lisp", target)).teacher
+    assert bf16_teacher.dtype == BF16 and f32_teacher.dtype == F32
+    assert bf16_teacher.shape == f32_teacher.shape
+    assert 2 * bf16_teacher.nbytes == f32_teacher.nbytes
+    # The same draw from the same seed, rounded once when made.
+    assert torch.equal(bits(bf16_teacher), bits(f32_teacher.to(BF16)))
+
+    net = construct(golden("frozen-params", target))
+    assert net.embed.dtype == BF16 and net.bias.dtype == F32
+    assert 2 * net.embed.nbytes == net.embed.float().nbytes
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_frozen_bf16_parameter_is_read_through_float(target):
+    code = golden("frozen-params", target).code
+    assert "self.embed.float()" in code
+    assert "round_to_bf16(self.embed)" not in code
+    # Its reader computes with exactly its bf16 values.
+    net = construct(golden("frozen-params", target))
+    x = torch.randint(-2, 3, (4, 8), generator=torch.Generator().manual_seed(5))
+    x = x.float()
+    r = round_to_bf16
+    with torch.no_grad():
+        h = r(r(r(x) @ net.embed.float()) @ r(net.w))
+        assert torch.equal(bits(net(x)), bits(h + net.bias))
+
+
+@pytest.mark.parametrize("target", HELD)
+def test_loading_an_f32_state_rounds_a_bf16_stored_parameter_once(target):
+    net = construct(golden("distill", target))
+    teacher = torch.randn(32, 32, generator=torch.Generator().manual_seed(6))
+    state = {"teacher": teacher, "student": net.student.detach().clone()}
+    net.load_state_dict(state)
+    assert net.teacher.dtype == BF16
+    assert torch.equal(bits(net.teacher), bits(teacher.to(BF16)))
+
+
+# --- Training -------------------------------------------------------------
+
+
+def adamw_losses(net: torch.nn.Module, x, labels, steps: int) -> list[float]:
+    optimizer = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss = net.loss(x, labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    return losses
+
+
+def test_metal_rms_mlp_trains_on_cpu_like_the_cuda_target():
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(64, 784, generator=generator)
+    labels = torch.randint(0, 10, (64,), generator=generator)
+    trajectory = {
+        target: adamw_losses(construct(golden("rms-mlp", target)), x, labels, 6)
+        for target in ("cuda", "metal")
+    }
+    metal, cuda = trajectory["metal"], trajectory["cuda"]
+    assert metal[-1] < metal[0] - 0.1, metal
+    assert all(b < a for a, b in zip(metal, metal[1:])), metal
+    # The first loss is a forward of equal weights; later ones follow updates
+    # from gradients that agree to bf16 precision (see the gradient test).
+    assert abs(metal[0] - cuda[0]) <= 1e-5
+    for m, c in zip(metal, cuda):
+        assert abs(m - c) <= 1e-2 * abs(c), (metal, cuda)
+
+
+# --- torch.compile --------------------------------------------------------
+
+
+def import_file(path: Path, name: str) -> types.ModuleType:
+    """Import generated code from a file, as a user would: dynamo finds a
+    function's module by its name in sys.modules."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_metal_rms_mlp_under_torch_compile_fullgraph(tmp_path):
+    """No graph break, and the compiled forward gives eager's bits: the rounding is
+    integer arithmetic, which inductor cannot drop, unlike a round trip through
+    `.to(torch.bfloat16)` that a fused kernel may keep in f32. (The f32 mean of
+    the rms-norm is one of inductor's own reductions; its rsqrt is rounded to
+    bf16 before use, so a last-bit difference there would rarely show: with this
+    seed it does not.)"""
+    path = tmp_path / "rms_mlp_metal_generated.py"
+    path.write_text(golden("rms-mlp", "metal").code, encoding="utf-8")
+    torch._dynamo.reset()
+    try:
+        net = construct(import_file(path, path.stem))
+        compile_and_compare(net)
+    finally:
+        sys.modules.pop(path.stem, None)
+        torch._dynamo.reset()
+
+
+def compile_and_compare(net: torch.nn.Module) -> None:
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(32, 784, generator=generator)
+    labels = torch.randint(0, 10, (32,), generator=generator)
+    for fn, args in ((net, (x,)), (net.loss, (x, labels))):
+        explanation = torch._dynamo.explain(fn)(*args)
+        assert explanation.graph_break_count == 0, explanation.break_reasons
+        assert explanation.graph_count == 1
+
+    def both(x, labels):
+        return net(x), net.loss(x, labels), net.rms_norm_star_bf16(torch.relu(x))
+
+    compiled = torch.compile(both, fullgraph=True)
+    with torch.no_grad():
+        eager = both(x, labels)
+        got = compiled(x, labels)
+    logits, loss, normed = got
+    assert torch.equal(bits(logits), bits(eager[0]))
+    assert torch.equal(bits(normed), bits(eager[2]))
+    # The loss is f32 cross-entropy, which inductor fuses and reduces in its own
+    # order: equal to f32 precision, not bitwise (one f32 ulp apart here).
+    torch.testing.assert_close(loss, eager[1], rtol=2.0**-20, atol=0.0)
+    # The rms-norm's output is still bf16 values after inductor fused its ops.
+    assert torch.equal(bits(normed.to(BF16).float()), bits(normed))
+
+
+# --- sx2torch.metal ----------------------------------------------------------
+
+
+def test_metal_package_names_the_device_the_emitter_uses():
+    assert sx2torch.metal.AUTOCAST_DEVICE_TYPE == Target("metal").device == "mps"
+    assert sx2torch.metal.DEVICE_TYPE == "mps"
+    assert isinstance(sx2torch.metal.available(), bool)
+    code = golden("rms-mlp", "metal").code
+    assert 'torch.autocast("mps", enabled=False)' in code
+    assert "torch.bfloat16" not in code  # no bf16 tensor for any value
+
+
+@pytest.mark.skipif(not sx2torch.metal.available(), reason="needs an MPS device")
+def test_metal_rms_mlp_on_mps_matches_cpu_bitwise():
+    net = construct(golden("rms-mlp", "metal"))
+    x = torch.randint(-2, 3, (16, 784), generator=torch.Generator().manual_seed(10))
+    x = x.float()
+    integer_parameters(net)
+    with torch.no_grad():
+        expected = net(x)
+        got = net.to("mps")(x.to("mps")).cpu()
+    assert torch.equal(bits(expected), bits(got))
+
+
+# --- No bf16 arithmetic on the held targets ---------------------------------
+
+
+class BF16Ops(TorchDispatchMode):
+    """Record every aten op that returns a bf16 tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(
+            isinstance(t, torch.Tensor) and t.dtype == BF16 for t in tree_leaves(out)
+        ):
+            self.ops.add(str(func))
+        return out
+
+
+@pytest.mark.parametrize("target", HELD)
+@pytest.mark.parametrize("case", COMPARED)
+def test_held_targets_make_no_bf16_tensor(case, target):
+    """Section 7: bf16 values are f32 tensors on metal and cpu. The one bf16
+    tensor a held module has is a bf16-stored frozen parameter, made in
+    `__init__` and widened by `.float()` (an op with an f32 result)."""
+    net = construct(golden(case, target))
+    for name in INPUTS[case]:
+        args = arguments(case, name, target)
+        with torch.no_grad(), BF16Ops() as seen:
+            method(net, name)(*args)
+        assert not seen.ops, (name, sorted(seen.ops))
+
+
+NEWTON_SCHULZ = """
+(require sexpgpu/optim)
+(defparam w (normal [8 8]))
+(defun forward (x) (newton-schulz (matmul x w)))
+(defrun train :precision :bf16)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug in runtime/optim.py + ops/optim.py: on metal/cpu, sx.newton_schulz "
+    "iterates on real bf16 tensors (g.to(torch.bfloat16), bf16 GEMMs) instead of "
+    "f32 tensors rounded by sx.round_to_bf16",
+)
+@pytest.mark.parametrize("target", HELD)
+def test_newton_schulz_on_held_targets_makes_no_bf16_tensor(target):
+    net = construct(load(NEWTON_SCHULZ, "ns.lisp", target))
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(11))
+    with torch.no_grad(), BF16Ops() as seen:
+        net(x)
+    assert not seen.ops, sorted(seen.ops)

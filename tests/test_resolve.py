@@ -1,0 +1,156 @@
+"""resolve: top-level data -> a Program; the checks made before any body is traced."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sx2torch import read, resolve
+from sx2torch.errors import SourceError, Span
+
+
+def program(text: str, top: str = "net") -> resolve.Program:
+    return resolve.run(read.run(text), top)
+
+
+def error(text: str) -> tuple:
+    with pytest.raises(SourceError) as caught:
+        program(text)
+    return caught.value.span.line, caught.value.span.col, caught.value.message
+
+
+BLOCK = """\
+(defmodel block (&key (d 8))
+  "A block."
+  (defparam w (normal [d (* 4 d)] :std 0.02) :numerics :high)
+  (defun forward (x) (matmul x w)))
+"""
+
+
+def test_structure():
+    p = program(
+        BLOCK
+        + '(require sexpgpu/nn)\n(defconst d 4 "width")\n(defparam frozen (zeros [d]) :trainable false)\n'
+        '(defparam blocks (stack 2 (block :d d)))\n(defun forward (x &key (eps 1e-6)) "doc" (chain blocks x))\n'
+        "(defrun train :precision :bf16)\n(defrun eval)\n"
+    )
+    assert list(p.models) == ["block"] and p.top.name == "net" and p.top.is_top
+    assert [(r.name, r.precision) for r in p.runs] == [
+        ("train", "bf16"),
+        ("eval", "f32"),
+    ]
+    assert p.top.consts["d"].value.value == 4
+    assert p.top.params["frozen"].trainable is False
+    blocks = p.top.params["blocks"]
+    assert (
+        blocks.init.kind,
+        blocks.init.model,
+        blocks.init.count.value,
+        blocks.is_module,
+    ) == ("stack", "block", 2, True)
+    forward = p.top.defuns["forward"]
+    assert (
+        [a.name for a in forward.args],
+        [k.name for k, _ in forward.keys],
+        forward.doc,
+    ) == (["x"], ["eps"], "doc")
+    block = p.models["block"]
+    assert block.doc == "A block." and block.params["w"].numerics_high
+    assert [s.value for s in block.params["w"].init.args["shape"]] == [8, 32]
+
+
+@pytest.mark.parametrize(
+    "text, line, col, message",
+    [
+        ("(defun forward (x) x)\n(defrun r :loss x)", 2, 17, "defrun :loss is not supported yet (only :precision is)"),
+        ("(defun forward (x) x)\n(require numpy)", 2, 10, "unknown library 'numpy' (known: sexpgpu/nn, sexpgpu/optim)"),
+        ("(defun forward (x) x)\n(defrun r :precision)", 2, 11, "keyword :precision without a value in defrun"),
+        ("(defun forward (x) x)\n(defrun r)\n(defrun r)", 3, 9, "run 'r' is already defined"),
+        ("(defun forward (x) x)\n(defparam b (block :e 1))\n" + BLOCK, 2, 20, "model 'block' has no key :e (known: :d)"),
+        ("(defun forward (x) x)\n(defparam b (blok))", 2, 11, "unknown initializer or model 'blok'"),
+        ("(defun forward (x) x)\n(defparam b (stack 2 (zeros [1])))", 2, 22,
+         "stack takes a sub-model instance, such as (block :d d)"),
+        ("(defun forward (x) x)\n(defparam w (zeros [-1]))", 2, 21, "a size must not be negative, got -1"),
+        ("(defun forward (x) x)\n(defparam w (normal [2] :sd 1))", 2, 25,
+         "unknown keyword :sd in normal (known: :mean, :std)"),
+        ("(defun forward (x) x)\n(defparam w (ones [2]) :trainable 0)", 2, 35, ":trainable must be true or false, got 0"),
+        ("(defun forward (x) x)\n(defparam w (ones [2]) :numerics :low)", 2, 34, ":numerics must be :high, got :low"),
+        ("(defun forward (x &key eps) x)", 1, 24, "a &key argument needs a default: (eps DEFAULT)"),
+        ("(defun forward (x x) x)", 1, 19, "argument 'x' given twice"),
+        ("(defun forward (x))", 1, 1, "defun 'forward' has no body"),
+        ("(defun let (x) x)", 1, 8, "a defun cannot be named 'let': that is a special form"),
+        ("(defun 3 (x) x)", 1, 8, "expected a function name, got 3"),
+        ("x", 1, 1, "expected a top-level form such as (defun ...), got 'x'"),
+        ("(defvar x 1)", 1, 2, "unknown definition form 'defvar'"),
+        ("(defmodel m () (defrun r))\n(defun forward (x) x)", 1, 16, "'defrun' belongs at the top level of the file"),
+        ("(defmodel m ())\n(defun forward (x) x)", 1, 11, "model 'm' defines no 'forward' defun"),
+        ("(defconst d (/ 1 0))", 1, 13, "division by zero (with the consts at their defaults)"),
+        ("(defconst d (+ 1 :a))", 1, 13, "arithmetic needs numbers, got :a"),
+    ],
+)  # fmt: skip
+def test_errors(text, line, col, message):
+    assert error(text) == (line, col, message)
+
+
+def chain(n: int) -> str:
+    calls = "".join(f"(defun f{i} (x) (relu (f{i + 1} x)))\n" for i in range(n - 1))
+    return calls + f"(defun f{n - 1} (x) x)\n(defun forward (x) (f0 x))\n"
+
+
+def test_calls_nest_at_most_64_deep():
+    assert program(chain(63))  # forward, then f0 ... f62: 64 defuns
+    assert error(chain(64)) == (65, 21, "calls nested more than 64 defuns deep")
+
+
+def test_sub_model_calls_count_toward_the_depth():
+    models = "(defmodel m0 () (defun forward (x) (relu x)))\n"
+    for i in range(1, 70):
+        models += f"(defmodel m{i} () (defparam inner (m{i - 1})) (defun forward (x) (inner x)))\n"
+    line, col, message = error(
+        models + "(defparam outer (m69))\n(defun forward (x) (outer x))\n"
+    )
+    assert message == "calls nested more than 64 defuns deep"
+
+
+def test_a_let_binding_named_as_a_defun_is_not_a_call():
+    assert program("(defun f (x) (let ((f (relu x))) f))\n(defun forward (x) (f x))")
+
+
+def test_many_paths_through_the_call_graph_are_checked_quickly():
+    calls = "".join(f"(defun f{i} (x) (+ (f{i + 1} x) (f{i + 1} x) (g{i + 1} x)))\n(defun g{i} (x) (f{i} x))\n"
+                    for i in range(30))  # fmt: skip
+    started = time.monotonic()
+    assert program(
+        calls + "(defun f30 (x) x)\n(defun g30 (x) x)\n(defun forward (x) (f0 x))"
+    )
+    assert time.monotonic() - started < 2
+
+
+def test_a_defmodel_cannot_take_the_top_models_name():
+    assert error("(defmodel net () (defun forward (x) x))") == (
+        1,
+        11,
+        "a defmodel cannot be named 'net': the file's top model has that name",
+    )
+
+
+def test_a_model_cannot_hold_itself():
+    text = (
+        "(defmodel a () (defparam me (a)) (defun forward (x) x))\n(defun forward (x) x)"
+    )
+    assert error(text) == (1, 26, "unknown initializer or model 'a'")
+    text = (
+        "(defmodel a () (defparam q (b)) (defun forward (x) x))\n"
+        "(defmodel b () (defparam p (c)) (defun forward (x) x))\n"
+        "(defmodel c () (defparam r (a)) (defun forward (x) x))\n(defun forward (x) x)"
+    )
+    assert error(text) == (3, 26, "model 'a' contains itself (a -> b -> c -> a)")
+
+
+def test_no_forward_is_reported_at_the_start():
+    assert error("") == (
+        1,
+        1,
+        "the file defines no 'forward' defun: expected (defun forward (x ...) ...)",
+    )
