@@ -149,7 +149,7 @@ def report(title: str, runs: list[Variant]) -> dict[str, float]:
             statistics.quantiles(run.times, n=4) if len(run.times) > 1 else [0, 0, 0]
         )
         print(
-            f"  {run.name:12} median {median[run.name] * 1e3:9.2f} ms"
+            f"  {run.name:22} median {median[run.name] * 1e3:9.2f} ms"
             f"   (quartiles {spread[0] * 1e3:.2f} .. {spread[2] * 1e3:.2f} ms,"
             f" n={len(run.times)})"
         )

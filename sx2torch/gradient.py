@@ -68,6 +68,8 @@ class _Backward:
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
         grads: dict = {node: [] for node in path}
+        if not path:
+            return self._zeros(x)
         with self._stamped(y):
             grads[y].append(self._note(self.t.op("ones-like", [y])))
         for node in reversed(path):
@@ -81,6 +83,10 @@ class _Backward:
             for operand, gradient in zip(node.inputs, self._rule(node, total)):
                 if gradient is not None and operand in grads:
                     grads[operand].append(gradient)
+        return self._zeros(x)
+
+    def _zeros(self, x: Node) -> Operand:
+        """Y does not depend on X (or only through ops without a gradient): dY/dX is zero."""
         with self._stamped(x):
             return self._note(self.t.op("zeros-like", [x]))
 

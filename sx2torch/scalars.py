@@ -40,6 +40,8 @@ def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"
         )
+    if left.op == right.op == "lit":
+        return Scalar.lit(value)
     return Scalar(python_op, (left, right), value)
 
 

@@ -24,6 +24,7 @@ from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import CALLS
 
 RETURN = "return"
+MAX_INLINE_DEPTH = 24  # a deeper expression is split into statements (readable, and within Python's limits)
 
 
 @dataclass
@@ -76,19 +77,22 @@ class MethodEmitter:
         return readers
 
     def _named(self) -> set:
-        named = set()
+        named, depth = set(), {}
         for node in self.graph.nodes:
             if node.op in ("input", "param"):
                 continue
             readers = self.readers[node]
+            depth[node] = 1 + max((depth.get(i, 0) for i in node.inputs if isinstance(i, Node)), default=0)
             if (
                 node.op == "chain"
                 or node.name is not None
                 or len(readers) != 1
+                or depth[node] >= MAX_INLINE_DEPTH
                 or any(r != RETURN and REGISTRY.get(r.op) and REGISTRY[r.op].name_inputs for r, _ in readers)
                 or (readers[0][0] != RETURN and self.path(readers[0][0]) != self.path(node))
             ):
                 named.add(node)
+                depth[node] = 0
         return named
 
     def _statement_of(self) -> dict:

@@ -172,6 +172,8 @@ class _Policy:
     def _call(self, typed: Typed, node: Node) -> None:
         callee_graph = self._callee_graph(node, typed.model)
         signature = tuple(typed.dtype[i] for i in node.inputs)
+        if None in signature:
+            raise SourceError(node.span, "an argument here is a number, not a tensor: pass numbers as &key arguments")
         if node.op != "call" and any(is_param(s) for s in signature):
             raise SourceError(node.span, "pass a parameter to a sub-model through an activation, not as an argument")
         callee = self.specialize(callee_graph, signature, node.mode or typed.ambient)
