@@ -10,7 +10,6 @@ Argument kinds (positional `args` and `keys`):
   number      a compile-time number
   bool        a compile-time boolean
   ints        a vector of compile-time integers, e.g. `[0 (* 2 d)]`
-  dtype       :f32 or :bf16
   out         :f32 (the f32-out matmul)
 
 `result` says what the op produces: "float" (computes in the policy's dtype),

@@ -1,0 +1,61 @@
+"""The op table of docs/OPS.md, made from the registry: `python -m sx2torch.ops.table > docs/OPS.md`."""
+
+from sx2torch.ops import REGISTRY, Op
+
+
+def signature(op: Op) -> str:
+    args = [a.name.upper() for a in op.args]
+    least, most = op.bounds
+    if most is None:
+        args[-1] += " ..."
+    elif most > least:
+        args[least:] = [f"[{a}]" for a in args[least:]]
+    keys = [
+        f":{k.name}" + ("" if k.default is None else f" {_shown(k.default)}")
+        for k in op.keys
+    ]
+    return "(" + " ".join([op.name, *args, *(["&key", *keys] if keys else [])]) + ")"
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + " ".join(map(str, value)) + "]"
+    return str(value)
+
+
+def marks(op: Op) -> str:
+    found = []
+    if op.sensitive:
+        found.append("f32 island")
+    if op.expand:
+        found.append("defined by other ops")
+    if op.exact:
+        found.append("exact in bf16")
+    return ", ".join(found)
+
+
+def markdown() -> str:
+    lines = [
+        "# Ops",
+        "",
+        "Made from the registry (`sx2torch/ops/`) by `python -m sx2torch.ops.table`; a test keeps it current.",
+        "",
+        "| op | marks | derivative | notes |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name in sorted(REGISTRY):
+        op = REGISTRY[name]
+        derivative = (
+            "rule" if op.grad else ("through its definition" if op.expand else "none")
+        )
+        cell = signature(op).replace("|", "\\|")
+        lines.append(
+            f"| `{cell}` | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
