@@ -1,4 +1,4 @@
-"""Sweep all 2^32 float32 bit patterns through ``round_to_bf16``.
+"""Sweep all 2^32 float32 bit patterns through the integer form of ``round_to_bf16``.
 
 Compares each result bitwise with torch's own cast, ``x.to(torch.bfloat16)``
 (two NaNs count as equal, payloads aside), and prints the mismatch count and
@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from sx2torch.runtime import round_to_bf16
+from sx2torch.runtime.rounding import round_bits
 
 CHUNK = 1 << 24
 
@@ -18,7 +18,7 @@ CHUNK = 1 << 24
 def count_mismatches(bits: torch.Tensor) -> int:
     """How many of the int32 patterns ``bits`` round differently from torch's cast."""
     x = bits.view(torch.float32)
-    ours = round_to_bf16(x)
+    ours = round_bits(x)
     theirs = x.to(torch.bfloat16).float()
     differ = ours.view(torch.int32) != theirs.view(torch.int32)
     both_nan = ours.isnan() & theirs.isnan()

@@ -20,11 +20,16 @@ def _newton_schulz(t, args, attrs):
     return t.cast(orthogonal, "f32")
 
 
+def _newton_schulz_call(a, ctx):
+    held = {} if ctx.target == "cuda" else {"held": b.name("True")}
+    return b.call("sx.newton_schulz", a[0], steps=ctx.attrs["steps"], **held)
+
+
 register(
     Op(
         "newton-schulz-bf16",
         (Arg("g"),),
-        lambda a, ctx: b.call("sx.newton_schulz", a[0], steps=ctx.attrs["steps"]),
+        _newton_schulz_call,
         keys=(STEPS,),
         exact=True,
         doc="the iteration of newton-schulz, in bf16, returning its input's dtype",

@@ -10,7 +10,7 @@ on every one of the 2^32 patterns (NaN payloads aside).
 import torch
 from torch import Tensor
 
-__all__ = ["round_to_bf16"]
+__all__ = ["round_bits", "round_to_bf16"]
 
 _SIGN = -0x80000000  # 0x80000000 as an int32
 _MAGNITUDE = 0x7FFFFFFF
@@ -20,7 +20,7 @@ _HIGH_HALF = -0x10000  # 0xFFFF0000 as an int32
 _HALF_ULP_BELOW = 0x7FFF  # half a bf16 ulp, less one: ties go to the even side
 
 
-def _round_bits(x: Tensor) -> Tensor:
+def round_bits(x: Tensor) -> Tensor:
     """Round ``x`` to bf16 in its bits: add half an ulp (ties to even), truncate.
 
     The sign is set aside and the magnitude rounded, so the int32 addition
@@ -45,7 +45,11 @@ class _RoundToBf16(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor) -> Tensor:
-        return _round_bits(x)
+        if x.device.type == "cpu" and not torch.compiler.is_compiling():
+            # The same bits (checked on all 2^32 patterns) in one fused pass instead of
+            # about ten; compiled code keeps the integer form, which inductor cannot drop.
+            return x.to(torch.bfloat16).float()
+        return round_bits(x)
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> Tensor:

@@ -1,9 +1,22 @@
-"""round_to_bf16 against torch's own cast, bit for bit."""
+"""round_to_bf16 against torch's own cast, bit for bit.
+
+The algorithm tests run twice: on `round_bits`, the integer form every device
+and compiled code use, and on `round_to_bf16`, which on the CPU in eager mode
+takes torch's cast (the same bits, in one pass).
+"""
 
 import pytest
 import torch
 
 from sx2torch.runtime import round_to_bf16
+from sx2torch.runtime.rounding import round_bits
+
+
+@pytest.fixture(
+    params=[round_bits, round_to_bf16], ids=["integer form", "round_to_bf16"]
+)
+def rounding(request):
+    return request.param
 
 
 def from_bits(patterns: list[int]) -> torch.Tensor:
@@ -71,39 +84,39 @@ NANS = [
 
 
 @pytest.mark.parametrize("pattern, expected", EDGES.values(), ids=EDGES.keys())
-def test_edge_values(pattern: int, expected: int) -> None:
+def test_edge_values(pattern: int, expected: int, rounding) -> None:
     x = from_bits([pattern])
-    ours = round_to_bf16(x)
+    ours = rounding(x)
     assert bits_of(ours) == [expected]
     assert_matches_cast(x, ours)
 
 
 @pytest.mark.parametrize("pattern", NANS, ids=hex)
-def test_nan_stays_nan(pattern: int) -> None:
+def test_nan_stays_nan(pattern: int, rounding) -> None:
     x = from_bits([pattern])
     assert x.isnan().all()
-    assert round_to_bf16(x).isnan().all()
+    assert rounding(x).isnan().all()
 
 
-def test_every_bf16_value_and_its_rounding_boundaries() -> None:
+def test_every_bf16_value_and_its_rounding_boundaries(rounding) -> None:
     """Every high half (sign, exponent, 7 mantissa bits) with the low halves that matter."""
     high = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32) << 16
     low = torch.tensor([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=torch.int32)
     x = (high[:, None] | low[None, :]).view(torch.float32)
-    assert_matches_cast(x, round_to_bf16(x))
+    assert_matches_cast(x, rounding(x))
 
 
-def test_ten_million_random_patterns() -> None:
+def test_ten_million_random_patterns(rounding) -> None:
     generator = torch.Generator().manual_seed(20240601)
     for _ in range(10):
         wide = torch.randint(-(1 << 31), 1 << 31, (10**6,), generator=generator)
         x = wide.to(torch.int32).view(torch.float32)
-        assert_matches_cast(x, round_to_bf16(x))
+        assert_matches_cast(x, rounding(x))
 
 
-def test_keeps_shape_of_a_non_contiguous_tensor() -> None:
+def test_keeps_shape_of_a_non_contiguous_tensor(rounding) -> None:
     x = torch.randn(5, 7).t()
-    ours = round_to_bf16(x)
+    ours = rounding(x)
     assert ours.shape == (7, 5)
     assert_matches_cast(x, ours)
 
