@@ -9,18 +9,21 @@ have the generated ``TinyGpt``'s names and shapes, so either model's ``state_dic
 loads into the other. ``tests/test_reference_gpt.py`` compares the two numerically;
 this script compares their speed.
 
-Four variants are measured side by side in one process, their repetitions
+Six variants are measured side by side in one process, their repetitions
 interleaved (the order rotates every round): the generated module
 (``golden/tiny-gpt.lisp``, ``--target cuda``: native bf16 tensors, which is what
-the reference uses too) and the reference, each eager and ``torch.compile``d
+the reference uses too), the reference, and ``seed-ref``, the reference with the
+seed's three roundings switched on (its forward is the generated one bit for bit,
+so it is the same math written by hand), each eager and ``torch.compile``d
 (inductor, ``fullgraph=True``; the loss is compiled, AdamW's step stays eager).
 One step is ``zero_grad``, ``loss(idx, targets).backward()``, ``AdamW.step()``;
 the figure reported is the median over the repetitions. The goal: generated /
-reference <= 1.05, eager and compiled. ``--profile`` adds the top ops of each eager
-step (torch.profiler) and an ablation of the generated step.
+reference <= 1.05, eager and compiled; generated / seed-ref is the emitter's own
+overhead. ``--profile`` adds the top ops of each eager step (torch.profiler) and
+the ops where the generated step and seed-ref's differ most.
 
-Run: ``python -m benchmarks.gpt [--reps 30] [--batch 8] [--time 128] [--no-compile]
-[--profile]``.
+Run: ``python -m benchmarks.gpt [--reps 30] [--batch 8] [--time 128] [--threads N]
+[--no-compile] [--profile]``.
 """
 
 from __future__ import annotations
@@ -221,35 +224,42 @@ def training_step(
     return step
 
 
-def make_models(config: dict) -> tuple[nn.Module, nn.Module]:
-    """The generated TinyGpt and the reference, with the same (non-zero) weights."""
+SEED_ROUNDINGS = {"seed_norm": True, "seed_attention": True, "seed_head": True}
+
+
+def make_models(config: dict) -> dict[str, nn.Module]:
+    """The generated TinyGpt, the reference and the reference with the seed's
+    roundings (the generated forward, bit for bit), all with the same non-zero weights.
+    """
     module = load_tiny_gpt()
     torch.manual_seed(0)
     generated = module.TinyGpt(**config)
     with torch.no_grad():
-        for name, p in generated.named_parameters():
+        for p in generated.parameters():
             if p.abs().max() == 0:  # w_o, w_down, lm_head start at zero
                 p.normal_(0.0, p.shape[0] ** -0.5)
-    reference = ReferenceGpt(**config)
-    reference.load_state_dict(generated.state_dict())
-    return generated, reference
+    models = {
+        "generated": generated,
+        "reference": ReferenceGpt(**config),
+        "seed-ref": ReferenceGpt(**config, **SEED_ROUNDINGS),
+    }
+    for net in models.values():
+        net.load_state_dict(generated.state_dict())
+    return models
 
 
 def variants(
     config: dict, inputs: tuple[torch.Tensor, ...], compiled: bool
 ) -> list[Variant]:
-    generated, reference = make_models(config)
     made = [
-        Variant("generated eager", training_step(generated, generated.loss, inputs)),
-        Variant("reference eager", training_step(reference, reference.loss, inputs)),
+        Variant(f"{label} eager", training_step(net, net.loss, inputs))
+        for label, net in make_models(config).items()
     ]
     if compiled:
-        for label, net in (("generated", generated), ("reference", reference)):
-            # a copy, so that the eager variant's AdamW and this one's don't share weights
-            twin = type(net)(**config)
-            twin.load_state_dict(net.state_dict())
-            loss = torch.compile(twin.loss, fullgraph=True)
-            made.append(Variant(f"{label} compiled", training_step(twin, loss, inputs)))
+        # fresh models, so that no two variants' AdamW steps share weights
+        for label, net in make_models(config).items():
+            loss = torch.compile(net.loss, fullgraph=True)
+            made.append(Variant(f"{label} compiled", training_step(net, loss, inputs)))
     return made
 
 
@@ -278,68 +288,55 @@ def report(runs: list[Variant], goal: float = 1.05) -> dict[str, float]:
             f" first step {run.first_s:.2f} s)"
         )
     for mode in ("eager", "compiled"):
-        if f"generated {mode}" in median:
-            ratio = median[f"generated {mode}"] / median[f"reference {mode}"]
-            verdict = "met" if ratio <= goal else "MISSED"
-            print(
-                f"  generated / reference, {mode:8} = {ratio:5.3f}"
-                f"   (goal <= {goal}: {verdict})"
-            )
+        if f"generated {mode}" not in median:
+            continue
+        ratio = median[f"generated {mode}"] / median[f"reference {mode}"]
+        same_math = median[f"generated {mode}"] / median[f"seed-ref {mode}"]
+        print(
+            f"  generated / reference, {mode:8} = {ratio:5.3f}"
+            f"   (goal <= {goal}: {'met' if ratio <= goal else 'MISSED'});"
+            f" generated / seed-ref = {same_math:5.3f}"
+        )
     return median
 
 
-def profile(net: nn.Module, inputs: tuple[torch.Tensor, ...], reps: int) -> None:
-    """The top ops of an eager step by self CPU time, per step."""
+def profile(net: nn.Module, inputs: tuple[torch.Tensor, ...], reps: int) -> dict:
+    """Self CPU time per step (ms) and calls per step of every event in an eager step."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     step = training_step(net, net.loss, inputs)
     for _ in range(3):
         step()
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        with torch.profiler.record_function("step"):
-            for _ in range(reps):
-                step()
-    events = {e.key: e for e in prof.key_averages()}
-    total = events["step"].cpu_time_total / reps
-    print(f"    {type(net).__name__}: {total / 1e3:.2f} ms/step under the profiler")
-    ops = [e for key, e in events.items() if key.startswith("aten::")]
-    for event in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:14]:
-        print(
-            f"      {event.key:40} {event.self_cpu_time_total / reps / 1e3:7.3f} ms/step"
-            f"  x{event.count // reps}"
-        )
+        for _ in range(reps):
+            step()
+    return {
+        e.key: (e.self_cpu_time_total / reps / 1e3, e.count // reps)
+        for e in prof.key_averages()
+    }
 
 
-def ablation(config: dict, inputs: tuple[torch.Tensor, ...], reps: int) -> None:
-    """Reference variants with the seed's roundings switched on, one at a time.
-
-    Each is the reference with one part written the way the generated module
-    writes it, so its time against the plain reference is that part's cost.
-    """
-    _, reference = make_models(config)
-    state = reference.state_dict()
-    runs = []
-    for label, switches in (
-        ("reference", {}),
-        ("+ seed norm", {"seed_norm": True}),
-        ("+ seed attention", {"seed_attention": True}),
-        ("+ seed head", {"seed_head": True}),
-        (
-            "all three",
-            {"seed_norm": True, "seed_attention": True, "seed_head": True},
-        ),
-    ):
-        net = ReferenceGpt(**config, **switches)
-        net.load_state_dict(state)
-        runs.append(Variant(label, training_step(net, net.loss, inputs)))
-    measure(runs, reps, warmup=3)
-    base = statistics.median(runs[0].times)
-    for run in runs:
-        med = statistics.median(run.times)
-        print(
-            f"    {run.name:18} {med * 1e3:8.2f} ms  ({(med - base) * 1e3:+.2f} ms,"
-            f" x{med / base:.3f})"
-        )
+def print_profiles(config: dict, inputs: tuple[torch.Tensor, ...], reps: int) -> None:
+    """The top ops of each model's eager step, then the ops where generated and
+    seed-ref (the same math) differ most."""
+    events = {
+        label: profile(net, inputs, reps) for label, net in make_models(config).items()
+    }
+    for label, table in events.items():
+        total = sum(ms for ms, _ in table.values())
+        print(f"    {label}: {total:.2f} ms/step of self CPU time under the profiler")
+        ops = sorted(table.items(), key=lambda item: -item[1][0])
+        for key, (ms, count) in ops[:10]:
+            print(f"      {key[:52]:52} {ms:7.3f} ms/step  x{count}")
+    ours, theirs = events["generated"], events["seed-ref"]
+    print("    generated - seed-ref, by op (ms/step, calls/step):")
+    keys = sorted(
+        set(ours) | set(theirs),
+        key=lambda k: -abs(ours.get(k, (0, 0))[0] - theirs.get(k, (0, 0))[0]),
+    )
+    for key in keys[:12]:
+        (a, n), (b, m) = ours.get(key, (0.0, 0)), theirs.get(key, (0.0, 0))
+        print(f"      {key[:52]:52} {a - b:+7.3f}   x{n} vs x{m}")
 
 
 def main() -> None:
@@ -350,7 +347,10 @@ def main() -> None:
     parser.add_argument("--time", type=int, default=128)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     print(f"torch {torch.__version__}")
     print(f"CPU capability: {torch.backends.cpu.get_cpu_capability()}")
@@ -371,11 +371,7 @@ def main() -> None:
     report(runs)
     if args.profile:
         print("\n  profiles (eager):")
-        generated, reference = make_models(config)
-        profile(generated, inputs, reps=10)
-        profile(reference, inputs, reps=10)
-        print("\n  ablation: the reference with the seed's roundings, eager")
-        ablation(config, inputs, max(args.reps // 2, 10))
+        print_profiles(config, inputs, reps=10)
 
 
 if __name__ == "__main__":

@@ -443,6 +443,15 @@ class Tracer:
             given[key.name] = self._argument(spec.kind, value, env, f":{key.name}")
         for spec in op.keys:
             attrs[spec.name] = given.get(spec.name, _default(spec.default))
+        if (
+            op.result != "arith"
+            and inputs
+            and all(isinstance(i, Scalar) for i in inputs)
+        ):
+            raise SourceError(
+                datum.span,
+                f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
+            )
         outer, self.datum = self.datum, datum
         try:
             return (

@@ -203,6 +203,7 @@ REGRESSIONS = {
     "a defun's scalar result passed to a defun": "(defun helper (x) 2)\n(defun forward (x) (helper (helper x)))\n",
     "a sum of 300 terms": "(defun forward (x) (+" + " x" * 300 + "))\n",
     "an integer literal read through an attribute": "(defun forward (pos)\n  (gradient (sum (matmul pos 16)) pos))\n",
+    "a number sliced (a SyntaxWarning in the output)": "(defun forward (x) (slice 0 :end 2))\n",
     "a let binding named as a defun": "(defun f (x) (let ((f (relu x))) f))\n(defun forward (x) (f x))\n",
     "a quadratic number of string scans": '(defun forward (x) "'
     + '\\"' * 20000

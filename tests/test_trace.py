@@ -114,6 +114,7 @@ def test_calls():
         ("(defun f (a &key (k 1)) a)\n(defun forward (x) (f x :k x))", 4, 28,
          "expected a number known at compile time, got a tensor"),
         ("(defun forward (x) (chain w x))", 3, 27, "'w' is not a stack of sub-models"),
+        ("(defun forward (x) (slice 0 :end d))", 3, 20, "'slice' needs a tensor argument, got only numbers known at compile time"),
         ("(defun forward (x &key (k :fast)) (* x k))", 3, 40, "'k' is the keyword :fast, not a number or a tensor"),
     ],
 )  # fmt: skip
