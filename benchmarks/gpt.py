@@ -45,11 +45,19 @@ from torch.nn import functional as F
 
 from sx2torch.compiler import Options, compile_source
 
-__all__ = ["ReferenceBlock", "ReferenceGpt", "load_tiny_gpt", "TINY_GPT"]
+__all__ = [
+    "ReferenceBlock",
+    "ReferenceGpt",
+    "SEED_ROUNDINGS",
+    "TINY_GPT",
+    "load_tiny_gpt",
+    "norm",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_GPT = ROOT / "golden" / "tiny-gpt.lisp"
 EPS = 1e-6  # tiny-gpt's rms-norm eps (F.rms_norm's default on bf16 is f32's 1.19e-7)
+SEED_ROUNDINGS = {"seed_norm": True, "seed_attention": True, "seed_head": True}
 
 
 def norm(x: torch.Tensor, seed: bool = False) -> torch.Tensor:
@@ -110,8 +118,9 @@ class ReferenceBlock(nn.Module):
             weights = torch.softmax(scores.float().masked_fill(above, -torch.inf), -1)
             y = weights.type_as(v) @ v
         else:
-            # default scale 1/sqrt(head_dim); the CPU flash kernel keeps the scores
-            # and the softmax statistics in f32 (no bf16 scores) and rounds y once.
+            # default scale 1/sqrt(head_dim); the CPU flash kernel does not round
+            # the scores to bf16 (tests/test_reference_gpt.py measures how close
+            # to the f32 attention it is).
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(batch, time_steps, d)
         return y @ self.w_o.type_as(y)
@@ -140,7 +149,8 @@ class ReferenceGpt(nn.Module):
       bf16 values, which is what ``sx.matmul_f32_out`` computes on CPU); the
       modded-nanogpt head is a bf16 GEMM rounded to bf16, then ``.float()``.
 
-    All three on, the forward is the generated module's, op for op.
+    All three on, the forward is the generated module's, op for op: the same
+    bits on CPU (``tests/test_reference_gpt.py``).
     """
 
     def __init__(
@@ -222,9 +232,6 @@ def training_step(
         optimizer.step()
 
     return step
-
-
-SEED_ROUNDINGS = {"seed_norm": True, "seed_attention": True, "seed_head": True}
 
 
 def make_models(config: dict) -> dict[str, nn.Module]:

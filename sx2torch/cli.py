@@ -14,7 +14,7 @@ from typing import Optional
 
 from sx2torch import __version__, explain
 from sx2torch.compiler import TARGETS, Options, compile_source
-from sx2torch.errors import SourceError
+from sx2torch.errors import SourceError, UsageError
 from sx2torch.read import decode
 
 USAGE = """\
@@ -28,10 +28,6 @@ commands:
   (default)   compile FILE.lisp and print the module (or write it with -o)
   check       exit 1 with a unified diff when GENERATED.py is not what FILE.lisp compiles to
   explain     say where the precision policy keeps f32, and list parameter sizes"""
-
-
-class UsageError(Exception):
-    pass
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -8,7 +8,7 @@ from typing import Optional
 
 from sx2torch import __version__, format, policy, read, resolve, trace
 from sx2torch.emit import module
-from sx2torch.errors import SourceError, Span
+from sx2torch.errors import UsageError
 
 TARGETS = ("cuda", "metal", "cpu")
 
@@ -45,7 +45,7 @@ def choose_run(program: resolve.Program, name: Optional[str]):
         if run.name == name:
             return run
     known = ", ".join(r.name for r in program.runs) or "none"
-    raise SourceError(Span(1, 1), f"no defrun named '{name}' (known: {known})")
+    raise UsageError(f"--run {name}: the file has no defrun of that name (known: {known})")
 
 
 def _shown(filename: str) -> str:

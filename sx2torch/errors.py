@@ -15,6 +15,10 @@ class Span:
     col: int
 
 
+class UsageError(Exception):
+    """A command-line option the source cannot satisfy, such as an unknown --run (exit 2)."""
+
+
 class SourceError(Exception):
     """A problem with the source program, reported at a position."""
 

@@ -29,6 +29,8 @@ from sx2torch.read import (
 )
 from sx2torch.resolve import SPECIAL_FORMS, Defun, Model, Program
 
+TENSOR_KINDS = ("tensor", "matrix", "ids", "bool-tensor", "like")
+
 
 def run(program: Program) -> dict:
     """{(model name, defun name): Graph} for every defun of every model."""
@@ -423,7 +425,7 @@ class Tracer:
         for index, item in enumerate(positional):
             spec = op.args[min(index, len(op.args) - 1)]
             value = self._argument(spec.kind, item, env, f"{op.name}'s {spec.name}")
-            if spec.kind in ("tensor", "ids", "bool-tensor", "like"):
+            if spec.kind in TENSOR_KINDS:
                 inputs.append(value)
             elif spec.kind == "tensors":
                 inputs.extend(value)
@@ -469,7 +471,7 @@ class Tracer:
         return result
 
     def _argument(self, kind: str, item: Datum, env: dict, what: str):
-        if kind in ("tensor", "ids", "bool-tensor", "like"):
+        if kind in TENSOR_KINDS:
             return self.expr(item, env)
         if kind == "tensors":
             if not isinstance(item, Vector) or not item.items:

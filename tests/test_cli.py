@@ -63,13 +63,11 @@ def test_run_picks_the_defrun(capsys, source):
     assert ".to(torch.bfloat16)" not in out
 
 
-def test_unknown_run_is_a_diagnostic(capsys, source):
+def test_unknown_run_is_a_usage_error(capsys, source):
     rc, out, err = run(capsys, source, "--run", "nope")
-    assert (rc, out) == (1, "")
+    assert (rc, out) == (2, "")
     assert err.splitlines() == [
-        f"{source}:1:1: error: no defrun named 'nope' (known: train, eval)",
-        "  (defparam w (normal [4 4] :std 0.02))",
-        "  ^",
+        "sx2torch: error: --run nope: the file has no defrun of that name (known: train, eval)"
     ]
 
 

@@ -330,14 +330,13 @@ def test_a_byte_order_mark_is_not_a_column(tmp_path, capsys):
     assert rc == 1 and err.startswith(f"{path}:1:20: error: unknown name 'y'")
 
 
-def test_unknown_run_is_a_diagnostic(tmp_path, capsys):
+def test_unknown_run_is_a_usage_error(tmp_path, capsys):
     source = b"(defun forward (x) x)\n(defrun train :precision :bf16)\n"
     rc, out, err, path = compile_file(tmp_path, capsys, source, "--run", "eval")
-    assert (rc, out) == (1, "")
-    assert (
-        err.splitlines()[0]
-        == f"{path}:1:1: error: no defrun named 'eval' (known: train)"
-    )
+    assert (rc, out) == (2, "")
+    assert err.splitlines() == [
+        "sx2torch: error: --run eval: the file has no defrun of that name (known: train)"
+    ]
 
 
 @pytest.mark.parametrize(

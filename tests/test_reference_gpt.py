@@ -33,22 +33,17 @@ from sx2torch import runtime as sx
 
 ROOT = Path(__file__).resolve().parent.parent
 try:
-    from benchmarks.gpt import ReferenceGpt, norm
-except (
-    ModuleNotFoundError
-):  # plain `pytest` with importlib mode: the root is not on sys.path
+    from benchmarks.gpt import SEED_ROUNDINGS, ReferenceGpt, norm
+except ModuleNotFoundError:
+    # plain `pytest` (not `python -m pytest`) in importlib mode: the root is not on sys.path
     sys.path.insert(0, str(ROOT))
-    from benchmarks.gpt import ReferenceGpt, norm
+    from benchmarks.gpt import SEED_ROUNDINGS, ReferenceGpt, norm
 
-U = (
-    2.0**-8
-)  # bf16's unit roundoff: a round-to-nearest-even cast errs by at most U relative
-CONFIG = {
-    "vocab": 128,
-    "d": 64,
-}  # n_head 4 (head_dim 16), n_layer 2: the file's defaults
+# bf16's unit roundoff: a round-to-nearest-even cast errs by at most U relative
+U = 2.0**-8
+# small and fast; n_head 4 (head_dim 16) and n_layer 2 are the file's defaults
+CONFIG = {"vocab": 128, "d": 64}
 SEEDS = (0, 1, 2)
-SEED_ROUNDINGS = {"seed_norm": True, "seed_attention": True, "seed_head": True}
 
 
 @pytest.fixture
@@ -117,9 +112,10 @@ def test_the_seed_roundings_reproduce_the_generated_forward_bit_for_bit(gpt, see
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_modded_nanogpt_style_differs_by_a_few_bf16_roundings(gpt, seed):
     """Measured over 20 seeds: max |Δ| <= 2.2 U max |logits|, ‖Δ‖ <= 1.2 U ‖logits‖,
-    |Δloss| <= 6.6e-4 (loss ~5.3). The bounds leave about 2x room: the logits pass
-    through ~10 rounding points that round differently (5 rms-norms, 2 attentions,
-    the head), each a relative error of at most U, mostly uncorrelated."""
+    |Δloss| <= 6.6e-4 (loss ~5.3). The bounds leave about 2x room. The logits pass
+    through 13 points that round differently (10 rms-norms, 2 attentions, the head),
+    each a relative error of at most about U, mostly uncorrelated and damped by the
+    norms that follow, so the difference is a few U, not 13 U."""
     model, idx, targets = make(gpt, seed)
     max_rel, rel, loss_delta, max_abs = differences(
         model, reference_of(model), idx, targets
@@ -141,7 +137,9 @@ def test_each_rounding_point_accounts_for_part_of_the_difference(gpt, seed):
     for point, rel_bound, max_bound in (
         ("seed_norm", 2.5, 4.5),
         ("seed_attention", 1.2, 4.0),
-        ("seed_head", 0.8, 1.0),
+        # one rounding of the pre-softcap logit: U, stretched by at most 2% here
+        # (15 atanh(l / 15) / l for |l| <= 4)
+        ("seed_head", 0.8, 1.1),
     ):
         switches = dict(SEED_ROUNDINGS, **{point: False})
         max_rel, rel, loss_delta, max_abs = differences(

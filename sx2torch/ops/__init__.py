@@ -3,6 +3,7 @@ derivative rule and precision marks.
 
 Argument kinds (positional `args` and `keys`):
   tensor      a tensor or a scalar
+  matrix      a float tensor, never a scalar (a matmul operand)
   ids         an integer tensor (indices, labels)
   like        a tensor read only for its shape: it decides no dtype and is never cast
   tensors     a vector of tensors, e.g. `[x y]`

@@ -24,7 +24,7 @@ def _matmul_grad(t, n, g):
 register(
     Op(
         "matmul",
-        (Arg("a"), Arg("b")),
+        (Arg("a", "matrix"), Arg("b", "matrix")),
         _matmul,
         keys=(Key("out", "out"),),
         grad=_matmul_grad,

@@ -262,6 +262,9 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         raise SourceError(node.span, f"'{node.op}' needs an integer tensor of indices, got {got}")
     if kind == "bool-tensor" and dtype != "bool":
         raise SourceError(node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)")
+    if kind == "matrix" and dtype not in ("f32", "bf16") and not is_param(dtype):
+        got = "a number" if isinstance(operand, Scalar) else f"a {_describe(dtype)} tensor"
+        raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
     if kind == "tensor" and dtype in ("int", "bool") and REGISTRY[node.op].result == "float":
         raise SourceError(node.span, f"'{node.op}' needs a float tensor, got a {_describe(dtype)} tensor")
 
