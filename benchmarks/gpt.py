@@ -204,7 +204,9 @@ def load_tiny_gpt(
     if source is None:
         source = TINY_GPT.read_text(encoding="utf-8")
     code = compile_source(source, TINY_GPT.name, Options(target=target))
-    path = Path(tempfile.mkdtemp(prefix="sx2torch-gpt-")) / f"{name}.py"
+    # a stable path, so that inductor's caches recognize the code from run to run
+    path = Path(tempfile.gettempdir()) / "sx2torch-benchmarks" / f"{name}.py"
+    path.parent.mkdir(exist_ok=True)
     path.write_text(code, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -39,7 +39,7 @@ from sx2torch.errors import SourceError
 
 ROOT = Path(__file__).resolve().parent.parent
 RMS_MLP = ROOT / "golden" / "rms-mlp.lisp"
-TINY_GPT = ROOT.parent / "shared" / "examples" / "tiny-gpt.lisp"
+TINY_GPT = ROOT / "golden" / "tiny-gpt.lisp"
 
 
 @dataclass

@@ -15,22 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-BF16, F32 = torch.bfloat16, torch.float32
-EXAMPLES = Path("/work/shared/examples")
+from bitwise import BF16, F32, assert_same, bits  # noqa: F401 (tests/bitwise.py)
 
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    view = {BF16: torch.int16, F32: torch.int32}.get(t.dtype)
-    t = t.detach().contiguous()
-    return t.view(view) if view is not None else t
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    assert (
-        actual.dtype == expected.dtype
-    ), f"dtype {actual.dtype}, expected {expected.dtype}"
-    assert actual.shape == expected.shape
-    assert torch.equal(bits(actual), bits(expected)), f"{actual}\n!=\n{expected}"
+EXAMPLES = (
+    Path(__file__).resolve().parent.parent / "golden"
+)  # copies of the shared examples
 
 
 def small(*shape, seed=0, low=-2, high=3):

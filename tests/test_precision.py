@@ -21,7 +21,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-BF16, F32 = torch.bfloat16, torch.float32
+from bitwise import BF16, F32, assert_same, bits  # noqa: F401 (tests/bitwise.py)
+
 POLICIES = ["f32", "bf16"]
 
 
@@ -39,25 +40,6 @@ def odd(*shape, seed=0):
     magnitude = torch.randint(129, 200, shape, generator=generator) * 2 + 1
     sign = torch.randint(0, 2, shape, generator=generator) * 2 - 1
     return (magnitude * sign).float()
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    view = {BF16: torch.int16, F32: torch.int32}.get(t.dtype)
-    t = t.detach().contiguous()
-    return t.view(view) if view is not None else t
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    """Bitwise equality, dtype and shape included."""
-    assert (
-        actual.dtype == expected.dtype
-    ), f"dtype {actual.dtype}, expected {expected.dtype}"
-    assert (
-        actual.shape == expected.shape
-    ), f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    assert torch.equal(
-        bits(actual), bits(expected)
-    ), f"values differ:\n{actual}\nexpected\n{expected}"
 
 
 def make(build, body: str, precision: str | None, filename: str = "m.lisp"):

@@ -15,23 +15,19 @@ def _scan(runtime_name: str):
     return lambda a, ctx: b.call(runtime_name, a[0], a[1], dim=ctx.attrs["axis"])
 
 
-def _linear_scan_grad(t, n, g):
-    """db_t = l_t with l_t = g_t + a_{t+1} l_{t+1}; da_t = l_t h_{t-1}."""
-    a, b_ = n.inputs
-    axis = n.attrs["axis"]
-    adjoint = t.op("linear-scan-adjoint", [a, g], axis=axis)
-    da = t.op("*", [adjoint, t.op("previous", [n], axis=axis)])
-    return [t.op("sum-to", [da, a]), t.op("sum-to", [adjoint, b_])]
+def _scan_grad(adjoint: str, product: str):
+    """db_t = l_t, the adjoint scan run backwards (l_t = g_t + A_{t+1}^T l_{t+1});
+    dA_t = l_t h_{t-1}, elementwise for linear-scan, an outer product for matrix-scan.
+    """
 
+    def grad(t, n, g):
+        a, b_ = n.inputs
+        axis = n.attrs["axis"]
+        later = t.op(adjoint, [a, g], axis=axis)
+        da = t.op(product, [later, t.op("previous", [n], axis=axis)])
+        return [t.op("sum-to", [da, a]), t.op("sum-to", [later, b_])]
 
-def _matrix_scan_grad(t, n, g):
-    """db_t = l_t with l_t = g_t + A_{t+1}^T l_{t+1}; dA_t = l_t h_{t-1}^T."""
-    a, b_ = n.inputs
-    axis = n.attrs["axis"]
-    adjoint = t.op("matrix-scan-adjoint", [a, g], axis=axis)
-    earlier = t.op("previous", [n], axis=axis)
-    da = t.op("outer", [adjoint, earlier])
-    return [t.op("sum-to", [da, a]), t.op("sum-to", [adjoint, b_])]
+    return grad
 
 
 for _name, _runtime in (
@@ -79,7 +75,7 @@ register(
         _scan("sx.linear_scan"),
         keys=(TIME_AXIS,),
         sensitive=True,
-        grad=_linear_scan_grad,
+        grad=_scan_grad("linear-scan-adjoint", "*"),
         doc="h_t = a_t * h_{t-1} + b_t along :axis, h_{-1} = 0; A and B broadcast",
     )
 )
@@ -90,7 +86,7 @@ register(
         _scan("sx.matrix_scan"),
         keys=(TIME_AXIS,),
         sensitive=True,
-        grad=_matrix_scan_grad,
+        grad=_scan_grad("matrix-scan-adjoint", "outer"),
         doc=(
             "h_t = A_t h_{t-1} + b_t along :axis, h_{-1} = 0; A [..., n, n], B [..., n], "
             "their batch axes broadcast and :axis counts those (negative: from the last batch axis)"
