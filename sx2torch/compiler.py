@@ -13,7 +13,7 @@ from sx2torch.errors import UsageError
 TARGETS = ("cuda", "metal", "cpu")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
     run: Optional[str] = None
     target: str = "cuda"
@@ -24,15 +24,18 @@ def top_model_name(filename: str) -> str:
     return PurePath(filename).stem or "model"
 
 
-def compile_source(text: str, filename: str, options: Options = Options()) -> str:
+def compile_source(text: str, filename: str, options: Optional[Options] = None) -> str:
     """Compile one SexpGPU source text to a formatted Python module."""
+    options = options or Options()
     data = read.run(text)
     program = resolve.run(data, top_model_name(filename))
     chosen = choose_run(program, options.run)
     precision = chosen.precision if chosen else "f32"
     graphs = trace.run(program)
     lowered = policy.run(program, graphs, precision)
-    header = _header(filename, chosen.name if chosen else None, precision, options.target)
+    header = _header(
+        filename, chosen.name if chosen else None, precision, options.target
+    )
     shown = _shown(filename) if options.source_lines else None
     tree = module.run(program, lowered, header, options.target, shown)
     return format.run(tree.code)
@@ -45,7 +48,9 @@ def choose_run(program: resolve.Program, name: Optional[str]):
         if run.name == name:
             return run
     known = ", ".join(r.name for r in program.runs) or "none"
-    raise UsageError(f"--run {name}: the file has no defrun of that name (known: {known})")
+    raise UsageError(
+        f"--run {name}: the file has no defrun of that name (known: {known})"
+    )
 
 
 def _shown(filename: str) -> str:

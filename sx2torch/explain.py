@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 from sx2torch import policy, read, resolve, trace
 from sx2torch.compiler import Options, choose_run, top_model_name
@@ -32,8 +33,9 @@ class Line:
     casts: list = field(default_factory=list)
 
 
-def run(text: str, filename: str, options: Options = Options()) -> dict:
+def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     """The report as plain data; `render` and `json.dumps` turn it into text."""
+    options = options or Options()
     program = resolve.run(read.run(text), top_model_name(filename))
     chosen = choose_run(program, options.run)
     precision = chosen.precision if chosen else "f32"
@@ -46,7 +48,9 @@ def run(text: str, filename: str, options: Options = Options()) -> dict:
             if reason is None:
                 continue
             number = node.span.line
-            entry = lines.setdefault(number, Line(number, source_lines[number - 1].strip()))
+            entry = lines.setdefault(
+                number, Line(number, source_lines[number - 1].strip())
+            )
             _add(entry.reasons, reason)
             for cast in _casts(typed, node, lowered):
                 _add(entry.casts, cast)
@@ -83,15 +87,29 @@ def _reason(typed, node: Node, lowered, precision: str):
         if compute != "bf16":
             return None
         if frame is not None and frame.mode == REGION:
-            return ("library region: " if frame.library else "bf16 region: ") + echo(frame.form, body=frame.library)
-        return "bf16 region: called inside one" if typed.ambient == REGION else "explicit (cast ... :bf16)"
+            return ("library region: " if frame.library else "bf16 region: ") + echo(
+                frame.form, body=frame.library
+            )
+        return (
+            "bf16 region: called inside one"
+            if typed.ambient == REGION
+            else "explicit (cast ... :bf16)"
+        )
     if node.op == "cast":
         return "explicit (cast ... :f32)" if node.attrs["dtype"] == "f32" else None
     if compute == "bf16":
-        return ":out :f32 keeps the f32 accumulator of the bf16 GEMM" if out == "f32" else None
+        return (
+            ":out :f32 keeps the f32 accumulator of the bf16 GEMM"
+            if out == "f32"
+            else None
+        )
     if compute != "f32" or out not in ("f32", "bool"):
         return None
-    high = [typed.dtype[i][6:] for i in node.inputs if isinstance(i, Node) and is_param(typed.dtype[i])]
+    high = [
+        typed.dtype[i][6:]
+        for i in node.inputs
+        if isinstance(i, Node) and is_param(typed.dtype[i])
+    ]
     if frame is not None and frame.mode == ISLAND:
         kind = "library mark" if frame.library else "sensitive mark"
         return f"{kind}: {echo(frame.form, body=frame.library)}"
@@ -126,7 +144,9 @@ def _params(program, lowered) -> list:
             env.setdefault(const.name, _evaluate(const.value, env))
         params = list(model.params.values())
         tensors = [p for p in params if not p.is_module]
-        for param in [p for p in tensors if p.trainable] + [p for p in tensors if not p.trainable]:
+        for param in [p for p in tensors if p.trainable] + [
+            p for p in tensors if not p.trainable
+        ]:
             add(model, param, prefix + names[param.name], env)
         for param in [p for p in params if p.is_module]:
             key, init = prefix + names[param.name], param.init
@@ -144,7 +164,15 @@ def _params(program, lowered) -> list:
         shape = [_evaluate(size, env) for size in sizes]
         dtype = lowered.storage[model.name, param.name]
         count = math.prod(shape)
-        rows.append({"name": key, "shape": shape, "dtype": dtype, "bytes": count * BYTES[dtype], "trainable": param.trainable})
+        rows.append(
+            {
+                "name": key,
+                "shape": shape,
+                "dtype": dtype,
+                "bytes": count * BYTES[dtype],
+                "trainable": param.trainable,
+            }
+        )
 
     visit(program.top, "", {})
     return rows
@@ -176,12 +204,28 @@ def render(report: dict) -> str:
         out.extend(f"  {pad}cast: {cast}" for cast in line["casts"])
     out += ["", "Parameters:"]
     table = [("name", "shape", "dtype", "bytes")]
-    table += [(p["name"], "[" + ", ".join(map(str, p["shape"])) + "]", p["dtype"] + ("" if p["trainable"] else " (frozen)"), f"{p['bytes']:,}") for p in report["params"]]
+    table += [
+        (
+            p["name"],
+            "[" + ", ".join(map(str, p["shape"])) + "]",
+            p["dtype"] + ("" if p["trainable"] else " (frozen)"),
+            f"{p['bytes']:,}",
+        )
+        for p in report["params"]
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     for row in table:
-        out.append("  " + "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+        out.append(
+            "  "
+            + "  ".join(
+                cell.ljust(w) if i < 3 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths))
+            )
+        )
     for name in ("trainable", "frozen", "all"):
-        out.append(f"  {name + ':':<11}{report['totals'][name]:>{widths[3] + 2},} bytes")
+        out.append(
+            f"  {name + ':':<11}{report['totals'][name]:>{widths[3] + 2},} bytes"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -25,13 +25,19 @@ SCALAR_REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp")
 def run(t, datum: List, env: dict) -> Operand:
     """Trace `(gradient Y X)` with the tracer `t`; return the node holding dY/dX."""
     if len(datum.items) != 3:
-        raise SourceError(datum.span, "wrong number of arguments: expected (gradient Y X)")
+        raise SourceError(
+            datum.span, "wrong number of arguments: expected (gradient Y X)"
+        )
     y_form, x_form = datum.items[1:]
     if not isinstance(x_form, Symbol):
-        raise SourceError(x_form.span, "X must be a name: an argument, a let local or a parameter")
+        raise SourceError(
+            x_form.span, "X must be a name: an argument, a let local or a parameter"
+        )
     x = t.name(x_form, env)
     if not isinstance(x, Node):
-        raise SourceError(x_form.span, f"'{x_form.name}' is a number; gradient needs a tensor")
+        raise SourceError(
+            x_form.span, f"'{x_form.name}' is a number; gradient needs a tensor"
+        )
     stamps, t.stamps = t.stamps, ()
     try:
         with t.inlining():
@@ -40,7 +46,8 @@ def run(t, datum: List, env: dict) -> Operand:
         t.stamps = stamps
     if not (isinstance(y, Node) and is_scalar(y)):
         raise SourceError(
-            y_form.span, "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)"
+            y_form.span,
+            "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)",
         )
     return _Backward(t, datum).run(y, x)
 
@@ -103,7 +110,11 @@ class _Backward:
             if node in depends and node not in needed:
                 needed.add(node)
                 pending.extend(i for i in node.inputs if isinstance(i, Node))
-        return [x] + [n for n in nodes if n in needed and n is not x] if x in needed else []
+        return (
+            [x] + [n for n in nodes if n in needed and n is not x]
+            if x in needed
+            else []
+        )
 
     def _sum(self, contributions: list, node: Node) -> Operand:
         total = contributions[0]
@@ -116,12 +127,19 @@ class _Backward:
 
     def _rule(self, node: Node, g: Operand) -> list:
         if node.op == "cast":
-            return [g]  # a conversion's gradient is the identity; the marks set its dtype
+            return [
+                g
+            ]  # a conversion's gradient is the identity; the marks set its dtype
         if node.op in ("call", "submodel", "chain"):
-            raise SourceError(node.span, "gradient through a sub-model call is not supported yet")
+            raise SourceError(
+                node.span, "gradient through a sub-model call is not supported yet"
+            )
         op = REGISTRY[node.op]
         if op.grad is None:
-            raise SourceError(node.span, f"'{node.op}' has no gradient, and (gradient ...) needs one here")
+            raise SourceError(
+                node.span,
+                f"'{node.op}' has no gradient, and (gradient ...) needs one here",
+            )
         with self._stamped(node):
             return op.grad(self.t, node, g)
 

@@ -55,7 +55,9 @@ class Node:
     frames: tuple = ()
     name: Union[str, None] = None
     note: Union[str, None] = None  # a comment for the statement that computes this node
-    label: Union[str, None] = None  # the library op a node computes the result of, for its name
+    label: Union[str, None] = (
+        None  # the library op a node computes the result of, for its name
+    )
 
     @property
     def mode(self) -> Union[str, None]:

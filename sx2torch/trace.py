@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from sx2torch import gradient, scalars
-from sx2torch.errors import SourceError, Span
+from sx2torch.errors import SourceError
 from sx2torch.ir import ISLAND, REGION, Frame, Graph, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY, Op
 from sx2torch.read import (

@@ -10,7 +10,11 @@ from sx2torch.compiler import Options, compile_source
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true", help="rewrite golden/*.py from golden/*.lisp")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite golden/*.py from golden/*.lisp",
+    )
 
 
 def load_module(code: str, name: str = "generated") -> types.ModuleType:
@@ -23,7 +27,9 @@ def load_module(code: str, name: str = "generated") -> types.ModuleType:
 def build():
     """build(source, filename="model.lisp", run=None, target="cuda") -> (module, code)."""
 
-    def compile_and_load(source: str, filename: str = "model.lisp", run=None, target: str = "cuda"):
+    def compile_and_load(
+        source: str, filename: str = "model.lisp", run=None, target: str = "cuda"
+    ):
         code = compile_source(source, filename, Options(run=run, target=target))
         return load_module(code), code
 

@@ -34,12 +34,18 @@ def lines_of(report: dict) -> dict:
 
 def test_each_reason_for_f32_appears_at_its_line():
     lines = lines_of(explain.run(REASONS, "reasons.lisp"))
-    assert lines[5]["reasons"] == ["no parameter or bf16 value has reached this value yet"]
-    assert lines[7]["reasons"] == ["sensitive mark: (with-numerics (:sensitivity :high) ...)"]
+    assert lines[5]["reasons"] == [
+        "no parameter or bf16 value has reached this value yet"
+    ]
+    assert lines[7]["reasons"] == [
+        "sensitive mark: (with-numerics (:sensitivity :high) ...)"
+    ]
     assert lines[7]["casts"] == ["h bf16 -> f32"]
     assert lines[8]["reasons"] == [":numerics :high parameter gain"]
     assert lines[9]["reasons"] == ["library mark: (softmax g)"]
-    assert lines[10]["reasons"] == [":out :f32 keeps the f32 accumulator of the bf16 GEMM"]
+    assert lines[10]["reasons"] == [
+        ":out :f32 keeps the f32 accumulator of the bf16 GEMM"
+    ]
     assert 6 not in lines  # an ordinary bf16 matmul is not where f32 is kept
 
 
@@ -51,7 +57,9 @@ def test_under_f32_it_lists_the_lines_of_bf16_regions():
     assert entry["reasons"] == ["bf16 region: (with-numerics (:precision :bf16) ...)"]
 
 
-@pytest.mark.parametrize("name", ["rms-mlp", "distill", "frozen-params", "submodels", "tiny-gpt"])
+@pytest.mark.parametrize(
+    "name", ["rms-mlp", "distill", "frozen-params", "submodels", "tiny-gpt"]
+)
 def test_byte_totals_equal_the_state_dict(name, build):
     path = GOLDEN / f"{name}.lisp"
     if not path.exists():
@@ -65,7 +73,10 @@ def test_byte_totals_equal_the_state_dict(name, build):
         tensor = state[row["name"]]
         assert list(tensor.shape) == row["shape"] and row["bytes"] == tensor.nbytes
     assert report["totals"]["all"] == sum(t.nbytes for t in state.values())
-    assert report["totals"]["all"] == report["totals"]["trainable"] + report["totals"]["frozen"]
+    assert (
+        report["totals"]["all"]
+        == report["totals"]["trainable"] + report["totals"]["frozen"]
+    )
 
 
 def test_text_and_json_from_the_command_line(capsys):
@@ -75,5 +86,14 @@ def test_text_and_json_from_the_command_line(capsys):
     assert "embed  [8, 8]  bf16 (frozen)" in text
     assert main(["explain", str(GOLDEN / "frozen-params.lisp"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"schema", "file", "run", "precision", "kept", "lines", "params", "totals"}
+    assert set(report) == {
+        "schema",
+        "file",
+        "run",
+        "precision",
+        "kept",
+        "lines",
+        "params",
+        "totals",
+    }
     assert report["totals"]["frozen"] == 8 * 8 * 2 + 8 * 4

@@ -32,12 +32,16 @@ def golden_pairs():
 
 @pytest.mark.parametrize(("source", "target"), golden_pairs())
 def test_golden(source: Path, target: str, request):
-    code = compile_source(source.read_text(encoding="utf-8"), source.name, Options(target=target))
+    code = compile_source(
+        source.read_text(encoding="utf-8"), source.name, Options(target=target)
+    )
     expected = expected_path(source, target)
     if request.config.getoption("--update-golden"):
         expected.write_text(code, encoding="utf-8")
     assert expected.exists(), f"{expected.name} is missing: run pytest --update-golden"
-    assert code == expected.read_text(encoding="utf-8"), f"{expected.name} is stale: run pytest --update-golden"
+    assert code == expected.read_text(
+        encoding="utf-8"
+    ), f"{expected.name} is stale: run pytest --update-golden"
 
 
 @pytest.mark.parametrize("source", CASES, ids=[c.name for c in CASES])
@@ -52,6 +56,8 @@ def test_golden_output_is_black_stable_and_compiles_cleanly(source: Path):
 def test_every_example_has_a_golden_case():
     examples = Path(__file__).resolve().parent.parent.parent / "shared" / "examples"
     compiled = {p.name for p in CASES}
-    missing = [e.name for e in sorted(examples.glob("*.lisp")) if e.name not in compiled]
+    missing = [
+        e.name for e in sorted(examples.glob("*.lisp")) if e.name not in compiled
+    ]
     known_unsupported = {"energy.lisp"}  # needs `gradient` (its own issue)
     assert set(missing) <= known_unsupported, missing

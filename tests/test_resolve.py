@@ -7,7 +7,7 @@ import time
 import pytest
 
 from sx2torch import read, resolve
-from sx2torch.errors import SourceError, Span
+from sx2torch.errors import SourceError
 
 
 def program(text: str, top: str = "net") -> resolve.Program:

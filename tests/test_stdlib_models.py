@@ -14,7 +14,9 @@ import torch
 
 from sx2torch.compiler import compile_source
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "golden"  # copies of the shared examples
+EXAMPLES = (
+    Path(__file__).resolve().parent.parent / "golden"
+)  # copies of the shared examples
 SMALL_GPT = {
     "vocab": 128,
     "d": 64,

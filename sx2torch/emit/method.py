@@ -16,7 +16,7 @@ import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.emit.echo import echo
-from sx2torch.emit.names import Namespace, mangle
+from sx2torch.emit.names import Namespace
 from sx2torch.ir import ISLAND, Node, Scalar
 from sx2torch.ops import REGISTRY, EmitContext
 from sx2torch.emit.targets import Target
@@ -36,7 +36,9 @@ class ClassContext:
     attrs: dict  # source name -> attribute name, for consts, params and sub-models
     method_names: dict  # Typed -> method name
     specialized: set  # the Typed whose method name carries its dtypes
-    source_lines: Optional[str] = None  # the file name for `# file.lisp:LINE` comments, when asked for
+    source_lines: Optional[str] = (
+        None  # the file name for `# file.lisp:LINE` comments, when asked for
+    )
 
 
 def argument_names(typed: Typed) -> tuple:
@@ -58,7 +60,10 @@ class MethodEmitter:
         self.readers = self._readers()
         self.named = self._named()
         self.statement_of = self._statement_of()
-        self.order = {node: i for i, node in enumerate(n for n in self.graph.nodes if n in self.named)}
+        self.order = {
+            node: i
+            for i, node in enumerate(n for n in self.graph.nodes if n in self.named)
+        }
         self.order[RETURN] = len(self.order)
         self.last_read = self._last_reads()
         self.holder: dict = {name: node for node, name in self.py.items()}
@@ -82,14 +87,22 @@ class MethodEmitter:
             if node.op in ("input", "param"):
                 continue
             readers = self.readers[node]
-            depth[node] = 1 + max((depth.get(i, 0) for i in node.inputs if isinstance(i, Node)), default=0)
+            depth[node] = 1 + max(
+                (depth.get(i, 0) for i in node.inputs if isinstance(i, Node)), default=0
+            )
             if (
                 node.op == "chain"
                 or node.name is not None
                 or len(readers) != 1
                 or depth[node] >= MAX_INLINE_DEPTH
-                or any(r != RETURN and REGISTRY.get(r.op) and REGISTRY[r.op].name_inputs for r, _ in readers)
-                or (readers[0][0] != RETURN and self.path(readers[0][0]) != self.path(node))
+                or any(
+                    r != RETURN and REGISTRY.get(r.op) and REGISTRY[r.op].name_inputs
+                    for r, _ in readers
+                )
+                or (
+                    readers[0][0] != RETURN
+                    and self.path(readers[0][0]) != self.path(node)
+                )
             ):
                 named.add(node)
                 depth[node] = 0
@@ -172,16 +185,32 @@ class MethodEmitter:
             if node not in self.named:
                 continue
             for operand, conversion in self._shared_casts(node, casts):
-                statements.append((self.path(node), self._hoist(operand, conversion, self.order[node])))
+                statements.append(
+                    (
+                        self.path(node),
+                        self._hoist(operand, conversion, self.order[node]),
+                    )
+                )
             statements.extend((self.path(node), s) for s in self._statements(node))
         output = self.graph.output
-        if isinstance(output, Node) and output not in self.named and output.op not in ("input", "param"):
+        if (
+            isinstance(output, Node)
+            and output not in self.named
+            and output.op not in ("input", "param")
+        ):
             for operand, conversion in self._shared_casts(RETURN, casts):
-                statements.append((self.path(output), self._hoist(operand, conversion, self.order[RETURN])))
+                statements.append(
+                    (
+                        self.path(output),
+                        self._hoist(operand, conversion, self.order[RETURN]),
+                    )
+                )
             returned = cst.SimpleStatementLine([cst.Return(self.expr(output))])
             statements.append((self.path(output), self._located(returned, output)))
         else:
-            statements.append(((), cst.SimpleStatementLine([cst.Return(self.ref(output))])))
+            statements.append(
+                ((), cst.SimpleStatementLine([cst.Return(self.ref(output))]))
+            )
         return _nest(statements, self.ctx.target.device)
 
     def _casts(self) -> dict:
@@ -207,15 +236,25 @@ class MethodEmitter:
                     due.append(key)
         return due
 
-    def _hoist(self, operand: Node, conversion: tuple, at: int) -> cst.SimpleStatementLine:
+    def _hoist(
+        self, operand: Node, conversion: tuple, at: int
+    ) -> cst.SimpleStatementLine:
         want = conversion[1]
-        name = self._fresh(f"{self.py.get(operand) or operand.name or operand.op}_{want}", (operand, want), at)
+        name = self._fresh(
+            f"{self.py.get(operand) or operand.name or operand.op}_{want}",
+            (operand, want),
+            at,
+        )
         self.hoisted[operand, conversion] = name
         return _assign(name, self.ctx.target.cast(self.ref(operand), *conversion))
 
     def _statements(self, node: Node) -> list:
         name = self._bind(node)
-        statements = self._chain(node, name) if node.op == "chain" else [_assign(name, self.expr(node))]
+        statements = (
+            self._chain(node, name)
+            if node.op == "chain"
+            else [_assign(name, self.expr(node))]
+        )
         if node.note:
             comment = cst.EmptyLine(comment=cst.Comment("# " + node.note))
             statements[0] = statements[0].with_changes(leading_lines=[comment])
@@ -223,10 +262,16 @@ class MethodEmitter:
 
     def _located(self, statement, node: Node):
         """With --source-lines, a trailing `# file.lisp:LINE` comment."""
-        if self.ctx.source_lines is None or not isinstance(statement, cst.SimpleStatementLine):
+        if self.ctx.source_lines is None or not isinstance(
+            statement, cst.SimpleStatementLine
+        ):
             return statement
         comment = cst.Comment(f"# {self.ctx.source_lines}:{node.span.line}")
-        return statement.with_changes(trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment))
+        return statement.with_changes(
+            trailing_whitespace=cst.TrailingWhitespace(
+                cst.SimpleWhitespace("  "), comment
+            )
+        )
 
     def _bind(self, node: Node) -> str:
         base = node.name or self._temporary_name(node)
@@ -239,8 +284,12 @@ class MethodEmitter:
             return self.py.get(node.inputs[0]) or self._label(node.inputs[0]) or "x"
         if node.op in CALLS:
             return node.attrs["target"]
-        word = node.label or (REGISTRY[node.op].word if node.op in REGISTRY else node.op)
-        source = next((self._label(i) for i in node.inputs if isinstance(i, Node)), None)
+        word = node.label or (
+            REGISTRY[node.op].word if node.op in REGISTRY else node.op
+        )
+        source = next(
+            (self._label(i) for i in node.inputs if isinstance(i, Node)), None
+        )
         return f"{word}_{source}" if source else word
 
     def _label(self, node: Node) -> Optional[str]:
@@ -257,7 +306,9 @@ class MethodEmitter:
         if self.py.get(x) != name:
             statements.append(_assign(name, self.ref(x)))
         layer = self._fresh("layer", None, self.order[node])
-        call = self._invoke(node, b.name(layer), [b.name(name)] + [self.ref(i) for i in rest])
+        call = self._invoke(
+            node, b.name(layer), [b.name(name)] + [self.ref(i) for i in rest]
+        )
         loop = cst.For(
             target=b.name(layer),
             iter=b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]]),
@@ -273,7 +324,9 @@ class MethodEmitter:
         method = self.ctx.method_names[callee]
         if node.op == "call":
             return b.call(b.attr(b.name("self"), method), *args, **kwargs)
-        return b.call(module if method == "forward" else b.attr(module, method), *args, **kwargs)
+        return b.call(
+            module if method == "forward" else b.attr(module, method), *args, **kwargs
+        )
 
     def ref(self, operand) -> b.Expr:
         """An operand as it is, without a cast."""
@@ -331,7 +384,9 @@ class MethodEmitter:
             return b.name(self.key_names[scalar.args[0]])
         if scalar.op == "neg":
             return b.neg(self.scalar(scalar.args[0]))
-        return b.binop(self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1]))
+        return b.binop(
+            self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1])
+        )
 
 
 def _value(value):
@@ -343,7 +398,9 @@ def _value(value):
 
 
 def _assign(name: str, value: b.Expr) -> cst.SimpleStatementLine:
-    return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(b.name(name))], value)])
+    return cst.SimpleStatementLine(
+        [cst.Assign([cst.AssignTarget(b.name(name))], value)]
+    )
 
 
 def _nest(statements: list, device: str) -> list:
@@ -378,5 +435,9 @@ def _block(frame, body: list, device: str) -> cst.With:
         manager = b.call("torch.autocast", b.string(device), enabled=b.name("False"))
     else:
         manager = b.call("sx.bf16_region")
-    comment = cst.EmptyLine(comment=cst.Comment("# " + echo(frame.form, body=frame.library)))
-    return cst.With([cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[comment])
+    comment = cst.EmptyLine(
+        comment=cst.Comment("# " + echo(frame.form, body=frame.library))
+    )
+    return cst.With(
+        [cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[comment]
+    )

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from sx2torch import __version__
 from sx2torch.emit import build as b
 from sx2torch.emit.method import ClassContext, MethodEmitter, argument_names
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
-from sx2torch.ir import ISLAND, REGION, Node, Scalar
+from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.resolve import Model, Param, Program
@@ -23,32 +22,68 @@ def class_name(name: str) -> str:
     return "".join(p[0].upper() + p[1:] for p in parts) or "Model"
 
 
-def run(program: Program, lowered: Lowered, header: str, target: str, source_lines=None) -> cst.Module:
+def run(
+    program: Program, lowered: Lowered, header: str, target: str, source_lines=None
+) -> cst.Module:
     classes = _class_names(program)
     attrs = {model.name: attributes(model) for model in program.all_models()}
     method_names, specialized = _method_names(program, lowered, attrs)
     body: list = [
         _import("torch"),
-        cst.SimpleStatementLine([cst.ImportFrom(cst.Name("torch"), [cst.ImportAlias(cst.Name("nn"))])]),
         cst.SimpleStatementLine(
-            [cst.ImportFrom(b.dotted("torch.nn"), [cst.ImportAlias(cst.Name("functional"), asname=cst.AsName(cst.Name("F")))])]
+            [cst.ImportFrom(cst.Name("torch"), [cst.ImportAlias(cst.Name("nn"))])]
         ),
         cst.SimpleStatementLine(
-            [cst.ImportFrom(cst.Name("sx2torch"), [cst.ImportAlias(cst.Name("runtime"), asname=cst.AsName(cst.Name("sx")))])]
+            [
+                cst.ImportFrom(
+                    b.dotted("torch.nn"),
+                    [
+                        cst.ImportAlias(
+                            cst.Name("functional"), asname=cst.AsName(cst.Name("F"))
+                        )
+                    ],
+                )
+            ]
+        ),
+        cst.SimpleStatementLine(
+            [
+                cst.ImportFrom(
+                    cst.Name("sx2torch"),
+                    [
+                        cst.ImportAlias(
+                            cst.Name("runtime"), asname=cst.AsName(cst.Name("sx"))
+                        )
+                    ],
+                )
+            ]
         ),
         cst.SimpleStatementLine(
             [
                 cst.Assign(
                     [cst.AssignTarget(cst.Name("__all__"))],
-                    b.list_([b.string(classes[m.name]) for m in [program.top, *program.models.values()]]),
+                    b.list_(
+                        [
+                            b.string(classes[m.name])
+                            for m in [program.top, *program.models.values()]
+                        ]
+                    ),
                 )
             ]
         ),
     ]
     for model in program.all_models():
-        ctx = ClassContext(Target(target), lowered, attrs[model.name][0], method_names, specialized, source_lines)
+        ctx = ClassContext(
+            Target(target),
+            lowered,
+            attrs[model.name][0],
+            method_names,
+            specialized,
+            source_lines,
+        )
         body.append(_class(program, model, lowered, ctx, classes, attrs))
-    comments = [cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()]
+    comments = [
+        cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
+    ]
     return cst.Module(body=body, header=comments)
 
 
@@ -58,7 +93,10 @@ def _import(name: str) -> cst.SimpleStatementLine:
 
 def _class_names(program: Program) -> dict:
     names = Namespace({"Model"} - {"Model"})
-    return {model.name: names.fresh(class_name(model.name)) for model in [program.top, *program.models.values()]}
+    return {
+        model.name: names.fresh(class_name(model.name))
+        for model in [program.top, *program.models.values()]
+    }
 
 
 def attributes(model: Model) -> tuple:
@@ -77,9 +115,16 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
     for model in program.all_models():
         namespace = attrs[model.name][1]
         for defun in model.defuns:
-            specs = [t for t in lowered.specializations if t.model == model.name and t.graph.name == defun]
+            specs = [
+                t
+                for t in lowered.specializations
+                if t.model == model.name and t.graph.name == defun
+            ]
             natural = lowered.natural[model.name, defun]
-            plain = next((t for t in specs if natural is not None and _equivalent(t, natural)), None)
+            plain = next(
+                (t for t in specs if natural is not None and _equivalent(t, natural)),
+                None,
+            )
             if plain is None and defun == "forward" and specs:
                 plain = specs[0]
             if plain is not None:
@@ -118,21 +163,34 @@ def _equivalent(one: Typed, other: Typed) -> bool:
     for node in graph.nodes:
         if one.compute.get(node) != other.compute.get(node):
             return False
-        if node.op != "param" and norm(one.dtype.get(node)) != norm(other.dtype.get(node)):
+        if node.op != "param" and norm(one.dtype.get(node)) != norm(
+            other.dtype.get(node)
+        ):
             return False
         if node in one.callee and not _equivalent(one.callee[node], other.callee[node]):
             return False
     return True
 
 
-def _class(program, model: Model, lowered: Lowered, ctx: ClassContext, classes: dict, attrs: dict) -> cst.ClassDef:
+def _class(
+    program,
+    model: Model,
+    lowered: Lowered,
+    ctx: ClassContext,
+    classes: dict,
+    attrs: dict,
+) -> cst.ClassDef:
     body: list = []
     if model.doc:
         body.append(_docstring(model.doc))
     body.append(_init(program, model, lowered, ctx, classes, attrs))
     emitted = set()
     for defun in model.defuns:
-        specs = [t for t in lowered.specializations if t.model == model.name and t.graph.name == defun]
+        specs = [
+            t
+            for t in lowered.specializations
+            if t.model == model.name and t.graph.name == defun
+        ]
         for typed in specs:
             name = ctx.method_names[typed]
             if name not in emitted:
@@ -156,22 +214,35 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
     args, keys, _ = argument_names(typed)
     defaults = [_key_default(default) for _, default in typed.graph.keys]
     prologue = [
-        _if_none(key, emitter.scalar(default)) for key, (_, default) in zip(keys, typed.graph.keys) if default.op != "lit"
+        _if_none(key, emitter.scalar(default))
+        for key, (_, default) in zip(keys, typed.graph.keys)
+        if default.op != "lit"
     ]
     params = cst.Parameters(
         params=[cst.Param(cst.Name("self"))] + [cst.Param(cst.Name(a)) for a in args],
         star_arg=cst.ParamStar() if keys else cst.MaybeSentinel.DEFAULT,
-        kwonly_params=[cst.Param(cst.Name(k), default=d) for k, d in zip(keys, defaults)],
+        kwonly_params=[
+            cst.Param(cst.Name(k), default=d) for k, d in zip(keys, defaults)
+        ],
     )
-    body = ([_docstring(typed.graph.doc)] if typed.graph.doc else []) + prologue + emitter.body()
+    body = (
+        ([_docstring(typed.graph.doc)] if typed.graph.doc else [])
+        + prologue
+        + emitter.body()
+    )
     leading = []
     if typed in ctx.specialized:
         leading.append(cst.EmptyLine(comment=cst.Comment("# " + _specialized(typed))))
-    return cst.FunctionDef(cst.Name(name), params, cst.IndentedBlock(body), leading_lines=leading)
+    return cst.FunctionDef(
+        cst.Name(name), params, cst.IndentedBlock(body), leading_lines=leading
+    )
 
 
 def _specialized(typed: Typed) -> str:
-    parts = [f"{node.name}: {_describe(d)}" for node, d in zip(typed.graph.inputs, typed.signature)]
+    parts = [
+        f"{node.name}: {_describe(d)}"
+        for node, d in zip(typed.graph.inputs, typed.signature)
+    ]
     where = f", called {AMBIENT[typed.ambient]}" if typed.ambient else ""
     return f"{typed.graph.name} for {', '.join(parts) or 'no arguments'}{where}"
 
@@ -185,7 +256,9 @@ def _key_default(default: Scalar) -> cst.BaseExpression:
 
 
 def _if_none(name: str, value: cst.BaseExpression) -> cst.If:
-    test = cst.Comparison(b.name(name), [cst.ComparisonTarget(cst.Is(), b.name("None"))])
+    test = cst.Comparison(
+        b.name(name), [cst.ComparisonTarget(cst.Is(), b.name("None"))]
+    )
     return cst.If(test, cst.IndentedBlock([_assign_name(name, value)]))
 
 
@@ -194,21 +267,40 @@ def _assign_name(target, value) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
 
 
-def _init(program, model: Model, lowered: Lowered, ctx: ClassContext, classes: dict, attrs: dict) -> cst.FunctionDef:
+def _init(
+    program,
+    model: Model,
+    lowered: Lowered,
+    ctx: ClassContext,
+    classes: dict,
+    attrs: dict,
+) -> cst.FunctionDef:
     names = ctx.attrs
     consts = list(model.consts.values())
     kwonly = [
-        cst.Param(cst.Name(names[c.name]), default=b.number(c.value.value) if c.value.op == "lit" else b.name("None"))
+        cst.Param(
+            cst.Name(names[c.name]),
+            default=b.number(c.value.value) if c.value.op == "lit" else b.name("None"),
+        )
         for c in consts
     ]
-    body: list = [cst.SimpleStatementLine([cst.Expr(b.call(b.attr(b.call("super"), "__init__")))])]
+    body: list = [
+        cst.SimpleStatementLine([cst.Expr(b.call(b.attr(b.call("super"), "__init__")))])
+    ]
     for const in consts:
         if const.value.op != "lit":
             body.append(_if_none(names[const.name], _init_scalar(const.value, names)))
-        body.append(_assign_name(b.attr(b.name("self"), names[const.name]), b.name(names[const.name])))
+        body.append(
+            _assign_name(
+                b.attr(b.name("self"), names[const.name]), b.name(names[const.name])
+            )
+        )
     for param in model.params.values():
         body.append(_param(program, model, param, lowered, names, classes, attrs))
-    params = cst.Parameters(star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT, kwonly_params=kwonly)
+    params = cst.Parameters(
+        star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
+        kwonly_params=kwonly,
+    )
     params = params.with_changes(params=[cst.Param(cst.Name("self"))])
     return cst.FunctionDef(cst.Name("__init__"), params, cst.IndentedBlock(body))
 
@@ -220,10 +312,22 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
         return b.name(names[scalar.args[0]])
     if scalar.op == "neg":
         return b.neg(_init_scalar(scalar.args[0], names))
-    return b.binop(_init_scalar(scalar.args[0], names), scalar.op, _init_scalar(scalar.args[1], names))
+    return b.binop(
+        _init_scalar(scalar.args[0], names),
+        scalar.op,
+        _init_scalar(scalar.args[1], names),
+    )
 
 
-def _param(program, model: Model, param: Param, lowered: Lowered, names: dict, classes: dict, attrs: dict):
+def _param(
+    program,
+    model: Model,
+    param: Param,
+    lowered: Lowered,
+    names: dict,
+    classes: dict,
+    attrs: dict,
+):
     target = b.attr(b.name("self"), names[param.name])
     init = param.init
 
@@ -236,13 +340,21 @@ def _param(program, model: Model, param: Param, lowered: Lowered, names: dict, c
         instance = b.call(b.name(classes[init.model]), **kwargs)
         if init.kind == "model":
             return _assign_name(target, instance)
-        loop = cst.CompFor(target=cst.Name("_"), iter=b.call("range", scalar(init.count)))
-        return _assign_name(target, b.call("nn.ModuleList", cst.ListComp(instance, loop)))
+        loop = cst.CompFor(
+            target=cst.Name("_"), iter=b.call("range", scalar(init.count))
+        )
+        return _assign_name(
+            target, b.call("nn.ModuleList", cst.ListComp(instance, loop))
+        )
     value = _initializer(init, scalar)
     if not param.trainable:
         if lowered.storage[model.name, param.name] == "bf16":
             value = b.method(value, "to", b.dotted("torch.bfloat16"))
-        call = b.call(b.attr(b.name("self"), "register_buffer"), b.string(names[param.name]), value)
+        call = b.call(
+            b.attr(b.name("self"), "register_buffer"),
+            b.string(names[param.name]),
+            value,
+        )
         return cst.SimpleStatementLine([cst.Expr(call)])
     return _assign_name(target, b.call("nn.Parameter", value))
 
@@ -257,8 +369,18 @@ def _initializer(init, scalar) -> cst.BaseExpression:
     if init.kind == "full":
         return b.call("torch.full", b.tuple_(shape), _float(args["value"], scalar))
     if init.kind == "normal":
-        return b.call("torch.normal", _float(args["mean"], scalar), _float(args["std"], scalar), size=b.tuple_(shape))
-    return b.method(b.call("torch.empty", *shape), "uniform_", _float(args["low"], scalar), _float(args["high"], scalar))
+        return b.call(
+            "torch.normal",
+            _float(args["mean"], scalar),
+            _float(args["std"], scalar),
+            size=b.tuple_(shape),
+        )
+    return b.method(
+        b.call("torch.empty", *shape),
+        "uniform_",
+        _float(args["low"], scalar),
+        _float(args["high"], scalar),
+    )
 
 
 def _float(value: Scalar, scalar) -> cst.BaseExpression:
@@ -266,5 +388,3 @@ def _float(value: Scalar, scalar) -> cst.BaseExpression:
     if value.op == "lit" and isinstance(value.value, int):
         return b.number(float(value.value))
     return scalar(value)
-
-

@@ -33,7 +33,11 @@ class Target:
     def cast(self, value: b.Expr, have: str, want: str) -> b.Expr:
         """`value`, a tensor of dtype `have` ("bf16" for a real bf16 tensor), as `want`."""
         if not self.held:
-            return b.method(value, "float") if want == "f32" else b.method(value, "to", b.dotted("torch.bfloat16"))
+            return (
+                b.method(value, "float")
+                if want == "f32"
+                else b.method(value, "to", b.dotted("torch.bfloat16"))
+            )
         if have == "bf16-stored":
             return b.method(value, "float")
         return b.call("sx.round_to_bf16", value) if want == "bf16" else value

@@ -45,14 +45,22 @@ class Op:
     emit: Optional[Callable] = None
     keys: tuple = ()
     result: str = "float"
-    arity: Optional[tuple] = None  # (least, most) arguments, most None for "any"; default: exactly args
+    arity: Optional[tuple] = (
+        None  # (least, most) arguments, most None for "any"; default: exactly args
+    )
     sensitive: bool = False  # library mark (6.8): an f32 island wherever it is called
     expand: Optional[Callable] = None  # defined by other ops, traced in their place
     grad: Optional[Callable] = None
-    name_inputs: bool = False  # the emission reads an input twice, so it must be a local
+    name_inputs: bool = (
+        False  # the emission reads an input twice, so it must be a local
+    )
     elementwise: bool = False  # the output has the broadcast shape of the tensor inputs
-    folds: bool = False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
-    exact: bool = False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
+    folds: bool = (
+        False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
+    )
+    exact: bool = (
+        False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
+    )
     doc: str = ""
 
     @property
@@ -64,13 +72,23 @@ class Op:
     def bounds(self) -> tuple:
         return self.arity or (len(self.args), len(self.args))
 
-
     def key(self, name: str) -> Optional[Key]:
         return next((k for k in self.keys if k.name == name), None)
 
 
 REGISTRY: dict[str, Op] = {}
-WORDS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "=": "eq"}
+WORDS = {
+    "+": "add",
+    "-": "sub",
+    "*": "mul",
+    "/": "div",
+    "//": "floordiv",
+    "<": "lt",
+    "<=": "le",
+    ">": "gt",
+    ">=": "ge",
+    "=": "eq",
+}
 
 # A derivative rule `grad(t, node, g)` sees the forward node (its inputs, attrs and output) and
 # the gradient `g` of its output, and returns one gradient (or None) per input, built with the
@@ -93,13 +111,23 @@ class EmitContext:
     target: str  # "cuda", "metal" or "cpu"
     compute: Optional[str] = None
     attrs: dict = field(default_factory=dict)  # as Python expressions
-    values: dict = field(default_factory=dict)  # as compile-time values, consts at their defaults
-    scalars: tuple = ()  # for each operand, whether it is a compile-time number rather than a tensor
+    values: dict = field(
+        default_factory=dict
+    )  # as compile-time values, consts at their defaults
+    scalars: (
+        tuple
+    ) = ()  # for each operand, whether it is a compile-time number rather than a tensor
 
     @property
     def tensor_dtype(self) -> str:
         """The torch dtype a new tensor of the compute dtype has: metal and cpu hold bf16 in f32."""
-        return "torch.bfloat16" if self.compute == "bf16" and self.target == "cuda" else "torch.float32"
+        return (
+            "torch.bfloat16"
+            if self.compute == "bf16" and self.target == "cuda"
+            else "torch.float32"
+        )
 
 
-from sx2torch.ops import adjoint, elementwise, linalg, nn, optim, reduce, scan, shape  # noqa: E402,F401
+# Importing the op modules registers their ops.
+from sx2torch.ops import adjoint, elementwise, linalg, nn, optim  # noqa: E402,F401
+from sx2torch.ops import reduce, scan, shape  # noqa: E402,F401

@@ -1,9 +1,7 @@
 """Ops that derivative rules build the backward from (they are ordinary ops, usable in source too)."""
 
 from sx2torch.emit import build as b
-from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
-from sx2torch.ops.reduce import dims
 
 G, LIKE = Arg("g"), Arg("like", "like")
 
@@ -25,8 +23,24 @@ def _filled(torch_name: str):
     return emit
 
 
-register(Op("ones-like", (LIKE,), _filled("torch.ones_like"), grad=lambda t, n, g: [None], exact=True))
-register(Op("zeros-like", (LIKE,), _filled("torch.zeros_like"), grad=lambda t, n, g: [None], exact=True))
+register(
+    Op(
+        "ones-like",
+        (LIKE,),
+        _filled("torch.ones_like"),
+        grad=lambda t, n, g: [None],
+        exact=True,
+    )
+)
+register(
+    Op(
+        "zeros-like",
+        (LIKE,),
+        _filled("torch.zeros_like"),
+        grad=lambda t, n, g: [None],
+        exact=True,
+    )
+)
 register(
     Op(
         "sum-to",
@@ -62,7 +76,9 @@ def _unsqueezed(g: b.Expr, axes, keepdims: bool) -> b.Expr:
 def _expand_reduced(a, ctx):
     """The gradient of a sum (or mean) over `axes`: broadcast back over them (and divided by their size)."""
     g, x = a
-    expanded = b.method(_unsqueezed(g, ctx.values["axes"], ctx.values["keepdims"]), "expand_as", x)
+    expanded = b.method(
+        _unsqueezed(g, ctx.values["axes"], ctx.values["keepdims"]), "expand_as", x
+    )
     if not ctx.values["mean"]:
         return expanded
     count = b.binop(b.method(x, "numel"), "/", b.method(g, "numel"))
@@ -71,7 +87,10 @@ def _expand_reduced(a, ctx):
 
 def _expand_reduced_grad(t, node, g):
     reduce = "mean" if node.attrs["mean"].value else "sum"
-    return [t.op(reduce, [g], axes=node.attrs["axes"], keepdims=node.attrs["keepdims"]), None]
+    return [
+        t.op(reduce, [g], axes=node.attrs["axes"], keepdims=node.attrs["keepdims"]),
+        None,
+    ]
 
 
 register(
@@ -79,7 +98,11 @@ register(
         "expand-reduced",
         (G, LIKE),
         _expand_reduced,
-        keys=(Key("axes", "ints"), Key("keepdims", "bool", False), Key("mean", "bool", False)),
+        keys=(
+            Key("axes", "ints"),
+            Key("keepdims", "bool", False),
+            Key("mean", "bool", False),
+        ),
         grad=_expand_reduced_grad,
         name_inputs=True,
     )
@@ -103,7 +126,9 @@ register(
 def _slice_backward(a, ctx):
     values = ctx.values
     end = ctx.attrs["end"] if values["end"] is not None else b.name("None")
-    return b.call("sx.slice_backward", a[0], a[1], ctx.attrs["axis"], ctx.attrs["start"], end)
+    return b.call(
+        "sx.slice_backward", a[0], a[1], ctx.attrs["axis"], ctx.attrs["start"], end
+    )
 
 
 def _slice_backward_grad(t, node, g):
@@ -112,12 +137,23 @@ def _slice_backward_grad(t, node, g):
 
 
 SLICE_KEYS = (Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int"))
-register(Op("slice-backward", (G, LIKE), _slice_backward, keys=SLICE_KEYS, grad=_slice_backward_grad, exact=True))
+register(
+    Op(
+        "slice-backward",
+        (G, LIKE),
+        _slice_backward,
+        keys=SLICE_KEYS,
+        grad=_slice_backward_grad,
+        exact=True,
+    )
+)
 
 
 def _concat_part(a, ctx):
     g, *parts = a
-    return b.call("sx.concat_part", g, b.list_(parts), ctx.attrs["index"], ctx.attrs["axis"])
+    return b.call(
+        "sx.concat_part", g, b.list_(parts), ctx.attrs["index"], ctx.attrs["axis"]
+    )
 
 
 register(

@@ -32,7 +32,18 @@ def _binary(name: str, python_op: str, grad, arity=None, doc: str = "") -> None:
     def emit(a, ctx):
         return b.binop(a[0], python_op, a[1])
 
-    _register(Op(name, (X, Y), emit, result="arith", arity=arity, grad=grad, folds=arity is not None, doc=doc))
+    _register(
+        Op(
+            name,
+            (X, Y),
+            emit,
+            result="arith",
+            arity=arity,
+            grad=grad,
+            folds=arity is not None,
+            doc=doc,
+        )
+    )
 
 
 def _add_grad(t, n, g):
@@ -41,7 +52,10 @@ def _add_grad(t, n, g):
 
 def _multiply_grad(t, n, g):
     x, y = n.inputs
-    return [unbroadcast(t, t.op("*", [g, y]), n, 0), unbroadcast(t, t.op("*", [g, x]), n, 1)]
+    return [
+        unbroadcast(t, t.op("*", [g, y]), n, 0),
+        unbroadcast(t, t.op("*", [g, x]), n, 1),
+    ]
 
 
 def _divide_grad(t, n, g):
@@ -67,10 +81,25 @@ def _minus_grad(t, n, g):
 
 
 _register(
-    Op("-", (X, Y), _minus, result="arith", arity=(1, 2), grad=_minus_grad, doc="difference; negation with one argument")
+    Op(
+        "-",
+        (X, Y),
+        _minus,
+        result="arith",
+        arity=(1, 2),
+        grad=_minus_grad,
+        doc="difference; negation with one argument",
+    )
 )
 _register(
-    Op("neg", (X,), lambda a, ctx: b.neg(a[0]), result="arith", grad=lambda t, n, g: [t.op("neg", [g])], exact=True)
+    Op(
+        "neg",
+        (X,),
+        lambda a, ctx: b.neg(a[0]),
+        result="arith",
+        grad=lambda t, n, g: [t.op("neg", [g])],
+        exact=True,
+    )
 )
 
 
@@ -89,28 +118,69 @@ DERIVATIVES = {
     # name: (torch function, result, rule)
     "exp": ("torch.exp", "float", lambda t, n, g: [_times(t, g, n)]),
     "log": ("torch.log", "float", lambda t, n, g: [t.op("/", [g, n.inputs[0]])]),
-    "sqrt": ("torch.sqrt", "float", lambda t, n, g: [t.op("/", [g, t.op("*", [TWO, n])])]),
+    "sqrt": (
+        "torch.sqrt",
+        "float",
+        lambda t, n, g: [t.op("/", [g, t.op("*", [TWO, n])])],
+    ),
     "rsqrt": (
         "torch.rsqrt",
         "float",
-        lambda t, n, g: [_times(t, g, Scalar.lit(-0.5), t.op("pow", [n, Scalar.lit(3)]))],
+        lambda t, n, g: [
+            _times(t, g, Scalar.lit(-0.5), t.op("pow", [n, Scalar.lit(3)]))
+        ],
     ),
-    "tanh": ("torch.tanh", "float", lambda t, n, g: [_times(t, g, _one_minus(t, t.op("square", [n])))]),
-    "sigmoid": ("torch.sigmoid", "float", lambda t, n, g: [_times(t, g, n, _one_minus(t, n))]),
-    "sin": ("torch.sin", "float", lambda t, n, g: [_times(t, g, t.op("cos", [n.inputs[0]]))]),
-    "cos": ("torch.cos", "float", lambda t, n, g: [t.op("neg", [_times(t, g, t.op("sin", [n.inputs[0]]))])]),
+    "tanh": (
+        "torch.tanh",
+        "float",
+        lambda t, n, g: [_times(t, g, _one_minus(t, t.op("square", [n])))],
+    ),
+    "sigmoid": (
+        "torch.sigmoid",
+        "float",
+        lambda t, n, g: [_times(t, g, n, _one_minus(t, n))],
+    ),
+    "sin": (
+        "torch.sin",
+        "float",
+        lambda t, n, g: [_times(t, g, t.op("cos", [n.inputs[0]]))],
+    ),
+    "cos": (
+        "torch.cos",
+        "float",
+        lambda t, n, g: [t.op("neg", [_times(t, g, t.op("sin", [n.inputs[0]]))])],
+    ),
     "erf": (
         "torch.erf",
         "float",
-        lambda t, n, g: [_times(t, g, Scalar.lit(2 / math.sqrt(math.pi)), _gauss(t, n.inputs[0], 1.0))],
+        lambda t, n, g: [
+            _times(
+                t, g, Scalar.lit(2 / math.sqrt(math.pi)), _gauss(t, n.inputs[0], 1.0)
+            )
+        ],
     ),
     "abs": (
         "torch.abs",
         "keep",
-        lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, _where(t, _compare(t, "<", n.inputs[0]), t.op("neg", [g]), ZERO))],
+        lambda t, n, g: [
+            _where(
+                t,
+                _compare(t, ">", n.inputs[0]),
+                g,
+                _where(t, _compare(t, "<", n.inputs[0]), t.op("neg", [g]), ZERO),
+            )
+        ],
     ),
-    "relu": ("torch.relu", "keep", lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, ZERO)]),
-    "square": ("torch.square", "keep", lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))]),
+    "relu": (
+        "torch.relu",
+        "keep",
+        lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, ZERO)],
+    ),
+    "square": (
+        "torch.square",
+        "keep",
+        lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))],
+    ),
 }
 
 
@@ -130,7 +200,15 @@ def _gauss(t, x, scale: float):
 def _gelu_grad(t, n, g):
     """Exact gelu: Φ(x) + x·φ(x), Φ the standard normal CDF and φ its density."""
     x = n.inputs[0]
-    cdf = t.op("*", [HALF, t.op("+", [ONE, t.op("erf", [t.op("*", [x, Scalar.lit(1 / math.sqrt(2))])])])])
+    cdf = t.op(
+        "*",
+        [
+            HALF,
+            t.op(
+                "+", [ONE, t.op("erf", [t.op("*", [x, Scalar.lit(1 / math.sqrt(2))])])]
+            ),
+        ],
+    )
     density = t.op("*", [Scalar.lit(1 / math.sqrt(2 * math.pi)), _gauss(t, x, 2.0)])
     return [_times(t, g, t.op("+", [cdf, t.op("*", [x, density])]))]
 
@@ -145,7 +223,14 @@ EXACT = ("abs", "relu")
 
 
 def _function(name: str, torch_name: str, result: str, grad) -> None:
-    op = Op(name, (X,), lambda a, ctx: b.call(torch_name, a[0]), result=result, grad=grad, exact=name in EXACT)
+    op = Op(
+        name,
+        (X,),
+        lambda a, ctx: b.call(torch_name, a[0]),
+        result=result,
+        grad=grad,
+        exact=name in EXACT,
+    )
     _register(op)
 
 
@@ -162,7 +247,9 @@ def _pow_grad(t, n, g):
     return [unbroadcast(t, dx, n, 0), None if dp is None else unbroadcast(t, dp, n, 1)]
 
 
-_register(Op("pow", (X, Arg("p")), lambda a, ctx: b.binop(a[0], "**", a[1]), grad=_pow_grad))
+_register(
+    Op("pow", (X, Arg("p")), lambda a, ctx: b.binop(a[0], "**", a[1]), grad=_pow_grad)
+)
 
 
 def _extremum_grad(wins: str):
@@ -192,8 +279,26 @@ def _extremum(torch_name: str, bound: str):
     return emit
 
 
-_register(Op("maximum", (X, Y), _extremum("torch.maximum", "min"), result="keep", grad=_extremum_grad(">"), exact=True))
-_register(Op("minimum", (X, Y), _extremum("torch.minimum", "max"), result="keep", grad=_extremum_grad("<"), exact=True))
+_register(
+    Op(
+        "maximum",
+        (X, Y),
+        _extremum("torch.maximum", "min"),
+        result="keep",
+        grad=_extremum_grad(">"),
+        exact=True,
+    )
+)
+_register(
+    Op(
+        "minimum",
+        (X, Y),
+        _extremum("torch.minimum", "max"),
+        result="keep",
+        grad=_extremum_grad("<"),
+        exact=True,
+    )
+)
 
 
 def _where_emit(a, ctx):
@@ -206,7 +311,11 @@ def _where_emit(a, ctx):
 
 def _where_grad(t, n, g):
     condition = n.inputs[0]
-    return [None, unbroadcast(t, _where(t, condition, g, ZERO), n, 1), unbroadcast(t, _where(t, condition, ZERO, g), n, 2)]
+    return [
+        None,
+        unbroadcast(t, _where(t, condition, g, ZERO), n, 1),
+        unbroadcast(t, _where(t, condition, ZERO, g), n, 2),
+    ]
 
 
 _register(
@@ -222,10 +331,24 @@ _register(
 
 
 def _comparison(name: str, python_op: str) -> None:
-    _register(Op(name, (X, Y), lambda a, ctx: b.compare(a[0], python_op, a[1]), result="bool", exact=True))
+    _register(
+        Op(
+            name,
+            (X, Y),
+            lambda a, ctx: b.compare(a[0], python_op, a[1]),
+            result="bool",
+            exact=True,
+        )
+    )
 
 
-for _name, _python_op in (("<", "<"), ("<=", "<="), (">", ">"), (">=", ">="), ("=", "==")):
+for _name, _python_op in (
+    ("<", "<"),
+    ("<=", "<="),
+    (">", ">"),
+    (">=", ">="),
+    ("=", "=="),
+):
     _comparison(_name, _python_op)
 
 

@@ -14,14 +14,25 @@ def dims(axes) -> b.Expr:
 def _spread(t, n, g, mean: bool = False):
     """The output's gradient broadcast back over the reduced axes."""
     x = n.inputs[0]
-    return t.op("expand-reduced", [g, x], axes=n.attrs["axes"], keepdims=n.attrs["keepdims"], mean=Scalar.lit(mean))
+    return t.op(
+        "expand-reduced",
+        [g, x],
+        axes=n.attrs["axes"],
+        keepdims=n.attrs["keepdims"],
+        mean=Scalar.lit(mean),
+    )
 
 
 def _extremum_grad(t, n, g):
     """torch's rule: the gradient is shared evenly by the elements equal to the extremum."""
     x = n.inputs[0]
-    hits = t.op("where", [t.op("=", [x, _spread(t, n, n)]), t.op("ones-like", [x]), Scalar.lit(0.0)])
-    count = _spread(t, n, t.op("sum", [hits], axes=n.attrs["axes"], keepdims=n.attrs["keepdims"]))
+    hits = t.op(
+        "where",
+        [t.op("=", [x, _spread(t, n, n)]), t.op("ones-like", [x]), Scalar.lit(0.0)],
+    )
+    count = _spread(
+        t, n, t.op("sum", [hits], axes=n.attrs["axes"], keepdims=n.attrs["keepdims"])
+    )
     return [t.op("/", [t.op("*", [_spread(t, n, g), hits]), count])]
 
 
@@ -44,7 +55,17 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
 
     result = "keep" if name in ("amax", "amin") else "float"
     exact = name in ("amax", "amin")
-    register(Op(name, (Arg("x"),), emit, keys=AXES, result=result, grad=GRADS[name], exact=exact))
+    register(
+        Op(
+            name,
+            (Arg("x"),),
+            emit,
+            keys=AXES,
+            result=result,
+            grad=GRADS[name],
+            exact=exact,
+        )
+    )
 
 
 _reduction("sum", "torch.sum", b.name("None"))

@@ -30,9 +30,13 @@ class Typed:
 
     graph: Graph
     signature: tuple
-    ambient: Optional[str] = None  # the mode of the with-numerics around the call, if any
+    ambient: Optional[str] = (
+        None  # the mode of the with-numerics around the call, if any
+    )
     dtype: dict = field(default_factory=dict)  # node -> output dtype
-    compute: dict = field(default_factory=dict)  # node -> the dtype its float inputs are read in
+    compute: dict = field(
+        default_factory=dict
+    )  # node -> the dtype its float inputs are read in
     callee: dict = field(default_factory=dict)  # call node -> Typed
 
     @property
@@ -57,12 +61,15 @@ class Lowered:
 
     def value_dtype(self, typed: Typed, operand) -> Optional[str]:
         """The dtype of an operand's tensor: a parameter's is the dtype it is stored in (one
-        passed in as an argument is treated as f32, so a cast at its use is never missed)."""
+        passed in as an argument is treated as f32, so a cast at its use is never missed).
+        """
         if isinstance(operand, Scalar):
             return None
         dtype = typed.dtype[operand]
         if is_param(dtype):
-            return self.storage[typed.model, dtype[6:]] if operand.op == "param" else "f32"
+            return (
+                self.storage[typed.model, dtype[6:]] if operand.op == "param" else "f32"
+            )
         return dtype
 
     def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
@@ -83,11 +90,19 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
     policy = _Policy(program, graphs, precision)
     entries = {}
     for model in program.all_models():
-        called = {n.attrs["target"] for g in graphs.values() if g.model == model.name for n in g.nodes if n.op == "call"}
+        called = {
+            n.attrs["target"]
+            for g in graphs.values()
+            if g.model == model.name
+            for n in g.nodes
+            if n.op == "call"
+        }
         for defun in model.defuns:
             if model.is_top and (defun == "forward" or defun not in called):
                 graph = graphs[model.name, defun]
-                entries[model.name, defun] = policy.specialize(graph, policy.natural_signature(graph))
+                entries[model.name, defun] = policy.specialize(
+                    graph, policy.natural_signature(graph)
+                )
     used = list(policy.order)
     storage = policy.storage(used)
     natural = {
@@ -146,7 +161,9 @@ class _Policy:
         model = self.program.model(owner).params[node.attrs["target"]].init.model
         return self.graphs[model, "forward"]
 
-    def specialize(self, graph: Graph, signature: tuple, ambient: Optional[str] = None) -> Typed:
+    def specialize(
+        self, graph: Graph, signature: tuple, ambient: Optional[str] = None
+    ) -> Typed:
         """Nodes a call makes inside a with-numerics form carry its mark too (the callee's own forms win)."""
         key = (graph.model, graph.name, signature, ambient)
         if key in self.done:
@@ -173,9 +190,15 @@ class _Policy:
         callee_graph = self._callee_graph(node, typed.model)
         signature = tuple(typed.dtype[i] for i in node.inputs)
         if None in signature:
-            raise SourceError(node.span, "an argument here is a number, not a tensor: pass numbers as &key arguments")
+            raise SourceError(
+                node.span,
+                "an argument here is a number, not a tensor: pass numbers as &key arguments",
+            )
         if node.op != "call" and any(is_param(s) for s in signature):
-            raise SourceError(node.span, "pass a parameter to a sub-model through an activation, not as an argument")
+            raise SourceError(
+                node.span,
+                "pass a parameter to a sub-model through an activation, not as an argument",
+            )
         callee = self.specialize(callee_graph, signature, node.mode or typed.ambient)
         out = callee.output_dtype
         if node.op == "chain" and out != signature[0]:
@@ -190,7 +213,11 @@ class _Policy:
     def _op(self, typed: Typed, node: Node, model) -> None:
         op = REGISTRY[node.op]
         dtypes = [
-            typed.dtype[i] if isinstance(i, Node) and _kind(op, index) != "like" else None
+            (
+                typed.dtype[i]
+                if isinstance(i, Node) and _kind(op, index) != "like"
+                else None
+            )
             for index, i in enumerate(node.inputs)
         ]
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
@@ -202,7 +229,11 @@ class _Policy:
         elif op.result in ("keep", "arith") and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.
-            data = [d for index, d in enumerate(dtypes) if d is not None and _kind(op, index) != "bool-tensor"]
+            data = [
+                d
+                for index, d in enumerate(dtypes)
+                if d is not None and _kind(op, index) != "bool-tensor"
+            ]
             out = data[0] if data else compute
         else:
             out = compute
@@ -228,12 +259,18 @@ class _Policy:
                 if node.op in CALLS or node.op == "cast":
                     continue
                 for operand in node.inputs:
-                    dtype = typed.dtype.get(operand) if isinstance(operand, Node) else None
+                    dtype = (
+                        typed.dtype.get(operand) if isinstance(operand, Node) else None
+                    )
                     if is_param(dtype):
-                        readers.setdefault((typed.model, dtype[6:]), set()).add(typed.compute[node])
+                        readers.setdefault((typed.model, dtype[6:]), set()).add(
+                            typed.compute[node]
+                        )
             for node in typed.graph.nodes:
                 if node.op == "cast" and is_param(typed.dtype.get(node.inputs[0])):
-                    readers.setdefault((typed.model, typed.dtype[node.inputs[0]][6:]), set()).add("f32")
+                    readers.setdefault(
+                        (typed.model, typed.dtype[node.inputs[0]][6:]), set()
+                    ).add("f32")
         storage = {}
         for model in self.program.all_models():
             for param in model.params.values():
@@ -258,15 +295,34 @@ def _is_high(model, dtype: str) -> bool:
 
 def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
     if kind == "ids" and dtype != "int":
-        got = "a number" if isinstance(operand, Scalar) else f"a {_describe(dtype)} tensor"
-        raise SourceError(node.span, f"'{node.op}' needs an integer tensor of indices, got {got}")
+        got = (
+            "a number"
+            if isinstance(operand, Scalar)
+            else f"a {_describe(dtype)} tensor"
+        )
+        raise SourceError(
+            node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
+        )
     if kind == "bool-tensor" and dtype != "bool":
-        raise SourceError(node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)")
+        raise SourceError(
+            node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)"
+        )
     if kind == "matrix" and dtype not in ("f32", "bf16") and not is_param(dtype):
-        got = "a number" if isinstance(operand, Scalar) else f"a {_describe(dtype)} tensor"
+        got = (
+            "a number"
+            if isinstance(operand, Scalar)
+            else f"a {_describe(dtype)} tensor"
+        )
         raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
-    if kind == "tensor" and dtype in ("int", "bool") and REGISTRY[node.op].result == "float":
-        raise SourceError(node.span, f"'{node.op}' needs a float tensor, got a {_describe(dtype)} tensor")
+    if (
+        kind == "tensor"
+        and dtype in ("int", "bool")
+        and REGISTRY[node.op].result == "float"
+    ):
+        raise SourceError(
+            node.span,
+            f"'{node.op}' needs a float tensor, got a {_describe(dtype)} tensor",
+        )
 
 
 def _describe(dtype: Optional[str]) -> str:

@@ -12,12 +12,20 @@ SOURCE = (Path(__file__).resolve().parents[2] / "golden" / "rms-mlp.lisp").read_
 
 def test_statements_name_their_source_line():
     code = compile_source(SOURCE, "rms-mlp.lisp", Options(source_lines=True))
-    assert "h = torch.relu(x.to(torch.bfloat16) @ w1_bf16 + b1_bf16)  # rms-mlp.lisp:19" in code
-    assert "return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16)  # rms-mlp.lisp:20" in code
+    assert (
+        "h = torch.relu(x.to(torch.bfloat16) @ w1_bf16 + b1_bf16)  # rms-mlp.lisp:19"
+        in code
+    )
+    assert (
+        "return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16)  # rms-mlp.lisp:20"
+        in code
+    )
 
 
 def test_without_the_comments_the_code_is_the_default_output():
     located = compile_source(SOURCE, "rms-mlp.lisp", Options(source_lines=True))
     plain = compile_source(SOURCE, "rms-mlp.lisp")
     stripped = re.sub(r"  # rms-mlp\.lisp:\d+$", "", located, flags=re.M)
-    assert black.format_str(stripped, mode=black.Mode()) == plain  # black rewraps the shorter lines
+    assert (
+        black.format_str(stripped, mode=black.Mode()) == plain
+    )  # black rewraps the shorter lines

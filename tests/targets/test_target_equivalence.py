@@ -644,6 +644,8 @@ def test_newton_schulz_on_held_targets_makes_no_bf16_tensor(target):
     assert not seen.ops, sorted(seen.ops)
     native = construct(load(NEWTON_SCHULZ, "ns.lisp", "cuda"))(x)
     assert held.dtype == native.dtype == F32
-    assert torch.equal(held, round_to_bf16(held)), "the iteration's values are bf16 values"
+    assert torch.equal(
+        held, round_to_bf16(held)
+    ), "the iteration's values are bf16 values"
     # GEMM and norm sums run in another order than the native bf16 kernels: a bf16 ulp or two.
     torch.testing.assert_close(held, native, rtol=2**-7, atol=2**-7)
