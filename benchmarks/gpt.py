@@ -33,16 +33,14 @@ import importlib.util
 import statistics
 import sys
 import tempfile
-import time
 import types
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from benchmarks.timing import Variant, measure, training_step
 from sx2torch.compiler import Options, compile_source
 
 __all__ = [
@@ -215,27 +213,6 @@ def load_tiny_gpt(
     return module
 
 
-@dataclass
-class Variant:
-    name: str
-    step: Callable[[], None]
-    times: list[float] = field(default_factory=list)
-    first_s: float = 0.0  # the first step, which for a compiled variant compiles
-
-
-def training_step(
-    net: nn.Module, loss_of: Callable, inputs: tuple[torch.Tensor, ...]
-) -> Callable[[], None]:
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss_of(*inputs).backward()
-        optimizer.step()
-
-    return step
-
-
 def make_models(config: dict) -> dict[str, nn.Module]:
     """The generated TinyGpt, the reference and the reference with the seed's
     roundings (the generated forward, bit for bit), all with the same non-zero weights.
@@ -270,21 +247,6 @@ def variants(
             loss = torch.compile(net.loss, fullgraph=True)
             made.append(Variant(f"{label} compiled", training_step(net, loss, inputs)))
     return made
-
-
-def measure(runs: list[Variant], reps: int, warmup: int) -> None:
-    for run in runs:
-        start = time.perf_counter()
-        run.step()
-        run.first_s = time.perf_counter() - start
-        for _ in range(warmup - 1):
-            run.step()
-    for rep in range(reps):
-        shift = rep % len(runs)
-        for run in runs[shift:] + runs[:shift]:
-            start = time.perf_counter()
-            run.step()
-            run.times.append(time.perf_counter() - start)
 
 
 def report(runs: list[Variant], goal: float = 1.05) -> dict[str, float]:

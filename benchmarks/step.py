@@ -27,27 +27,19 @@ import argparse
 import statistics
 import time
 import types
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from sx2torch import runtime
+from benchmarks.timing import Variant, measure, training_step
 from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
 
 ROOT = Path(__file__).resolve().parent.parent
 RMS_MLP = ROOT / "golden" / "rms-mlp.lisp"
 TINY_GPT = ROOT / "golden" / "tiny-gpt.lisp"
-
-
-@dataclass
-class Variant:
-    name: str
-    net: torch.nn.Module
-    step: Callable[[], None]
-    times: list[float]
 
 
 def load(
@@ -92,19 +84,6 @@ def as_f32(source: str) -> str:
     return edited
 
 
-def training_step(
-    net: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
-) -> Callable[[], None]:
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        net.loss(*inputs).backward()
-        optimizer.step()
-
-    return step
-
-
 def variants(
     path: Path, inputs: tuple[torch.Tensor, ...], ablation: bool = False
 ) -> list[Variant]:
@@ -125,20 +104,8 @@ def variants(
         module = load(text, path.name, target, rounding)
         torch.manual_seed(0)
         net = getattr(module, module.__all__[0])()
-        made.append(Variant(name, net, training_step(net, inputs), []))
+        made.append(Variant(name, training_step(net, net.loss, inputs)))
     return made
-
-
-def measure(runs: list[Variant], reps: int, warmup: int) -> None:
-    for run in runs:
-        for _ in range(warmup):
-            run.step()
-    for rep in range(reps):
-        shift = rep % len(runs)
-        for run in runs[shift:] + runs[:shift]:
-            start = time.perf_counter()
-            run.step()
-            run.times.append(time.perf_counter() - start)
 
 
 def report(title: str, runs: list[Variant]) -> dict[str, float]:
