@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__, explain
+from sx2torch import __version__, dump, explain
 from sx2torch.compiler import TARGETS, Options, compile_source
 from sx2torch.errors import SourceError, UsageError
 from sx2torch.read import decode
@@ -97,6 +97,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
             action="store_true",
             help="add a `# FILE:LINE` comment to each statement",
         )
+    if command == "compile":
+        parser.add_argument(
+            "--dump-after",
+            choices=dump.PASSES,
+            help="print that pass's output instead of the module, for debugging",
+        )
     parser.add_argument(
         "--traceback",
         action="store_true",
@@ -124,6 +130,7 @@ def _compile(args) -> str:
         run=args.run,
         target=args.target,
         source_lines=getattr(args, "source_lines", False),
+        dump_after=getattr(args, "dump_after", None),
     )
     return compile_source(_source(args), args.file, options)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Optional
 
-from sx2torch import __version__, format, policy, read, resolve, trace
+from sx2torch import __version__, dump, format, policy, read, resolve, trace
 from sx2torch.emit import module
 from sx2torch.errors import UsageError
 
@@ -18,6 +18,9 @@ class Options:
     run: Optional[str] = None
     target: str = "cuda"
     source_lines: bool = False  # `# file.lisp:LINE` after each statement, for debugging
+    dump_after: Optional[str] = (
+        None  # one of dump.PASSES: print that pass's output instead
+    )
 
 
 def top_model_name(filename: str) -> str:
@@ -28,11 +31,19 @@ def compile_source(text: str, filename: str, options: Optional[Options] = None) 
     """Compile one SexpGPU source text to a formatted Python module."""
     options = options or Options()
     data = read.run(text)
+    if options.dump_after == "read":
+        return dump.data(data)
     program = resolve.run(data, top_model_name(filename))
+    if options.dump_after == "resolve":
+        return dump.program(program)
     chosen = choose_run(program, options.run)
     precision = chosen.precision if chosen else "f32"
     graphs = trace.run(program)
+    if options.dump_after == "trace":
+        return dump.graphs(graphs)
     lowered = policy.run(program, graphs, precision)
+    if options.dump_after == "policy":
+        return dump.lowered(lowered)
     header = _header(
         filename, chosen.name if chosen else None, precision, options.target
     )

@@ -82,3 +82,24 @@ class Graph:
     nodes: list = field(default_factory=list)
     output: Union[Operand, None] = None
     span: Union[Span, None] = None
+
+
+SPECIAL_OPS = ("input", "param", "call", "submodel", "chain", "cast")
+
+
+def verify(graph: Graph, known_ops) -> None:
+    """Check a graph's invariants (tests run it after trace and gradient): every input of a
+    node is made before it, every op is known, and the output is one of the graph's values.
+    """
+    made = set(graph.inputs)
+    for node in graph.nodes:
+        assert node.op in SPECIAL_OPS or node.op in known_ops, f"unknown op {node.op!r}"
+        for operand in node.inputs:
+            assert (
+                isinstance(operand, Scalar) or operand in made
+            ), f"{node!r} reads {operand!r} before it is made"
+        made.add(node)
+    output = graph.output
+    assert (
+        output is None or isinstance(output, Scalar) or output in made
+    ), f"the output {output!r} is not made"

@@ -22,6 +22,11 @@ def echo(datum: Datum, body: bool = True) -> str:
     return _show(datum, 0)
 
 
+def show(datum: Datum) -> str:
+    """The whole form on one line."""
+    return _show(datum, 1 << 30)
+
+
 def _show(datum: Datum, depth: int) -> str:
     if isinstance(datum, (List, Vector)):
         if depth == 0:

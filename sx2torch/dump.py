@@ -1,0 +1,113 @@
+"""`--dump-after PASS`: each intermediate form, printed for people debugging the compiler."""
+
+from __future__ import annotations
+
+from sx2torch.emit.echo import show
+from sx2torch.ir import Graph, Node, Scalar
+from sx2torch.policy import Lowered, Typed
+
+PASSES = ("read", "resolve", "trace", "policy")
+
+
+def data(items: list) -> str:
+    return "".join(f"{d.span.line}:{d.span.col} {show(d)}\n" for d in items)
+
+
+def program(prog) -> str:
+    lines = []
+    for model in prog.all_models():
+        lines.append(f"model {model.name}{' (top)' if model.is_top else ''}")
+        lines += [
+            f"  const {c.name} = {scalar(c.value)}" for c in model.consts.values()
+        ]
+        for p in model.params.values():
+            flags = [
+                f
+                for f, on in (
+                    ("frozen", not p.trainable),
+                    ("numerics high", p.numerics_high),
+                )
+                if on
+            ]
+            init = p.init.model if p.is_module else p.init.kind
+            args = ", ".join(f"{k}={_value(v)}" for k, v in p.init.args.items())
+            count = f"{scalar(p.init.count)} x " if p.init.count else ""
+            lines.append(
+                f"  param {p.name} = {count}{init}({args}){' [' + ', '.join(flags) + ']' if flags else ''}"
+            )
+        for d in model.defuns.values():
+            keys = "".join(f" :{k.name} {show(v)}" for k, v in d.keys)
+            lines.append(
+                f"  defun {d.name} ({' '.join(a.name for a in d.args)}{' &key' + keys if keys else ''})"
+            )
+    lines += [f"run {r.name} :precision :{r.precision}" for r in prog.runs]
+    return "\n".join(lines) + "\n"
+
+
+def graphs(traced: dict) -> str:
+    return "".join(graph(g) for g in traced.values())
+
+
+def graph(g: Graph, typed: Typed = None) -> str:
+    ids = {node: f"%{i}" for i, node in enumerate(g.inputs + g.nodes)}
+    head = f"{g.model}.{g.name}({', '.join(f'{ids[n]} {n.name}' for n in g.inputs)})"
+    if typed is not None:
+        ambient = f" called {typed.ambient}" if typed.ambient else ""
+        head += f" : ({', '.join(typed.signature)}){ambient}"
+    lines = [head]
+    for node in g.nodes:
+        inputs = ", ".join(
+            ids[i] if isinstance(i, Node) else scalar(i) for i in node.inputs
+        )
+        attrs = "".join(
+            f" {k}={_value(v)}" for k, v in node.attrs.items() if v is not None
+        )
+        frames = "".join(
+            f" [{f.mode}{' library' if f.library else ''}]" for f in node.frames
+        )
+        name = f" {node.name}" if node.name else ""
+        dtypes = (
+            f" : {typed.compute.get(node, '-')} -> {typed.dtype.get(node)}"
+            if typed
+            else ""
+        )
+        lines.append(
+            f"  {ids[node]}{name} = {node.op}({inputs}){attrs}{frames}{dtypes}  @{node.span.line}:{node.span.col}"
+        )
+    out = g.output
+    lines.append(
+        f"  return {ids[out] if isinstance(out, Node) else scalar(out) if out is not None else 'None'}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def lowered(low: Lowered) -> str:
+    parts = [graph(t.graph, t) for t in low.specializations]
+    storage = "".join(f"  {m}.{p}: {d}\n" for (m, p), d in low.storage.items())
+    return "".join(parts) + f"storage ({low.precision})\n" + storage
+
+
+def scalar(s: Scalar) -> str:
+    if s.op == "lit":
+        return repr(s.value)
+    if s.op in ("const", "key"):
+        return f"{s.args[0]}={s.value!r}"
+    if s.op == "neg":
+        return f"-({scalar(s.args[0])})"
+    return f"({scalar(s.args[0])} {s.op} {scalar(s.args[1])})"
+
+
+def _value(value) -> str:
+    if isinstance(value, Scalar):
+        return scalar(value)
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and not isinstance(value[0], Scalar)
+    ):
+        return scalar(value[1])  # a sub-model's keyword: (span, Scalar)
+    if isinstance(value, tuple):
+        return "[" + " ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+    return str(value)

@@ -1,0 +1,33 @@
+"""--dump-after prints each intermediate form; every traced graph keeps the IR's invariants."""
+
+from pathlib import Path
+
+import pytest
+
+from sx2torch import read, resolve, trace
+from sx2torch.cli import main
+from sx2torch.ir import verify
+from sx2torch.ops import REGISTRY
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+CASES = sorted(GOLDEN.glob("*.lisp"))
+
+
+@pytest.mark.parametrize("source", CASES, ids=[c.stem for c in CASES])
+def test_every_traced_graph_verifies(source):
+    program = resolve.run(read.run(source.read_text()), source.stem)
+    for graph in trace.run(program).values():
+        verify(graph, REGISTRY)
+
+
+def test_each_pass_can_be_printed(capsys):
+    path = str(GOLDEN / "rms-mlp.lisp")
+    expected = {
+        "read": "2:1 (require sexpgpu/nn)",
+        "resolve": "  param w1 = normal(shape=[d-in=784 d-hidden=256], std=0.02, mean=0)",
+        "trace": "  %4 = rsqrt(%3) [island]  @16:8",
+        "policy": "  %8 = matmul(%6, %7) out=f32 : bf16 -> f32  @20:5",
+    }
+    for stage, line in expected.items():
+        assert main([path, "--dump-after", stage]) == 0
+        assert line in capsys.readouterr().out.splitlines()
