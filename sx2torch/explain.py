@@ -18,7 +18,7 @@ from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.echo import echo
 from sx2torch.emit.module import attributes
 from sx2torch.ir import ISLAND, REGION, Node, Scalar
-from sx2torch.policy.rules import CALLS, is_param
+from sx2torch.policy.rules import CALLS, is_param, param_of
 from sx2torch.scalars import ARITHMETIC
 
 BYTES = {"f32": 4, "bf16": 2}
@@ -106,7 +106,7 @@ def _reason(typed, node: Node, lowered, precision: str):
     if compute != "f32" or out not in ("f32", "bool"):
         return None
     high = [
-        typed.dtype[i][6:]
+        param_of(typed.dtype[i])[1]
         for i in node.inputs
         if isinstance(i, Node) and is_param(typed.dtype[i])
     ]

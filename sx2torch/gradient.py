@@ -127,12 +127,18 @@ class _Backward:
 
     def _rule(self, node: Node, g: Operand) -> list:
         if node.op == "cast":
-            return [
-                g
-            ]  # a conversion's gradient is the identity; the marks set its dtype
-        if node.op in ("call", "submodel", "chain"):
+            # A conversion's gradient is the identity; the marks set its dtype.
+            return [g]
+        if node.op == "chain":
             raise SourceError(
-                node.span, "gradient through a sub-model call is not supported yet"
+                node.span,
+                "gradient through a stack applied by chain is not supported yet",
+            )
+        if node.op in ("call", "submodel"):
+            raise SourceError(
+                node.span,
+                f"this call of '{node.attrs['target']}' was traced outside the gradient form, so its "
+                f"nodes cannot be differentiated: write it inside, as (gradient ({node.attrs['target']} ...) X)",
             )
         op = REGISTRY[node.op]
         if op.grad is None:
@@ -166,7 +172,13 @@ def _label(node: Node) -> str:
     if node.name is not None:
         return node.name
     first = next((i for i in node.inputs if isinstance(i, Node)), None)
-    return node.op if first is None else f"{node.op}-{first.name or first.op}"
+    return (
+        _word(node) if first is None else f"{_word(node)}-{first.name or _word(first)}"
+    )
+
+
+def _word(node: Node) -> str:
+    return REGISTRY[node.op].word if node.op in REGISTRY else node.op
 
 
 def unbroadcast(t, gradient: Operand, operand) -> Operand:

@@ -48,7 +48,10 @@ class Tracer:
         self.defun = defun
         self.frames: tuple = ()
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
-        self.param_reads: dict[str, Node] = {}
+        self.param_reads: dict[tuple, Node] = {}
+        self.via: (
+            tuple
+        ) = ()  # (model, sub-model param) pairs down to an inlined sub-model
         self.inline = False
         self.stamps: (
             tuple
@@ -175,7 +178,7 @@ class Tracer:
         name = symbol.name
         if name in env:
             return env[name]
-        scalar = self.keys.get(name) or self.model.lookup_const(name)
+        scalar = self.keys.get(name) or self._const(name)
         if scalar is not None:
             if isinstance(scalar.value, str):
                 raise SourceError(
@@ -201,10 +204,21 @@ class Tracer:
         )
 
     def param_read(self, name: str, symbol: Symbol) -> Node:
-        if name not in self.param_reads:
-            node = Node("param", (), {"param": name}, symbol.span, symbol, name=name)
-            self.param_reads[name] = self._add(node)
-        return self.param_reads[name]
+        key = (self.via, name)
+        if key not in self.param_reads:
+            attrs = {"param": name}
+            if self.via:  # a sub-model's parameter, read where its forward is inlined
+                attrs.update(owner=self.model.name, via=self.via)
+            node = Node("param", (), attrs, symbol.span, symbol, name=name)
+            self.param_reads[key] = self._add(node)
+        return self.param_reads[key]
+
+    def _const(self, name: str):
+        """A const of the model being traced; inside an inlined sub-model, read through it."""
+        scalar = self.model.lookup_const(name)
+        if scalar is None or not self.via:
+            return scalar
+        return Scalar("const", (name, self.via, self.model.name), scalar.value)
 
     def form(self, datum: List, env: dict) -> Operand:
         if not datum.items:
@@ -336,11 +350,22 @@ class Tracer:
         finally:
             self.inline = outer
 
+    def _inline_model(
+        self, param: str, callee: Defun, inputs: list, keys: dict
+    ) -> Operand:
+        """A sub-model's forward traced in place: its parameters and consts are read through it."""
+        outer = self.model, self.via
+        self.via = self.via + ((self.model.name, param),)
+        self.model = self.program.models[self.model.params[param].init.model]
+        try:
+            return self._inline(callee, inputs, keys)
+        finally:
+            self.model, self.via = outer
+
     def _inline(self, callee: Defun, inputs: list, keys: dict) -> Operand:
         outer_keys = self.keys
         self.keys = {
-            symbol.name: keys.get(symbol.name)
-            or scalars.evaluate(default, self.model.lookup_const)
+            symbol.name: keys.get(symbol.name) or scalars.evaluate(default, self._const)
             for symbol, default in callee.keys
         }
         try:
@@ -399,6 +424,8 @@ class Tracer:
             keys[key.name] = self._scalar(value, env)
         if self.inline and kind == "call":
             return self._inline(callee, inputs, keys)
+        if self.inline and kind == "submodel":
+            return self._inline_model(target, callee, inputs, keys)
         attrs = {"target": target, "keys": keys}
         form = form or datum
         return self._add(Node(kind, tuple(inputs), attrs, form.span, form, self.frames))

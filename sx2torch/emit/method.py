@@ -34,6 +34,7 @@ class ClassContext:
     target: Target
     lowered: Lowered  # every specialization's dtypes, and where parameters are stored
     attrs: dict  # source name -> attribute name, for consts, params and sub-models
+    model_attrs: dict  # the same for every model, by model name
     method_names: dict  # Typed -> method name
     specialized: set  # the Typed whose method name carries its dtypes
     source_lines: Optional[str] = (
@@ -333,7 +334,8 @@ class MethodEmitter:
         if isinstance(operand, Scalar) or operand is None:
             return self.scalar(operand) if operand is not None else b.name("None")
         if operand.op == "param":
-            return b.attr(b.name("self"), self.ctx.attrs[operand.attrs["param"]])
+            attrs = operand.attrs
+            return self.member(attrs["param"], attrs.get("via", ()), attrs.get("owner"))
         if operand in self.py:
             return b.name(self.py[operand])
         return self.expr(operand)
@@ -375,11 +377,17 @@ class MethodEmitter:
             return tuple(self.scalar(v) for v in value)
         return value
 
+    def member(self, name: str, via: tuple = (), owner: Optional[str] = None) -> b.Expr:
+        """`self.name`, or `self.enc.name` for a sub-model's member read where its forward is inlined."""
+        path = [self.ctx.model_attrs[model][param] for model, param in via]
+        attrs = self.ctx.model_attrs[owner] if owner else self.ctx.attrs
+        return b.attr(b.name("self"), *path, attrs[name])
+
     def scalar(self, scalar: Scalar) -> b.Expr:
         if scalar.op == "lit":
             return b.number(scalar.value)
         if scalar.op == "const":
-            return b.attr(b.name("self"), self.ctx.attrs[scalar.args[0]])
+            return self.member(*scalar.args)
         if scalar.op == "key":
             return b.name(self.key_names[scalar.args[0]])
         if scalar.op == "neg":

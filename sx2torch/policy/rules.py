@@ -7,7 +7,7 @@ the dtype it computes in and the dtype it outputs; parameters are typed "param"
 until a reader decides how it reads them; frozen parameters are then stored in
 the dtype their readers read (6.7).
 
-Dtypes: "f32", "bf16", "int", "bool", and "param:NAME" for a parameter of the
+Dtypes: "f32", "bf16", "int", "bool", and "param:MODEL:NAME" for a parameter of the
 model (a trained one is an f32 master weight).
 """
 
@@ -67,9 +67,7 @@ class Lowered:
             return None
         dtype = typed.dtype[operand]
         if is_param(dtype):
-            return (
-                self.storage[typed.model, dtype[6:]] if operand.op == "param" else "f32"
-            )
+            return self.storage[param_of(dtype)] if operand.op == "param" else "f32"
         return dtype
 
     def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
@@ -84,6 +82,17 @@ class Lowered:
 
 def is_param(dtype: Optional[str]) -> bool:
     return dtype is not None and dtype.startswith("param:")
+
+
+def param_tag(model: str, name: str) -> str:
+    """The dtype of a read of a parameter, before its readers decide (":" is in no name)."""
+    return f"param:{model}:{name}"
+
+
+def param_of(dtype: str) -> tuple:
+    """(model, parameter name) of a param_tag."""
+    _, model, name = dtype.split(":", 2)
+    return model, name
 
 
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
@@ -103,6 +112,14 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
                 entries[model.name, defun] = policy.specialize(
                     graph, policy.natural_signature(graph)
                 )
+    for model in program.models.values():
+        # A sub-model used only inside gradients (inlined there) still gets its forward.
+        if not any(
+            t.model == model.name and t.graph.name == "forward" for t in policy.order
+        ):
+            forward = policy.natural(graphs[model.name, "forward"])
+            if forward is not None:
+                entries[model.name, "forward"] = forward
     used = list(policy.order)
     storage = policy.storage(used)
     natural = {
@@ -169,19 +186,19 @@ class _Policy:
         if key in self.done:
             return self.done[key]
         typed = Typed(graph, signature, ambient)
-        model = self.program.model(graph.model)
         for node, dtype in zip(graph.inputs, signature):
             typed.dtype[node] = dtype
         for node in graph.nodes:
             if node.op == "param":
-                typed.dtype[node] = f"param:{node.attrs['param']}"
+                owner = node.attrs.get("owner", graph.model)
+                typed.dtype[node] = param_tag(owner, node.attrs["param"])
             elif node.op in CALLS:
                 self._call(typed, node)
             elif node.op == "cast":
                 typed.dtype[node] = node.attrs["dtype"]
                 typed.compute[node] = node.attrs["dtype"]
             elif node.op != "input":
-                self._op(typed, node, model)
+                self._op(typed, node)
         self.done[key] = typed
         self.order.append(typed)
         return typed
@@ -210,7 +227,7 @@ class _Policy:
         typed.callee[node] = callee
         typed.dtype[node] = out
 
-    def _op(self, typed: Typed, node: Node, model) -> None:
+    def _op(self, typed: Typed, node: Node) -> None:
         op = REGISTRY[node.op]
         dtypes = [
             (
@@ -223,7 +240,7 @@ class _Policy:
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
-        compute = self._compute_dtype(node.mode or typed.ambient, floats, model)
+        compute = self._compute_dtype(node.mode or typed.ambient, floats)
         if op.result == "bool":
             out = "bool"
         elif op.result in ("keep", "arith") and not floats:
@@ -242,14 +259,20 @@ class _Policy:
         typed.compute[node] = compute
         typed.dtype[node] = out
 
-    def _compute_dtype(self, mode: Optional[str], floats: list, model) -> str:
-        if mode == ISLAND or any(_is_high(model, d) for d in floats):
+    def _compute_dtype(self, mode: Optional[str], floats: list) -> str:
+        if mode == ISLAND or any(self._is_high(d) for d in floats):
             return "f32"
         if mode == REGION:
             return "bf16"
         if self.precision == "f32":
             return "f32"
         return "bf16" if any(d == "bf16" or is_param(d) for d in floats) else "f32"
+
+    def _is_high(self, dtype: str) -> bool:
+        if not is_param(dtype):
+            return False
+        model, name = param_of(dtype)
+        return self.program.model(model).params[name].numerics_high
 
     def storage(self, used: list) -> dict:
         """Trained parameters stay f32; a frozen one is stored in the dtype every reader reads (6.7)."""
@@ -263,13 +286,13 @@ class _Policy:
                         typed.dtype.get(operand) if isinstance(operand, Node) else None
                     )
                     if is_param(dtype):
-                        readers.setdefault((typed.model, dtype[6:]), set()).add(
+                        readers.setdefault(param_of(dtype), set()).add(
                             typed.compute[node]
                         )
             for node in typed.graph.nodes:
                 if node.op == "cast" and is_param(typed.dtype.get(node.inputs[0])):
                     readers.setdefault(
-                        (typed.model, typed.dtype[node.inputs[0]][6:]), set()
+                        param_of(typed.dtype[node.inputs[0]]), set()
                     ).add("f32")
         storage = {}
         for model in self.program.all_models():
@@ -284,13 +307,6 @@ class _Policy:
 
 def _kind(op, index: int) -> str:
     return op.args[min(index, len(op.args) - 1)].kind
-
-
-def _is_high(model, dtype: str) -> bool:
-    if not is_param(dtype):
-        return False
-    param = model.params.get(dtype[6:])
-    return param is not None and param.numerics_high
 
 
 def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
