@@ -19,8 +19,6 @@ from sx2torch.ir import Node, Operand, Scalar
 from sx2torch.ops import REGISTRY
 from sx2torch.read import List, Symbol
 
-SCALAR_REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp")
-
 
 def run(t, datum: List, env: dict) -> Operand:
     """Trace `(gradient Y X)` with the tracer `t`; return the node holding dY/dX."""
@@ -54,12 +52,13 @@ def run(t, datum: List, env: dict) -> Operand:
 
 def is_scalar(node: Node) -> bool:
     """Whether a value is a 0-d tensor, as far as the compiler can tell."""
-    if node.op in SCALAR_REDUCTIONS:
+    op = REGISTRY.get(node.op)
+    rank = op.output_rank if op is not None else None
+    if rank == "reduced":
         keepdims = node.attrs.get("keepdims")
         return node.attrs.get("axes") is None and not (keepdims and keepdims.value)
-    if node.op == "cross-entropy":
+    if rank == "scalar":
         return True
-    op = REGISTRY.get(node.op)
     if node.op == "cast" or (op is not None and op.elementwise):
         tensors = [i for i in node.inputs if isinstance(i, Node)]
         return bool(tensors) and all(is_scalar(i) for i in tensors)

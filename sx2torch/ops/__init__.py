@@ -55,6 +55,8 @@ class Op:
         False  # the emission reads an input twice, so it must be a local
     )
     elementwise: bool = False  # the output has the broadcast shape of the tensor inputs
+    # "reduced": the output drops `:axes` (all by default) unless `:keepdims`; "scalar": 0-d
+    output_rank: Optional[str] = None
     folds: bool = (
         False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
     )

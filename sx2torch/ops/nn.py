@@ -88,6 +88,7 @@ register(
         sensitive=True,
         name_inputs=True,
         grad=_logsumexp_grad,
+        output_rank="reduced",
     )
 )
 register(
@@ -97,6 +98,7 @@ register(
         lambda a, ctx: b.call("F.cross_entropy", a[0], a[1]),
         sensitive=True,
         grad=lambda t, n, g: [t.op("cross-entropy-backward", [g, *n.inputs]), None],
+        output_rank="scalar",
         doc="integer labels, mean over rows",
     )
 )

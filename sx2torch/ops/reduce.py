@@ -64,6 +64,7 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
             result=result,
             grad=GRADS[name],
             exact=exact,
+            output_rank="reduced",
         )
     )
 

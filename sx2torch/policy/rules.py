@@ -22,6 +22,11 @@ from sx2torch.ops import REGISTRY
 from sx2torch.resolve import Program
 
 CALLS = ("call", "submodel", "chain")
+DATA_KINDS = (
+    "tensor",
+    "matrix",
+    "tensors",
+)  # inputs whose values an op's output carries
 
 
 @dataclass(eq=False)
@@ -355,5 +360,8 @@ def _origins(operand, graph: Graph) -> set:
         if node.op == "input":
             found.add(node)
         elif node.op in REGISTRY and REGISTRY[node.op].result in ("keep", "arith"):
-            pending.extend(node.inputs[:1] if node.op in ("take",) else node.inputs)
+            op = REGISTRY[node.op]
+            pending.extend(
+                i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS
+            )
     return found
