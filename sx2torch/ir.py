@@ -16,8 +16,6 @@ from sx2torch.errors import Span
 ISLAND = "island"  # (with-numerics (:sensitivity :high) ...): f32
 REGION = "region"  # (with-numerics (:precision :bf16) ...): bf16
 
-FLOAT_DTYPES = ("f32", "bf16")
-
 
 @dataclass(frozen=True)
 class Scalar:

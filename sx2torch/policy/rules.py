@@ -56,11 +56,10 @@ class Typed:
 
 @dataclass
 class Lowered:
-    """What the emitter needs: every specialization, the entry points, and parameter storage."""
+    """What the emitter needs: every specialization and where parameters are stored."""
 
     precision: str
     specializations: list  # Typed, callees before callers
-    entries: dict  # (model, defun) -> Typed: the public method of each entry point
     storage: dict  # (model, param) -> "f32" | "bf16"
     natural: dict  # (model, defun) -> Typed at f32 (and integer) arguments, or None: the plain method name
 
@@ -101,30 +100,28 @@ def param_of(dtype: str) -> tuple:
 
 
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
+    """Specialize from the entry points: the top model's forward and every defun of it that no
+    other defun calls, at f32 (and integer) arguments; what they call is specialized on the way.
+    """
     policy = _Policy(program, graphs, precision)
-    entries = {}
-    for model in program.all_models():
-        called = {
-            n.attrs["target"]
-            for g in graphs.values()
-            if g.model == model.name
-            for n in g.nodes
-            if n.op == "call"
-        }
-        for defun in model.defuns:
-            if model.is_top and (defun == "forward" or defun not in called):
-                graph = graphs[model.name, defun]
-                entries[model.name, defun] = policy.specialize(
-                    graph, policy.natural_signature(graph)
-                )
+    top = program.top.name
+    called = {
+        n.attrs["target"]
+        for (model, _), g in graphs.items()
+        if model == top
+        for n in g.nodes
+        if n.op == "call"
+    }
+    for defun in program.top.defuns:
+        if defun == "forward" or defun not in called:
+            graph = graphs[top, defun]
+            policy.specialize(graph, policy.natural_signature(graph))
     for model in program.models.values():
         # A sub-model used only inside gradients (inlined there) still gets its forward.
         if not any(
             t.model == model.name and t.graph.name == "forward" for t in policy.order
         ):
-            forward = policy.natural(graphs[model.name, "forward"])
-            if forward is not None:
-                entries[model.name, "forward"] = forward
+            policy.natural(graphs[model.name, "forward"])
     used = list(policy.order)
     storage = policy.storage(used)
     natural = {
@@ -132,7 +129,7 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         for model in program.all_models()
         for defun in model.defuns
     }
-    return Lowered(precision, used, entries, storage, natural)
+    return Lowered(precision, used, storage, natural)
 
 
 class _Policy:
