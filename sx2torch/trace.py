@@ -451,7 +451,7 @@ class Tracer:
         inputs, attrs = [], {}
         for index, item in enumerate(positional):
             spec = op.args[min(index, len(op.args) - 1)]
-            value = self._argument(spec.kind, item, env, f"{op.name}'s {spec.name}")
+            value = self._argument(spec, item, env, f"{op.name}'s {spec.name}")
             if spec.kind in TENSOR_KINDS:
                 inputs.append(value)
             elif spec.kind == "tensors":
@@ -469,7 +469,7 @@ class Tracer:
                 )
             if key.name in given:
                 raise SourceError(key.span, f":{key.name} given twice")
-            given[key.name] = self._argument(spec.kind, value, env, f":{key.name}")
+            given[key.name] = self._argument(spec, value, env, f":{key.name}")
         for spec in op.keys:
             attrs[spec.name] = given.get(spec.name, _default(spec.default))
         if (
@@ -497,7 +497,21 @@ class Tracer:
             result = self.op(op.name, [result, operand], **attrs)
         return result
 
-    def _argument(self, kind: str, item: Datum, env: dict, what: str):
+    def _argument(self, spec, item: Datum, env: dict, what: str):
+        value = self._value_of(spec.kind, item, env, what)
+        scalars_given = value if isinstance(value, tuple) else (value,)
+        if spec.static and any(
+            isinstance(s, Scalar) and s.op != "lit" for s in scalars_given
+        ):
+            literal = "true or false" if spec.kind == "bool" else "numbers"
+            raise SourceError(
+                item.span,
+                f"{what} must be written as {literal}: it decides the result's shape, "
+                "and the caller can change a const or a &key argument",
+            )
+        return value
+
+    def _value_of(self, kind: str, item: Datum, env: dict, what: str):
         if kind in TENSOR_KINDS:
             return self.expr(item, env)
         if kind == "tensors":

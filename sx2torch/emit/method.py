@@ -18,7 +18,7 @@ from sx2torch.emit import build as b
 from sx2torch.emit.echo import echo
 from sx2torch.emit.names import Namespace
 from sx2torch.ir import ISLAND, Node, Scalar
-from sx2torch.ops import REGISTRY, EmitContext
+from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.emit.targets import Target
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import CALLS
@@ -398,10 +398,11 @@ class MethodEmitter:
 
 
 def _value(value):
+    """What emission may decide from: a literal's value, never a const's or a key's default."""
     if isinstance(value, Scalar):
-        return value.value
+        return value.value if value.op == "lit" else SYMBOLIC
     if isinstance(value, tuple):
-        return tuple(v.value for v in value)
+        return tuple(_value(v) for v in value)
     return value
 
 

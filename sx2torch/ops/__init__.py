@@ -29,6 +29,7 @@ from typing import Callable, Optional
 class Arg:
     name: str
     kind: str = "tensor"
+    static: bool = False  # decides the result's rank or layout: written as a literal
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Key:
     name: str
     kind: str
     default: object = None
+    static: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class Op:
 
 
 REGISTRY: dict[str, Op] = {}
+SYMBOLIC = type("Symbolic", (), {"__repr__": lambda self: "SYMBOLIC"})()
 WORDS = {
     "+": "add",
     "-": "sub",
@@ -113,9 +116,9 @@ class EmitContext:
     target: str  # "cuda", "metal" or "cpu"
     compute: Optional[str] = None
     attrs: dict = field(default_factory=dict)  # as Python expressions
-    values: dict = field(
-        default_factory=dict
-    )  # as compile-time values, consts at their defaults
+    # as compile-time values where the source wrote literals; SYMBOLIC where a const or a
+    # &key argument takes part, since the caller can change it
+    values: dict = field(default_factory=dict)
     scalars: (
         tuple
     ) = ()  # for each operand, whether it is a compile-time number rather than a tensor

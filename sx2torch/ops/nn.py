@@ -84,7 +84,10 @@ register(
         "logsumexp",
         (X,),
         _logsumexp,
-        keys=(Key("axes", "ints"), Key("keepdims", "bool", False)),
+        keys=(
+            Key("axes", "ints", static=True),
+            Key("keepdims", "bool", False, static=True),
+        ),
         sensitive=True,
         name_inputs=True,
         grad=_logsumexp_grad,
