@@ -193,7 +193,7 @@ class Tracer:
                     symbol.span, f"'{name}' is a sub-model: call it, as ({name} x)"
                 )
             return self.param_read(name, symbol)
-        if name in self.model.defuns or name in REGISTRY:
+        if name in self.model.defuns or _is_public_op(name):
             raise SourceError(
                 symbol.span, f"'{name}' is a function: call it, as ({name} ...)"
             )
@@ -248,9 +248,10 @@ class Tracer:
                 datum,
                 env,
             )
-        if head.name in REGISTRY:
+        if _is_public_op(head.name):
             return self.apply(REGISTRY[head.name], datum, env)
-        known = [*REGISTRY, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
+        public = [name for name in REGISTRY if _is_public_op(name)]
+        known = [*public, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
         raise SourceError(
             head.span,
             f"unknown op or function '{head.name}'{_suggest(head.name, known)}",
@@ -556,6 +557,10 @@ def _wraps_gradient(datum: List) -> bool:
         and len(body[0].items) > 2
         and _wraps_gradient(body[0])
     )
+
+
+def _is_public_op(name: str) -> bool:
+    return name in REGISTRY and not REGISTRY[name].internal
 
 
 def _suggest(name: str, known: list) -> str:

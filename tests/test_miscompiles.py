@@ -7,6 +7,7 @@ import torch
 
 from sx2torch.compiler import compile_source
 from sx2torch.errors import SourceError
+from sx2torch.ops import REGISTRY
 
 
 def test_chain_extra_argument_keeps_the_callers_value(build):
@@ -126,3 +127,21 @@ def test_the_key_defaults_golden_case_runs_with_the_callers_values():
     x = torch.randn(4, 3)
     expected = x.reshape(2, -1) * torch.sum(model.table[2:4])
     assert torch.equal(model(x), expected)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(name for name, op in REGISTRY.items() if op.internal)
+)
+def test_an_internal_op_is_unknown_to_source(name):
+    """`(newton-schulz-bf16 ...)` from source would skip the bf16 region its caller opens."""
+    source = f"(defparam w (normal [4 4]))\n(defun forward (x) ({name} x w))\n"
+    with pytest.raises(SourceError) as error:
+        compile_source(source, "model.lisp")
+    assert str(error.value).startswith(f"unknown op or function '{name}'")
+    assert (error.value.span.line, error.value.span.col) == (2, 21)
+
+
+def test_the_internal_ops_are_the_compilers_own():
+    internal = {name for name, op in REGISTRY.items() if op.internal}
+    assert {"newton-schulz-bf16", "sum-to", "cross-entropy-backward"} <= internal
+    assert not {"newton-schulz", "matmul", "softmax", "outer"} & internal

@@ -66,6 +66,8 @@ class Op:
         False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
     )
     doc: str = ""
+    # made by the compiler (a derivative rule, a definition); from source, an unknown op
+    internal: bool = False
 
     @property
     def word(self) -> str:

@@ -47,7 +47,7 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),
         grad=_sum_to_grad,
-        doc="sums a broadcast gradient back to the shape of `like`",
+        doc="sums a broadcast gradient back to the shape of `like`", internal=True,
     )
 )
 register(
@@ -104,7 +104,7 @@ register(
             Key("mean", "bool", False),
         ),
         grad=_expand_reduced_grad,
-        name_inputs=True,
+        name_inputs=True, internal=True,
     )
 )
 
@@ -118,7 +118,7 @@ register(
         "take-backward",
         (G, LIKE, Arg("ids", "ids")),
         lambda a, ctx: b.call("sx.take_backward", *a),
-        grad=_take_backward_grad,
+        grad=_take_backward_grad, internal=True,
     )
 )
 
@@ -144,7 +144,7 @@ register(
         _slice_backward,
         keys=SLICE_KEYS,
         grad=_slice_backward_grad,
-        exact=True,
+        exact=True, internal=True,
     )
 )
 
@@ -163,6 +163,6 @@ register(
         _concat_part,
         keys=(Key("index", "int", 0), Key("axis", "int", 0)),
         exact=True,
-        arity=(2, None),
+        arity=(2, None), internal=True,
     )
 )

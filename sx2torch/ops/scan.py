@@ -41,6 +41,7 @@ for _name, _runtime in (
             _scan(_runtime),
             keys=(TIME_AXIS,),
             doc="a scan run backwards",
+            internal=True,
         )
     )
 register(
