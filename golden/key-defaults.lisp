@@ -6,7 +6,7 @@
   "The rows start .. start + count of the table."
   (slice table :start start :end (+ start count)))
 
-(defun split (x &key (groups 0))
+(defun split (x &key (groups 1))
   (reshape x [groups -1]))
 
 (defun forward (x)

@@ -17,7 +17,7 @@ class KeyDefaults(nn.Module):
         """The rows start .. start + count of the table."""
         return self.table[start : start + count]
 
-    def split(self, x, *, groups=0):
+    def split(self, x, *, groups=1):
         return x.reshape(groups, -1)
 
     def forward(self, x):

@@ -72,7 +72,7 @@ def graph(g: Graph, typed: Typed = None) -> str:
             else ""
         )
         lines.append(
-            f"  {ids[node]}{name} = {node.op}({inputs}){attrs}{frames}{dtypes}  @{node.span.line}:{node.span.col}"
+            f"  {ids[node]}{name} = {node.what}({inputs}){attrs}{frames}{dtypes}  @{node.span.line}:{node.span.col}"
         )
     out = g.output
     lines.append(

@@ -17,8 +17,8 @@ from sx2torch import policy, read, resolve, trace
 from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.echo import echo
 from sx2torch.emit.module import attributes
-from sx2torch.ir import ISLAND, REGION, Node, Scalar
-from sx2torch.policy.rules import CALLS, is_param, param_of
+from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, Scalar, walk
+from sx2torch.policy.rules import is_param, param_of
 from sx2torch.scalars import ARITHMETIC
 
 BYTES = {"f32": 4, "bf16": 2}
@@ -43,7 +43,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     source_lines = text.splitlines()
     lines: dict[int, Line] = {}
     for typed in lowered.specializations:
-        for node in typed.graph.nodes:
+        for node in walk(typed.graph.nodes):
             reason = _reason(typed, node, lowered, precision)
             if reason is None:
                 continue
@@ -79,7 +79,10 @@ def _add(items: list, item: str) -> None:
 
 def _reason(typed, node: Node, lowered, precision: str):
     """Why this node computes in f32 under :bf16 (or in bf16 under :f32); None if it is unremarkable."""
-    if node.op in ("input", "param") or node.op in CALLS:
+    if (
+        node.kind in (Kind.INPUT, Kind.PARAM, Kind.IF, Kind.FOR, Kind.ITEM)
+        or node.kind in CALLS
+    ):
         return None
     compute, out = typed.compute.get(node), typed.dtype.get(node)
     frame = node.frames[-1] if node.frames else None
@@ -95,7 +98,7 @@ def _reason(typed, node: Node, lowered, precision: str):
             if typed.ambient == REGION
             else "explicit (cast ... :bf16)"
         )
-    if node.op == "cast":
+    if node.kind is Kind.CAST:
         return "explicit (cast ... :f32)" if node.attrs["dtype"] == "f32" else None
     if compute == "bf16":
         return (
@@ -126,8 +129,8 @@ def _casts(typed, node: Node, lowered) -> list:
         wanted = lowered.read_dtype(typed, node, index)
         have = lowered.value_dtype(typed, operand)
         if wanted and have and wanted != have:
-            label = operand.name or operand.op
-            once = " (once per method)" if operand.op == "param" else ""
+            label = operand.name or operand.what
+            once = " (once per method)" if operand.kind is Kind.PARAM else ""
             found.append(f"{label} {have} -> {wanted}{once}")
     return found
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from sx2torch.emit.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import Node, Operand, Scalar
+from sx2torch.ir import Kind, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY
 from sx2torch.read import List, Symbol
 
@@ -52,14 +52,14 @@ def run(t, datum: List, env: dict) -> Operand:
 
 def is_scalar(node: Node) -> bool:
     """Whether a value is a 0-d tensor, as far as the compiler can tell."""
-    op = REGISTRY.get(node.op)
+    op = REGISTRY[node.op] if node.kind is Kind.OP else None
     rank = op.output_rank if op is not None else None
     if rank == "reduced":
         keepdims = node.attrs.get("keepdims")
         return node.attrs.get("axes") is None and not (keepdims and keepdims.value)
     if rank == "scalar":
         return True
-    if node.op == "cast" or (op is not None and op.elementwise):
+    if node.kind is Kind.CAST or (op is not None and op.elementwise):
         tensors = [i for i in node.inputs if isinstance(i, Node)]
         return bool(tensors) and all(is_scalar(i) for i in tensors)
     return False
@@ -125,15 +125,17 @@ class _Backward:
         return total
 
     def _rule(self, node: Node, g: Operand) -> list:
-        if node.op == "cast":
+        if node.kind is Kind.CAST:
             # A conversion's gradient is the identity; the marks set its dtype.
             return [g]
-        if node.op == "chain":
+        if node.kind in (Kind.FOR, Kind.ITEM):
             raise SourceError(
                 node.span,
-                "gradient through a stack applied by chain is not supported yet",
+                "gradient through a stack applied by chain or for is not supported yet",
             )
-        if node.op in ("call", "submodel"):
+        if node.kind is Kind.IF:
+            raise SourceError(node.span, "gradient through if is not supported yet")
+        if node.kind in (Kind.CALL, Kind.SUBMODEL):
             raise SourceError(
                 node.span,
                 f"this call of '{node.attrs['target']}' was traced outside the gradient form, so its "
@@ -177,7 +179,7 @@ def _label(node: Node) -> str:
 
 
 def _word(node: Node) -> str:
-    return REGISTRY[node.op].word if node.op in REGISTRY else node.op
+    return REGISTRY[node.op].word if node.kind is Kind.OP else node.what
 
 
 def unbroadcast(t, gradient: Operand, operand) -> Operand:

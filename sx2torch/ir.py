@@ -9,7 +9,8 @@ constructor's arguments.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from enum import Enum
+from typing import Optional, Union
 
 from sx2torch.errors import Span
 
@@ -43,9 +44,39 @@ class Frame:
     library: bool = False
 
 
+class Kind(Enum):
+    """The closed set of node kinds: every pass dispatches on these, and only `OP` nodes
+    look further, into the op registry."""
+
+    INPUT = "input"  # an argument of the defun
+    PARAM = "param"  # a read of a parameter (or of a sub-model's, where it is inlined)
+    OP = "op"  # an op of the registry, named by `op`
+    CALL = "call"  # a call of another defun of the model
+    SUBMODEL = "submodel"  # a call of a sub-model's forward
+    CAST = "cast"  # an explicit conversion, `(cast x :bf16)`
+    IF = "if"  # two regions, one run, on a condition known when the module runs
+    FOR = "for"  # one region run for each layer of a stack, carrying values
+    ITEM = "item"  # one carried value of a `for`, after the loop
+
+
+CALLS = (Kind.CALL, Kind.SUBMODEL)
+
+
+@dataclass(eq=False)
+class Region:
+    """Nodes that run together under an `if` or a `for`: they may read values made before
+    their node (as Python's blocks do), and they give `outputs` to it. A `for` region's
+    `inputs` are its carried values, as they are when an iteration starts."""
+
+    inputs: list
+    nodes: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+
 @dataclass(eq=False)
 class Node:
-    op: str
+    kind: Kind
+    op: Optional[str]  # the registry op of an OP node, else None
     inputs: tuple
     attrs: dict
     span: Span
@@ -56,13 +87,19 @@ class Node:
     label: Union[str, None] = (
         None  # the library op a node computes the result of, for its name
     )
+    regions: tuple = ()  # an IF's (then, else), a FOR's (body,)
 
     @property
     def mode(self) -> Union[str, None]:
         return self.frames[-1].mode if self.frames else None
 
+    @property
+    def what(self) -> str:
+        """The op, or the kind of a structural node: for dumps and messages."""
+        return self.op or self.kind.value
+
     def __repr__(self) -> str:
-        return f"<{self.op} {self.name or ''} @{self.span.line}:{self.span.col}>"
+        return f"<{self.what} {self.name or ''} @{self.span.line}:{self.span.col}>"
 
 
 Operand = Union[Node, Scalar]
@@ -82,22 +119,45 @@ class Graph:
     span: Union[Span, None] = None
 
 
-SPECIAL_OPS = ("input", "param", "call", "submodel", "chain", "cast")
+def walk(nodes: list):
+    """Every node, its regions' nodes just after it, in the order they run."""
+    for node in nodes:
+        yield node
+        for region in node.regions:
+            yield from walk(region.nodes)
+
+
+def reads(node: Node) -> list:
+    """The values a node reads: its inputs, and what its regions give it."""
+    return [*node.inputs, *(out for region in node.regions for out in region.outputs)]
 
 
 def verify(graph: Graph, known_ops) -> None:
-    """Check a graph's invariants (tests run it after trace and gradient): every input of a
-    node is made before it, every op is known, and the output is one of the graph's values.
-    """
-    made = set(graph.inputs)
-    for node in graph.nodes:
-        assert node.op in SPECIAL_OPS or node.op in known_ops, f"unknown op {node.op!r}"
+    """Check a graph's invariants (tests run it after trace, gradient and policy): every
+    value a node reads is made before it, in its region or around it; every op is known;
+    the output is one of the graph's values."""
+    _verify_block(graph.nodes, [graph.output], set(graph.inputs), known_ops)
+
+
+def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
+    made = set(made)
+    for node in nodes:
+        assert (node.kind is Kind.OP) == (
+            node.op in known_ops
+        ), f"unknown op {node.what!r}"
+        assert len(node.regions) == {Kind.IF: 2, Kind.FOR: 1}.get(node.kind, 0)
         for operand in node.inputs:
-            assert (
-                isinstance(operand, Scalar) or operand in made
-            ), f"{node!r} reads {operand!r} before it is made"
+            _assert_made(operand, made, node)
+        for region in node.regions:
+            _verify_block(
+                region.nodes, region.outputs, made | set(region.inputs), known_ops
+            )
         made.add(node)
-    output = graph.output
+    for output in outputs:
+        _assert_made(output, made, "the output")
+
+
+def _assert_made(operand, made: set, reader) -> None:
     assert (
-        output is None or isinstance(output, Scalar) or output in made
-    ), f"the output {output!r} is not made"
+        operand is None or isinstance(operand, Scalar) or operand in made
+    ), f"{reader!r} reads {operand!r} before it is made"

@@ -21,6 +21,12 @@ SPECIAL_FORMS = (
     "cast",
     "gradient",
     "chain",
+    "for",
+    "if",
+    "and",
+    "or",
+    "not",
+    "in",
 )  # traced by trace.py, not called
 MAX_CALL_DEPTH = (
     64  # defuns calling defuns (and sub-models), like the reader's bound on nesting
@@ -574,11 +580,12 @@ def _callee(
         return None
     if head.name in model.defuns:
         return model.name, head.name
-    name = (
-        items[1].name
-        if head.name == "chain" and len(items) > 1 and isinstance(items[1], Symbol)
-        else head.name
-    )
+    name = head.name
+    if head.name == "chain" and len(items) > 1 and isinstance(items[1], Symbol):
+        name = items[1].name
+    if head.name == "for" and len(items) > 1 and isinstance(items[1], List):
+        stack = items[1].items[-1:]  # (I LAYER STACK)
+        name = stack[0].name if stack and isinstance(stack[0], Symbol) else name
     param = model.params.get(name)
     if param is not None and param.is_module and param.init.model in program.models:
         return param.init.model, "forward"

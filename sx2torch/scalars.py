@@ -17,7 +17,71 @@ ARITHMETIC: dict[str, tuple[str, Callable]] = {
     "//": ("//", operator.floordiv),
 }
 
+COMPARISONS: dict[str, tuple[str, Callable]] = {
+    "=": ("==", operator.eq),
+    "<": ("<", operator.lt),
+    "<=": ("<=", operator.le),
+    ">": (">", operator.gt),
+    ">=": (">=", operator.ge),
+}
+
 Lookup = Callable[[str], Optional[Scalar]]
+
+
+def _made(python_op: str, args: tuple, value) -> Scalar:
+    """A scalar that folds to a literal when every leaf is one: only the source decides."""
+    if all(_literal(a) for a in args):
+        return Scalar.lit(value)
+    return Scalar(python_op, args, value)
+
+
+def _literal(arg) -> bool:
+    if isinstance(arg, tuple):
+        return all(_literal(a) for a in arg)
+    return arg.op == "lit"
+
+
+def compare(op: str, left: Scalar, right: Scalar, span) -> Scalar:
+    """A comparison of numbers known when the module runs: a condition for `if`."""
+    python_op, function = COMPARISONS[op]
+    for operand in (left, right):
+        if not _is_number(operand.value):
+            raise SourceError(
+                span, f"'{op}' compares numbers, got {_shown(operand.value)}"
+            )
+    return _made(python_op, (left, right), function(left.value, right.value))
+
+
+def logic(op: str, operands: list, span) -> Scalar:
+    """`and`, `or` (n-ary, folded left) and `not` of conditions."""
+    for operand in operands:
+        if not isinstance(operand.value, bool):
+            raise SourceError(
+                span, f"'{op}' takes conditions, got {_shown(operand.value)}"
+            )
+    if op == "not":
+        return _made("not", (operands[0],), not operands[0].value)
+    result = operands[0]
+    for operand in operands[1:]:
+        value = (
+            (result.value and operand.value)
+            if op == "and"
+            else (result.value or operand.value)
+        )
+        result = _made(op, (result, operand), value)
+    return result
+
+
+def member(value: Scalar, options: tuple) -> Scalar:
+    return _made("in", (value, options), value.value in [o.value for o in options])
+
+
+def choose(condition: Scalar, then: Scalar, otherwise: Scalar, span) -> Scalar:
+    """`(if c a b)` of numbers: typed by its branches, which must agree."""
+    if _is_number(then.value) != _is_number(otherwise.value):
+        raise SourceError(span, "the branches of this if give a number and a condition")
+    value = then.value if condition.value else otherwise.value
+    return Scalar("if", (condition, then, otherwise), value)
 
 
 def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:

@@ -10,11 +10,23 @@ from __future__ import annotations
 
 import difflib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch import gradient, scalars
 from sx2torch.errors import SourceError
-from sx2torch.ir import ISLAND, REGION, Frame, Graph, Node, Operand, Scalar
+from sx2torch.ir import (
+    ISLAND,
+    REGION,
+    Frame,
+    Graph,
+    Kind,
+    Node,
+    Operand,
+    Region,
+    Scalar,
+    reads,
+)
 from sx2torch.ops import REGISTRY, Op
 from sx2torch.read import (
     Boolean,
@@ -71,11 +83,13 @@ class Tracer:
         self.graph = Graph(
             model.name, defun.name, [], self.key_defaults, defun.doc, span=defun.span
         )
+        self.nodes = self.graph.nodes  # where new nodes go: the graph's, or a region's
+        self.loops: dict = {}  # a `for`'s layer name -> its FOR node, inside its body
 
     def trace(self) -> Graph:
         env = {}
         for symbol in self.defun.args:
-            node = Node("input", (), {}, symbol.span, symbol, name=symbol.name)
+            node = Node(Kind.INPUT, None, (), {}, symbol.span, symbol, name=symbol.name)
             self.graph.inputs.append(node)
             env[symbol.name] = node
         result = None
@@ -92,8 +106,8 @@ class Tracer:
             node = pending.pop()
             if isinstance(node, Node) and node not in live:
                 live.add(node)
-                pending.extend(node.inputs)
-        self.graph.nodes = [n for n in self.graph.nodes if n in live]
+                pending.extend(reads(node))
+        _keep(self.graph.nodes, live)
 
     # Node construction, also used by the ops' `expand` definitions.
 
@@ -112,12 +126,29 @@ class Tracer:
             (Frame(ISLAND, self.datum, library=True),) if op.sensitive else ()
         )
         return self._add(
-            Node(name, tuple(inputs), attrs, self.datum.span, self.datum, frames)
+            Node(
+                Kind.OP,
+                name,
+                tuple(inputs),
+                attrs,
+                self.datum.span,
+                self.datum,
+                frames,
+            )
         )
 
     def _add(self, node: Node) -> Node:
-        self.graph.nodes.append(node)
+        self.nodes.append(node)
         return node
+
+    @contextmanager
+    def _region(self, region: Region):
+        """Nodes made inside go to `region`."""
+        outer, self.nodes = self.nodes, region.nodes
+        try:
+            yield region
+        finally:
+            self.nodes = outer
 
     def _fold(self, name: str, inputs: list) -> Scalar:
         if name in ("-", "neg") and len(inputs) == 1:
@@ -142,7 +173,8 @@ class Tracer:
             return operand
         return self._add(
             Node(
-                "cast",
+                Kind.CAST,
+                None,
                 (operand,),
                 {"dtype": dtype},
                 self.datum.span,
@@ -168,7 +200,13 @@ class Tracer:
         if isinstance(datum, Symbol):
             return self.name(datum, env)
         if isinstance(datum, List):
-            return self.form(datum, env)
+            value = self.form(datum, env)
+            if isinstance(value, tuple):
+                raise SourceError(
+                    datum.span,
+                    f"this for gives {len(value)} values: bind them, as (let (([a b] (for ...))) ...)",
+                )
+            return value
         what = {Keyword: "a keyword", String: "a string", Vector: "a vector"}[
             type(datum)
         ]
@@ -176,6 +214,10 @@ class Tracer:
 
     def name(self, symbol: Symbol, env: dict) -> Operand:
         name = symbol.name
+        if isinstance(env.get(name), Layer):
+            raise SourceError(
+                symbol.span, f"'{name}' is a layer: call it, as ({name} x)"
+            )
         if name in env:
             return env[name]
         scalar = self.keys.get(name) or self._const(name)
@@ -209,8 +251,10 @@ class Tracer:
             attrs = {"param": name}
             if self.via:  # a sub-model's parameter, read where its forward is inlined
                 attrs.update(owner=self.model.name, via=self.via)
-            node = Node("param", (), attrs, symbol.span, symbol, name=name)
-            self.param_reads[key] = self._add(node)
+            node = Node(Kind.PARAM, None, (), attrs, symbol.span, symbol, name=name)
+            # In the graph's own nodes, so that a read inside a region serves the reads after it.
+            self.graph.nodes.append(node)
+            self.param_reads[key] = node
         return self.param_reads[key]
 
     def _const(self, name: str):
@@ -228,6 +272,13 @@ class Tracer:
             raise SourceError(
                 head.span, f"expected an op or function name, got {shown(head)}"
             )
+        layer = env.get(head.name)
+        if isinstance(layer, Layer):
+            param = self.model.params[layer.stack]
+            forward = self.program.models[param.init.model].defuns["forward"]
+            return self._invoke(
+                Kind.SUBMODEL, layer.stack, forward, datum, env, layer.loop
+            )
         if head.name in env or head.name in self.keys or head.name in self.model.consts:
             raise SourceError(head.span, f"'{head.name}' is a value, not a function")
         if head.name in SPECIAL_FORMS:
@@ -242,7 +293,7 @@ class Tracer:
                     f"'{head.name}' is a stack: apply it with (chain {head.name} x)",
                 )
             return self._invoke(
-                "submodel",
+                Kind.SUBMODEL,
                 head.name,
                 self.program.models[param.init.model].defuns["forward"],
                 datum,
@@ -257,23 +308,31 @@ class Tracer:
             f"unknown op or function '{head.name}'{_suggest(head.name, known)}",
         )
 
-    def _let(self, datum: List, env: dict) -> Operand:
+    def _let(self, datum: List, env: dict, tail=None) -> Operand:
+        """`tail(form, env)` traces the last form of the body, where it is not a value."""
         if len(datum.items) < 3 or not isinstance(datum.items[1], List):
             raise SourceError(datum.span, "expected (let ((NAME EXPR) ...) BODY ...)")
         env = dict(env)
         for binding in datum.items[1].items:
-            if not (
-                isinstance(binding, List)
-                and len(binding.items) == 2
-                and isinstance(binding.items[0], Symbol)
-            ):
-                raise SourceError(binding.span, "expected a binding (NAME EXPR)")
-            symbol, value = binding.items
+            target, value = _binding(binding, destructure=True)
+            if isinstance(target, Vector):
+                operands = self.form(value, env) if isinstance(value, List) else None
+                if not (
+                    isinstance(operands, tuple) and len(operands) == len(target.items)
+                ):
+                    raise SourceError(
+                        value.span,
+                        f"expected a for with {len(target.items)} carried values to bind to {shown(target)}",
+                    )
+                env.update((s.name, o) for s, o in zip(target.items, operands))
+                continue
             operand = self.expr(value, env)
             if isinstance(operand, Node) and operand.name is None:
-                operand.name = symbol.name
-            env[symbol.name] = operand
-        return self._body(datum.items[2:], env)
+                operand.name = target.name
+            env[target.name] = operand
+        *forms, last = datum.items[2:]
+        self._body(tuple(forms), env)
+        return (tail or self.expr)(last, env)
 
     def _body(self, forms: tuple, env: dict) -> Operand:
         result = None
@@ -388,16 +447,208 @@ class Tracer:
             )
         forward = self.program.models[param.init.model].defuns["forward"]
         inner = List(datum.items[1:], datum.span)
-        return self._invoke("chain", layers.name, forward, inner, env, form=datum)
+        (x, *rest), keys = self._arguments(forward, inner, env)
+
+        def body(loop: Node, carried: list) -> list:
+            attrs = {"target": layers.name, "keys": keys, "loop": loop}
+            call = Node(
+                Kind.SUBMODEL,
+                None,
+                (carried[0], *rest),
+                attrs,
+                datum.span,
+                datum,
+                self.frames,
+            )
+            return [self._add(call)]
+
+        (result,) = self._loop(datum, layers.name, None, "layer", [(None, x)], body)
+        return result
+
+    def _loop(
+        self,
+        datum: List,
+        stack: str,
+        index: Optional[str],
+        layer: str,
+        carried: list,
+        body,
+    ) -> list:
+        """A FOR node over the layers of `stack`, carrying values named and started as in
+        `carried` [(name, operand)]; `body(node, carried inputs)` traces one iteration and
+        gives the carried values' next values. Returns one ITEM node per carried value.
+        """
+        inputs = [
+            Node(Kind.INPUT, None, (), {}, datum.span, datum, name=name)
+            for name, _ in carried
+        ]
+        region = Region(inputs)
+        attrs = {"stack": stack, "index": index, "layer": layer}
+        node = Node(
+            Kind.FOR,
+            None,
+            tuple(operand for _, operand in carried),
+            attrs,
+            datum.span,
+            datum,
+            self.frames,
+            regions=(region,),
+        )
+        with self._region(region):
+            region.outputs = body(node, inputs)
+        self._add(node)
+        return [
+            self._add(
+                Node(
+                    Kind.ITEM,
+                    None,
+                    (node,),
+                    {"index": k},
+                    datum.span,
+                    datum,
+                    self.frames,
+                )
+            )
+            for k in range(len(carried))
+        ]
+
+    def _for(self, datum: List, env: dict) -> Operand:
+        """(for (I LAYER STACK) ((NAME INIT) ...) BODY ...): BODY's value is the carried
+        value's next one, or a vector of them, [a b], when several are carried."""
+        usage = "expected (for (I LAYER STACK) ((NAME INIT) ...) BODY ...)"
+        items = datum.items
+        if len(items) < 4 or not isinstance(items[1], List):
+            raise SourceError(datum.span, usage)
+        header = items[1].items
+        if len(header) not in (2, 3) or not all(isinstance(h, Symbol) for h in header):
+            raise SourceError(
+                items[1].span, "expected (I LAYER STACK) or (LAYER STACK)"
+            )
+        *names, stack = header
+        index, layer = (None, *names) if len(names) == 1 else names
+        param = self.model.params.get(stack.name)
+        if param is None or param.init.kind != "stack":
+            raise SourceError(
+                stack.span, f"'{stack.name}' is not a stack of sub-models"
+            )
+        if not isinstance(items[2], List) or not items[2].items:
+            raise SourceError(
+                items[2].span, "expected the carried values, ((NAME INIT) ...)"
+            )
+        carried = [
+            (symbol.name, self._tensor(value, env, "a carried value"))
+            for symbol, value in map(_binding, items[2].items)
+        ]
+
+        def body(loop: Node, inputs: list) -> list:
+            inner = dict(env)
+            inner.update(zip((name for name, _ in carried), inputs))
+            inner[layer.name] = Layer(stack.name, loop)
+            if index is not None:
+                inner[index.name] = Scalar("index", (loop,), 0)
+            *forms, last = items[3:]
+            self._body(tuple(forms), inner)
+            return next_values(last, inner)
+
+        def next_values(last: Datum, inner: dict) -> list:
+            if len(carried) == 1:
+                return [self._tensor(last, inner, "the next carried value")]
+            if _head(last) == "let":
+                return self._let(last, inner, tail=next_values)
+            if not (isinstance(last, Vector) and len(last.items) == len(carried)):
+                raise SourceError(
+                    last.span,
+                    f"the body must end with a vector of the {len(carried)} carried values' next values",
+                )
+            return [
+                self._tensor(i, inner, "the next carried value") for i in last.items
+            ]
+
+        results = self._loop(
+            datum, stack.name, index and index.name, layer.name, carried, body
+        )
+        for (name, _), item in zip(carried, results):
+            item.name = name
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _tensor(self, datum: Datum, env: dict, what: str) -> Node:
+        operand = self.expr(datum, env)
+        if not isinstance(operand, Node):
+            raise SourceError(datum.span, f"{what} must be a tensor, got a number")
+        return operand
+
+    def _if(self, datum: List, env: dict) -> Operand:
+        """(if COND THEN ELSE), COND known when the module runs: both branches are compiled."""
+        if len(datum.items) != 4:
+            raise SourceError(datum.span, "expected (if CONDITION THEN ELSE)")
+        condition = self.expr(datum.items[1], env)
+        if not isinstance(condition, Scalar):
+            raise SourceError(
+                datum.items[1].span,
+                "if needs a condition known when the module runs (consts, &key arguments, "
+                "the layer index); to choose between tensors elementwise, use (where C X Y)",
+            )
+        if condition.op == "lit":  # written in the source: nothing a caller can change
+            return self.expr(datum.items[2 if condition.value else 3], env)
+        regions = (Region([]), Region([]))
+        values = []
+        for region, branch in zip(regions, datum.items[2:]):
+            with self._region(region):
+                values.append(self.expr(branch, env))
+            region.outputs = [values[-1]]
+        if all(isinstance(v, Scalar) for v in values):
+            return scalars.choose(condition, *values, datum.span)
+        node = Node(
+            Kind.IF, None, (), {"condition": condition}, datum.span, datum, self.frames
+        )
+        node.regions = regions
+        return self._add(node)
+
+    def _not(self, datum: List, env: dict) -> Scalar:
+        if len(datum.items) != 2:
+            raise SourceError(datum.span, "expected (not CONDITION)")
+        return scalars.logic("not", [self._scalar(datum.items[1], env)], datum.span)
+
+    def _and(self, datum: List, env: dict) -> Scalar:
+        return self._logic("and", datum, env)
+
+    def _or(self, datum: List, env: dict) -> Scalar:
+        return self._logic("or", datum, env)
+
+    def _logic(self, op: str, datum: List, env: dict) -> Scalar:
+        if len(datum.items) < 3:
+            raise SourceError(datum.span, f"expected ({op} CONDITION CONDITION ...)")
+        operands = [self._scalar(item, env) for item in datum.items[1:]]
+        return scalars.logic(op, operands, datum.span)
+
+    def _in(self, datum: List, env: dict) -> Scalar:
+        items = datum.items
+        if len(items) != 3 or not isinstance(items[2], Vector):
+            raise SourceError(datum.span, "expected (in X [A B ...])")
+        options = tuple(self._scalar(item, env) for item in items[2].items)
+        return scalars.member(self._scalar(items[1], env), options)
 
     def _call(self, datum: List, env: dict) -> Operand:
         callee = self.model.defuns[datum.items[0].name]
-        return self._invoke("call", callee.name, callee, datum, env)
+        return self._invoke(Kind.CALL, callee.name, callee, datum, env)
 
     def _invoke(
-        self, kind: str, target: str, callee: Defun, datum: List, env: dict, form=None
+        self, kind: Kind, target: str, callee: Defun, datum: List, env: dict, loop=None
     ) -> Node:
-        """A call of a defun, a sub-model's forward, or a stack's forwards in turn."""
+        """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop)."""
+        inputs, keys = self._arguments(callee, datum, env)
+        if self.inline and kind is Kind.CALL:
+            return self._inline(callee, inputs, keys)
+        if self.inline and kind is Kind.SUBMODEL:
+            return self._inline_model(target, callee, inputs, keys)
+        attrs = {"target": target, "keys": keys}
+        if loop is not None:
+            attrs["loop"] = loop
+        return self._add(
+            Node(kind, None, tuple(inputs), attrs, datum.span, datum, self.frames)
+        )
+
+    def _arguments(self, callee: Defun, datum: List, env: dict) -> tuple:
         positional, keywords = _split(datum.items[1:])
         if len(positional) != len(callee.args):
             usage = " ".join([datum.items[0].name] + [a.name for a in callee.args])
@@ -423,13 +674,7 @@ class Tracer:
                     f"unknown keyword :{key.name} for '{callee.name}' (known: {known})",
                 )
             keys[key.name] = self._scalar(value, env)
-        if self.inline and kind == "call":
-            return self._inline(callee, inputs, keys)
-        if self.inline and kind == "submodel":
-            return self._inline_model(target, callee, inputs, keys)
-        attrs = {"target": target, "keys": keys}
-        form = form or datum
-        return self._add(Node(kind, tuple(inputs), attrs, form.span, form, self.frames))
+        return inputs, keys
 
     def _scalar(self, datum: Datum, env: dict) -> Scalar:
         operand = self.expr(datum, env)
@@ -473,6 +718,12 @@ class Tracer:
             given[key.name] = self._argument(spec, value, env, f":{key.name}")
         for spec in op.keys:
             attrs[spec.name] = given.get(spec.name, _default(spec.default))
+        if (
+            op.result == "bool"
+            and inputs
+            and all(isinstance(i, Scalar) for i in inputs)
+        ):
+            return scalars.compare(op.name, *inputs, datum.span)
         if (
             op.result != "arith"
             and inputs
@@ -557,6 +808,41 @@ def _wraps_gradient(datum: List) -> bool:
         and len(body[0].items) > 2
         and _wraps_gradient(body[0])
     )
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What a `for` binds its layer's name to: called, it runs the layer's forward."""
+
+    stack: str
+    loop: Node
+
+
+def _binding(datum: Datum, destructure: bool = False) -> tuple:
+    """(NAME EXPR), or ([NAME ...] EXPR) where several values are bound at once."""
+    names = (Symbol, Vector) if destructure else Symbol
+    if not (
+        isinstance(datum, List)
+        and len(datum.items) == 2
+        and isinstance(datum.items[0], names)
+        and all(isinstance(i, Symbol) for i in getattr(datum.items[0], "items", ()))
+    ):
+        raise SourceError(datum.span, "expected a binding (NAME EXPR)")
+    return tuple(datum.items)
+
+
+def _head(datum: Datum) -> Optional[str]:
+    if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
+        return datum.items[0].name
+    return None
+
+
+def _keep(nodes: list, live: set) -> None:
+    """Drop the nodes that are not live, in regions too."""
+    nodes[:] = [n for n in nodes if n in live]
+    for node in nodes:
+        for region in node.regions:
+            _keep(region.nodes, live)
 
 
 def _is_public_op(name: str) -> bool:

@@ -24,7 +24,7 @@ def error(body: str) -> tuple:
 
 def test_nodes_in_trace_order_with_names_and_spans():
     g = graph("(defun forward (x)\n  (let ((h (relu (matmul x w))))\n    (+ h 1)))")
-    assert [(n.op, n.name, n.span) for n in g.nodes] == [
+    assert [(n.what, n.name, n.span) for n in g.nodes] == [
         ("param", "w", Span(4, 28)),
         ("matmul", None, Span(4, 18)),
         ("relu", "h", Span(4, 12)),
@@ -35,7 +35,7 @@ def test_nodes_in_trace_order_with_names_and_spans():
 
 def test_a_param_is_read_once():
     g = graph("(defun forward (x) (+ (matmul x w) (matmul x w)))")
-    assert [n.op for n in g.nodes].count("param") == 1
+    assert [n.what for n in g.nodes].count("param") == 1
 
 
 def test_scalars_fold_and_keep_their_consts():
@@ -78,7 +78,7 @@ def test_keyword_arguments_and_defaults():
 def test_calls():
     g = graph("(defun f (a &key (k 2)) (* a k))\n(defun forward (x) (f x :k d))")
     (call,) = g.nodes
-    assert (call.op, call.attrs["target"], call.attrs["keys"]["k"].value) == (
+    assert (call.what, call.attrs["target"], call.attrs["keys"]["k"].value) == (
         "call",
         "f",
         4,

@@ -22,17 +22,23 @@ COMPARE = {
     ">": cst.GreaterThan,
     ">=": cst.GreaterThanEqual,
     "==": cst.Equal,
+    "in": cst.In,
 }
 ATOM = 20
 UNARY = 14
 COMPARISON = 7
+NOT, AND, OR, CONDITIONAL = 4, 3, 2, 1
 
 
 def precedence(node: Expr) -> int:
     if isinstance(node, cst.BinaryOperation) and not node.lpar:
         return next(p for kind, p in BINARY.values() if isinstance(node.operator, kind))
     if isinstance(node, cst.UnaryOperation) and not node.lpar:
-        return UNARY
+        return NOT if isinstance(node.operator, cst.Not) else UNARY
+    if isinstance(node, cst.BooleanOperation) and not node.lpar:
+        return AND if isinstance(node.operator, cst.And) else OR
+    if isinstance(node, cst.IfExp) and not node.lpar:
+        return CONDITIONAL
     if isinstance(node, cst.Comparison) and not node.lpar:
         return COMPARISON
     return ATOM
@@ -91,6 +97,34 @@ def compare(left: Expr, op: str, right: Expr) -> Expr:
         at_least(left, COMPARISON + 1),
         [cst.ComparisonTarget(COMPARE[op](), at_least(right, COMPARISON + 1))],
     )
+
+
+def scalar_operation(op: str, args: tuple, render) -> Expr:
+    """A compile-time scalar's operation on its operands, each written by `render`."""
+    if op == "neg":
+        return neg(render(args[0]))
+    if op == "not":
+        return cst.UnaryOperation(cst.Not(), at_least(render(args[0]), NOT))
+    if op in ("and", "or"):
+        level = AND if op == "and" else OR
+        kind = cst.And if op == "and" else cst.Or
+        return cst.BooleanOperation(
+            at_least(render(args[0]), level),
+            kind(),
+            at_least(render(args[1]), level + 1),
+        )
+    if op == "in":
+        return compare(render(args[0]), "in", tuple_([render(o) for o in args[1]]))
+    if op == "if":
+        condition, then, otherwise = (render(a) for a in args)
+        return cst.IfExp(
+            at_least(condition, CONDITIONAL + 1),
+            at_least(then, CONDITIONAL + 1),
+            at_least(otherwise, CONDITIONAL),
+        )
+    if op in COMPARE:
+        return compare(render(args[0]), op, render(args[1]))
+    return binop(render(args[0]), op, render(args[1]))
 
 
 def neg(operand: Expr) -> Expr:

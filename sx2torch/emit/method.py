@@ -17,11 +17,11 @@ import libcst as cst
 from sx2torch.emit import build as b
 from sx2torch.emit.echo import echo
 from sx2torch.emit.names import Namespace
-from sx2torch.ir import ISLAND, Node, Scalar
+from sx2torch.ir import CALLS, ISLAND, Kind, Node, Scalar, reads, walk
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.emit.targets import Target
 from sx2torch.policy import Lowered, Typed
-from sx2torch.policy.rules import CALLS
+from sx2torch.policy.rules import output_dtype
 
 RETURN = "return"
 MAX_INLINE_DEPTH = 24  # a deeper expression is split into statements (readable, and within Python's limits)
@@ -50,6 +50,15 @@ def argument_names(typed: Typed) -> tuple:
     return args, keys, names
 
 
+@dataclass(eq=False)
+class Yield:
+    """The end of a region, as a statement: it stores the region's outputs in the
+    variables of its IF or FOR."""
+
+    node: Node
+    region: int
+
+
 class MethodEmitter:
     def __init__(self, typed: Typed, ctx: ClassContext):
         self.typed = typed
@@ -58,95 +67,181 @@ class MethodEmitter:
         args, keys, self.names = argument_names(typed)
         self.py: dict[Node, str] = dict(zip(self.graph.inputs, args))
         self.key_names = dict(zip((k for k, _ in self.graph.keys), keys))
+        self.yields: dict = {}
+        self.scope = self._scopes()
         self.readers = self._readers()
         self.named = self._named()
         self.statement_of = self._statement_of()
         self.order = {
-            node: i
-            for i, node in enumerate(n for n in self.graph.nodes if n in self.named)
+            statement: i
+            for i, statement in enumerate(
+                s for s in self._sequence() if s in self.named or isinstance(s, Yield)
+            )
         }
         self.order[RETURN] = len(self.order)
         self.last_read = self._last_reads()
         self.holder: dict = {name: node for node, name in self.py.items()}
         self.hoisted: dict = {}
+        self.loop_names: dict = {}  # FOR node -> (index name or None, layer name)
 
     # Analysis.
 
+    def _scopes(self) -> dict:
+        """Each node and region input -> the region it is made in (None: the method's own)."""
+        scope: dict = {node: None for node in self.graph.inputs}
+
+        def visit(nodes: list, region) -> None:
+            for node in nodes:
+                scope[node] = region
+                for inner in node.regions:
+                    scope.update((i, inner) for i in inner.inputs)
+                    visit(inner.nodes, inner)
+
+        visit(self.graph.nodes, None)
+        return scope
+
+    def _sequence(self) -> list:
+        """Nodes and region ends in the order their statements are written."""
+        order: list = []
+
+        def visit(nodes: list) -> None:
+            for node in nodes:
+                order.append(node)
+                for index, region in enumerate(node.regions):
+                    visit(region.nodes)
+                    order.append(self._yield(node, index))
+
+        visit(self.graph.nodes)
+        return order
+
+    def _yield(self, node: Node, index: int) -> Yield:
+        return self.yields.setdefault((node, index), Yield(node, index))
+
     def _readers(self) -> dict:
-        readers: dict = {node: [] for node in [*self.graph.inputs, *self.graph.nodes]}
-        for node in self.graph.nodes:
+        readers: dict = {node: [] for node in self.scope}
+        for node in walk(self.graph.nodes):
             for index, operand in enumerate(node.inputs):
                 if isinstance(operand, Node):
                     readers[operand].append((node, index))
+            for r, region in enumerate(node.regions):
+                for index, out in enumerate(region.outputs):
+                    if isinstance(out, Node):
+                        readers[out].append((self._yield(node, r), index))
         if isinstance(self.graph.output, Node) and self.graph.output in readers:
             readers[self.graph.output].append((RETURN, None))
         return readers
 
+    def _region_of(self, reader):
+        """The region a reader's statement is written in."""
+        if reader == RETURN:
+            return None
+        if isinstance(reader, Yield):
+            return reader.node.regions[reader.region]
+        return self.scope[reader]
+
     def _named(self) -> set:
+        """The nodes written as statements of their own."""
         named, depth = set(), {}
-        for node in self.graph.nodes:
-            if node.op in ("input", "param"):
+        for node in _post_order(self.graph.nodes):
+            if node.kind in (Kind.INPUT, Kind.PARAM, Kind.ITEM):
                 continue
             readers = self.readers[node]
             depth[node] = 1 + max(
-                (depth.get(i, 0) for i in node.inputs if isinstance(i, Node)), default=0
+                (depth.get(i, 0) for i in reads(node) if isinstance(i, Node)),
+                default=0,
             )
             if (
-                node.op == "chain"
+                self._compound(node, named)
                 or node.name is not None
                 or len(readers) != 1
                 or depth[node] >= MAX_INLINE_DEPTH
                 or any(
-                    r != RETURN and REGISTRY.get(r.op) and REGISTRY[r.op].name_inputs
+                    r != RETURN
+                    and not isinstance(r, Yield)
+                    and r.kind is Kind.OP
+                    and REGISTRY[r.op].name_inputs
                     for r, _ in readers
                 )
+                or self._region_of(readers[0][0]) is not self.scope[node]
                 or (
                     readers[0][0] != RETURN
-                    and self.path(readers[0][0]) != self.path(node)
+                    and self._path_of(readers[0][0]) != self.path(node)
                 )
             ):
                 named.add(node)
                 depth[node] = 0
         return named
 
+    def _compound(self, node: Node, named: set) -> bool:
+        """Whether a node is written as a compound statement: a FOR, or an IF whose
+        branches need statements of their own (else it is a conditional expression)."""
+        return node.kind is Kind.FOR or (
+            node.kind is Kind.IF
+            and any(n in named for r in node.regions for n in walk(r.nodes))
+        )
+
+    def _path_of(self, reader) -> tuple:
+        """A region's outputs are stored in the blocks of its node."""
+        return self.path(reader.node if isinstance(reader, Yield) else reader)
+
     def _statement_of(self) -> dict:
         """For each node, the statement its expression is written in."""
         where: dict = {}
-        for node in reversed(self.graph.nodes):
+        for node in reversed(list(_post_order(self.graph.nodes))):
             if node in self.named:
                 where[node] = node
             elif self.readers.get(node):
                 reader = self.readers[node][0][0]
-                where[node] = RETURN if reader == RETURN else where[reader]
+                where[node] = self._written_in(reader, where)
         return where
 
+    def _written_in(self, reader, where: dict):
+        """The statement a reader's expression is in: an IF written as an expression
+        stores its regions' outputs where it is itself written."""
+        if isinstance(reader, Yield):
+            compound = self._compound(reader.node, self.named)
+            return reader if compound else where[reader.node]
+        return reader if reader == RETURN else where[reader]
+
     def _last_reads(self) -> dict:
-        """The last statement that reads each value, and each cast of a value."""
+        """The last statement that reads each value, and each cast of a value; a value read
+        in a loop, or carried by it, is live until the loop ends."""
         last: dict = {}
-        for node in self.graph.nodes:
+
+        def note(value, at: int) -> None:
+            last[value] = max(last.get(value, -1), at)
+
+        for node in walk(self.graph.nodes):
             at = self.order.get(self.statement_of.get(node), -1)
             for index, operand in enumerate(node.inputs):
                 conversion = self.conversion(node, index)
                 for value in (operand, (operand, conversion and conversion[1])):
-                    last[value] = max(last.get(value, -1), at)
+                    note(value, at)
+            for r, region in enumerate(node.regions):
+                end = self._written_in(self._yield(node, r), self.statement_of)
+                for out in region.outputs:
+                    note(out, self.order.get(end, -1))
         output = self.graph.output
         if isinstance(output, Node):
             last[output] = self.order[RETURN]
+        for loop in (n for n in walk(self.graph.nodes) if n.kind is Kind.FOR):
+            (body,) = loop.regions
+            start, end = self.order[loop], self.order[self._yield(loop, 0)]
+            inside = set(walk(body.nodes)) | set(body.inputs)
+            for value, at in list(last.items()):
+                key = value[0] if isinstance(value, tuple) else value
+                if start < at <= end and key not in inside:
+                    last[value] = max(at, end)
+            for carried in body.inputs:
+                last[carried] = max(last.get(carried, -1), end)
         return last
 
-    def _fresh(self, base: str, value, at: int, live: tuple = ()) -> str:
-        """A local for `value`, first bound at statement `at`: a dead value's name is reused.
-
-        `live` holds values read at `at` that stay live after it: a loop reads them again
-        after it binds its own names."""
+    def _fresh(self, base: str, value, at: int) -> str:
+        """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
 
         def reusable(name: str) -> bool:
             old = self.holder.get(name)
-            return (
-                old is not None
-                and self.last_read.get(old, -1) <= at
-                and old not in live
-            )
+            return old is not None and self.last_read.get(old, -1) <= at
 
         name = self.names.fresh(base, reusable)
         self.holder[name] = value
@@ -164,18 +259,20 @@ class MethodEmitter:
     # Dtypes.
 
     def conversion(self, node: Node, index: int) -> Optional[tuple]:
-        """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None.
+        """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
+        want = self.ctx.lowered.read_dtype(self.typed, node, index)
+        return self._conversion(node.inputs[index], want)
 
-        A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
+    def _conversion(self, operand, want: Optional[str]) -> Optional[tuple]:
+        """A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
         holds bf16 values in f32, so that target reads it through `.float()`."""
-        lowered = self.ctx.lowered
-        want = lowered.read_dtype(self.typed, node, index)
-        if want is None:
+        if want is None or isinstance(operand, Scalar):
             return None
-        operand = node.inputs[index]
-        have = lowered.value_dtype(self.typed, operand)
+        have = self.ctx.lowered.value_dtype(self.typed, operand)
+        if have not in ("f32", "bf16"):
+            return None
         if self.ctx.target.held and have == "bf16":
-            if operand.op == "param":
+            if operand.kind is Kind.PARAM:
                 return "bf16-stored", want
             return None  # a bf16 value already is an f32 tensor there
         return None if have == want else (have, want)
@@ -185,34 +282,19 @@ class MethodEmitter:
     def body(self) -> list:
         """The method's statements, precision blocks nested."""
         casts = self._casts()
-        statements: list = []  # (path, statement)
-        for operand, conversion in casts:
-            if operand.op == "param":
-                statements.append(((), self._hoist(operand, conversion, -1)))
-        for node in self.graph.nodes:
-            if node not in self.named:
-                continue
-            for operand, conversion in self._shared_casts(node, casts):
-                statements.append(
-                    (
-                        self.path(node),
-                        self._hoist(operand, conversion, self.order[node]),
-                    )
-                )
-            statements.extend((self.path(node), s) for s in self._statements(node))
+        statements: list = [
+            ((), self._hoist(operand, conversion, -1))
+            for operand, conversion, _ in casts
+            if operand.kind is Kind.PARAM and (operand, conversion) not in self.hoisted
+        ]
+        statements += self._block(self.graph.nodes, casts)
         output = self.graph.output
         if (
             isinstance(output, Node)
             and output not in self.named
-            and output.op not in ("input", "param")
+            and output.kind not in (Kind.INPUT, Kind.PARAM, Kind.ITEM)
         ):
-            for operand, conversion in self._shared_casts(RETURN, casts):
-                statements.append(
-                    (
-                        self.path(output),
-                        self._hoist(operand, conversion, self.order[RETURN]),
-                    )
-                )
+            statements += self._hoists(RETURN, self.path(output), casts)
             returned = cst.SimpleStatementLine([cst.Return(self.expr(output))])
             statements.append((self.path(output), self._located(returned, output)))
         else:
@@ -221,26 +303,48 @@ class MethodEmitter:
             )
         return _nest(statements, self.ctx.target.device)
 
+    def _block(self, nodes: list, casts: dict) -> list:
+        """(path, statement) for the named nodes of one block, in order."""
+        statements: list = []
+        for node in nodes:
+            if node not in self.named:
+                continue
+            statements += self._hoists(node, self.path(node), casts)
+            statements.extend(
+                (self.path(node), s) for s in self._statements(node, casts)
+            )
+        return statements
+
+    def _hoists(self, statement, path: tuple, casts: dict) -> list:
+        at = self.order[statement]
+        return [
+            (path, self._hoist(operand, conversion, at))
+            for operand, conversion in self._shared_casts(statement, casts)
+        ]
+
     def _casts(self) -> dict:
-        """(value, dtype) -> how many operand slots read the value cast to dtype."""
+        """(value, dtype, region) -> how many operand slots of that region read the value
+        cast to dtype; a cast is shared within its region only."""
         counts: dict = {}
-        for node in self.graph.nodes:
+        for node in walk(self.graph.nodes):
             for index, operand in enumerate(node.inputs):
                 conversion = self.conversion(node, index)
-                if conversion and node.op != "cast":
-                    key = (operand, conversion)
+                if conversion and node.kind not in (Kind.CAST, Kind.FOR):
+                    key = (operand, conversion, self.scope[node])
                     counts[key] = counts.get(key, 0) + 1
         return counts
 
     def _shared_casts(self, statement, casts: dict) -> list:
-        """Casts read more than once whose first reader is in this statement."""
+        """Casts read more than once in a region whose first reader is in this statement."""
         due = []
-        for node in self.graph.nodes:
-            if self.statement_of.get(node) is not statement:
+        for node in walk(self.graph.nodes):
+            if self.statement_of.get(node) is not statement or node.kind is Kind.FOR:
                 continue
             for index, operand in enumerate(node.inputs):
-                key = (operand, self.conversion(node, index))
-                if casts.get(key, 0) > 1 and key not in self.hoisted and key not in due:
+                conversion = self.conversion(node, index)
+                key = (operand, conversion)
+                shared = casts.get((operand, conversion, self.scope[node]), 0) > 1
+                if shared and key not in self.hoisted and key not in due:
                     due.append(key)
         return due
 
@@ -249,24 +353,95 @@ class MethodEmitter:
     ) -> cst.SimpleStatementLine:
         want = conversion[1]
         name = self._fresh(
-            f"{self.py.get(operand) or operand.name or operand.op}_{want}",
+            f"{self.py.get(operand) or operand.name or operand.what}_{want}",
             (operand, want),
             at,
         )
         self.hoisted[operand, conversion] = name
         return _assign(name, self.ctx.target.cast(self.ref(operand), *conversion))
 
-    def _statements(self, node: Node) -> list:
-        name = self._bind(node)
-        statements = (
-            self._chain(node, name)
-            if node.op == "chain"
-            else [_assign(name, self.expr(node))]
-        )
+    def _statements(self, node: Node, casts: dict) -> list:
+        if node.kind is Kind.FOR:
+            statements = self._for(node, casts)
+        elif self._compound(node, self.named):
+            statements = [self._if(node, casts)]
+        else:
+            statements = [_assign(self._bind(node), self.expr(node))]
         if node.note:
             comment = cst.EmptyLine(comment=cst.Comment("# " + node.note))
             statements[0] = statements[0].with_changes(leading_lines=[comment])
         return [self._located(s, node) for s in statements]
+
+    def _region_body(self, node: Node, index: int, casts: dict, names: list) -> list:
+        """A region's statements, its outputs stored in `names` at its end, nested in the
+        blocks they need inside the node's own."""
+        region = node.regions[index]
+        end = self._yield(node, index)
+        inner = self._block(region.nodes, casts) + self._hoists(
+            end, self.path(node), casts
+        )
+        stores = [(name, self._output(node, index, k)) for k, name in enumerate(names)]
+        inner += [(self.path(node), s) for s in _stores(stores)]
+        outer = len(self.path(node))
+        return _nest([(path[outer:], s) for path, s in inner], self.ctx.target.device)
+
+    def _output(self, node: Node, region: int, index: int) -> b.Expr:
+        """A region's output as its node stores it: cast to the node's dtype for it."""
+        operand = node.regions[region].outputs[index]
+        want = output_dtype(self.typed, node, index)
+        conversion = self._conversion(operand, want)
+        value = self.ref(operand)
+        return value if conversion is None else self.ctx.target.cast(value, *conversion)
+
+    def _for(self, node: Node, casts: dict) -> list:
+        """`for i, layer in enumerate(self.stack):`, the carried values assigned before it
+        and at the end of its body."""
+        (body,) = node.regions
+        at = self.order[node]
+        items = {item.attrs["index"]: item for item, _ in self.readers[node]}
+        statements = []
+        names = []
+        for k, (init, carried) in enumerate(zip(node.inputs, body.inputs)):
+            item = items.get(k)
+            base = (
+                carried.name
+                or (item and item.name)
+                or self.py.get(init)
+                or self._label(init)
+                or "x"
+            )
+            name = self._fresh(base, carried, at)
+            self.py[carried] = name
+            if item is not None:
+                self.py[item] = name
+            names.append(name)
+            if self.py.get(init) != name or self.conversion(node, k):
+                statements.append(_assign(name, self.read(node, k)))
+        layer = self._fresh(node.attrs["layer"], None, at)
+        index = node.attrs["index"] and self._fresh(node.attrs["index"], None, at)
+        self.loop_names[node] = (index, layer)
+        stack = b.attr(b.name("self"), self.ctx.attrs[node.attrs["stack"]])
+        target = b.name(layer)
+        if index is not None:
+            target = cst.Tuple(
+                [cst.Element(b.name(index)), cst.Element(b.name(layer))],
+                lpar=[],
+                rpar=[],
+            )
+            stack = b.call("enumerate", stack)
+        body = cst.IndentedBlock(self._region_body(node, 0, casts, names))
+        for item in items.values():
+            self.holder[self.py[item]] = item
+        return statements + [cst.For(target=target, iter=stack, body=body)]
+
+    def _if(self, node: Node, casts: dict) -> cst.If:
+        name = self._bind(node)
+        then, otherwise = (self._region_body(node, r, casts, [name]) for r in (0, 1))
+        return cst.If(
+            self.scalar(node.attrs["condition"]),
+            cst.IndentedBlock(then or [cst.SimpleStatementLine([cst.Pass()])]),
+            orelse=cst.Else(cst.IndentedBlock(otherwise)) if otherwise else None,
+        )
 
     def _located(self, statement, node: Node):
         """With --source-lines, a trailing `# file.lisp:LINE` comment."""
@@ -283,18 +458,15 @@ class MethodEmitter:
 
     def _bind(self, node: Node) -> str:
         base = node.name or self._temporary_name(node)
-        live = node.inputs[1:] if node.op == "chain" else ()
-        name = self._fresh(base, node, self.order[node], live)
+        name = self._fresh(base, node, self.order[node])
         self.py[node] = name
         return name
 
     def _temporary_name(self, node: Node) -> str:
-        if node.op == "chain":
-            return self.py.get(node.inputs[0]) or self._label(node.inputs[0]) or "x"
-        if node.op in CALLS:
+        if node.kind in CALLS:
             return node.attrs["target"]
         word = node.label or (
-            REGISTRY[node.op].word if node.op in REGISTRY else node.op
+            REGISTRY[node.op].word if node.kind is Kind.OP else node.what
         )
         source = next(
             (self._label(i) for i in node.inputs if isinstance(i, Node)), None
@@ -309,29 +481,13 @@ class MethodEmitter:
             return None
         return self.py.get(node) or node.name
 
-    def _chain(self, node: Node, name: str) -> list:
-        x, *rest = node.inputs
-        statements = []
-        if self.py.get(x) != name:
-            statements.append(_assign(name, self.ref(x)))
-        layer = self._fresh("layer", None, self.order[node], tuple(node.inputs))
-        call = self._invoke(
-            node, b.name(layer), [b.name(name)] + [self.ref(i) for i in rest]
-        )
-        loop = cst.For(
-            target=b.name(layer),
-            iter=b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]]),
-            body=cst.IndentedBlock([_assign(name, call)]),
-        )
-        return statements + [loop]
-
     def _invoke(self, node: Node, module: b.Expr, args: list) -> b.Expr:
         callee = self.typed.callee[node]
         _, key_names, _ = argument_names(callee)
         keys = dict(zip((k for k, _ in callee.graph.keys), key_names))
         kwargs = {keys[k]: self.scalar(v) for k, v in node.attrs["keys"].items()}
         method = self.ctx.method_names[callee]
-        if node.op == "call":
+        if node.kind is Kind.CALL:
             return b.call(b.attr(b.name("self"), method), *args, **kwargs)
         return b.call(
             module if method == "forward" else b.attr(module, method), *args, **kwargs
@@ -341,7 +497,7 @@ class MethodEmitter:
         """An operand as it is, without a cast."""
         if isinstance(operand, Scalar) or operand is None:
             return self.scalar(operand) if operand is not None else b.name("None")
-        if operand.op == "param":
+        if operand.kind is Kind.PARAM:
             attrs = operand.attrs
             return self.member(attrs["param"], attrs.get("via", ()), attrs.get("owner"))
         if operand in self.py:
@@ -359,12 +515,27 @@ class MethodEmitter:
         return self.ctx.target.cast(self.ref(operand), *conversion)
 
     def expr(self, node: Node) -> b.Expr:
-        if node.op == "cast":
+        if node.kind is Kind.CAST:
             return self.read(node, 0)
-        if node.op == "call":
+        if node.kind is Kind.IF:
+            return b.scalar_operation(
+                "if",
+                (node.attrs["condition"], 0, 1),
+                lambda a: (
+                    self.scalar(a)
+                    if isinstance(a, Scalar)
+                    else self._output(node, a, 0)
+                ),
+            )
+        if node.kind is Kind.CALL:
             return self._invoke(node, None, [self.ref(i) for i in node.inputs])
-        if node.op == "submodel":
-            module = b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]])
+        if node.kind is Kind.SUBMODEL:
+            loop = node.attrs.get("loop")
+            module = (
+                b.name(self.loop_names[loop][1])
+                if loop is not None
+                else b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]])
+            )
             return self._invoke(node, module, [self.ref(i) for i in node.inputs])
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
@@ -398,11 +569,9 @@ class MethodEmitter:
             return self.member(*scalar.args)
         if scalar.op == "key":
             return b.name(self.key_names[scalar.args[0]])
-        if scalar.op == "neg":
-            return b.neg(self.scalar(scalar.args[0]))
-        return b.binop(
-            self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1])
-        )
+        if scalar.op == "index":
+            return b.name(self.loop_names[scalar.args[0]][0])
+        return b.scalar_operation(scalar.op, scalar.args, self.scalar)
 
 
 def _value(value):
@@ -412,6 +581,25 @@ def _value(value):
     if isinstance(value, tuple):
         return tuple(_value(v) for v in value)
     return value
+
+
+def _post_order(nodes: list):
+    """Every node after its regions' nodes."""
+    for node in nodes:
+        for region in node.regions:
+            yield from _post_order(region.nodes)
+        yield node
+
+
+def _stores(stores: list) -> list:
+    """`x = ...`, or `x, y = ..., ...` for several carried values (each reads the old ones)."""
+    if len(stores) == 1:
+        ((name, value),) = stores
+        is_itself = isinstance(value, cst.Name) and value.value == name
+        return [] if is_itself else [_assign(name, value)]
+    targets = cst.Tuple([cst.Element(b.name(n)) for n, _ in stores], lpar=[], rpar=[])
+    values = cst.Tuple([cst.Element(v) for _, v in stores], lpar=[], rpar=[])
+    return [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(targets)], values)])]
 
 
 def _assign(name: str, value: b.Expr) -> cst.SimpleStatementLine:

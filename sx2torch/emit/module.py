@@ -8,7 +8,7 @@ from sx2torch.emit import build as b
 from sx2torch.emit.method import ClassContext, MethodEmitter, argument_names
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
-from sx2torch.ir import ISLAND, REGION, Scalar
+from sx2torch.ir import ISLAND, REGION, Kind, Scalar, walk
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param, param_of
 from sx2torch.resolve import Model, Param, Program
@@ -177,10 +177,10 @@ def _equivalent(one: Typed, other: Typed) -> bool:
     graph = one.graph
     if any(norm(one.dtype[n]) != norm(other.dtype[n]) for n in graph.inputs):
         return False
-    for node in graph.nodes:
+    for node in walk(graph.nodes):
         if one.compute.get(node) != other.compute.get(node):
             return False
-        if node.op != "param" and norm(one.dtype.get(node)) != norm(
+        if node.kind is not Kind.PARAM and norm(one.dtype.get(node)) != norm(
             other.dtype.get(node)
         ):
             return False

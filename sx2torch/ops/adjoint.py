@@ -47,7 +47,8 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),
         grad=_sum_to_grad,
-        doc="sums a broadcast gradient back to the shape of `like`", internal=True,
+        doc="sums a broadcast gradient back to the shape of `like`",
+        internal=True,
     )
 )
 register(
@@ -104,7 +105,8 @@ register(
             Key("mean", "bool", False),
         ),
         grad=_expand_reduced_grad,
-        name_inputs=True, internal=True,
+        name_inputs=True,
+        internal=True,
     )
 )
 
@@ -118,7 +120,8 @@ register(
         "take-backward",
         (G, LIKE, Arg("ids", "ids")),
         lambda a, ctx: b.call("sx.take_backward", *a),
-        grad=_take_backward_grad, internal=True,
+        grad=_take_backward_grad,
+        internal=True,
     )
 )
 
@@ -144,7 +147,8 @@ register(
         _slice_backward,
         keys=SLICE_KEYS,
         grad=_slice_backward_grad,
-        exact=True, internal=True,
+        exact=True,
+        internal=True,
     )
 )
 
@@ -163,6 +167,7 @@ register(
         _concat_part,
         keys=(Key("index", "int", 0), Key("axis", "int", 0)),
         exact=True,
-        arity=(2, None), internal=True,
+        arity=(2, None),
+        internal=True,
     )
 )

@@ -110,7 +110,8 @@ register(
         "cross-entropy-backward",
         (Arg("g"), Arg("logits"), Arg("labels", "ids")),
         lambda a, ctx: b.call("sx.cross_entropy_backward", *a),
-        doc="(softmax(logits) - one_hot(labels)) * g / rows", internal=True,
+        doc="(softmax(logits) - one_hot(labels)) * g / rows",
+        internal=True,
     )
 )
 register(
@@ -235,7 +236,7 @@ register(
         (Arg("scores"), Arg("q", "like")),
         _attention_scale,
         grad=lambda t, n, g: [t.op("attention-scale", [g, n.inputs[1]]), None],
-        doc="scores / sqrt(d), d the last dim of Q (read from its shape when the module runs)", internal=True,
+        doc="scores / sqrt(d), d the last dim of Q (read from its shape when the module runs)",
     )
 )
 

@@ -32,7 +32,8 @@ register(
         _newton_schulz_call,
         keys=(STEPS,),
         exact=True,
-        doc="the iteration of newton-schulz, in bf16, returning its input's dtype", internal=True,
+        doc="the iteration of newton-schulz, in bf16, returning its input's dtype",
+        internal=True,
     )
 )
 register(

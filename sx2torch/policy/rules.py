@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import ISLAND, REGION, Graph, Node, Scalar
+from sx2torch.ir import CALLS, ISLAND, REGION, Graph, Kind, Node, Scalar, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.resolve import Program
 
-CALLS = ("call", "submodel", "chain")
 DATA_KINDS = (
     "tensor",
     "matrix",
@@ -71,21 +70,33 @@ class Lowered:
             return None
         dtype = typed.dtype[operand]
         if is_param(dtype):
-            return self.storage[param_of(dtype)] if operand.op == "param" else "f32"
+            return (
+                self.storage[param_of(dtype)] if operand.kind is Kind.PARAM else "f32"
+            )
         return dtype
 
     def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
         """The dtype `node` reads its input `index` in, or None where it takes it as it is."""
         have = self.value_dtype(typed, node.inputs[index])
-        op = REGISTRY.get(node.op)
-        shape_only = op is not None and _kind(op, index) == "like"
-        if have not in ("f32", "bf16") or node.op in CALLS or shape_only:
+        if have not in ("f32", "bf16") or node.kind in CALLS or node.kind is Kind.ITEM:
             return None
-        return node.attrs["dtype"] if node.op == "cast" else typed.compute[node]
+        if node.kind is Kind.FOR:
+            return typed.dtype[node][index]  # an initial value, as the loop carries it
+        if node.kind is Kind.CAST:
+            return node.attrs["dtype"]
+        if _kind(REGISTRY[node.op], index) == "like":
+            return None  # read only for its shape
+        return typed.compute[node]
 
 
-def is_param(dtype: Optional[str]) -> bool:
-    return dtype is not None and dtype.startswith("param:")
+def output_dtype(typed: Typed, node: Node, index: int) -> Optional[str]:
+    """The dtype an IF or FOR stores a region's output `index` in: its own, or the carried
+    value's."""
+    return typed.dtype[node] if node.kind is Kind.IF else typed.dtype[node][index]
+
+
+def is_param(dtype) -> bool:
+    return isinstance(dtype, str) and dtype.startswith("param:")
 
 
 def param_tag(model: str, name: str) -> str:
@@ -109,8 +120,8 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         n.attrs["target"]
         for (model, _), g in graphs.items()
         if model == top
-        for n in g.nodes
-        if n.op == "call"
+        for n in walk(g.nodes)
+        if n.kind is Kind.CALL
     }
     for defun in program.top.defuns:
         if defun == "forward" or defun not in called:
@@ -160,7 +171,7 @@ class _Policy:
         """Arguments that reach an index slot (through ops that keep dtypes) are integer tensors."""
         if graph not in self.int_inputs:
             found = set()
-            for node in graph.nodes:
+            for node in walk(graph.nodes):
                 for index, operand in enumerate(node.inputs):
                     if self._wants_int(node, index, graph.model):
                         found |= _origins(operand, graph)
@@ -168,14 +179,13 @@ class _Policy:
         return self.int_inputs[graph]
 
     def _wants_int(self, node: Node, index: int, owner: str) -> bool:
-        if node.op in CALLS:
+        if node.kind in CALLS:
             callee = self._callee_graph(node, owner)
             return callee.inputs[index] in self.integer_inputs(callee)
-        op = REGISTRY.get(node.op)
-        return op is not None and _kind(op, index) == "ids"
+        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) == "ids"
 
     def _callee_graph(self, node: Node, owner: str) -> Graph:
-        if node.op == "call":
+        if node.kind is Kind.CALL:
             return self.graphs[owner, node.attrs["target"]]
         model = self.program.model(owner).params[node.attrs["target"]].init.model
         return self.graphs[model, "forward"]
@@ -190,20 +200,69 @@ class _Policy:
         typed = Typed(graph, signature, ambient)
         for node, dtype in zip(graph.inputs, signature):
             typed.dtype[node] = dtype
-        for node in graph.nodes:
-            if node.op == "param":
-                owner = node.attrs.get("owner", graph.model)
-                typed.dtype[node] = param_tag(owner, node.attrs["param"])
-            elif node.op in CALLS:
-                self._call(typed, node)
-            elif node.op == "cast":
-                typed.dtype[node] = node.attrs["dtype"]
-                typed.compute[node] = node.attrs["dtype"]
-            elif node.op != "input":
-                self._op(typed, node)
+        self._block(typed, graph.nodes)
         self.done[key] = typed
         self.order.append(typed)
         return typed
+
+    def _block(self, typed: Typed, nodes: list) -> None:
+        for node in nodes:
+            if node.kind is Kind.PARAM:
+                owner = node.attrs.get("owner", typed.model)
+                typed.dtype[node] = param_tag(owner, node.attrs["param"])
+            elif node.kind in CALLS:
+                self._call(typed, node)
+            elif node.kind is Kind.CAST:
+                typed.dtype[node] = node.attrs["dtype"]
+                typed.compute[node] = node.attrs["dtype"]
+            elif node.kind is Kind.IF:
+                self._if(typed, node)
+            elif node.kind is Kind.FOR:
+                self._for(typed, node)
+            elif node.kind is Kind.ITEM:
+                typed.dtype[node] = typed.dtype[node.inputs[0]][node.attrs["index"]]
+            else:
+                self._op(typed, node)
+
+    def _if(self, typed: Typed, node: Node) -> None:
+        """Both branches are compiled; the value has the join of their dtypes."""
+        outputs = []
+        for region in node.regions:
+            self._block(typed, region.nodes)
+            outputs.append(_data_dtype(typed, region.outputs[0]))
+        typed.dtype[node] = self._join([d for d in outputs if d is not None], node)
+
+    def _for(self, typed: Typed, node: Node) -> None:
+        """Carried dtypes start as the initial values' and join with what an iteration
+        gives, until they stay the same (at most once more: bf16 absorbs f32)."""
+        (body,) = node.regions
+        carried = [_data_dtype(typed, init) for init in node.inputs]
+        while True:
+            for carried_input, dtype in zip(body.inputs, carried):
+                typed.dtype[carried_input] = dtype
+            self._block(typed, body.nodes)
+            after = [
+                self._join([before, _data_dtype(typed, out)], node)
+                for before, out in zip(carried, body.outputs)
+            ]
+            if after == carried:
+                break
+            carried = after
+        typed.dtype[node] = tuple(carried)
+
+    def _join(self, dtypes: list, node: Node) -> Optional[str]:
+        """Where f32 and bf16 values meet, the dtype an op that read both would compute in
+        outside any with-numerics form: bf16 under the bf16 policy (6.2), f32 under f32.
+        """
+        kinds = set(dtypes)
+        if len(kinds) <= 1:
+            return next(iter(kinds), None)
+        if kinds == {"f32", "bf16"}:
+            return self.precision
+        raise SourceError(
+            node.span,
+            f"the values joined here differ in kind ({' and '.join(sorted(kinds))}): cast them to one",
+        )
 
     def _call(self, typed: Typed, node: Node) -> None:
         callee_graph = self._callee_graph(node, typed.model)
@@ -213,21 +272,14 @@ class _Policy:
                 node.span,
                 "an argument here is a number, not a tensor: pass numbers as &key arguments",
             )
-        if node.op != "call" and any(is_param(s) for s in signature):
+        if node.kind is not Kind.CALL and any(is_param(s) for s in signature):
             raise SourceError(
                 node.span,
                 "pass a parameter to a sub-model through an activation, not as an argument",
             )
         callee = self.specialize(callee_graph, signature, node.mode or typed.ambient)
-        out = callee.output_dtype
-        if node.op == "chain" and out != signature[0]:
-            raise SourceError(
-                node.span,
-                f"each layer of the stack turns a {signature[0]} input into {out}; "
-                "chain needs layers whose output dtype is their input's (cast the input first)",
-            )
         typed.callee[node] = callee
-        typed.dtype[node] = out
+        typed.dtype[node] = callee.output_dtype
 
     def _op(self, typed: Typed, node: Node) -> None:
         op = REGISTRY[node.op]
@@ -280,8 +332,8 @@ class _Policy:
         """Trained parameters stay f32; a frozen one is stored in the dtype every reader reads (6.7)."""
         readers: dict = {}
         for typed in used:
-            for node in typed.graph.nodes:
-                if node.op in CALLS or node.op == "cast":
+            for node in walk(typed.graph.nodes):
+                if node.kind in CALLS or node.kind is Kind.CAST:
                     continue
                 for operand in node.inputs:
                     dtype = (
@@ -291,8 +343,8 @@ class _Policy:
                         readers.setdefault(param_of(dtype), set()).add(
                             typed.compute[node]
                         )
-            for node in typed.graph.nodes:
-                if node.op == "cast" and is_param(typed.dtype.get(node.inputs[0])):
+            for node in walk(typed.graph.nodes):
+                if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
                     readers.setdefault(
                         param_of(typed.dtype[node.inputs[0]]), set()
                     ).add("f32")
@@ -305,6 +357,14 @@ class _Policy:
                 frozen_bf16 = not param.trainable and read_as == {"bf16"}
                 storage[model.name, param.name] = "bf16" if frozen_bf16 else "f32"
         return storage
+
+
+def _data_dtype(typed: Typed, operand) -> Optional[str]:
+    """An operand's dtype as a value: a parameter's read is its f32 master."""
+    if isinstance(operand, Scalar):
+        return None
+    dtype = typed.dtype[operand]
+    return "f32" if is_param(dtype) else dtype
 
 
 def _kind(op, index: int) -> str:
@@ -354,9 +414,9 @@ def _origins(operand, graph: Graph) -> set:
         node = pending.pop()
         if not isinstance(node, Node):
             continue
-        if node.op == "input":
+        if node.kind is Kind.INPUT:
             found.add(node)
-        elif node.op in REGISTRY and REGISTRY[node.op].result in ("keep", "arith"):
+        elif node.kind is Kind.OP and REGISTRY[node.op].result in ("keep", "arith"):
             op = REGISTRY[node.op]
             pending.extend(
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS

@@ -112,6 +112,16 @@ INPUTS: dict[str, dict[str, tuple]] = {
     },
     "island-bf16": {"forward": (Floats((4, 8)),)},
     "island-f32": {"forward": (Floats((4, 8)),)},
+    "key-defaults": {
+        "rows": (),
+        "split": (Floats((4, 3)),),
+        "forward": (Floats((4, 3)),),
+    },
+    "regions": {
+        "forward": (Floats((2, 8)),),
+        "blocks.0.forward": (Floats((2, 8)),),
+        "blocks.0.forward_bf16": (Bf16s((2, 8)),),
+    },
     "library-marks": {
         "forward": (Floats((4, 8)),),
         "loss": (Floats((4, 8)), Ids((4,), 8)),
