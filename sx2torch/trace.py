@@ -785,6 +785,12 @@ class Tracer:
             if not (isinstance(item, Keyword) and item.name == "f32"):
                 raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
             return "f32"
+        if kind == "reduction":
+            if not (isinstance(item, Keyword) and item.name in ("mean", "sum", "none")):
+                raise SourceError(
+                    item.span, f"{what} must be :mean, :sum or :none, got {shown(item)}"
+                )
+            return item.name
         value = self._scalar(item, env)
         if kind == "int":
             return scalars.expect_int(value, item.span, what)

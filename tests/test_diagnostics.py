@@ -113,6 +113,12 @@ CASES = {
         26,
         ":precision must be :f32 or :bf16, got :fp16",
     ),
+    "reduction": (
+        b"(defun forward (x y)\n  (cross-entropy x y :reduction :max))\n",
+        2,
+        33,
+        ":reduction must be :mean, :sum or :none, got :max",
+    ),
     "sensitivity": (
         b"(defun forward (x)\n  (with-numerics (:sensitivity :low) x))\n",
         2,

@@ -33,6 +33,7 @@ def test_every_op_has_a_signature_an_emission_and_marks_in_one_entry():
                 "bool",
                 "ints",
                 "out",
+                "reduction",
             )
             for a in op.args
         ), name

@@ -235,9 +235,72 @@ CASES: dict[str, list[Case]] = {
             "(cross-entropy x labels)",
             lambda: (x34(0), LABELS),
             F.cross_entropy,
-        )
+        ),
+        case(
+            "x labels",
+            "(cross-entropy x labels :reduction :sum)",
+            lambda: (x34(0), LABELS),
+            lambda x, labels: F.cross_entropy(x, labels, reduction="sum"),
+        ),
+        case(
+            "x labels",
+            "(cross-entropy x labels :reduction :none)",
+            lambda: (x34(0), LABELS),
+            lambda x, labels: F.cross_entropy(x, labels, reduction="none"),
+        ),
     ],
     "softcap": [case("x", "(softcap x 2.0)", X, lambda x: 2.0 * torch.tanh(x / 2.0))],
+    "fused-rms-norm": [
+        case("x", "(fused-rms-norm x)", X, lambda x: F.rms_norm(x, (4,))),
+        case(
+            "x y",
+            "(fused-rms-norm x (sum y :axes [0]) :eps 1e-3)",
+            XY,
+            lambda x, y: F.rms_norm(x, (4,), weight=y.sum(0), eps=1e-3),
+        ),
+    ],
+    "linear": [
+        case("x y", "(linear x y)", XY, F.linear),
+        case(
+            "x y",
+            "(linear x y (sum y :axes [1]))",
+            XY,
+            lambda x, y: F.linear(x, y, y.sum(1)),
+        ),
+    ],
+    "attention": [
+        case(
+            "q k v",
+            "(attention q k v :causal true :scale 0.3)",
+            lambda: tuple(
+                torch.randn(2, 3, 5, 4, generator=_generator(s)) for s in range(3)
+            ),
+            lambda q, k, v: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=0.3
+            ),
+        ),
+        case(
+            "q k v",
+            "(attention q k v :window 1)",
+            lambda: tuple(
+                torch.randn(2, 3, 5, 4, generator=_generator(s)) for s in range(3)
+            ),
+            lambda q, k, v: F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=torch.ones(5, 5, dtype=torch.bool).tril()
+                & torch.ones(5, 5, dtype=torch.bool).triu(-1),
+            ),
+        ),
+    ],
+    "arange-of": [
+        case("x", "(arange-of x :axis 0)", X, lambda x: torch.arange(3.0)),
+        case("x", "(arange-of x)", X, lambda x: torch.arange(4.0)),
+    ],
+    "linspace": [
+        case("x", "(linspace x -1.0 2.0 7)", X, lambda x: torch.linspace(-1, 2, 7))
+    ],
     "rms-norm": [
         # The seed's definition, bitwise.
         case(

@@ -12,6 +12,7 @@ Argument kinds (positional `args` and `keys`):
   bool        a compile-time boolean
   ints        a vector of compile-time integers, e.g. `[0 (* 2 d)]`
   out         :f32 (the f32-out matmul)
+  reduction   :mean, :sum or :none (cross-entropy's)
 
 `result` says what the op produces: "float" (computes in the policy's dtype),
 "bool" (compares in that dtype), "keep" (moves data: integer and boolean
@@ -136,5 +137,6 @@ class EmitContext:
 
 
 # Importing the op modules registers their ops.
-from sx2torch.ops import adjoint, elementwise, linalg, nn, optim  # noqa: E402,F401
+from sx2torch.ops import adjoint, construct, elementwise, fused  # noqa: E402,F401
+from sx2torch.ops import linalg, nn, optim  # noqa: E402,F401
 from sx2torch.ops import reduce, scan, shape  # noqa: E402,F401

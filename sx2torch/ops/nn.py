@@ -94,23 +94,40 @@ register(
         output_rank="reduced",
     )
 )
+REDUCTION = Key("reduction", "reduction")
+
+
+def _reduction(ctx) -> dict:
+    """`reduction="sum"` or `"none"`; the mean is the default and is not written."""
+    chosen = ctx.attrs["reduction"]
+    return {} if chosen in (None, "mean") else {"reduction": b.string(chosen)}
+
+
 register(
     Op(
         "cross-entropy",
         (Arg("logits"), Arg("labels", "ids")),
-        lambda a, ctx: b.call("F.cross_entropy", a[0], a[1]),
+        lambda a, ctx: b.call("F.cross_entropy", a[0], a[1], **_reduction(ctx)),
+        keys=(REDUCTION,),
         sensitive=True,
-        grad=lambda t, n, g: [t.op("cross-entropy-backward", [g, *n.inputs]), None],
+        grad=lambda t, n, g: [
+            t.op("cross-entropy-backward", [g, *n.inputs], **n.attrs),
+            None,
+        ],
         output_rank="scalar",
-        doc="integer labels, mean over rows",
+        doc=(
+            "integer labels; :reduction :mean over rows (the default), :sum, or :none "
+            "(one loss per row)"
+        ),
     )
 )
 register(
     Op(
         "cross-entropy-backward",
         (Arg("g"), Arg("logits"), Arg("labels", "ids")),
-        lambda a, ctx: b.call("sx.cross_entropy_backward", *a),
-        doc="(softmax(logits) - one_hot(labels)) * g / rows",
+        lambda a, ctx: b.call("sx.cross_entropy_backward", *a, **_reduction(ctx)),
+        keys=(REDUCTION,),
+        doc="(softmax(logits) - one_hot(labels)) * g, divided by the rows for :mean",
         internal=True,
     )
 )

@@ -1,6 +1,6 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
-from sx2torch.runtime.attention import causal_mask
+from sx2torch.runtime.attention import causal_mask, window_mask
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
@@ -34,4 +34,5 @@ __all__ = [
     "round_to_bf16",
     "slice_backward",
     "take_backward",
+    "window_mask",
 ]

@@ -1,9 +1,10 @@
-"""The causal mask of ``causal-attention`` (LANGUAGE.md 5, 6.8)."""
+"""The causal mask of ``causal-attention`` (LANGUAGE.md 5, 6.8) and the sliding window of
+``attention``."""
 
 import torch
 from torch import Tensor
 
-__all__ = ["causal_mask"]
+__all__ = ["causal_mask", "window_mask"]
 
 
 def causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
@@ -20,3 +21,16 @@ def causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
     rows, cols = scores.shape[-2], scores.shape[-1]
     above = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).triu(1)
     return scores.masked_fill(above, fill)
+
+
+def window_mask(size: int, window: int, device=None) -> Tensor:
+    """``[size, size]`` booleans, True where query ``i`` may see key ``j``: ``i - window <= j <= i``.
+
+    flash-attn's ``causal=True, window_size=(window, 0)`` on equal query and key
+    lengths, as an ``attn_mask`` for ``F.scaled_dot_product_attention``. The size
+    is the sequence length when the module runs; the mask is built from it with
+    no Python branch on values, so ``torch.compile(fullgraph=True)`` traces it.
+    """
+    position = torch.arange(size, device=device)
+    distance = position[:, None] - position[None, :]
+    return (distance >= 0) & (distance <= window)

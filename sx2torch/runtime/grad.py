@@ -35,8 +35,16 @@ def concat_part(grad: torch.Tensor, parts: list, index: int, dim: int) -> torch.
 
 
 def cross_entropy_backward(
-    grad: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor
+    grad: torch.Tensor,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """The gradient of the mean cross-entropy over rows with respect to the logits."""
+    """The gradient of the cross-entropy over rows with respect to the logits: of their
+    mean (the default), their sum, or (`"none"`) each row's loss, `grad` one per row."""
     classes = torch.nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
-    return (torch.softmax(logits, dim=-1) - classes) * (grad / labels.numel())
+    if reduction == "mean":
+        grad = grad / labels.numel()
+    elif reduction == "none":
+        grad = grad.unsqueeze(-1)
+    return (torch.softmax(logits, dim=-1) - classes) * grad

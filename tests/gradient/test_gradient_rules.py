@@ -77,6 +77,7 @@ UNARY = {
         False,
     ),
     "layer-norm": ("(layer-norm x)", lambda x: F.layer_norm(x, (4,), eps=1e-5), False),
+    "fused-rms-norm": ("(fused-rms-norm x)", lambda x: F.rms_norm(x, (4,)), False),
     "causal-attention": (
         "(causal-attention (reshape x [1 3 4]) (reshape (exp x) [1 3 4]) (reshape (sin x) [1 3 4]))",
         lambda x: F.scaled_dot_product_attention(
@@ -117,6 +118,14 @@ BINARY = {
     "minimum": ("(minimum x y)", torch.minimum),
     "where": ("(where (> x y) x y)", lambda x, y: torch.where(x > y, x, y)),
     "matmul": ("(matmul x (transpose y [1 0]))", lambda x, y: x @ y.T),
+    "linear": (
+        "(linear x y (sum y :axes [1]))",
+        lambda x, y: F.linear(x, y, y.sum(1)),
+    ),
+    "fused-rms-norm": (
+        "(fused-rms-norm x (sum y :axes [0]) :eps 1e-3)",
+        lambda x, y: F.rms_norm(x, (4,), weight=y.sum(0), eps=1e-3),
+    ),
 }
 
 
@@ -213,6 +222,21 @@ def test_cross_entropy_gradient(build):
     )
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_gradient_for_each_reduction(build, reduction):
+    module, _ = build(f"""
+(defun forward (logits labels c)
+  (gradient (sum (* (cross-entropy logits labels :reduction :{reduction}) c)) logits))
+""")
+    logits, labels = torch.randn(4, 5), torch.tensor([0, 3, 4, 1])
+    c = torch.randn(4) if reduction == "none" else torch.tensor(0.7)
+    leaf = logits.clone().requires_grad_()
+    loss = F.cross_entropy(leaf, labels, reduction=reduction)
+    (expected,) = torch.autograd.grad((loss * c).sum(), leaf)
+    got = module.__dict__[module.__all__[0]]().forward(logits, labels, c)
+    torch.testing.assert_close(got, expected)
+
+
 def test_every_differentiable_op_is_covered():
     covered = set(UNARY) | set(BINARY) | {"take", "cross-entropy"}
     differentiable = {
@@ -232,8 +256,11 @@ def test_every_differentiable_op_is_covered():
         "one-hot",
     }
     elsewhere = {"causal-mask", "attention-scale"}  # tests/ops/test_attention.py
+    constants = {"arange-of", "linspace"}  # new values: no gradient reaches their input
     without_gradient = {
         "newton-schulz"
     }  # an optimizer step: its iteration has no derivative rule
-    missing = differentiable - covered - internal - elsewhere - without_gradient
+    missing = (
+        differentiable - covered - internal - elsewhere - without_gradient - constants
+    )
     assert not missing, f"derivative rules without a test: {sorted(missing)}"

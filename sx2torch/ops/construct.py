@@ -1,0 +1,63 @@
+"""Tensors made when the module runs: positions and tables, such as rotary angles.
+
+Each reads a tensor (LIKE) only for its size or its device, so a sequence length is
+never pinned to a constant. Their values are new: no float input decides their dtype,
+so they are f32 under either policy (bf16 only inside a `(:precision :bf16)` region),
+and no gradient flows through them.
+"""
+
+from sx2torch.emit import build as b
+from sx2torch.ops import Arg, Key, Op, register
+
+LIKE = Arg("like", "like")
+
+
+def _arange_of(a, ctx):
+    size = b.subscript(b.attr(a[0], "shape"), ctx.attrs["axis"])
+    return b.call(
+        "torch.arange",
+        size,
+        dtype=b.dotted(ctx.tensor_dtype),
+        device=b.attr(a[0], "device"),
+    )
+
+
+register(
+    Op(
+        "arange-of",
+        (LIKE,),
+        _arange_of,
+        keys=(Key("axis", "int", -1),),
+        name_inputs=True,
+        grad=lambda t, n, g: [None],
+        doc=(
+            "0, 1, ..., n-1 with n LIKE's size along :axis when the module runs (positions); "
+            "f32 unless in a bf16 region, where bf16 holds integers exactly only up to 256"
+        ),
+    )
+)
+
+
+def _linspace(a, ctx):
+    return b.call(
+        "torch.linspace",
+        ctx.attrs["start"],
+        ctx.attrs["end"],
+        ctx.attrs["steps"],
+        dtype=b.dotted(ctx.tensor_dtype),
+        device=b.attr(a[0], "device"),
+    )
+
+
+register(
+    Op(
+        "linspace",
+        (LIKE, Arg("start", "number"), Arg("end", "number"), Arg("steps", "int")),
+        _linspace,
+        grad=lambda t, n, g: [None],
+        doc=(
+            "STEPS evenly spaced values from START to END (torch.linspace), on LIKE's device; "
+            "f32 unless in a bf16 region"
+        ),
+    )
+)

@@ -1,0 +1,138 @@
+"""Fused kernels beside the seed's compositions: one torch call, one rounding.
+
+The seed's `rms-norm` and `causal-attention` are written out in ops, so under `:bf16`
+each step rounds as the precision page says. The ops here are the kernels PyTorch
+models call instead (`F.rms_norm`, `F.linear`, `F.scaled_dot_product_attention`):
+each accumulates in f32 inside, as a matmul's `:out :f32` does, and stores its result
+once in the dtype it computes in. They carry no f32-island mark: under `:bf16` they read
+bf16 and store bf16, as the same call does in PyTorch. On the metal and cpu targets,
+which hold bf16 values in f32, the call runs in f32 and its result is rounded once.
+"""
+
+import libcst as cst
+
+from sx2torch.emit import build as b
+from sx2torch.ir import Scalar
+from sx2torch.ops import Arg, Key, Op, register
+
+TRUE = Scalar.lit(True)
+LAST = (Scalar.lit(-1),)
+# torch's eps for F.rms_norm on f32 and bf16 input: finfo of the f32 it computes in
+TORCH_RMS_EPS = Scalar.lit(2.0**-23)
+
+
+def _rms_norm(a, ctx):
+    x = a[0]
+    extra = {} if len(a) == 1 else {"weight": a[1]}
+    if ctx.attrs["eps"] is not None:
+        extra["eps"] = ctx.attrs["eps"]
+    shape = b.tuple_([b.method(x, "size", b.number(-1))])
+    return b.call("F.rms_norm", x, shape, **extra)
+
+
+def _rms_norm_grad(t, n, g):
+    """With r = rsqrt(mean(x²) + eps), n = x·r and u = g·w: dx = r·(u - n·mean(u·n)), dw = Σ g·n."""
+    x = n.inputs[0]
+    eps = n.attrs["eps"] or TORCH_RMS_EPS
+    with t.library_island():
+        mean_square = t.op("mean", [t.op("*", [x, x])], axes=LAST, keepdims=TRUE)
+        inverse_rms = t.op("rsqrt", [t.op("+", [mean_square, eps])])
+    normed = t.op("*", [x, inverse_rms])
+    u = g if len(n.inputs) == 1 else t.op("*", [g, n.inputs[1]])
+    along = t.op("mean", [t.op("*", [u, normed])], axes=LAST, keepdims=TRUE)
+    dx = t.op("*", [inverse_rms, t.op("-", [u, t.op("*", [normed, along])])])
+    if len(n.inputs) == 1:
+        return [dx]
+    return [dx, t.op("sum-to", [t.op("*", [g, normed]), n.inputs[1]])]
+
+
+register(
+    Op(
+        "fused-rms-norm",
+        (Arg("x"), Arg("weight")),
+        _rms_norm,
+        keys=(Key("eps", "number"),),
+        arity=(1, 2),
+        name_inputs=True,
+        grad=_rms_norm_grad,
+        doc=(
+            "F.rms_norm over the last axis, times WEIGHT if given: one kernel, f32 inside, "
+            "rounded once to the dtype it computes in (a :bf16 run reads bf16 and stores bf16, "
+            "as PyTorch's call does). :eps defaults to torch's: finfo(float32).eps for f32 "
+            "and bf16 input"
+        ),
+    )
+)
+
+
+def _linear(a, ctx):
+    return b.call("F.linear", *a)
+
+
+def _linear_grad(t, n, g):
+    """dx = g W, dW = Σ gᵀ x over the batch axes (x of rank 2 or more), db = Σ g."""
+    x, w = n.inputs[:2]
+    rows = t.op("swap-axes", [g], a=Scalar.lit(-1), b=Scalar.lit(-2))
+    grads = [
+        t.op("matmul", [g, w]),
+        t.op("sum-to", [t.op("matmul", [rows, x]), w]),
+    ]
+    if len(n.inputs) == 3:
+        grads.append(t.op("sum-to", [g, n.inputs[2]]))
+    return grads
+
+
+register(
+    Op(
+        "linear",
+        (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias")),
+        _linear,
+        arity=(2, 3),
+        grad=_linear_grad,
+        doc=(
+            "F.linear: x Wᵀ (+ BIAS), W in torch's [out, in] layout; the bias is added in "
+            "the f32 accumulator and the sum rounded once (addmm), as :out :f32 accumulates "
+            "and then stores in the dtype it computes in"
+        ),
+    )
+)
+
+
+def _attention(a, ctx):
+    q, k, v = a
+    extra = {}
+    if ctx.attrs["window"] is not None:
+        length = b.subscript(b.attr(q, "shape"), b.number(-2))
+        mask = b.call(
+            "sx.window_mask", length, ctx.attrs["window"], b.attr(q, "device")
+        )
+        extra["attn_mask"] = mask
+    if ctx.attrs["scale"] is not None:
+        extra["scale"] = ctx.attrs["scale"]
+    causal = ctx.attrs["causal"]
+    literal_false = isinstance(causal, cst.Name) and causal.value == "False"
+    if ctx.attrs["window"] is None and not literal_false:
+        extra["is_causal"] = causal  # an expression when a const or key decides it
+    return b.call("F.scaled_dot_product_attention", q, k, v, **extra)
+
+
+register(
+    Op(
+        "attention",
+        (Arg("q", "matrix"), Arg("k", "matrix"), Arg("v", "matrix")),
+        _attention,
+        keys=(
+            Key("scale", "number"),
+            Key("causal", "bool", False),
+            Key("window", "int"),
+        ),
+        name_inputs=True,
+        doc=(
+            "F.scaled_dot_product_attention on [..., T, D]: one kernel, its softmax and "
+            "sums f32 inside, the output rounded once to the dtype it computes in. :scale "
+            "defaults to 1/sqrt(D); :causal true keeps keys j <= i; :window W (causal) keeps "
+            "i - W <= j <= i, flash-attn's window_size=(W, 0), as a mask built from T when "
+            "the module runs. No derivative rule: differentiate causal-attention instead"
+        ),
+    )
+)
