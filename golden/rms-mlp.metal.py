@@ -33,7 +33,7 @@ class RmsMlp(nn.Module):
         h = torch.relu(
             sx.round_to_bf16(sx.round_to_bf16(sx.round_to_bf16(x) @ w1_bf16) + b1_bf16)
         )
-        return self.rms_norm_star_bf16(h) @ w2_bf16
+        return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16, held=True)
 
     def loss(self, x, labels):
         forward = self.forward(x)

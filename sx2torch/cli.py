@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from sx2torch import __version__, dump, explain
+from sx2torch import report as report_page
 from sx2torch.compiler import TARGETS, Options, compile_source
 from sx2torch.errors import SourceError, UsageError
 from sx2torch.read import decode
@@ -20,7 +21,7 @@ from sx2torch.read import decode
 USAGE = """\
 sx2torch FILE.lisp [-o OUT.py] [--run NAME] [--target cuda|metal|cpu]
        sx2torch check FILE.lisp GENERATED.py [--run NAME] [--target ...]
-       sx2torch explain FILE.lisp [--run NAME] [--json]"""
+       sx2torch explain FILE.lisp [--run NAME] [--json | --html OUT.html]"""
 DESCRIPTION = """\
 Compile a SexpGPU model into a readable PyTorch module.
 
@@ -83,6 +84,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "explain":
         parser.add_argument(
             "--json", action="store_true", help="machine-readable output"
+        )
+        parser.add_argument(
+            "--html", metavar="FILE", help="write the report as one HTML page instead"
         )
     parser.add_argument("--run", help="the defrun to compile for (default: the first)")
     parser.add_argument(
@@ -200,9 +204,14 @@ def _check_command(args) -> int:
 
 
 def _explain_command(args) -> int:
-    report = explain.run(
-        _source(args), args.file, Options(run=args.run, target=args.target)
-    )
+    text = _source(args)
+    report = explain.run(text, args.file, Options(run=args.run, target=args.target))
+    if args.html:
+        try:
+            Path(args.html).write_text(report_page.render(report, text), "utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {args.html}: {error.strerror}") from None
+        return 0
     sys.stdout.write(explain.to_json(report) if args.json else explain.render(report))
     return 0
 

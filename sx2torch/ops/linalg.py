@@ -6,9 +6,12 @@ from sx2torch.ops import Arg, Key, Op, register
 
 
 def _matmul(a, ctx):
-    """On metal and cpu the operands are bf16 values held in f32: their f32 GEMM is the f32-out product."""
-    if ctx.attrs["out"] == "f32" and ctx.compute == "bf16" and ctx.target == "cuda":
-        return b.call("sx.matmul_f32_out", a[0], a[1])
+    """On metal and cpu the operands are bf16 values held in f32: `held=True` takes their f32
+    GEMM as the f32-out product and rounds the backward GEMMs as bf16 GEMMs store them.
+    """
+    if ctx.attrs["out"] == "f32" and ctx.compute == "bf16":
+        held = {} if ctx.target == "cuda" else {"held": b.name("True")}
+        return b.call("sx.matmul_f32_out", a[0], a[1], **held)
     return b.binop(a[0], "@", a[1])
 
 

@@ -4,6 +4,11 @@ bf16 operands, a bf16 GEMM, and the f32 accumulator stored instead of being
 rounded to bf16. The gradient reaches the operands as bf16, so the backward
 products are bf16 GEMMs too.
 
+On the metal and cpu targets (``held=True``) the operands are bf16 values held
+in f32 tensors; the forward is their f32 GEMM, and the backward emulates the
+bf16 GEMMs: the incoming gradient is rounded to bf16 values, multiplied in f32
+(exact products, an f32 accumulator) and each product rounded on store.
+
 Only the 2-D and 3-D products (``torch.mm``/``torch.bmm``) are custom autograd
 functions; ``torch.matmul``'s 1-D operands, batching and broadcasting are
 ordinary reshapes and expands around them, so autograd itself sums the
@@ -15,6 +20,8 @@ import math
 
 import torch
 from torch import Tensor
+
+from sx2torch.runtime.rounding import round_to_bf16
 
 __all__ = ["matmul_f32_out"]
 
@@ -47,28 +54,36 @@ class _GemmF32Out(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: torch.autograd.function.FunctionCtx, a: Tensor, b: Tensor
+        ctx: torch.autograd.function.FunctionCtx, a: Tensor, b: Tensor, held: bool
     ) -> Tensor:
         ctx.save_for_backward(a, b)
+        ctx.held = held
         with _no_autocast(a):
-            return _gemm_f32_out(a, b)
+            return torch.matmul(a, b) if held else _gemm_f32_out(a, b)
 
     @staticmethod
     def backward(
         ctx: torch.autograd.function.FunctionCtx, grad: Tensor
-    ) -> tuple[Tensor | None, Tensor | None]:
+    ) -> tuple[Tensor | None, Tensor | None, None]:
         a, b = ctx.saved_tensors
-        grad = grad.to(torch.bfloat16)
+        # Held: bf16 values in f32, each product rounded on store as a bf16 GEMM stores it.
+        store = round_to_bf16 if ctx.held else _unchanged
+        grad = round_to_bf16(grad) if ctx.held else grad.to(torch.bfloat16)
         grad_a = grad_b = None
         with _no_autocast(grad):
             if ctx.needs_input_grad[0]:
-                grad_a = torch.matmul(grad, b.transpose(-2, -1))
+                grad_a = store(torch.matmul(grad, b.transpose(-2, -1)))
             if ctx.needs_input_grad[1]:
-                grad_b = torch.matmul(a.transpose(-2, -1), grad)
-        return grad_a, grad_b
+                grad_b = store(torch.matmul(a.transpose(-2, -1), grad))
+        return grad_a, grad_b, None
 
 
-def matmul_f32_out(a: Tensor, b: Tensor) -> Tensor:
+def _unchanged(x: Tensor) -> Tensor:
+    """A native bf16 GEMM rounds on store by itself."""
+    return x
+
+
+def matmul_f32_out(a: Tensor, b: Tensor, held: bool = False) -> Tensor:
     """``torch.matmul(a, b)`` of bf16 operands, returning the f32 accumulator.
 
     Shapes follow ``torch.matmul`` (1-D operands, batching, broadcasting). A
@@ -76,6 +91,10 @@ def matmul_f32_out(a: Tensor, b: Tensor) -> Tensor:
     as the precision policy would; the gradient then flows back through that
     cast, so such an operand receives its gradient in its own dtype, while a
     bf16 operand receives a bf16 gradient.
+
+    With ``held=True`` (the metal and cpu targets) the operands are float32
+    tensors holding bf16 values, used as they are; their gradients are float32
+    tensors holding the bf16 GEMMs' results.
     """
     if not (a.is_floating_point() and b.is_floating_point()):
         raise TypeError(
@@ -83,14 +102,19 @@ def matmul_f32_out(a: Tensor, b: Tensor) -> Tensor:
         )
     if a.dim() == 0 or b.dim() == 0:
         raise ValueError("matmul_f32_out: both operands need at least one dimension")
-    a = a.to(torch.bfloat16)
-    b = b.to(torch.bfloat16)
+    if held and not a.dtype == b.dtype == torch.float32:
+        raise TypeError(
+            f"matmul_f32_out(held=True) takes float32 tensors, got {a.dtype} and {b.dtype}"
+        )
+    if not held:
+        a = a.to(torch.bfloat16)
+        b = b.to(torch.bfloat16)
     a_vector, b_vector = a.dim() == 1, b.dim() == 1
     if a_vector:
         a = a.unsqueeze(0)
     if b_vector:
         b = b.unsqueeze(-1)
-    out = _batched(a, b)
+    out = _batched(a, b, held)
     if a_vector:
         out = out.squeeze(-2)
     if b_vector:
@@ -98,7 +122,7 @@ def matmul_f32_out(a: Tensor, b: Tensor) -> Tensor:
     return out
 
 
-def _batched(a: Tensor, b: Tensor) -> Tensor:
+def _batched(a: Tensor, b: Tensor, held: bool) -> Tensor:
     """Reduce an at-least-2-D product to one ``mm`` or ``bmm``, as torch.matmul does.
 
     A batched ``a`` times a matrix ``b`` folds the batch into ``a``'s rows: one
@@ -108,9 +132,9 @@ def _batched(a: Tensor, b: Tensor) -> Tensor:
     """
     if b.dim() == 2:
         rows = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
-        return _GemmF32Out.apply(rows, b).reshape(*a.shape[:-1], b.shape[-1])
+        return _GemmF32Out.apply(rows, b, held).reshape(*a.shape[:-1], b.shape[-1])
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     size = math.prod(batch)
     a3 = a.expand(*batch, *a.shape[-2:]).reshape(size, *a.shape[-2:])
     b3 = b.expand(*batch, *b.shape[-2:]).reshape(size, *b.shape[-2:])
-    return _GemmF32Out.apply(a3, b3).reshape(*batch, a.shape[-2], b.shape[-1])
+    return _GemmF32Out.apply(a3, b3, held).reshape(*batch, a.shape[-2], b.shape[-1])

@@ -40,20 +40,29 @@ def round_bits(x: Tensor) -> Tensor:
     return (rounded | sign).view(torch.float32)
 
 
+def _round(x: Tensor) -> Tensor:
+    if x.device.type == "cpu" and not torch.compiler.is_compiling():
+        # The same bits (checked on all 2^32 patterns) in one fused pass instead of
+        # about ten; compiled code keeps the integer form, which inductor cannot drop.
+        return x.to(torch.bfloat16).float()
+    return round_bits(x)
+
+
 class _RoundToBf16(torch.autograd.Function):
-    """Rounding as a cast: the value is rounded, the gradient passes unchanged."""
+    """Rounding as a store into a bf16 value, both ways.
+
+    The value is rounded, and so is the gradient flowing back into it: on the
+    cuda target that gradient is a bf16 tensor, the result of a bf16 backward
+    op. The backward is itself this rounding, so a double backward rounds too.
+    """
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor) -> Tensor:
-        if x.device.type == "cpu" and not torch.compiler.is_compiling():
-            # The same bits (checked on all 2^32 patterns) in one fused pass instead of
-            # about ten; compiled code keeps the integer form, which inductor cannot drop.
-            return x.to(torch.bfloat16).float()
-        return round_bits(x)
+        return _round(x)
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> Tensor:
-        return grad
+        return _RoundToBf16.apply(grad)
 
 
 def round_to_bf16(x: Tensor) -> Tensor:
@@ -62,7 +71,9 @@ def round_to_bf16(x: Tensor) -> Tensor:
     Bitwise equal to ``x.to(torch.bfloat16).float()`` for every non-NaN input;
     a NaN stays a NaN (its payload is not kept), ±inf and ±0 are kept, and a
     finite value that rounds past the largest bf16 becomes ±inf. The gradient
-    is the identity, as the gradient of a cast is.
+    is rounded the same way: a gradient flowing into a bf16 value is a bf16
+    value, as on the cuda target, where each backward op of a bf16 value
+    rounds its result.
 
     A bfloat16 tensor (a frozen parameter stored in bf16, passed to a defun) is
     widened exactly instead: it holds bf16 values already.

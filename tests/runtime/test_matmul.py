@@ -189,3 +189,64 @@ def test_any_matmul_shape(shapes) -> None:
     grad_a, grad_b = torch.autograd.grad(out, (a, b), torch.ones_like(out))
     assert grad_a.shape == a.shape and grad_b.shape == b.shape
     assert grad_a.dtype == grad_b.dtype == torch.bfloat16
+
+
+# --- held=True: the metal and cpu targets, bf16 values held in f32 ----------
+
+
+def rounded(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).float()
+
+
+@pytest.mark.parametrize("shape_a, shape_b", SHAPES.values(), ids=SHAPES.keys())
+def test_held_form_gives_the_bf16_forms_values_and_gradients(shape_a, shape_b) -> None:
+    """The upstream gradient is not bf16 (integers times 1 + 2^-9): both forms round
+    it to the integers, so every product and sum after is exact and equal."""
+    a, b = leaves(shape_a, shape_b)
+    held_a, held_b = a.detach().float().requires_grad_(), b.detach().float()
+    held_b.requires_grad_()
+    out = matmul_f32_out(a, b)
+    held_out = matmul_f32_out(held_a, held_b, held=True)
+    assert held_out.dtype == torch.float32 and torch.equal(held_out, out)
+    upstream = small_ints(out.shape, seed=9, dtype=torch.float32) * (1 + 2.0**-9)
+    grads = torch.autograd.grad(out, (a, b), upstream)
+    held_grads = torch.autograd.grad(held_out, (held_a, held_b), upstream)
+    for grad, held_grad in zip(grads, held_grads):
+        assert held_grad.dtype == torch.float32
+        assert torch.equal(held_grad, grad.float())
+
+
+def test_held_gradients_are_rounded_on_store() -> None:
+    generator = torch.Generator().manual_seed(3)
+    a = rounded(torch.randn(6, 8, generator=generator)).requires_grad_()
+    b = rounded(torch.randn(8, 5, generator=generator)).requires_grad_()
+    upstream = torch.randn(6, 5, generator=generator)
+    out = matmul_f32_out(a, b, held=True)
+    assert torch.equal(out, a.detach() @ b.detach())
+    grad_a, grad_b = torch.autograd.grad(out, (a, b), upstream)
+    assert torch.equal(grad_a, rounded(rounded(upstream) @ b.detach().t()))
+    assert torch.equal(grad_b, rounded(a.detach().t() @ rounded(upstream)))
+
+
+def test_held_form_takes_float32_only() -> None:
+    with pytest.raises(TypeError, match="held=True"):
+        matmul_f32_out(torch.ones(2, 2, dtype=torch.bfloat16), torch.ones(2, 2), True)
+
+
+def test_held_form_compiles_without_graph_breaks() -> None:
+    def model(x, w, v):
+        return (matmul_f32_out(x, w, held=True).relu() @ v).sum()
+
+    x = rounded(torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(4)))
+    w = rounded(torch.randn(4, 5, generator=torch.Generator().manual_seed(5)))
+    v = torch.randn(5, 2, generator=torch.Generator().manual_seed(6))
+    x.requires_grad_(), w.requires_grad_()
+    explanation = torch._dynamo.explain(model)(x, w, v)
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0
+    compiled = torch.autograd.grad(
+        torch.compile(model, fullgraph=True)(x, w, v), (x, w)
+    )
+    eager = torch.autograd.grad(model(x, w, v), (x, w))
+    for c, e in zip(compiled, eager):
+        assert torch.equal(c, rounded(c)), "the compiled backward rounds on store"
+        assert torch.equal(c, e)

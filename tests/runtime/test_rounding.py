@@ -121,11 +121,23 @@ def test_keeps_shape_of_a_non_contiguous_tensor(rounding) -> None:
     assert_matches_cast(x, ours)
 
 
-def test_gradient_is_the_identity() -> None:
+def test_gradient_is_rounded_as_the_value_is() -> None:
+    """A gradient flowing into a bf16 value is a bf16 value, as on the cuda target."""
     x = from_bits([0x3F808000, 0x7F7FFFFF, 0x00000001, 0x7FFFFFFF]).requires_grad_()
-    upstream = torch.tensor([1.5, -2.0, 3.25, 4.0])
+    upstream = from_bits([p for p, _ in EDGES.values()][:4])
     round_to_bf16(x).backward(upstream)
-    assert torch.equal(x.grad, upstream)
+    assert_matches_cast(upstream, x.grad)
+    assert bits_of(x.grad) == [e for _, e in list(EDGES.values())[:4]]
+
+
+def test_double_backward_rounds_too() -> None:
+    """The backward is the same rounding, so a gradient of a gradient rounds."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    g = torch.tensor([1.0 + 2.0**-9, 3.0], requires_grad=True)
+    (grad,) = torch.autograd.grad(round_to_bf16(x), x, g, create_graph=True)
+    assert grad.tolist() == [1.0, 3.0]
+    (grad_g,) = torch.autograd.grad(grad, g, torch.tensor([1.0 + 2.0**-9, 0.5]))
+    assert grad_g.tolist() == [1.0, 0.5]
 
 
 def test_rejects_a_tensor_that_is_neither_float32_nor_bfloat16() -> None:
@@ -158,6 +170,10 @@ def test_compiles_without_graph_breaks_and_still_rounds_when_fused() -> None:
     assert torch.equal(compiled.isnan(), eager.isnan())
     assert torch.equal(compiled.nan_to_num(), eager.nan_to_num())
 
-    leaf = x.clone().requires_grad_()
-    torch.compile(scaled, fullgraph=True)(leaf).sum().backward()
-    assert torch.equal(leaf.grad, torch.full_like(x, 1.5))
+    # The compiled backward rounds in the integer form: grad = 0.75 * bf16(2 * upstream).
+    finite = x.nan_to_num(0.0, 0.0, 0.0).clamp(-1e30, 1e30)
+    upstream = torch.randn(x.shape, generator=generator)
+    leaf = finite.clone().requires_grad_()
+    torch.compile(scaled, fullgraph=True)(leaf).backward(upstream)
+    expected = 0.75 * (2.0 * upstream).to(torch.bfloat16).float()
+    assert torch.equal(leaf.grad, expected)
