@@ -2,8 +2,10 @@
 
 from sx2torch.emit import build as b
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import CONCAT_PART, SCALAR, like
 
 G, LIKE = Arg("g"), Arg("like", "like")
+LIKE_SHAPE = like(1, "like")
 
 
 def _sum_to_grad(t, node, g):
@@ -28,6 +30,7 @@ register(
         "ones-like",
         (LIKE,),
         _filled("torch.ones_like"),
+        rank=like(0, "like"),
         grad=lambda t, n, g: [None],
         exact=True,
     )
@@ -37,6 +40,7 @@ register(
         "zeros-like",
         (LIKE,),
         _filled("torch.zeros_like"),
+        rank=like(0, "like"),
         grad=lambda t, n, g: [None],
         exact=True,
     )
@@ -47,6 +51,7 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),
         grad=_sum_to_grad,
+        rank=LIKE_SHAPE,
         doc="sums a broadcast gradient back to the shape of `like`",
     )
 )
@@ -56,6 +61,7 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "expand_as", a[1]),
         grad=_expand_as_grad,
+        rank=LIKE_SHAPE,
         exact=True,
         doc="broadcasts to the shape of `like`",
     )
@@ -104,6 +110,7 @@ register(
             Key("mean", "bool", False),
         ),
         grad=_expand_reduced_grad,
+        rank=LIKE_SHAPE,
         name_inputs=True,
     )
 )
@@ -119,6 +126,7 @@ register(
         (G, LIKE, Arg("ids", "ids")),
         lambda a, ctx: b.call("sx.take_backward", *a),
         grad=_take_backward_grad,
+        rank=LIKE_SHAPE,
     )
 )
 
@@ -144,6 +152,7 @@ register(
         _slice_backward,
         keys=SLICE_KEYS,
         grad=_slice_backward_grad,
+        rank=LIKE_SHAPE,
         exact=True,
     )
 )
@@ -164,5 +173,27 @@ register(
         keys=(Key("index", "int", 0), Key("axis", "int", 0)),
         exact=True,
         arity=(2, None),
+        rank=CONCAT_PART,
+    )
+)
+
+
+def _expect_scalar(a, ctx):
+    form = ctx.values.get(
+        "form"
+    )  # set by gradient; absent where the source calls the op
+    return b.call("sx.expect_scalar", a[0], b.string(form or "expect-scalar"))
+
+
+register(
+    Op(
+        "expect-scalar",
+        (Arg("y"),),
+        _expect_scalar,
+        result="keep",
+        exact=True,
+        grad=lambda t, n, g: [g],
+        rank=SCALAR,
+        doc="Y, checked to be 0-d when the module runs: the Y of a gradient whose rank the compiler cannot tell",
     )
 )

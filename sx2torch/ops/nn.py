@@ -3,6 +3,7 @@
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import ATTENTION, REDUCED, SAME, SCALAR, like
 from sx2torch.ops.reduce import dims
 
 X = Arg("x")
@@ -39,6 +40,7 @@ register(
         keys=(LAST_AXIS,),
         sensitive=True,
         grad=_softmax_grad,
+        rank=SAME,
     )
 )
 register(
@@ -49,6 +51,7 @@ register(
         keys=(LAST_AXIS,),
         sensitive=True,
         grad=_log_softmax_grad,
+        rank=SAME,
     )
 )
 
@@ -88,7 +91,7 @@ register(
         sensitive=True,
         name_inputs=True,
         grad=_logsumexp_grad,
-        output_rank="reduced",
+        rank=REDUCED,
     )
 )
 register(
@@ -98,7 +101,7 @@ register(
         lambda a, ctx: b.call("F.cross_entropy", a[0], a[1]),
         sensitive=True,
         grad=lambda t, n, g: [t.op("cross-entropy-backward", [g, *n.inputs]), None],
-        output_rank="scalar",
+        rank=SCALAR,
         doc="integer labels, mean over rows",
     )
 )
@@ -107,6 +110,7 @@ register(
         "cross-entropy-backward",
         (Arg("g"), Arg("logits"), Arg("labels", "ids")),
         lambda a, ctx: b.call("sx.cross_entropy_backward", *a),
+        rank=like(1, "logits"),
         doc="(softmax(logits) - one_hot(labels)) * g / rows",
     )
 )
@@ -135,6 +139,7 @@ register(
                 ],
             )
         ],
+        rank=SAME,
         doc="cap * tanh(x / cap)",
     )
 )
@@ -173,13 +178,16 @@ def _normalize(axes):
 
 EPS_6 = Key("eps", "number", 1e-6)
 EPS_5 = Key("eps", "number", 1e-5)
-register(Op("rms-norm", (X,), expand=_rms_norm, keys=(EPS_6,), doc="no gain"))
+register(
+    Op("rms-norm", (X,), expand=_rms_norm, keys=(EPS_6,), rank=SAME, doc="no gain")
+)
 register(
     Op(
         "layer-norm",
         (X,),
         expand=_normalize((Scalar.lit(-1),)),
         keys=(EPS_5,),
+        rank=SAME,
         doc="no affine",
     )
 )
@@ -189,6 +197,7 @@ register(
         (X,),
         expand=_normalize(None),
         keys=(Key("axes", "ints", (0,)), EPS_5),
+        rank=SAME,
         doc="batch statistics",
     )
 )
@@ -213,6 +222,7 @@ register(
         keys=(Key("fill", "number"),),
         exact=True,
         grad=_causal_mask_grad,
+        rank=SAME,
         doc=(
             "X with the entries above the diagonal of its last two axes set to :fill "
             "(default -inf): row i keeps columns j <= i"
@@ -232,6 +242,7 @@ register(
         (Arg("scores"), Arg("q", "like")),
         _attention_scale,
         grad=lambda t, n, g: [t.op("attention-scale", [g, n.inputs[1]]), None],
+        rank=SAME,
         doc="scores / sqrt(d), d the last dim of Q (read from its shape when the module runs)",
     )
 )
@@ -256,6 +267,7 @@ register(
         "causal-attention",
         (Arg("q"), Arg("k"), Arg("v")),
         expand=_causal_attention,
+        rank=ATTENTION,
         doc="softmax(Q Kᵀ / sqrt(d) + causal mask) V over the last two axes, d = Q's last dim",
     )
 )

@@ -42,8 +42,11 @@ def markdown() -> str:
         "",
         "Made from the registry (`sx2torch/ops/`) by `python -m sx2torch.ops.table`; a test keeps it current.",
         "",
-        "| op | marks | derivative | notes |",
-        "| --- | --- | --- | --- |",
+        "The rank column is the output's rank (sx2torch/ops/rank.py); `sx2torch/ranks.py` follows it",
+        "through each graph, with the sizes written as literals, to prove shape mismatches.",
+        "",
+        "| op | rank | marks | derivative | notes |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for name in sorted(REGISTRY):
         op = REGISTRY[name]
@@ -52,7 +55,7 @@ def markdown() -> str:
         )
         cell = signature(op).replace("|", "\\|")
         lines.append(
-            f"| `{cell}` | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
+            f"| `{cell}` | {op.rank.doc} | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -230,6 +230,7 @@ def test_every_differentiable_op_is_covered():
         "slice-backward",
         "reshape-as",
         "one-hot",
+        "expect-scalar",
     }
     elsewhere = {"causal-mask", "attention-scale"}  # tests/ops/test_attention.py
     without_gradient = {
