@@ -116,7 +116,12 @@ class _Analysis:
         if node.op == "call":
             key = (model, target)
         else:
-            init = self.program.model(model).params[target].init
+            param = self.program.model(model).params.get(target)
+            if (
+                param is None
+            ):  # a stack chained inside an inlined sub-model: not followed
+                return None
+            init = param.init
             if node.op == "chain" and not (known(init.count) or 0) > 0:
                 return None  # an empty stack returns its argument
             key = (init.model, "forward")

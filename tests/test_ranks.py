@@ -30,6 +30,8 @@ CASES = [
     ("sum", "(sum x :axes [0 -1] :keepdims true)", {"x": [2, 3, 4]}),
     ("sum", "(sum x :keepdims true)", {"x": [2, 3]}),
     ("sum", "(sum x :axes [0])", {"x": []}),
+    ("sum", "(sum x :axes [])", {"x": [2, 3]}),
+    ("amax", "(amax x :axes [] :keepdims true)", {"x": [2, 3]}),
     ("mean", "(mean x :axes [-1])", {"x": [2, 3, 4]}),
     ("amax", "(amax x :axes [0] :keepdims true)", {"x": [2, 3]}),
     ("amin", "(amin x)", {"x": [2, 3]}),
@@ -85,6 +87,11 @@ CASES = [
     (
         "concat-part",
         "(concat-part g x y :index 1 :axis 1)",
+        {"g": [2, 8], "x": [2, 3], "y": [2, 5]},
+    ),
+    (
+        "concat-part",
+        "(concat-part g x y :index -2 :axis 1)",
         {"g": [2, 8], "x": [2, 3], "y": [2, 5]},
     ),
     ("expect-scalar", "(expect-scalar x)", {"x": []}),

@@ -78,7 +78,7 @@ def _broadcast(shapes, attrs):
 def _reduced(shapes, attrs):
     (x,) = shapes
     axes, keepdims = attrs["axes"], value(attrs["keepdims"])
-    if axes is None:
+    if not axes:  # torch reduces over every axis for `dim=()` too
         if not keepdims:
             return ()
         return None if x is None else (1,) * len(x)
@@ -230,7 +230,12 @@ def _attention(shapes, attrs):
 
 
 def _concat_part(shapes, attrs):
-    return shapes[1 + value(attrs["index"])]
+    parts, index = shapes[1:], known(attrs["index"])
+    return (
+        parts[index]
+        if index is not None and -len(parts) <= index < len(parts)
+        else None
+    )
 
 
 SAME = RankRule("same as the first input", _same)
