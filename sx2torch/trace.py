@@ -193,7 +193,7 @@ class Tracer:
                     symbol.span, f"'{name}' is a sub-model: call it, as ({name} x)"
                 )
             return self.param_read(name, symbol)
-        if name in self.model.defuns or name in REGISTRY:
+        if name in self.model.defuns or _is_public_op(name):
             raise SourceError(
                 symbol.span, f"'{name}' is a function: call it, as ({name} ...)"
             )
@@ -248,9 +248,10 @@ class Tracer:
                 datum,
                 env,
             )
-        if head.name in REGISTRY:
+        if _is_public_op(head.name):
             return self.apply(REGISTRY[head.name], datum, env)
-        known = [*REGISTRY, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
+        public = [name for name in REGISTRY if _is_public_op(name)]
+        known = [*public, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
         raise SourceError(
             head.span,
             f"unknown op or function '{head.name}'{_suggest(head.name, known)}",
@@ -451,7 +452,7 @@ class Tracer:
         inputs, attrs = [], {}
         for index, item in enumerate(positional):
             spec = op.args[min(index, len(op.args) - 1)]
-            value = self._argument(spec.kind, item, env, f"{op.name}'s {spec.name}")
+            value = self._argument(spec, item, env, f"{op.name}'s {spec.name}")
             if spec.kind in TENSOR_KINDS:
                 inputs.append(value)
             elif spec.kind == "tensors":
@@ -469,7 +470,7 @@ class Tracer:
                 )
             if key.name in given:
                 raise SourceError(key.span, f":{key.name} given twice")
-            given[key.name] = self._argument(spec.kind, value, env, f":{key.name}")
+            given[key.name] = self._argument(spec, value, env, f":{key.name}")
         for spec in op.keys:
             attrs[spec.name] = given.get(spec.name, _default(spec.default))
         if (
@@ -497,7 +498,21 @@ class Tracer:
             result = self.op(op.name, [result, operand], **attrs)
         return result
 
-    def _argument(self, kind: str, item: Datum, env: dict, what: str):
+    def _argument(self, spec, item: Datum, env: dict, what: str):
+        value = self._value_of(spec.kind, item, env, what)
+        scalars_given = value if isinstance(value, tuple) else (value,)
+        if spec.static and any(
+            isinstance(s, Scalar) and s.op != "lit" for s in scalars_given
+        ):
+            literal = "true or false" if spec.kind == "bool" else "numbers"
+            raise SourceError(
+                item.span,
+                f"{what} must be written as {literal}: it decides the result's shape, "
+                "and the caller can change a const or a &key argument",
+            )
+        return value
+
+    def _value_of(self, kind: str, item: Datum, env: dict, what: str):
         if kind in TENSOR_KINDS:
             return self.expr(item, env)
         if kind == "tensors":
@@ -542,6 +557,10 @@ def _wraps_gradient(datum: List) -> bool:
         and len(body[0].items) > 2
         and _wraps_gradient(body[0])
     )
+
+
+def _is_public_op(name: str) -> bool:
+    return name in REGISTRY and not REGISTRY[name].internal
 
 
 def _suggest(name: str, known: list) -> str:

@@ -18,7 +18,7 @@ from sx2torch.emit import build as b
 from sx2torch.emit.echo import echo
 from sx2torch.emit.names import Namespace
 from sx2torch.ir import ISLAND, Node, Scalar
-from sx2torch.ops import REGISTRY, EmitContext
+from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.emit.targets import Target
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import CALLS
@@ -134,12 +134,19 @@ class MethodEmitter:
             last[output] = self.order[RETURN]
         return last
 
-    def _fresh(self, base: str, value, at: int) -> str:
-        """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
+    def _fresh(self, base: str, value, at: int, live: tuple = ()) -> str:
+        """A local for `value`, first bound at statement `at`: a dead value's name is reused.
+
+        `live` holds values read at `at` that stay live after it: a loop reads them again
+        after it binds its own names."""
 
         def reusable(name: str) -> bool:
             old = self.holder.get(name)
-            return old is not None and self.last_read.get(old, -1) <= at
+            return (
+                old is not None
+                and self.last_read.get(old, -1) <= at
+                and old not in live
+            )
 
         name = self.names.fresh(base, reusable)
         self.holder[name] = value
@@ -276,7 +283,8 @@ class MethodEmitter:
 
     def _bind(self, node: Node) -> str:
         base = node.name or self._temporary_name(node)
-        name = self._fresh(base, node, self.order[node])
+        live = node.inputs[1:] if node.op == "chain" else ()
+        name = self._fresh(base, node, self.order[node], live)
         self.py[node] = name
         return name
 
@@ -306,7 +314,7 @@ class MethodEmitter:
         statements = []
         if self.py.get(x) != name:
             statements.append(_assign(name, self.ref(x)))
-        layer = self._fresh("layer", None, self.order[node])
+        layer = self._fresh("layer", None, self.order[node], tuple(node.inputs))
         call = self._invoke(
             node, b.name(layer), [b.name(name)] + [self.ref(i) for i in rest]
         )
@@ -398,10 +406,11 @@ class MethodEmitter:
 
 
 def _value(value):
+    """What emission may decide from: a literal's value, never a const's or a key's default."""
     if isinstance(value, Scalar):
-        return value.value
+        return value.value if value.op == "lit" else SYMBOLIC
     if isinstance(value, tuple):
-        return tuple(v.value for v in value)
+        return tuple(_value(v) for v in value)
     return value
 
 

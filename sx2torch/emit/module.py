@@ -26,7 +26,10 @@ def run(
     program: Program, lowered: Lowered, header: str, target: str, source_lines=None
 ) -> cst.Module:
     classes = _class_names(program)
-    attrs = {model.name: attributes(model) for model in program.all_models()}
+    attrs = {
+        model.name: attributes(model, _built_classes(model, classes))
+        for model in program.all_models()
+    }
     method_names, specialized = _method_names(program, lowered, attrs)
     body: list = [
         _import("torch"),
@@ -100,10 +103,21 @@ def _class_names(program: Program) -> dict:
     }
 
 
-def attributes(model: Model) -> tuple:
-    """Attribute names for consts, params and sub-models; and the class namespace for methods."""
+def _built_classes(model: Model, classes: dict) -> frozenset:
+    """The classes a model's constructor names, to build its sub-models."""
+    return frozenset(
+        classes[param.init.model] for param in model.params.values() if param.is_module
+    )
+
+
+def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
+    """Attribute names for consts, params and sub-models; and the class namespace for methods.
+
+    A const is also a constructor argument, which must not shadow a class the constructor builds.
+    """
     names = Namespace(MODULE_ATTRIBUTES)
-    attrs = {name: names.fresh(name) for name in [*model.consts, *model.params]}
+    attrs = {name: names.fresh(name, avoid=classes) for name in model.consts}
+    attrs.update((name, names.fresh(name)) for name in model.params)
     return attrs, names
 
 
@@ -115,6 +129,8 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
     specialized: set = set()
     for model in program.all_models():
         namespace = attrs[model.name][1]
+        # Source names first, so that no specialization takes one.
+        plain_names = {defun: namespace.fresh(defun) for defun in model.defuns}
         for defun in model.defuns:
             specs = [
                 t
@@ -129,7 +145,7 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
             if plain is None and defun == "forward" and specs:
                 plain = specs[0]
             if plain is not None:
-                names[plain] = namespace.fresh(defun)
+                names[plain] = plain_names[defun]
             for typed in specs:
                 if typed in names:
                     continue

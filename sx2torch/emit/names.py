@@ -67,10 +67,13 @@ class Namespace:
         self.reserved = RESERVED | set(reserved)
         self.taken: set[str] = set()
 
-    def fresh(self, base: str, reusable=lambda name: False) -> str:
-        """A name for a new value; `reusable(name)` says a taken name's old value is dead."""
+    def fresh(
+        self, base: str, reusable=lambda name: False, avoid: frozenset = frozenset()
+    ) -> str:
+        """A name for a new value; `reusable(name)` says a taken name's old value is dead;
+        `avoid` holds names this one must not shadow, as the reserved ones."""
         base = mangle(base)
-        if base in self.reserved:
+        if base in self.reserved or base in avoid:
             base += "_"
         candidate, n = base, 1
         while candidate in self.taken and not reusable(candidate):

@@ -31,6 +31,7 @@ from sx2torch.ops.rank import RankRule
 class Arg:
     name: str
     kind: str = "tensor"
+    static: bool = False  # decides the result's rank or layout: written as a literal
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Key:
     name: str
     kind: str
     default: object = None
+    static: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Op:
         False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
     )
     doc: str = ""
+    # made by the compiler (a derivative rule, a definition); from source, an unknown op
+    internal: bool = False
 
     @property
     def word(self) -> str:
@@ -81,6 +85,7 @@ class Op:
 
 
 REGISTRY: dict[str, Op] = {}
+SYMBOLIC = type("Symbolic", (), {"__repr__": lambda self: "SYMBOLIC"})()
 WORDS = {
     "+": "add",
     "-": "sub",
@@ -117,9 +122,9 @@ class EmitContext:
     target: str  # "cuda", "metal" or "cpu"
     compute: Optional[str] = None
     attrs: dict = field(default_factory=dict)  # as Python expressions
-    values: dict = field(
-        default_factory=dict
-    )  # as compile-time values, consts at their defaults
+    # as compile-time values where the source wrote literals; SYMBOLIC where a const or a
+    # &key argument takes part, since the caller can change it
+    values: dict = field(default_factory=dict)
     scalars: (
         tuple
     ) = ()  # for each operand, whether it is a compile-time number rather than a tensor

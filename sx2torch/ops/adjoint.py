@@ -53,6 +53,7 @@ register(
         grad=_sum_to_grad,
         rank=LIKE_SHAPE,
         doc="sums a broadcast gradient back to the shape of `like`",
+        internal=True,
     )
 )
 register(
@@ -112,6 +113,7 @@ register(
         grad=_expand_reduced_grad,
         rank=LIKE_SHAPE,
         name_inputs=True,
+        internal=True,
     )
 )
 
@@ -127,6 +129,7 @@ register(
         lambda a, ctx: b.call("sx.take_backward", *a),
         grad=_take_backward_grad,
         rank=LIKE_SHAPE,
+        internal=True,
     )
 )
 
@@ -154,6 +157,7 @@ register(
         grad=_slice_backward_grad,
         rank=LIKE_SHAPE,
         exact=True,
+        internal=True,
     )
 )
 
@@ -174,15 +178,13 @@ register(
         exact=True,
         arity=(2, None),
         rank=CONCAT_PART,
+        internal=True,
     )
 )
 
 
 def _expect_scalar(a, ctx):
-    form = ctx.values.get(
-        "form"
-    )  # set by gradient; absent where the source calls the op
-    return b.call("sx.expect_scalar", a[0], b.string(form or "expect-scalar"))
+    return b.call("sx.expect_scalar", a[0], b.string(ctx.values["form"]))
 
 
 register(
@@ -195,5 +197,6 @@ register(
         grad=lambda t, n, g: [g],
         rank=SCALAR,
         doc="Y, checked to be 0-d when the module runs: the Y of a gradient whose rank the compiler cannot tell",
+        internal=True,
     )
 )

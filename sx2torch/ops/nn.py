@@ -87,7 +87,10 @@ register(
         "logsumexp",
         (X,),
         _logsumexp,
-        keys=(Key("axes", "ints"), Key("keepdims", "bool", False)),
+        keys=(
+            Key("axes", "ints", static=True),
+            Key("keepdims", "bool", False, static=True),
+        ),
         sensitive=True,
         name_inputs=True,
         grad=_logsumexp_grad,
@@ -112,6 +115,7 @@ register(
         lambda a, ctx: b.call("sx.cross_entropy_backward", *a),
         rank=like(1, "logits"),
         doc="(softmax(logits) - one_hot(labels)) * g / rows",
+        internal=True,
     )
 )
 register(
@@ -244,6 +248,7 @@ register(
         grad=lambda t, n, g: [t.op("attention-scale", [g, n.inputs[1]]), None],
         rank=SAME,
         doc="scores / sqrt(d), d the last dim of Q (read from its shape when the module runs)",
+        internal=True,
     )
 )
 

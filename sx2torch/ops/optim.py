@@ -35,6 +35,7 @@ register(
         rank=SAME,
         exact=True,
         doc="the iteration of newton-schulz, in bf16, returning its input's dtype",
+        internal=True,
     )
 )
 register(

@@ -5,7 +5,10 @@ from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
 from sx2torch.ops.rank import REDUCED
 
-AXES = (Key("axes", "ints"), Key("keepdims", "bool", False))
+AXES = (
+    Key("axes", "ints", static=True),
+    Key("keepdims", "bool", False, static=True),
+)
 
 
 def dims(axes) -> b.Expr:

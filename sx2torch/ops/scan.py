@@ -43,6 +43,7 @@ for _name, _runtime in (
             keys=(TIME_AXIS,),
             rank=like(1, "g"),
             doc="a scan run backwards",
+            internal=True,
         )
     )
 register(

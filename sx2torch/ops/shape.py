@@ -64,7 +64,7 @@ register(
 register(
     Op(
         "transpose",
-        (X, Arg("perm", "ints")),
+        (X, Arg("perm", "ints", static=True)),
         lambda a, ctx: b.method(a[0], "permute", *ctx.attrs["perm"]),
         result="keep",
         exact=True,
@@ -123,7 +123,11 @@ register(
         "slice",
         (X,),
         _slice,
-        keys=(Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int")),
+        keys=(
+            Key("axis", "int", 0, static=True),
+            Key("start", "int", 0),
+            Key("end", "int"),
+        ),
         result="keep",
         exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],

@@ -48,16 +48,29 @@ def markdown() -> str:
         "| op | rank | marks | derivative | notes |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for name in sorted(REGISTRY):
-        op = REGISTRY[name]
-        derivative = (
-            "rule" if op.grad else ("through its definition" if op.expand else "none")
-        )
-        cell = signature(op).replace("|", "\\|")
-        lines.append(
-            f"| `{cell}` | {op.rank.doc} | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
-        )
+    public = [op for _, op in sorted(REGISTRY.items()) if not op.internal]
+    internal = [op for _, op in sorted(REGISTRY.items()) if op.internal]
+    lines += [_row(op) for op in public]
+    lines += [
+        "",
+        "## Internal ops",
+        "",
+        "Made by the compiler, in derivative rules and in the definitions of other ops; a source",
+        "that calls one gets an unknown-op diagnostic.",
+        "",
+        "| op | rank | marks | derivative | notes |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [_row(op) for op in internal]
     return "\n".join(lines) + "\n"
+
+
+def _row(op: Op) -> str:
+    derivative = (
+        "rule" if op.grad else ("through its definition" if op.expand else "none")
+    )
+    cell = signature(op).replace("|", "\\|")
+    return f"| `{cell}` | {op.rank.doc} | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
 
 
 if __name__ == "__main__":
