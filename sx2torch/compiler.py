@@ -1,4 +1,4 @@
-"""The pipeline: read -> resolve -> trace -> (gradient) -> policy -> emit -> format."""
+"""The pipeline: read -> resolve -> trace -> (gradient) -> ranks -> policy -> emit -> format."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Optional
 
-from sx2torch import __version__, dump, format, policy, read, resolve, trace
+from sx2torch import __version__, dump, format, policy, ranks, read, resolve, trace
 from sx2torch.emit import module
 from sx2torch.errors import UsageError
 
@@ -39,6 +39,7 @@ def compile_source(text: str, filename: str, options: Optional[Options] = None) 
     chosen = choose_run(program, options.run)
     precision = chosen.precision if chosen else "f32"
     graphs = trace.run(program)
+    ranks.check(program, graphs)
     if options.dump_after == "trace":
         return dump.graphs(graphs)
     lowered = policy.run(program, graphs, precision)

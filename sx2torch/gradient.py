@@ -12,12 +12,14 @@ calls inside Y are traced inline, so the backward sees their nodes.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Optional
 
+from sx2torch import ranks
 from sx2torch.emit.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import Kind, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY
-from sx2torch.read import List, Symbol
+from sx2torch.read import Datum, List, Symbol
 
 
 def run(t, datum: List, env: dict) -> Operand:
@@ -42,27 +44,33 @@ def run(t, datum: List, env: dict) -> Operand:
             y = t.expr(y_form, env)
     finally:
         t.stamps = stamps
-    if not (isinstance(y, Node) and is_scalar(y)):
+    scalar = is_scalar(t, y) if isinstance(y, Node) else False
+    if scalar is False:
         raise SourceError(
             y_form.span,
             "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)",
         )
+    if scalar is None:
+        y = _expect_scalar(t, y, y_form)
     return _Backward(t, datum).run(y, x)
 
 
-def is_scalar(node: Node) -> bool:
-    """Whether a value is a 0-d tensor, as far as the compiler can tell."""
-    op = REGISTRY[node.op] if node.kind is Kind.OP else None
-    rank = op.output_rank if op is not None else None
-    if rank == "reduced":
-        keepdims = node.attrs.get("keepdims")
-        return node.attrs.get("axes") is None and not (keepdims and keepdims.value)
-    if rank == "scalar":
-        return True
-    if node.kind is Kind.CAST or (op is not None and op.elementwise):
-        tensors = [i for i in node.inputs if isinstance(i, Node)]
-        return bool(tensors) and all(is_scalar(i) for i in tensors)
-    return False
+def is_scalar(t, node: Node) -> Optional[bool]:
+    """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
+    rank = ranks.rank_of(node, t.graph, t.program)
+    return None if rank is None else rank == 0
+
+
+def _expect_scalar(t, y: Node, y_form: Datum) -> Node:
+    """Y itself, checked to be 0-d when the module runs, the error naming Y's form."""
+    outer = t.frames, t.datum
+    t.frames, t.datum = y.frames, y_form
+    try:
+        checked = t.op("expect-scalar", [y], form=echo(y_form))
+        checked.name = _label(y)  # named as Y would be: the backward is named after it
+        return checked
+    finally:
+        t.frames, t.datum = outer
 
 
 class _Backward:

@@ -217,6 +217,36 @@ CASES = {
         25,
         "'mode' is the keyword :fast, not a number or a tensor",
     ),
+    "shape-matmul": (
+        b"(defparam a (normal [3 4]))\n(defparam b (normal [5 6]))\n(defun forward (x)\n  (+ x (matmul a b)))\n",
+        4,
+        8,
+        "matmul of [3 4] and [5 6]: the inner sizes differ (4 against 5)",
+    ),
+    "shape-broadcast": (
+        b"(defparam a (normal [3 4]))\n(defparam b (normal [5 6]))\n(defun forward (x)\n  (* x (+ a b)))\n",
+        4,
+        8,
+        "the shapes [3 4] and [5 6] do not broadcast: 4 against 6 on axis -1",
+    ),
+    "shape-through-ops": (
+        b"(defparam a (normal [3 4]))\n(defun forward (x)\n  (let ((t (transpose a [1 0])))\n    (matmul (relu t) (sum (reshape a [2 6]) :axes [0] :keepdims true))))\n",
+        4,
+        5,
+        "matmul of [4 3] and [1 6]: the inner sizes differ (3 against 1)",
+    ),
+    "shape-known-size-against-const": (
+        b"(defconst d 4)\n(defparam a (normal [3 d]))\n(defparam b (normal [2 3]))\n(defun forward (x) (+ x (- a b)))\n",
+        4,
+        25,
+        "the shapes [3 ?] and [2 3] do not broadcast: 3 against 2 on axis -2",
+    ),
+    "gradient-not-scalar": (
+        b"(defparam w (normal [3 4]))\n(defun forward (x)\n  (gradient (sum (* w 2.0) :axes [0]) w))\n",
+        3,
+        13,
+        "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)",
+    ),
     "overflow": (
         b"(defconst big (* 1e200 1e200))\n(defun forward (x) x)\n",
         1,

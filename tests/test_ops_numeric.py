@@ -490,6 +490,9 @@ CASES: dict[str, list[Case]] = {
             lambda x, y: y,
         ),
     ],
+    "expect-scalar": [
+        case("x", "(expect-scalar (sum x))", X, lambda x: torch.sum(x)),
+    ],
     "reshape-as": [
         case(
             "x y", "(reshape-as x (reshape y [2 6]))", XY, lambda x, y: x.reshape(2, 6)

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from sx2torch.ops.rank import RankRule
+
 
 @dataclass(frozen=True)
 class Arg:
@@ -57,9 +59,9 @@ class Op:
     name_inputs: bool = (
         False  # the emission reads an input twice, so it must be a local
     )
-    elementwise: bool = False  # the output has the broadcast shape of the tensor inputs
-    # "reduced": the output drops `:axes` (all by default) unless `:keepdims`; "scalar": 0-d
-    output_rank: Optional[str] = None
+    rank: Optional[RankRule] = (
+        None  # the output's shape from the inputs' (sx2torch/ops/rank.py)
+    )
     folds: bool = (
         False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
     )
@@ -108,6 +110,8 @@ def register(op: Op) -> Op:
         raise ValueError(f"op {op.name!r} registered twice")
     if (op.emit is None) == (op.expand is None):
         raise ValueError(f"op {op.name!r} needs exactly one of emit and expand")
+    if op.rank is None:
+        raise ValueError(f"op {op.name!r} needs a rank rule")
     REGISTRY[op.name] = op
     return op
 

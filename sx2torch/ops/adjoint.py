@@ -2,8 +2,10 @@
 
 from sx2torch.emit import build as b
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import CONCAT_PART, SCALAR, like
 
 G, LIKE = Arg("g"), Arg("like", "like")
+LIKE_SHAPE = like(1, "like")
 
 
 def _sum_to_grad(t, node, g):
@@ -28,6 +30,7 @@ register(
         "ones-like",
         (LIKE,),
         _filled("torch.ones_like"),
+        rank=like(0, "like"),
         grad=lambda t, n, g: [None],
         exact=True,
     )
@@ -37,6 +40,7 @@ register(
         "zeros-like",
         (LIKE,),
         _filled("torch.zeros_like"),
+        rank=like(0, "like"),
         grad=lambda t, n, g: [None],
         exact=True,
     )
@@ -47,6 +51,7 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),
         grad=_sum_to_grad,
+        rank=LIKE_SHAPE,
         doc="sums a broadcast gradient back to the shape of `like`",
         internal=True,
     )
@@ -57,6 +62,7 @@ register(
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "expand_as", a[1]),
         grad=_expand_as_grad,
+        rank=LIKE_SHAPE,
         exact=True,
         doc="broadcasts to the shape of `like`",
     )
@@ -105,6 +111,7 @@ register(
             Key("mean", "bool", False),
         ),
         grad=_expand_reduced_grad,
+        rank=LIKE_SHAPE,
         name_inputs=True,
         internal=True,
     )
@@ -121,6 +128,7 @@ register(
         (G, LIKE, Arg("ids", "ids")),
         lambda a, ctx: b.call("sx.take_backward", *a),
         grad=_take_backward_grad,
+        rank=LIKE_SHAPE,
         internal=True,
     )
 )
@@ -147,6 +155,7 @@ register(
         _slice_backward,
         keys=SLICE_KEYS,
         grad=_slice_backward_grad,
+        rank=LIKE_SHAPE,
         exact=True,
         internal=True,
     )
@@ -168,6 +177,26 @@ register(
         keys=(Key("index", "int", 0), Key("axis", "int", 0)),
         exact=True,
         arity=(2, None),
+        rank=CONCAT_PART,
+        internal=True,
+    )
+)
+
+
+def _expect_scalar(a, ctx):
+    return b.call("sx.expect_scalar", a[0], b.string(ctx.values["form"]))
+
+
+register(
+    Op(
+        "expect-scalar",
+        (Arg("y"),),
+        _expect_scalar,
+        result="keep",
+        exact=True,
+        grad=lambda t, n, g: [g],
+        rank=SCALAR,
+        doc="Y, checked to be 0-d when the module runs: the Y of a gradient whose rank the compiler cannot tell",
         internal=True,
     )
 )

@@ -8,6 +8,20 @@ and no gradient flows through them.
 
 from sx2torch.emit import build as b
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import RankRule, known
+
+ARANGE_OF = RankRule(
+    "1", lambda shapes, attrs: (_size(shapes[0], known(attrs["axis"])),)
+)
+LINSPACE = RankRule("1", lambda shapes, attrs: (known(attrs["steps"]),))
+
+
+def _size(shape, axis):
+    """LIKE's size along a literal axis, where known."""
+    if shape is None or axis is None or not -len(shape) <= axis < len(shape):
+        return None
+    return shape[axis]
+
 
 LIKE = Arg("like", "like")
 
@@ -34,6 +48,7 @@ register(
             "0, 1, ..., n-1 with n LIKE's size along :axis when the module runs (positions); "
             "f32 unless in a bf16 region, where bf16 holds integers exactly only up to 256"
         ),
+        rank=ARANGE_OF,
     )
 )
 
@@ -59,5 +74,6 @@ register(
             "STEPS evenly spaced values from START to END (torch.linspace), on LIKE's device; "
             "f32 unless in a bf16 region"
         ),
+        rank=LINSPACE,
     )
 )

@@ -10,13 +10,14 @@ from dataclasses import replace
 from sx2torch.emit import build as b
 from sx2torch.ir import Node, Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import BROADCAST
 
 X, Y = Arg("x"), Arg("y")
 HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
 
 
 def _register(op: Op) -> Op:
-    return register(replace(op, elementwise=True))
+    return register(replace(op, rank=BROADCAST))
 
 
 def unbroadcast(t, g, n, index: int):

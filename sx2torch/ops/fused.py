@@ -14,7 +14,16 @@ import libcst as cst
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import ATTENTION, SAME, RankRule, product
 
+LINEAR = RankRule(
+    "X's with the last axis W's first",
+    lambda shapes, attrs: (
+        None
+        if shapes[0] is None or shapes[1] is None
+        else product(shapes[0], tuple(reversed(shapes[1])))
+    ),
+)
 TRUE = Scalar.lit(True)
 LAST = (Scalar.lit(-1),)
 # torch's eps for F.rms_norm on f32 and bf16 input: finfo of the f32 it computes in
@@ -61,6 +70,7 @@ register(
             "as PyTorch's call does). :eps defaults to torch's: finfo(float32).eps for f32 "
             "and bf16 input"
         ),
+        rank=SAME,
     )
 )
 
@@ -94,6 +104,7 @@ register(
             "the f32 accumulator and the sum rounded once (addmm), as :out :f32 accumulates "
             "and then stores in the dtype it computes in"
         ),
+        rank=LINEAR,
     )
 )
 
@@ -134,5 +145,6 @@ register(
             "i - W <= j <= i, flash-attn's window_size=(W, 0), as a mask built from T when "
             "the module runs. No derivative rule: differentiate causal-attention instead"
         ),
+        rank=ATTENTION,
     )
 )

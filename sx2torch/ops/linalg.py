@@ -3,6 +3,7 @@
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import MATMUL
 
 
 def _matmul(a, ctx):
@@ -31,6 +32,7 @@ register(
         _matmul,
         keys=(Key("out", "out"),),
         grad=_matmul_grad,
+        rank=MATMUL,
         doc="`:out :f32` on bf16 operands keeps the bf16 GEMM and stores its f32 accumulator",
     )
 )

@@ -3,6 +3,7 @@
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import ATTENTION, REDUCED, SAME, SCALAR, RankRule, like
 from sx2torch.ops.reduce import dims
 
 X = Arg("x")
@@ -39,6 +40,7 @@ register(
         keys=(LAST_AXIS,),
         sensitive=True,
         grad=_softmax_grad,
+        rank=SAME,
     )
 )
 register(
@@ -49,6 +51,7 @@ register(
         keys=(LAST_AXIS,),
         sensitive=True,
         grad=_log_softmax_grad,
+        rank=SAME,
     )
 )
 
@@ -91,10 +94,14 @@ register(
         sensitive=True,
         name_inputs=True,
         grad=_logsumexp_grad,
-        output_rank="reduced",
+        rank=REDUCED,
     )
 )
 REDUCTION = Key("reduction", "reduction")
+CROSS_ENTROPY = RankRule(
+    "0; as LABELS with :reduction :none",
+    lambda shapes, attrs: shapes[1] if attrs["reduction"] == "none" else (),
+)
 
 
 def _reduction(ctx) -> dict:
@@ -114,7 +121,7 @@ register(
             t.op("cross-entropy-backward", [g, *n.inputs], **n.attrs),
             None,
         ],
-        output_rank="scalar",
+        rank=CROSS_ENTROPY,
         doc=(
             "integer labels; :reduction :mean over rows (the default), :sum, or :none "
             "(one loss per row)"
@@ -127,6 +134,7 @@ register(
         (Arg("g"), Arg("logits"), Arg("labels", "ids")),
         lambda a, ctx: b.call("sx.cross_entropy_backward", *a, **_reduction(ctx)),
         keys=(REDUCTION,),
+        rank=like(1, "logits"),
         doc="(softmax(logits) - one_hot(labels)) * g, divided by the rows for :mean",
         internal=True,
     )
@@ -156,6 +164,7 @@ register(
                 ],
             )
         ],
+        rank=SAME,
         doc="cap * tanh(x / cap)",
     )
 )
@@ -194,13 +203,16 @@ def _normalize(axes):
 
 EPS_6 = Key("eps", "number", 1e-6)
 EPS_5 = Key("eps", "number", 1e-5)
-register(Op("rms-norm", (X,), expand=_rms_norm, keys=(EPS_6,), doc="no gain"))
+register(
+    Op("rms-norm", (X,), expand=_rms_norm, keys=(EPS_6,), rank=SAME, doc="no gain")
+)
 register(
     Op(
         "layer-norm",
         (X,),
         expand=_normalize((Scalar.lit(-1),)),
         keys=(EPS_5,),
+        rank=SAME,
         doc="no affine",
     )
 )
@@ -210,6 +222,7 @@ register(
         (X,),
         expand=_normalize(None),
         keys=(Key("axes", "ints", (0,)), EPS_5),
+        rank=SAME,
         doc="batch statistics",
     )
 )
@@ -234,6 +247,7 @@ register(
         keys=(Key("fill", "number"),),
         exact=True,
         grad=_causal_mask_grad,
+        rank=SAME,
         doc=(
             "X with the entries above the diagonal of its last two axes set to :fill "
             "(default -inf): row i keeps columns j <= i"
@@ -253,6 +267,7 @@ register(
         (Arg("scores"), Arg("q", "like")),
         _attention_scale,
         grad=lambda t, n, g: [t.op("attention-scale", [g, n.inputs[1]]), None],
+        rank=SAME,
         doc="scores / sqrt(d), d the last dim of Q (read from its shape when the module runs)",
     )
 )
@@ -277,6 +292,7 @@ register(
         "causal-attention",
         (Arg("q"), Arg("k"), Arg("v")),
         expand=_causal_attention,
+        rank=ATTENTION,
         doc="softmax(Q Kᵀ / sqrt(d) + causal mask) V over the last two axes, d = Q's last dim",
     )
 )

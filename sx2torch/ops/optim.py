@@ -9,6 +9,7 @@ module runs, so the iteration itself lives in the runtime
 
 from sx2torch.emit import build as b
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import SAME
 
 STEPS = Key("steps", "int", 5)
 
@@ -31,6 +32,7 @@ register(
         (Arg("g"),),
         _newton_schulz_call,
         keys=(STEPS,),
+        rank=SAME,
         exact=True,
         doc="the iteration of newton-schulz, in bf16, returning its input's dtype",
         internal=True,
@@ -42,6 +44,7 @@ register(
         (Arg("g"),),
         expand=_newton_schulz,
         keys=(STEPS,),
+        rank=SAME,
         doc=(
             "Muon's quintic Newton-Schulz iteration, (a, b, c) = (3.4445, -4.7750, 2.0315), "
             "on G / (|G|_F + 1e-7), transposed when taller than wide; bf16 iteration, f32 result"

@@ -3,6 +3,7 @@
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import REDUCED
 
 AXES = (
     Key("axes", "ints", static=True),
@@ -67,7 +68,7 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
             result=result,
             grad=GRADS[name],
             exact=exact,
-            output_rank="reduced",
+            rank=REDUCED,
         )
     )
 

@@ -7,6 +7,7 @@ into f32 and their output stays f32 until it meets a bf16 value.
 
 from sx2torch.emit import build as b
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import BROADCAST, MATRIX_SCAN, OUTER, SAME, like
 
 TIME_AXIS = Key("axis", "int", 1)
 
@@ -40,6 +41,7 @@ for _name, _runtime in (
             (Arg("a"), Arg("g")),
             _scan(_runtime),
             keys=(TIME_AXIS,),
+            rank=like(1, "g"),
             doc="a scan run backwards",
             internal=True,
         )
@@ -52,6 +54,7 @@ register(
         keys=(TIME_AXIS,),
         result="keep",
         exact=True,
+        rank=SAME,
         doc="h_{t-1} along :axis, h_{-1} = 0",
     )
 )
@@ -64,6 +67,7 @@ register(
             "*",
             b.method(a[1], "unsqueeze", b.number(-2)),
         ),
+        rank=OUTER,
         doc="the outer product of the last axes: [..., n] and [..., m] -> [..., n, m]",
     )
 )
@@ -77,6 +81,7 @@ register(
         keys=(TIME_AXIS,),
         sensitive=True,
         grad=_scan_grad("linear-scan-adjoint", "*"),
+        rank=BROADCAST,
         doc="h_t = a_t * h_{t-1} + b_t along :axis, h_{-1} = 0; A and B broadcast",
     )
 )
@@ -88,6 +93,7 @@ register(
         keys=(TIME_AXIS,),
         sensitive=True,
         grad=_scan_grad("matrix-scan-adjoint", "outer"),
+        rank=MATRIX_SCAN,
         doc=(
             "h_t = A_t h_{t-1} + b_t along :axis, h_{-1} = 0; A [..., n, n], B [..., n], "
             "their batch axes broadcast and :axis counts those (negative: from the last batch axis)"

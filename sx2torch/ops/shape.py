@@ -5,6 +5,16 @@ import libcst as cst
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.rank import (
+    CONCAT,
+    ONE_HOT,
+    RESHAPE,
+    SLICE,
+    SWAP_AXES,
+    TAKE,
+    TRANSPOSE,
+    like,
+)
 
 X = Arg("x")
 
@@ -37,6 +47,7 @@ register(
         exact=True,
         name_inputs=True,
         grad=_reshape_grad,
+        rank=RESHAPE,
     )
 )
 register(
@@ -47,6 +58,7 @@ register(
         result="keep",
         exact=True,
         grad=_reshape_grad,
+        rank=like(1, "like"),
     )
 )
 register(
@@ -57,6 +69,7 @@ register(
         result="keep",
         exact=True,
         grad=_transpose_grad,
+        rank=TRANSPOSE,
     )
 )
 register(
@@ -67,6 +80,7 @@ register(
         result="keep",
         exact=True,
         grad=lambda t, n, g: [t.op("swap-axes", [g], a=n.attrs["a"], b=n.attrs["b"])],
+        rank=SWAP_AXES,
     )
 )
 register(
@@ -75,6 +89,7 @@ register(
         (Arg("xs", "tensors"),),
         lambda a, ctx: b.call("torch.cat", b.list_(a), dim=ctx.attrs["axis"]),
         keys=(Key("axis", "int", 0),),
+        rank=CONCAT,
         result="keep",
         exact=True,
         grad=lambda t, n, g: [
@@ -116,6 +131,7 @@ register(
         result="keep",
         exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
+        rank=SLICE,
     )
 )
 register(
@@ -126,6 +142,7 @@ register(
         result="keep",
         exact=True,
         grad=lambda t, n, g: [t.op("take-backward", [g, *n.inputs]), None],
+        rank=TAKE,
         doc="row gather: an embedding lookup",
     )
 )
@@ -142,6 +159,7 @@ register(
         (Arg("ids", "ids"), Arg("n", "int")),
         _one_hot,
         grad=lambda t, n, g: [None],
+        rank=ONE_HOT,
         doc="float codes in the compute dtype",
     )
 )

@@ -42,8 +42,11 @@ def markdown() -> str:
         "",
         "Made from the registry (`sx2torch/ops/`) by `python -m sx2torch.ops.table`; a test keeps it current.",
         "",
-        "| op | marks | derivative | notes |",
-        "| --- | --- | --- | --- |",
+        "The rank column is the output's rank (sx2torch/ops/rank.py); `sx2torch/ranks.py` follows it",
+        "through each graph, with the sizes written as literals, to prove shape mismatches.",
+        "",
+        "| op | rank | marks | derivative | notes |",
+        "| --- | --- | --- | --- | --- |",
     ]
     public = [op for _, op in sorted(REGISTRY.items()) if not op.internal]
     internal = [op for _, op in sorted(REGISTRY.items()) if op.internal]
@@ -55,8 +58,8 @@ def markdown() -> str:
         "Made by the compiler, in derivative rules and in the definitions of other ops; a source",
         "that calls one gets an unknown-op diagnostic.",
         "",
-        "| op | marks | derivative | notes |",
-        "| --- | --- | --- | --- |",
+        "| op | rank | marks | derivative | notes |",
+        "| --- | --- | --- | --- | --- |",
     ]
     lines += [_row(op) for op in internal]
     return "\n".join(lines) + "\n"
@@ -67,7 +70,7 @@ def _row(op: Op) -> str:
         "rule" if op.grad else ("through its definition" if op.expand else "none")
     )
     cell = signature(op).replace("|", "\\|")
-    return f"| `{cell}` | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
+    return f"| `{cell}` | {op.rank.doc} | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
 from sx2torch.runtime.attention import causal_mask, window_mask
+from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
@@ -24,6 +25,7 @@ __all__ = [
     "causal_mask",
     "concat_part",
     "cross_entropy_backward",
+    "expect_scalar",
     "linear_scan",
     "linear_scan_adjoint",
     "matmul_f32_out",

@@ -254,6 +254,7 @@ def test_every_differentiable_op_is_covered():
         "slice-backward",
         "reshape-as",
         "one-hot",
+        "expect-scalar",
     }
     elsewhere = {"causal-mask", "attention-scale"}  # tests/ops/test_attention.py
     constants = {"arange-of", "linspace"}  # new values: no gradient reaches their input

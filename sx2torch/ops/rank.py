@@ -1,0 +1,256 @@
+"""Rank rules: each op's output shape from its inputs' shapes, as far as they are known.
+
+A shape is None where even the rank is unknown (a defun's argument), else a tuple with
+one entry per axis: the size where it is a literal in the source, else None (a size
+written with a const is not known: the constructor can change it). A rule sees the
+shapes of the node's inputs (a compile-time number has shape ()) and the node's
+attrs; it raises ShapeError only for a mismatch that no value of the unknowns fixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from sx2torch.ir import Scalar
+
+Dims = Optional[tuple]
+
+
+class ShapeError(Exception):
+    """A provable shape mismatch; the message is the diagnostic's."""
+
+
+@dataclass(frozen=True)
+class RankRule:
+    doc: str  # the rank column of docs/OPS.md
+    shape: Callable  # (input shapes, attrs) -> output shape
+
+
+def known(scalar) -> Optional[int]:
+    """A size or axis written as a literal; None where a const or &key argument decides it.
+    (An op's definition may pass a plain Python value: the compiler wrote it.)"""
+    if isinstance(scalar, Scalar):
+        return scalar.value if scalar.op == "lit" else None
+    return scalar
+
+
+def value(attr):
+    """An attribute's value at compile time, consts at their defaults: what the emission uses."""
+    return attr.value if isinstance(attr, Scalar) else attr
+
+
+def shown(dims: tuple) -> str:
+    return "[" + " ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def broadcast(*shapes: tuple) -> tuple:
+    """torch's broadcast of known ranks: an axis is its one size other than 1, if any is known."""
+    rank = max(map(len, shapes), default=0)
+    out = []
+    for axis in range(-1, -rank - 1, -1):  # from the last axis, as torch reports
+        sizes = [s[axis] if -axis <= len(s) else 1 for s in shapes]
+        fixed = [(size, s) for size, s in zip(sizes, shapes) if size not in (None, 1)]
+        for size, s in fixed[1:]:
+            if size != fixed[0][0]:
+                raise ShapeError(
+                    f"the shapes {shown(fixed[0][1])} and {shown(s)} do not broadcast: "
+                    f"{fixed[0][0]} against {size} on axis {axis}"
+                )
+        out.append(fixed[0][0] if fixed else (1 if None not in sizes else None))
+    return tuple(reversed(out))
+
+
+def _axis(scalar, rank: int) -> Optional[int]:
+    """A literal axis in range, counted from 0; None otherwise."""
+    axis = known(scalar)
+    return axis % rank if axis is not None and -rank <= axis < rank else None
+
+
+def _same(shapes, attrs):
+    return shapes[0]
+
+
+def _broadcast(shapes, attrs):
+    return None if None in shapes else broadcast(*shapes)
+
+
+def _reduced(shapes, attrs):
+    (x,) = shapes
+    axes, keepdims = attrs["axes"], value(attrs["keepdims"])
+    if not axes:  # torch reduces over every axis for `dim=()` too
+        if not keepdims:
+            return ()
+        return None if x is None else (1,) * len(x)
+    if x is None:
+        return None
+    if not x:  # torch reduces a 0-d tensor over axis 0 or -1 to itself
+        return ()
+    rank = len(x)
+    if len(axes) > rank:
+        return None
+    dropped = [_axis(a, rank) for a in axes]
+    if None in dropped:
+        kept = rank if keepdims else rank - len(axes)
+        return (None,) * kept
+    if len(set(dropped)) < len(dropped):
+        return None  # torch rejects a repeated axis
+    if keepdims:
+        return tuple(1 if i in dropped else d for i, d in enumerate(x))
+    return tuple(d for i, d in enumerate(x) if i not in dropped)
+
+
+def _scalar(shapes, attrs):
+    return ()
+
+
+def product(a: tuple, b: tuple) -> Optional[tuple]:
+    """torch.matmul's shape: a vector operand gains an axis that the result drops."""
+    if not a or not b:
+        return None
+    inner = b[-2] if len(b) > 1 else b[0]
+    if a[-1] is not None and inner is not None and a[-1] != inner:
+        raise ShapeError(
+            f"matmul of {shown(a)} and {shown(b)}: the inner sizes differ ({a[-1]} against {inner})"
+        )
+    rows = a[:-1][-1:]
+    cols = b[-1:] if len(b) > 1 else ()
+    return broadcast(a[:-2], b[:-2]) + rows + cols
+
+
+def _matmul(shapes, attrs):
+    a, b = shapes
+    return None if a is None or b is None else product(a, b)
+
+
+def _reshape(shapes, attrs):
+    """A literal positive size is known; 0 keeps the input's size there; -1 is inferred."""
+    (x,) = shapes
+    sizes = []
+    for i, scalar in enumerate(attrs["shape"]):
+        size = known(scalar)
+        if size == 0:
+            size = x[i] if x is not None and i < len(x) else None
+        sizes.append(size if size is None or size >= 0 else None)
+    return tuple(sizes)
+
+
+def _concat(shapes, attrs):
+    ranks = [s for s in shapes if s is not None]
+    if not ranks:
+        return None
+    rank = len(ranks[0])
+    axis = _axis(attrs["axis"], rank)
+    if axis is None or any(len(s) != rank for s in ranks):
+        return (None,) * rank
+    out = []
+    for i in range(rank):
+        sizes = [s[i] for s in shapes if s is not None]
+        if i == axis:
+            whole = len(ranks) == len(shapes) and None not in sizes
+            out.append(sum(sizes) if whole else None)
+        else:
+            out.append(next((d for d in sizes if d is not None), None))
+    return tuple(out)
+
+
+def like(index: int, arg: str) -> RankRule:
+    """The shape of input `index`, the argument named `arg`."""
+    return RankRule(f"as {arg.upper()}", lambda shapes, attrs: shapes[index])
+
+
+def _transpose(shapes, attrs):
+    (x,) = shapes
+    perm = attrs["perm"]
+    if x is None or len(x) != len(perm):
+        return (None,) * len(perm)
+    axes = [_axis(p, len(x)) for p in perm]
+    return tuple(None if a is None else x[a] for a in axes)
+
+
+def _swap_axes(shapes, attrs):
+    (x,) = shapes
+    if x is None:
+        return None
+    a, b = (_axis(attrs[k], len(x)) for k in ("a", "b"))
+    if a is None or b is None:
+        return (None,) * len(x)
+    swapped = list(x)
+    swapped[a], swapped[b] = x[b], x[a]
+    return tuple(swapped)
+
+
+def _slice(shapes, attrs):
+    (x,) = shapes
+    if x is None or not x:
+        return x
+    axis = _axis(attrs["axis"], len(x))
+    if axis is None:
+        return (None,) * len(x)
+    start, end = known(attrs["start"]), known(attrs["end"])
+    bounded = attrs["end"] is None or end is not None
+    size = x[axis]
+    if size is not None and start is not None and bounded:
+        size = len(range(size)[start:end])
+    else:
+        size = None
+    return x[:axis] + (size,) + x[axis + 1 :]
+
+
+def _take(shapes, attrs):
+    table, ids = shapes
+    return None if table is None or ids is None else ids + table[1:]
+
+
+def _one_hot(shapes, attrs):
+    (ids,) = shapes
+    return None if ids is None else ids + (known(attrs["n"]),)
+
+
+def _outer(shapes, attrs):
+    x, y = shapes
+    if not x or not y:
+        return None
+    return broadcast(x[:-1], y[:-1]) + (x[-1], y[-1])
+
+
+def _matrix_scan(shapes, attrs):
+    a, b = shapes
+    if a is None or b is None or len(a) < 2 or not b:
+        return None
+    return broadcast(a[:-2], b[:-1]) + (b[-1],)
+
+
+def _attention(shapes, attrs):
+    q, k, v = shapes
+    if q is None or k is None or v is None or len(k) < 2:
+        return None
+    scores = product(q, k[:-2] + (k[-1], k[-2]))
+    return None if scores is None else product(scores, v)
+
+
+def _concat_part(shapes, attrs):
+    parts, index = shapes[1:], known(attrs["index"])
+    return (
+        parts[index]
+        if index is not None and -len(parts) <= index < len(parts)
+        else None
+    )
+
+
+SAME = RankRule("same as the first input", _same)
+BROADCAST = RankRule("broadcast of the inputs", _broadcast)
+REDUCED = RankRule("drops :axes (all by default) unless :keepdims", _reduced)
+SCALAR = RankRule("0", _scalar)
+MATMUL = RankRule("torch.matmul's: batch axes broadcast", _matmul)
+RESHAPE = RankRule("the length of SHAPE", _reshape)
+CONCAT = RankRule("the inputs' rank", _concat)
+TRANSPOSE = RankRule("the length of PERM", _transpose)
+SWAP_AXES = RankRule("same as X", _swap_axes)
+SLICE = RankRule("same as X", _slice)
+TAKE = RankRule("IDS's + TABLE's - 1", _take)
+ONE_HOT = RankRule("IDS's + 1", _one_hot)
+OUTER = RankRule("broadcast of the leading axes + 2", _outer)
+MATRIX_SCAN = RankRule("broadcast of the batch axes + 1", _matrix_scan)
+ATTENTION = RankRule("broadcast of the batch axes + 2", _attention)
+CONCAT_PART = RankRule("as the part :index", _concat_part)

@@ -1,0 +1,131 @@
+"""Ranks, and shapes where known, of every node of a traced graph; the mismatches they prove.
+
+One pass over the nodes in trace order, each op's shape from its inputs' by the op's rank
+rule (sx2torch/ops/rank.py). A parameter's shape is its initializer's, a size written with
+a const unknown (the constructor can change it) but its rank known; a defun's argument has
+an unknown rank unless the caller of the analysis gives it; a call's result has the shape
+of its callee's output, found with the callee's arguments unknown. `check` reports a
+mismatch no value of the unknowns can fix, such as `(matmul a b)` of [3 4] and [5 6].
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sx2torch.errors import SourceError
+from sx2torch.ir import Graph, Node, Scalar
+from sx2torch.ops import REGISTRY
+from sx2torch.ops.rank import Dims, ShapeError, known
+from sx2torch.resolve import Program
+
+
+def shapes(
+    graph: Graph,
+    program: Program,
+    inputs: Optional[dict] = None,
+    graphs: Optional[dict] = None,
+) -> dict:
+    """{node: shape} for the graph's inputs and nodes; `inputs` maps argument names to shapes,
+    `graphs` (trace's output) lets calls take their callee's output shape."""
+    return _Analysis(program, graphs).graph(graph, inputs or {})
+
+
+def ranks(
+    graph: Graph,
+    program: Program,
+    inputs: Optional[dict] = None,
+    graphs: Optional[dict] = None,
+) -> dict:
+    """{node: rank, or None where unknown}."""
+    found = shapes(graph, program, inputs, graphs)
+    return {node: None if dims is None else len(dims) for node, dims in found.items()}
+
+
+def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
+    """The rank of one node of a graph still being traced, from the nodes it depends on."""
+    cone, pending = set(), [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Node) and item not in cone:
+            cone.add(item)
+            pending.extend(item.inputs)
+    nodes = [n for n in graph.nodes if n in cone]
+    dims = _Analysis(program, None).nodes(graph.model, nodes, {}).get(node)
+    return None if dims is None else len(dims)
+
+
+def check(program: Program, graphs: dict) -> None:
+    """Raise the first provable shape mismatch in the source, if any."""
+    analysis = _Analysis(program, graphs)
+    for graph in graphs.values():
+        analysis.alone(graph)
+    if analysis.problems:
+        node, message = min(
+            analysis.problems, key=lambda p: (p[0].span.line, p[0].span.col)
+        )
+        raise SourceError(node.span, message)
+
+
+class _Analysis:
+    def __init__(self, program: Program, graphs: Optional[dict]):
+        self.program = program
+        self.graphs = graphs or {}
+        self.done: dict = {}  # graph -> its shapes with its arguments unknown
+        self.problems: list = []  # (node, message) of each provable mismatch
+
+    def alone(self, graph: Graph) -> dict:
+        """The graph's shapes with its arguments unknown, found once."""
+        if graph not in self.done:
+            self.done[graph] = {}  # resolve rejects recursion; this only guards
+            self.done[graph] = self.graph(graph, {})
+        return self.done[graph]
+
+    def graph(self, graph: Graph, inputs: dict) -> dict:
+        given = {node: inputs.get(node.name) for node in graph.inputs}
+        return self.nodes(graph.model, graph.nodes, given)
+
+    def nodes(self, model: str, nodes: list, given: dict) -> dict:
+        found = dict(given)
+        for node in nodes:
+            found[node] = self._node(node, model, found)
+        return found
+
+    def _node(self, node: Node, model: str, found: dict) -> Dims:
+        if node.op == "param":
+            return self._param(node, model)
+        if node.op in ("call", "submodel", "chain"):
+            return self._called(node, model)
+        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
+        if node.op == "cast":
+            return inputs[0]
+        try:
+            return REGISTRY[node.op].rank.shape(inputs, node.attrs)
+        except ShapeError as error:
+            self.problems.append((node, str(error)))
+            return None
+
+    def _param(self, node: Node, model: str) -> Dims:
+        owner = self.program.model(node.attrs.get("owner", model))
+        init = owner.params[node.attrs["param"]].init
+        if init.kind == "eye":
+            return (known(init.args["n"]),) * 2
+        return tuple(known(size) for size in init.args["shape"])
+
+    def _called(self, node: Node, model: str) -> Dims:
+        target = node.attrs["target"]
+        if node.op == "call":
+            key = (model, target)
+        else:
+            param = self.program.model(model).params.get(target)
+            if (
+                param is None
+            ):  # a stack chained inside an inlined sub-model: not followed
+                return None
+            init = param.init
+            if node.op == "chain" and not (known(init.count) or 0) > 0:
+                return None  # an empty stack returns its argument
+            key = (init.model, "forward")
+        callee = self.graphs.get(key)
+        if callee is None or not isinstance(callee.output, Node):
+            return None
+        return self.alone(callee).get(callee.output)
