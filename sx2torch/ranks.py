@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import Graph, Node, Scalar
+from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import Dims, ShapeError, known
 from sx2torch.resolve import Program
@@ -48,7 +48,7 @@ def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
         item = pending.pop()
         if isinstance(item, Node) and item not in cone:
             cone.add(item)
-            pending.extend(item.inputs)
+            pending.extend(reads(item))
     nodes = [n for n in graph.nodes if n in cone]
     dims = _Analysis(program, None).nodes(graph.model, nodes, {}).get(node)
     return None if dims is None else len(dims)
@@ -91,18 +91,42 @@ class _Analysis:
         return found
 
     def _node(self, node: Node, model: str, found: dict) -> Dims:
-        if node.op == "param":
+        if node.kind is Kind.PARAM:
             return self._param(node, model)
-        if node.op in ("call", "submodel", "chain"):
+        if node.kind in CALLS:
             return self._called(node, model)
         inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
-        if node.op == "cast":
+        if node.kind is Kind.CAST:
             return inputs[0]
+        if node.kind is Kind.ITEM:
+            return inputs[0][node.attrs["index"]]
+        if node.kind is Kind.FOR:
+            return self._loop(node, model, found, inputs)
+        if node.kind is Kind.IF:
+            then, otherwise = (self._region(r, model, found)[0] for r in node.regions)
+            return then if then == otherwise else None
         try:
             return REGISTRY[node.op].rank.shape(inputs, node.attrs)
         except ShapeError as error:
             self.problems.append((node, str(error)))
             return None
+
+    def _loop(self, node: Node, model: str, found: dict, inputs: list) -> tuple:
+        """The carried values' shapes after the loop: what an iteration gives, where that
+        stays the same from one iteration to the next and the stack has layers."""
+        (body,) = node.regions
+        count = known(self.program.model(model).params[node.attrs["stack"]].init.count)
+        carried = inputs
+        for _ in range(2 if count else 1):
+            found.update(zip(body.inputs, carried))
+            before, carried = carried, self._region(body, model, found)
+        if not count:
+            return tuple(i if i == o else None for i, o in zip(inputs, carried))
+        return tuple(b if b == a else None for b, a in zip(before, carried))
+
+    def _region(self, region, model: str, found: dict) -> list:
+        found.update(self.nodes(model, region.nodes, found))
+        return [() if isinstance(o, Scalar) else found.get(o) for o in region.outputs]
 
     def _param(self, node: Node, model: str) -> Dims:
         owner = self.program.model(node.attrs.get("owner", model))
@@ -113,7 +137,7 @@ class _Analysis:
 
     def _called(self, node: Node, model: str) -> Dims:
         target = node.attrs["target"]
-        if node.op == "call":
+        if node.kind is Kind.CALL:
             key = (model, target)
         else:
             param = self.program.model(model).params.get(target)
@@ -121,10 +145,7 @@ class _Analysis:
                 param is None
             ):  # a stack chained inside an inlined sub-model: not followed
                 return None
-            init = param.init
-            if node.op == "chain" and not (known(init.count) or 0) > 0:
-                return None  # an empty stack returns its argument
-            key = (init.model, "forward")
+            key = (param.init.model, "forward")
         callee = self.graphs.get(key)
         if callee is None or not isinstance(callee.output, Node):
             return None

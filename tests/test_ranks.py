@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from sx2torch import ranks, read, resolve, runtime, trace
 from sx2torch.emit import build as b
-from sx2torch.ir import Scalar
+from sx2torch.ir import Kind, Scalar
 from sx2torch.ops import REGISTRY, EmitContext
 
 # (op, expression, {argument: shape}, the sizes the analysis cannot know, by axis)
@@ -75,6 +75,21 @@ CASES = [
     ("previous", "(previous x)", {"x": [2, 3, 4]}),
     ("outer", "(outer x y)", {"x": [2, 3], "y": [2, 4]}),
     ("newton-schulz", "(newton-schulz x)", {"x": [3, 4]}),
+    (
+        "cross-entropy",
+        "(cross-entropy x labels :reduction :none)",
+        {"x": [4, 5], "labels": [4]},
+    ),
+    ("fused-rms-norm", "(fused-rms-norm x w)", {"x": [2, 3, 4], "w": [4]}),
+    ("linear", "(linear x w b)", {"x": [2, 3, 4], "w": [5, 4], "b": [5]}),
+    (
+        "attention",
+        "(attention q k v :causal true :window 2)",
+        {"q": [2, 2, 3, 4], "k": [2, 2, 3, 4], "v": [2, 2, 3, 5]},
+    ),
+    ("arange-of", "(arange-of x :axis 1)", {"x": [2, 3, 4]}),
+    ("attention-scale", "(attention-scale s q)", {"s": [2, 3, 3], "q": [2, 3, 4]}),
+    ("linspace", "(linspace x 0.0 1.0 5)", {"x": [2]}),
 ]
 for (
     _name
@@ -87,7 +102,6 @@ for _name in ("<", "<=", ">", ">=", "="):
 # shapes and with these attributes, and the code run. (op, {argument: shape}, {key: value})
 INTERNAL = [
     ("cross-entropy-backward", {"g": [], "x": [4, 5], "labels": [4]}, {}),
-    ("attention-scale", {"s": [2, 3, 3], "q": [2, 3, 4]}, {}),
     ("sum-to", {"g": [3, 4], "x": [4]}, {}),
     ("expand-reduced", {"g": [3], "x": [3, 4]}, {"axes": (1,), "mean": True}),
     ("take-backward", {"g": [2, 4, 3], "x": [5, 3], "ids": [2, 4]}, {}),
@@ -211,7 +225,7 @@ def test_parameters_have_their_initializers_shape_a_const_size_unknown():
 (defun forward (x) (+ (matmul (matmul e (matmul k w)) b) (* 2 d)))
 """)
     found = ranks.shapes(graph, program)
-    params = {n.attrs["param"]: found[n] for n in graph.nodes if n.op == "param"}
+    params = {n.attrs["param"]: found[n] for n in graph.nodes if n.kind is Kind.PARAM}
     assert params == {"w": (None, 3), "e": (4, 4), "k": (None, None), "b": (3,)}
     assert found[graph.output] == (4,)
 
@@ -235,7 +249,9 @@ def test_calls_have_their_callees_output_shape():
     by_name = {node.name: found[node] for node in graph.nodes if node.name}
     assert by_name == {"a": (3, 3), "b": (None, 6), "c": (None, 6), "d": None}
     alone = ranks.shapes(graph, program)  # without the callees' graphs: unknown
-    assert {alone[n] for n in graph.nodes if n.op in ("call", "submodel")} == {None}
+    assert {alone[n] for n in graph.nodes if n.kind in (Kind.CALL, Kind.SUBMODEL)} == {
+        None
+    }
 
 
 def test_check_passes_where_a_const_could_make_the_sizes_agree():
