@@ -421,6 +421,8 @@ class Tracer:
                     key.span,
                     f"unknown keyword :{key.name} for '{callee.name}' (known: {known})",
                 )
+            if key.name in keys:
+                raise SourceError(key.span, f":{key.name} given twice")
             keys[key.name] = self._scalar(value, env)
         if self.inline and kind == "call":
             return self._inline(callee, inputs, keys)

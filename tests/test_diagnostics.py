@@ -249,6 +249,26 @@ CASES = {
         23,
         "calls nested more than 64 defuns deep",
     ),
+    "repeated-key-defun": (
+        b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
+        2,
+        32,
+        ":k given twice",
+    ),
+    "repeated-key-submodel": (
+        b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))\n(defparam m (b))\n"
+        b"(defun forward (x) (m x :k 2 :k 3))\n",
+        3,
+        30,
+        ":k given twice",
+    ),
+    "repeated-key-chain": (
+        b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))\n(defparam s (stack 2 (b)))\n"
+        b"(defun forward (x) (chain s x :k 2 :k 3))\n",
+        3,
+        36,
+        ":k given twice",
+    ),
 }
 
 
