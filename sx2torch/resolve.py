@@ -276,6 +276,11 @@ def _init(model: Model, datum: Datum) -> Init:
             datum.items[1].span,
             "a stack size",
         )
+        if count.value < 0:
+            raise SourceError(
+                datum.items[1].span,
+                f"a stack size must not be negative, got {count.value}",
+            )
         inner = _init(model, datum.items[2])
         if inner.kind != "model":
             raise SourceError(

@@ -249,6 +249,12 @@ CASES = {
         23,
         "calls nested more than 64 defuns deep",
     ),
+    "negative-stack": (
+        b"(defmodel b () (defun forward (x) x))\n(defparam s (stack -1 (b)))\n(defun forward (x) (chain s x))\n",
+        2,
+        20,
+        "a stack size must not be negative, got -1",
+    ),
     "repeated-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
         2,
