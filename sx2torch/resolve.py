@@ -50,6 +50,7 @@ class Init:
     args: dict  # name -> Scalar, or a tuple of Scalars for shape
     model: Optional[str] = None
     count: Optional[Scalar] = None
+    span: Optional[Span] = None  # a sub-model instance's form, for diagnostics about it
 
 
 @dataclass
@@ -287,9 +288,9 @@ def _init(model: Model, datum: Datum) -> Init:
                 datum.items[2].span,
                 "stack takes a sub-model instance, such as (block :d d)",
             )
-        return Init("stack", inner.args, inner.model, count)
+        return Init("stack", inner.args, inner.model, count, inner.span)
     if head not in INITIALIZERS:
-        return Init("model", _instance_args(model, datum), model=head)
+        return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head]
     n = len(positional)
     items = datum.items[1:]
@@ -460,7 +461,7 @@ def _check_params(program: Program, model: Model) -> None:
             continue
         if param.init.model not in program.models or param.init.model == model.name:
             raise SourceError(
-                param.span, f"unknown initializer or model '{param.init.model}'"
+                param.init.span, f"unknown initializer or model '{param.init.model}'"
             )
         sub = program.models[param.init.model]
         for key, (span, _) in param.init.args.items():

@@ -255,6 +255,12 @@ CASES = {
         20,
         "a stack size must not be negative, got -1",
     ),
+    "stack-of-an-op": (
+        b"(defparam s (stack 2 (relu)))\n(defun forward (x) (chain s x))\n",
+        1,
+        22,
+        "unknown initializer or model 'relu'",
+    ),
     "repeated-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
         2,
