@@ -90,6 +90,10 @@ class Model:
         const = self.consts.get(name)
         return Scalar("const", (name,), const.value.value) if const else None
 
+    def names(self) -> set:
+        """The names defined so far in this model."""
+        return {*self.consts, *self.params, *self.defuns}
+
 
 @dataclass
 class Run:
@@ -158,6 +162,11 @@ def _head(datum: Datum, what: str) -> str:
             datum.span, f"expected {what} such as (defun ...), got {_describe(datum)}"
         )
     return datum.items[0].name
+
+
+def _evaluate(model: Model, datum: Datum) -> Scalar:
+    """A compile-time number read in `model`, whose names are known so far."""
+    return scalars.evaluate(datum, model.lookup_const, model.names())
 
 
 def _describe(datum: Datum) -> str:
@@ -236,7 +245,7 @@ def _choice(datum: Datum, choices: tuple, what: str) -> str:
 def _defconst(model: Model, datum: List) -> Const:
     _arity(datum, 2, 3, "(defconst NAME VALUE [DOC])")
     name = _symbol(datum.items[1], "a constant name")
-    value = scalars.evaluate(datum.items[2], model.lookup_const)
+    value = _evaluate(model, datum.items[2])
     if len(datum.items) == 4 and not isinstance(datum.items[3], String):
         raise SourceError(datum.items[3].span, "a docstring must be a string")
     return Const(name.name, value, name.span)
@@ -273,7 +282,7 @@ def _init(model: Model, datum: Datum) -> Init:
     if head == "stack":
         _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
         count = scalars.expect_int(
-            scalars.evaluate(datum.items[1], model.lookup_const),
+            _evaluate(model, datum.items[1]),
             datum.items[1].span,
             "a stack size",
         )
@@ -302,11 +311,11 @@ def _init(model: Model, datum: Datum) -> Init:
     args = {}
     for key, item in zip(positional, items[:n]):
         if key == "shape":
-            args[key] = shape(model.lookup_const, item)
+            args[key] = shape(model.lookup_const, item, model.names())
         else:
-            args[key] = scalars.evaluate(item, model.lookup_const)
+            args[key] = _evaluate(model, item)
     for key, item in _keywords(items[n:], defaults, head).items():
-        args[key] = scalars.evaluate(item, model.lookup_const)
+        args[key] = _evaluate(model, item)
     for key, default in defaults.items():
         args.setdefault(key, Scalar.lit(default))
     if head == "eye":
@@ -325,20 +334,17 @@ def _instance_args(model: Model, datum: List) -> dict:
     every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
     pairs = _keywords(items, every_key, "a sub-model instance")
     keys = {item.name: item.span for item in items[::2]}
-    return {
-        key: (keys[key], scalars.evaluate(value, model.lookup_const))
-        for key, value in pairs.items()
-    }
+    return {key: (keys[key], _evaluate(model, value)) for key, value in pairs.items()}
 
 
-def shape(lookup, datum: Datum) -> tuple:
+def shape(lookup, datum: Datum, known=None) -> tuple:
     if not isinstance(datum, Vector):
         raise SourceError(
             datum.span,
             "a shape must be a vector of integers and constants, such as [d (* 4 d)]",
         )
     sizes = tuple(
-        scalars.expect_int(scalars.evaluate(item, lookup), item.span, "a size")
+        scalars.expect_int(scalars.evaluate(item, lookup, known), item.span, "a size")
         for item in datum.items
     )
     for item, size in zip(datum.items, sizes):
@@ -411,7 +417,7 @@ def _defmodel(datum: List) -> Model:
     model = Model(name.name, name.span)
     for symbol, default in keys:
         model.consts[symbol.name] = Const(
-            symbol.name, scalars.evaluate(default, model.lookup_const), symbol.span
+            symbol.name, _evaluate(model, default), symbol.span
         )
     body = datum.items[3:]
     if body and isinstance(body[0], String):

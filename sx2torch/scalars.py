@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Callable, Optional
 
-from sx2torch.errors import SourceError
+from sx2torch.errors import SourceError, suggest
 from sx2torch.ir import Scalar
 from sx2torch.read import Boolean, Datum, Keyword, List, Number, Symbol
 
@@ -57,8 +57,9 @@ def negate(operand: Scalar, span) -> Scalar:
     return Scalar("neg", (operand,), -operand.value)
 
 
-def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
-    """A datum that must be known when the file compiles."""
+def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
+    """A datum that must be known when the file compiles; `known`, when given, holds every
+    name defined where it is read, so that an undefined name is reported as such."""
     if isinstance(datum, (Number, Boolean)):
         return Scalar.lit(datum.value)
     if isinstance(datum, Keyword):
@@ -66,14 +67,11 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
     if isinstance(datum, Symbol):
         found = lookup(datum.name)
         if found is None:
-            raise SourceError(
-                datum.span,
-                f"'{datum.name}' is not a constant: expected a number known at compile time",
-            )
+            raise _not_constant(datum, known)
         return found
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
-        operands = [evaluate(item, lookup) for item in datum.items[1:]]
+        operands = [evaluate(item, lookup, known) for item in datum.items[1:]]
         if head in ARITHMETIC and operands:
             if head == "-" and len(operands) == 1:
                 return negate(operands[0], datum.span)
@@ -86,6 +84,18 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
     raise SourceError(
         datum.span,
         "expected a number known at compile time (a literal, a const, or arithmetic on them)",
+    )
+
+
+def _not_constant(symbol: Symbol, known) -> SourceError:
+    if known is None or symbol.name in known:
+        return SourceError(
+            symbol.span,
+            f"'{symbol.name}' is not a constant: expected a number known at compile time",
+        )
+    return SourceError(
+        symbol.span,
+        f"unknown name '{symbol.name}': expected a const{suggest(symbol.name, known)}",
     )
 
 

@@ -8,12 +8,12 @@ on every node traced inside them.
 
 from __future__ import annotations
 
-import difflib
 from contextlib import contextmanager
 from typing import Optional
 
 from sx2torch import gradient, scalars
 from sx2torch.errors import SourceError
+from sx2torch.errors import suggest as _suggest
 from sx2torch.ir import ISLAND, REGION, Frame, Graph, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY, Op
 from sx2torch.read import (
@@ -544,11 +544,6 @@ def _wraps_gradient(datum: List) -> bool:
         and len(body[0].items) > 2
         and _wraps_gradient(body[0])
     )
-
-
-def _suggest(name: str, known: list) -> str:
-    close = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.75)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _split(items: tuple) -> tuple:

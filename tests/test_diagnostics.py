@@ -135,7 +135,7 @@ CASES = {
         b"(defconst d 4)\n(defparam w (zeros [d n]))\n(defun forward (x) x)\n",
         2,
         23,
-        "'n' is not a constant: expected a number known at compile time",
+        "unknown name 'n': expected a const",
     ),
     "shape-float": (
         b"(defparam w (zeros [3 1.5]))\n(defun forward (x) x)\n",
@@ -260,6 +260,18 @@ CASES = {
         1,
         22,
         "unknown initializer or model 'relu'",
+    ),
+    "shape-name-close": (
+        b"(defconst dim 4)\n(defparam w (normal [dm 4]))\n(defun forward (x) x)\n",
+        2,
+        22,
+        "unknown name 'dm': expected a const (did you mean 'dim'?)",
+    ),
+    "shape-param": (
+        b"(defparam v (zeros [2]))\n(defparam w (normal [v 4]))\n(defun forward (x) x)\n",
+        2,
+        22,
+        "'v' is not a constant: expected a number known at compile time",
     ),
     "repeated-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
