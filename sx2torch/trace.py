@@ -8,6 +8,7 @@ on every node traced inside them.
 
 from __future__ import annotations
 
+import difflib
 from contextlib import contextmanager
 from typing import Optional
 
@@ -30,6 +31,14 @@ from sx2torch.read import (
 from sx2torch.resolve import SPECIAL_FORMS, Defun, Model, Program
 
 TENSOR_KINDS = ("tensor", "matrix", "ids", "bool-tensor", "like")
+HINTS = {  # forms from other Lisps, and what to write instead
+    "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
+    "setq": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
+    "setf": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
+    "dropout": "dropout is not supported: a defun is a deterministic dataflow graph, "
+    "with no random numbers and no training mode; leave it out, "
+    "or apply torch's dropout to the generated module's inputs or outputs",
+}
 
 
 def run(program: Program) -> dict:
@@ -251,9 +260,10 @@ class Tracer:
         if head.name in REGISTRY:
             return self.apply(REGISTRY[head.name], datum, env)
         known = [*REGISTRY, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
+        hint = f": {HINTS[head.name]}" if head.name in HINTS else None
         raise SourceError(
             head.span,
-            f"unknown op or function '{head.name}'{_suggest(head.name, known)}",
+            f"unknown op or function '{head.name}'{hint or _suggest(head.name, known)}",
         )
 
     def _let(self, datum: List, env: dict) -> Operand:
@@ -416,11 +426,7 @@ class Tracer:
         keys = {}
         for key, value in keywords:
             if key.name not in allowed:
-                known = ", ".join(f":{k}" for k in sorted(allowed)) or "none"
-                raise SourceError(
-                    key.span,
-                    f"unknown keyword :{key.name} for '{callee.name}' (known: {known})",
-                )
+                raise _unknown_keyword(key, callee.name, sorted(allowed))
             if key.name in keys:
                 raise SourceError(key.span, f":{key.name} given twice")
             keys[key.name] = self._scalar(value, env)
@@ -464,11 +470,7 @@ class Tracer:
         for key, value in keywords:
             spec = op.key(key.name)
             if spec is None:
-                known = ", ".join(f":{k.name}" for k in op.keys) or "none"
-                raise SourceError(
-                    key.span,
-                    f"unknown keyword :{key.name} for '{op.name}' (known: {known})",
-                )
+                raise _unknown_keyword(key, op.name, [k.name for k in op.keys])
             if key.name in given:
                 raise SourceError(key.span, f":{key.name} given twice")
             given[key.name] = self._argument(spec.kind, value, env, f":{key.name}")
@@ -543,6 +545,15 @@ def _wraps_gradient(datum: List) -> bool:
         head.name == "with-numerics"
         and len(body[0].items) > 2
         and _wraps_gradient(body[0])
+    )
+
+
+def _unknown_keyword(key: Keyword, owner: str, known: list) -> SourceError:
+    close = difflib.get_close_matches(key.name, known, n=1, cutoff=0.75)
+    hint = f": did you mean :{close[0]}?" if close else ""
+    listed = ", ".join(f":{k}" for k in known) or "none"
+    return SourceError(
+        key.span, f"unknown keyword :{key.name} for '{owner}'{hint} (known: {listed})"
     )
 
 

@@ -99,7 +99,7 @@ CASES = {
         b"(defun forward (x)\n  (softmax x :axiz -1))\n",
         2,
         14,
-        "unknown keyword :axiz for 'softmax' (known: :axis)",
+        "unknown keyword :axiz for 'softmax': did you mean :axis? (known: :axis)",
     ),
     "unknown-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :j 3))\n",
@@ -272,6 +272,32 @@ CASES = {
         2,
         22,
         "'v' is not a constant: expected a number known at compile time",
+    ),
+    "let-star": (
+        b"(defun forward (x)\n  (let* ((h (relu x))) h))\n",
+        2,
+        4,
+        "unknown op or function 'let*': 'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
+    ),
+    "setq": (
+        b"(defun forward (x)\n  (setq x (relu x)))\n",
+        2,
+        4,
+        "unknown op or function 'setq': there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
+    ),
+    "dropout": (
+        b"(defun forward (x)\n  (dropout x 0.1))\n",
+        2,
+        4,
+        "unknown op or function 'dropout': dropout is not supported: a defun is a deterministic dataflow graph, "
+        "with no random numbers and no training mode; leave it out, "
+        "or apply torch's dropout to the generated module's inputs or outputs",
+    ),
+    "keepdim": (
+        b"(defun forward (x)\n  (sum x :axes [0] :keepdim true))\n",
+        2,
+        20,
+        "unknown keyword :keepdim for 'sum': did you mean :keepdims? (known: :axes, :keepdims)",
     ),
     "repeated-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
