@@ -31,6 +31,7 @@ from sx2torch.read import (
 from sx2torch.resolve import SPECIAL_FORMS, Defun, Model, Program
 
 TENSOR_KINDS = ("tensor", "matrix", "ids", "bool-tensor", "like")
+SCALAR_KINDS = {"int": "an integer", "number": "a number", "bool": "true or false"}
 HINTS = {  # forms from other Lisps, and what to write instead
     "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
     "setq": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
@@ -523,6 +524,12 @@ class Tracer:
             if not (isinstance(item, Keyword) and item.name == "f32"):
                 raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
             return "f32"
+        if kind in SCALAR_KINDS and isinstance(item, (String, Vector, Keyword)):
+            raise SourceError(
+                item.span,
+                f"{what} must be {SCALAR_KINDS[kind]} known at compile time "
+                f"(a literal, a const or a &key argument), got {shown(item)}",
+            )
         value = self._scalar(item, env)
         if kind == "int":
             return scalars.expect_int(value, item.span, what)

@@ -299,6 +299,18 @@ CASES = {
         20,
         "unknown keyword :keepdim for 'sum': did you mean :keepdims? (known: :axes, :keepdims)",
     ),
+    "axis-string": (
+        b'(defun forward (x)\n  (softmax x :axis "last"))\n',
+        2,
+        20,
+        ":axis must be an integer known at compile time (a literal, a const or a &key argument), got a string",
+    ),
+    "axis-keyword": (
+        b"(defun forward (x)\n  (softmax x :axis :last))\n",
+        2,
+        20,
+        ":axis must be an integer known at compile time (a literal, a const or a &key argument), got :last",
+    ),
     "repeated-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
         2,
