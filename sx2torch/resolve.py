@@ -314,13 +314,42 @@ def _init(model: Model, datum: Datum) -> Init:
             args[key] = shape(model.lookup_const, item, model.names())
         else:
             args[key] = _evaluate(model, item)
-    for key, item in _keywords(items[n:], defaults, head).items():
+    keywords = _keywords(items[n:], defaults, head)
+    for key, item in keywords.items():
         args[key] = _evaluate(model, item)
     for key, default in defaults.items():
         args.setdefault(key, Scalar.lit(default))
     if head == "eye":
         scalars.expect_int(args["n"], items[0].span, "eye's size")
+    _check_ranges(head, args, keywords, datum)
     return Init(head, args)
+
+
+def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
+    """What torch would refuse when the module is built, with the consts at their defaults."""
+    for key, value in args.items():
+        if isinstance(value, Scalar) and isinstance(value.value, (bool, str)):
+            where = keywords[key] if key in keywords else datum.items[2]
+            raise SourceError(
+                where.span,
+                f"{head}'s {key} must be a number, got {shown(where)}",
+            )
+    if head == "eye" and args["n"].value < 0:
+        raise SourceError(
+            datum.items[1].span,
+            f"eye's size must not be negative, got {args['n'].value}",
+        )
+    if head == "normal" and args["std"].value < 0:
+        raise SourceError(
+            keywords["std"].span,
+            f":std must not be negative, got {args['std'].value}",
+        )
+    if head == "uniform" and args["low"].value > args["high"].value:
+        low, high = args["low"].value, args["high"].value
+        raise SourceError(
+            keywords.get("low", keywords.get("high")).span,
+            f":low must not be greater than :high, got :low {low} and :high {high}",
+        )
 
 
 def _instance_args(model: Model, datum: List) -> dict:

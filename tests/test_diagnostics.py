@@ -311,6 +311,42 @@ CASES = {
         20,
         ":axis must be an integer known at compile time (a literal, a const or a &key argument), got :last",
     ),
+    "normal-negative-std": (
+        b"(defparam w (normal [2] :std -1))\n(defun forward (x) x)\n",
+        1,
+        30,
+        ":std must not be negative, got -1",
+    ),
+    "normal-negative-std-const": (
+        b"(defconst s (- 0 0.5))\n(defparam w (normal [2] :std s))\n(defun forward (x) x)\n",
+        2,
+        30,
+        ":std must not be negative, got -0.5",
+    ),
+    "uniform-empty-range": (
+        b"(defparam w (uniform [2] :low 1 :high 0))\n(defun forward (x) x)\n",
+        1,
+        31,
+        ":low must not be greater than :high, got :low 1 and :high 0",
+    ),
+    "uniform-empty-range-high": (
+        b"(defparam w (uniform [2] :high -1))\n(defun forward (x) x)\n",
+        1,
+        32,
+        ":low must not be greater than :high, got :low 0 and :high -1",
+    ),
+    "eye-negative": (
+        b"(defparam w (eye -1))\n(defun forward (x) x)\n",
+        1,
+        18,
+        "eye's size must not be negative, got -1",
+    ),
+    "initializer-keyword": (
+        b"(defparam w (normal [2] :std :wide))\n(defun forward (x) x)\n",
+        1,
+        30,
+        "normal's std must be a number, got :wide",
+    ),
     "repeated-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
         2,
