@@ -17,3 +17,20 @@ def test_edge_ranges_build(build):
     assert torch.equal(model.a, torch.full((3,), 2.0))
     assert torch.equal(model.b, torch.full((3,), 1.5))
     assert model.c.shape == (0, 0) and model.c.dtype == torch.float32
+
+
+def test_an_empty_shape_is_a_0_d_tensor(build):
+    source = (
+        "(defparam z (zeros []))\n(defparam o (ones []))\n(defparam f (full [] 2.5))\n"
+        "(defparam n (normal [] :std 0))\n(defparam u (uniform [] :low 3 :high 3))\n"
+        "(defun forward (x) (+ x z o f n u))\n"
+    )
+    module, code = build(source)
+    assert "torch.zeros(())" in code and "torch.empty(()).uniform_(3.0, 3.0)" in code
+    model = module.Model()
+    for name, value in [("z", 0.0), ("o", 1.0), ("f", 2.5), ("n", 0.0), ("u", 3.0)]:
+        tensor = getattr(model, name)
+        assert tensor.shape == () and tensor.dtype == torch.float32, name
+        assert tensor.item() == value, name
+    x = torch.arange(3.0)
+    assert torch.equal(model(x), x + 6.5)

@@ -365,8 +365,10 @@ def _initializer(init, scalar) -> cst.BaseExpression:
     if init.kind == "eye":
         return b.call("torch.eye", scalar(args["n"]))
     shape = [scalar(s) for s in args["shape"]]
+    # torch.zeros() is refused: a shape [] is 0-d, torch.zeros(())
+    sizes = shape or [b.tuple_([])]
     if init.kind in ("zeros", "ones"):
-        return b.call(f"torch.{init.kind}", *shape)
+        return b.call(f"torch.{init.kind}", *sizes)
     if init.kind == "full":
         return b.call("torch.full", b.tuple_(shape), _float(args["value"], scalar))
     if init.kind == "normal":
@@ -377,7 +379,7 @@ def _initializer(init, scalar) -> cst.BaseExpression:
             size=b.tuple_(shape),
         )
     return b.method(
-        b.call("torch.empty", *shape),
+        b.call("torch.empty", *sizes),
         "uniform_",
         _float(args["low"], scalar),
         _float(args["high"], scalar),
