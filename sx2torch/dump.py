@@ -94,7 +94,7 @@ def scalar(s: Scalar) -> str:
         return f"{s.args[0]}={s.value!r}"
     if s.op == "neg":
         return f"-({scalar(s.args[0])})"
-    return f"({scalar(s.args[0])} {s.op} {scalar(s.args[1])})"
+    return "(" + f" {s.op} ".join(scalar(a) for a in s.args) + ")"
 
 
 def _value(value) -> str:

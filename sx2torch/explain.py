@@ -8,6 +8,7 @@ under :f32, the lines of bf16 regions. Then a table of parameters as in `state_d
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -187,7 +188,7 @@ def _evaluate(scalar: Scalar, env: dict):
     if scalar.op == "neg":
         return -_evaluate(scalar.args[0], env)
     function = next(f for op, f in ARITHMETIC.values() if op == scalar.op)
-    return function(_evaluate(scalar.args[0], env), _evaluate(scalar.args[1], env))
+    return functools.reduce(function, (_evaluate(a, env) for a in scalar.args))
 
 
 def render(report: dict) -> str:

@@ -18,6 +18,8 @@ ARITHMETIC: dict[str, tuple[str, Callable]] = {
 }
 
 Lookup = Callable[[str], Optional[Scalar]]
+# Operands of one chain of compile-time arithmetic: Python's compiler refuses about 3000.
+MAX_OPERANDS = 2000
 
 
 def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
@@ -42,7 +44,19 @@ def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
         )
     if left.op == right.op == "lit":
         return Scalar.lit(value)
-    return Scalar(python_op, (left, right), value)
+    return Scalar(python_op, _operands(python_op, left, right, span), value)
+
+
+def _operands(python_op: str, left: Scalar, right: Scalar, span) -> tuple:
+    """A left fold `(+ k 1 1 ...)` is one flat Scalar("+", (k, 1, 1, ...)), so that nothing that
+    reads scalars recurses once per operand."""
+    if left.op != python_op:
+        return left, right
+    if len(left.args) >= MAX_OPERANDS:
+        raise SourceError(
+            span, f"compile-time arithmetic takes at most {MAX_OPERANDS} operands"
+        )
+    return left.args + (right,)
 
 
 def negate(operand: Scalar, span) -> Scalar:

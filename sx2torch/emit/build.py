@@ -86,6 +86,37 @@ def binop(left: Expr, op: str, right: Expr) -> Expr:
     return cst.BinaryOperation(left, kind(), right)
 
 
+def chain(op: str, operands: list) -> Expr:
+    """`a op b op c ...`, a left fold, written without recursion however long it is."""
+    result = operands[0]
+    for operand in operands[1:]:
+        result = binop(result, op, operand)
+    return _flat(result) if isinstance(result, cst.BinaryOperation) else result
+
+
+class _FlatBinaryOperation(cst.BinaryOperation):
+    """A left-deep chain whose code is written by a loop down its left operands: libcst's own
+    codegen recurses once per operation and exhausts Python's stack at a few hundred."""
+
+    def _codegen_impl(self, state) -> None:
+        spine = [self]
+        while (
+            isinstance(spine[-1].left, cst.BinaryOperation) and not spine[-1].left.lpar
+        ):
+            spine.append(spine[-1].left)
+        with self._parenthesize(state):
+            spine[-1].left._codegen(state)
+            for node in reversed(spine):
+                node.operator._codegen(state)
+                node.right._codegen(state)
+
+
+def _flat(node: cst.BinaryOperation) -> Expr:
+    return _FlatBinaryOperation(
+        node.left, node.operator, node.right, node.lpar, node.rpar
+    )
+
+
 def compare(left: Expr, op: str, right: Expr) -> Expr:
     return cst.Comparison(
         at_least(left, COMPARISON + 1),

@@ -393,9 +393,7 @@ class MethodEmitter:
             return b.name(self.key_names[scalar.args[0]])
         if scalar.op == "neg":
             return b.neg(self.scalar(scalar.args[0]))
-        return b.binop(
-            self.scalar(scalar.args[0]), scalar.op, self.scalar(scalar.args[1])
-        )
+        return b.chain(scalar.op, [self.scalar(a) for a in scalar.args])
 
 
 def _without_repeats(blocks: tuple) -> tuple:

@@ -313,11 +313,7 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
         return b.name(names[scalar.args[0]])
     if scalar.op == "neg":
         return b.neg(_init_scalar(scalar.args[0], names))
-    return b.binop(
-        _init_scalar(scalar.args[0], names),
-        scalar.op,
-        _init_scalar(scalar.args[1], names),
-    )
+    return b.chain(scalar.op, [_init_scalar(a, names) for a in scalar.args])
 
 
 def _param(
