@@ -146,16 +146,20 @@ def string(value: str) -> cst.SimpleString:
 
 
 def docstring(value: str) -> cst.SimpleString:
-    """Triple-quoted where that is plainly safe, else an escaped one-line literal."""
-    plain = all(c.isprintable() or c == "\n" for c in value) and "\\" not in value
-    if (
-        plain
-        and '"""' not in value
-        and not value.endswith('"')
-        and value.strip() == value
-    ):
+    """A docstring whose value is exactly `value` after black: triple-quoted where that is plainly
+    safe, else an escaped one-line literal. Black strips a docstring's surrounding spaces,
+    re-indents its lines and pads a quote at either end, so those are escaped: no newline,
+    no space or quote at either end is left literal."""
+    plain = all(c.isprintable() and c != "\\" for c in value) and '"""' not in value
+    if plain and value.strip() == value and not (value[:1] == '"' or value[-1:] == '"'):
         return cst.SimpleString('"""' + value + '"""')
-    return string(value)
+    body = _quote(value)[1:-1]
+    if body.endswith('\\"'):
+        body = body[:-2] + "\\x22"
+    start = len(body) - len(body.lstrip(" "))
+    end = max(start, len(body.rstrip(" ")))
+    body = "\\x20" * start + body[start:end] + "\\x20" * (len(body) - end)
+    return cst.SimpleString('"' + body + '"')
 
 
 def _quote(value: str) -> str:

@@ -182,7 +182,7 @@ def _class(
     attrs: dict,
 ) -> cst.ClassDef:
     body: list = []
-    if model.doc:
+    if model.doc is not None:
         body.append(_docstring(model.doc))
     body.append(_init(program, model, lowered, ctx, classes, attrs))
     emitted = set()
@@ -227,7 +227,7 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
         ],
     )
     body = (
-        ([_docstring(typed.graph.doc)] if typed.graph.doc else [])
+        ([_docstring(typed.graph.doc)] if typed.graph.doc is not None else [])
         + prologue
         + emitter.body()
     )
