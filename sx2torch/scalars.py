@@ -102,14 +102,16 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
 
 
 def _not_constant(symbol: Symbol, known) -> SourceError:
-    if known is None or symbol.name in known:
+    name = symbol.name
+    number_like = not name[0].isalpha() or name.lower() in ("nan", "inf", "infinity")
+    if known is None or name in known or number_like:
         return SourceError(
             symbol.span,
-            f"'{symbol.name}' is not a constant: expected a number known at compile time",
+            f"'{name}' is not a constant: expected a number known at compile time",
         )
     return SourceError(
         symbol.span,
-        f"unknown name '{symbol.name}': expected a const{suggest(symbol.name, known)}",
+        f"unknown name '{name}': expected a const{suggest(name, known)}",
     )
 
 

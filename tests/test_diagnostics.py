@@ -267,6 +267,12 @@ CASES = {
         22,
         "unknown name 'dm': expected a const (did you mean 'dim'?)",
     ),
+    "const-nan": (
+        b"(defconst k nan)\n(defun forward (x) (* x k))\n",
+        1,
+        13,
+        "'nan' is not a constant: expected a number known at compile time",
+    ),
     "shape-param": (
         b"(defparam v (zeros [2]))\n(defparam w (normal [v 4]))\n(defun forward (x) x)\n",
         2,
