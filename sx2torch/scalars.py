@@ -111,7 +111,7 @@ def _not_constant(symbol: Symbol, known) -> SourceError:
         )
     return SourceError(
         symbol.span,
-        f"unknown name '{name}': expected a const{suggest(name, known)}",
+        f"unknown name '{name}': expected a const defined above{suggest(name, known)}",
     )
 
 

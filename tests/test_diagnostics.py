@@ -135,7 +135,7 @@ CASES = {
         b"(defconst d 4)\n(defparam w (zeros [d n]))\n(defun forward (x) x)\n",
         2,
         23,
-        "unknown name 'n': expected a const",
+        "unknown name 'n': expected a const defined above",
     ),
     "shape-float": (
         b"(defparam w (zeros [3 1.5]))\n(defun forward (x) x)\n",
@@ -265,7 +265,7 @@ CASES = {
         b"(defconst dim 4)\n(defparam w (normal [dm 4]))\n(defun forward (x) x)\n",
         2,
         22,
-        "unknown name 'dm': expected a const (did you mean 'dim'?)",
+        "unknown name 'dm': expected a const defined above (did you mean 'dim'?)",
     ),
     "const-nan": (
         b"(defconst k nan)\n(defun forward (x) (* x k))\n",
