@@ -49,16 +49,37 @@ def graphs(traced: dict) -> str:
 
 
 def graph(g: Graph, typed: Typed = None) -> str:
-    ids = {node: f"%{i}" for i, node in enumerate(g.inputs + g.nodes)}
+    ids: dict = {}
+    for node in [*g.inputs, *_values(g.nodes)]:
+        ids[node] = f"%{len(ids)}"
     head = f"{g.model}.{g.name}({', '.join(f'{ids[n]} {n.name}' for n in g.inputs)})"
     if typed is not None:
         ambient = f" called {typed.ambient}" if typed.ambient else ""
         head += f" : ({', '.join(typed.signature)}){ambient}"
     lines = [head]
-    for node in g.nodes:
-        inputs = ", ".join(
-            ids[i] if isinstance(i, Node) else scalar(i) for i in node.inputs
-        )
+    _block(g.nodes, ids, typed, "  ", lines)
+    lines.append(f"  return {_operand(g.output, ids)}")
+    return "\n".join(lines) + "\n"
+
+
+def _values(nodes: list):
+    """Every node, and the carried values of the regions after their node."""
+    for node in nodes:
+        yield node
+        for region in node.regions:
+            yield from region.inputs
+            yield from _values(region.nodes)
+
+
+def _operand(operand, ids: dict) -> str:
+    if isinstance(operand, Node):
+        return ids[operand]
+    return scalar(operand) if operand is not None else "None"
+
+
+def _block(nodes: list, ids: dict, typed, indent: str, lines: list) -> None:
+    for node in nodes:
+        inputs = ", ".join(_operand(i, ids) for i in node.inputs)
         attrs = "".join(
             f" {k}={_value(v)}" for k, v in node.attrs.items() if v is not None
         )
@@ -72,13 +93,16 @@ def graph(g: Graph, typed: Typed = None) -> str:
             else ""
         )
         lines.append(
-            f"  {ids[node]}{name} = {node.what}({inputs}){attrs}{frames}{dtypes}  @{node.span.line}:{node.span.col}"
+            f"{indent}{ids[node]}{name} = {node.what}({inputs}){attrs}{frames}{dtypes}  @{node.span.line}:{node.span.col}"
         )
-    out = g.output
-    lines.append(
-        f"  return {ids[out] if isinstance(out, Node) else scalar(out) if out is not None else 'None'}"
-    )
-    return "\n".join(lines) + "\n"
+        for region in node.regions:
+            carried = ", ".join(
+                f"{ids[i]} {i.name or ''}".strip() for i in region.inputs
+            )
+            lines.append(f"{indent}  region({carried}):")
+            _block(region.nodes, ids, typed, indent + "    ", lines)
+            outputs = ", ".join(_operand(o, ids) for o in region.outputs)
+            lines.append(f"{indent}    yield {outputs}")
 
 
 def lowered(low: Lowered) -> str:
@@ -94,7 +118,16 @@ def scalar(s: Scalar) -> str:
         return f"{s.args[0]}={s.value!r}"
     if s.op == "neg":
         return f"-({scalar(s.args[0])})"
-    return f"({scalar(s.args[0])} {s.op} {scalar(s.args[1])})"
+    if s.op == "index":
+        return f"index({s.args[0].attrs['index']})"
+    if s.op == "not":
+        return f"(not {scalar(s.args[0])})"
+    if s.op == "in":
+        return f"({scalar(s.args[0])} in [{' '.join(map(scalar, s.args[1]))}])"
+    if s.op == "if":
+        condition, then, otherwise = map(scalar, s.args)
+        return f"({then} if {condition} else {otherwise})"
+    return "(" + f" {s.op} ".join(scalar(a) for a in s.args) + ")"
 
 
 def _value(value) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 SHOWN_WIDTH = 100  # a longer source line is shown as a window around the column
@@ -13,6 +14,12 @@ class Span:
 
     line: int
     col: int
+
+
+def suggest(name: str, known) -> str:
+    """` (did you mean 'x'?)` for the known name closest to a misspelled one, else nothing."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 class UsageError(Exception):

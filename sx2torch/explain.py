@@ -8,6 +8,7 @@ under :f32, the lines of bf16 regions. Then a table of parameters as in `state_d
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from sx2torch.policy.rules import is_param, param_of
 from sx2torch.scalars import ARITHMETIC
 
 BYTES = {"f32": 4, "bf16": 2}
+MAX_LISTED = (
+    1024  # stack instances listed one by one; more are one row per tensor, counted
+)
 SCHEMA_VERSION = 1
 
 
@@ -137,10 +141,12 @@ def _casts(typed, node: Node, lowered) -> list:
 
 def _params(program, lowered) -> list:
     """One row per tensor of `state_dict`, in its order: a module's parameters, its buffers
-    (the frozen parameters), then its sub-modules'."""
+    (the frozen parameters), then its sub-modules'. A stack whose instances (times those of
+    the stacks around it) number more than MAX_LISTED is visited once: its rows are named
+    `blocks.{0..N-1}.w` and count N tensors."""
     rows: list = []
 
-    def visit(model, prefix: str, env: dict) -> None:
+    def visit(model, prefix: str, env: dict, copies: int = 1, listed: int = 1) -> None:
         names = attributes(model)[0]
         env = dict(env)
         for const in model.consts.values():
@@ -150,18 +156,23 @@ def _params(program, lowered) -> list:
         for param in [p for p in tensors if p.trainable] + [
             p for p in tensors if not p.trainable
         ]:
-            add(model, param, prefix + names[param.name], env)
+            add(model, param, prefix + names[param.name], env, copies)
         for param in [p for p in params if p.is_module]:
             key, init = prefix + names[param.name], param.init
             sub = program.models[init.model]
             sub_env = {k: _evaluate(v, env) for k, (_, v) in init.args.items()}
-            if init.kind == "model":
-                visit(sub, key + ".", sub_env)
+            count = _evaluate(init.count, env) if init.kind == "stack" else None
+            if count is None:
+                visit(sub, key + ".", sub_env, copies, listed)
+            elif listed * count <= MAX_LISTED:
+                for i in range(count):
+                    visit(sub, f"{key}.{i}.", sub_env, copies, listed * count)
             else:
-                for i in range(_evaluate(init.count, env)):
-                    visit(sub, f"{key}.{i}.", sub_env)
+                visit(
+                    sub, f"{key}.{{0..{count - 1}}}.", sub_env, copies * count, listed
+                )
 
-    def add(model, param, key: str, env: dict) -> None:
+    def add(model, param, key: str, env: dict, copies: int) -> None:
         args = param.init.args
         sizes = args["shape"] if "shape" in args else (args["n"], args["n"])
         shape = [_evaluate(size, env) for size in sizes]
@@ -172,8 +183,9 @@ def _params(program, lowered) -> list:
                 "name": key,
                 "shape": shape,
                 "dtype": dtype,
-                "bytes": count * BYTES[dtype],
+                "bytes": count * BYTES[dtype] * copies,
                 "trainable": param.trainable,
+                "count": copies,
             }
         )
 
@@ -190,7 +202,7 @@ def _evaluate(scalar: Scalar, env: dict):
     if scalar.op == "neg":
         return -_evaluate(scalar.args[0], env)
     function = next(f for op, f in ARITHMETIC.values() if op == scalar.op)
-    return function(_evaluate(scalar.args[0], env), _evaluate(scalar.args[1], env))
+    return functools.reduce(function, (_evaluate(a, env) for a in scalar.args))
 
 
 def render(report: dict) -> str:

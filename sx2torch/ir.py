@@ -23,7 +23,8 @@ class Scalar:
     """A compile-time number: a literal, a const, a defun's &key argument, or arithmetic.
 
     `value` is its value with every const and key at its default; `op` is "lit",
-    "const", "key" or a Python operator, `args` the literal, the name or operands.
+    "const", "key" or a Python operator, `args` the literal, the name or operands
+    (two or more: a left fold, `(+ k 1 1)` is Scalar("+", (k, 1, 1))).
     """
 
     op: str

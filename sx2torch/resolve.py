@@ -56,6 +56,7 @@ class Init:
     args: dict  # name -> Scalar, or a tuple of Scalars for shape
     model: Optional[str] = None
     count: Optional[Scalar] = None
+    span: Optional[Span] = None  # a sub-model instance's form, for diagnostics about it
 
 
 @dataclass
@@ -94,6 +95,10 @@ class Model:
     def lookup_const(self, name: str) -> Optional[Scalar]:
         const = self.consts.get(name)
         return Scalar("const", (name,), const.value.value) if const else None
+
+    def names(self) -> set:
+        """The names defined so far in this model."""
+        return {*self.consts, *self.params, *self.defuns}
 
 
 @dataclass
@@ -163,6 +168,11 @@ def _head(datum: Datum, what: str) -> str:
             datum.span, f"expected {what} such as (defun ...), got {_describe(datum)}"
         )
     return datum.items[0].name
+
+
+def _evaluate(model: Model, datum: Datum) -> Scalar:
+    """A compile-time number read in `model`, whose names are known so far."""
+    return scalars.evaluate(datum, model.lookup_const, model.names())
 
 
 def _describe(datum: Datum) -> str:
@@ -241,7 +251,7 @@ def _choice(datum: Datum, choices: tuple, what: str) -> str:
 def _defconst(model: Model, datum: List) -> Const:
     _arity(datum, 2, 3, "(defconst NAME VALUE [DOC])")
     name = _symbol(datum.items[1], "a constant name")
-    value = scalars.evaluate(datum.items[2], model.lookup_const)
+    value = _evaluate(model, datum.items[2])
     if len(datum.items) == 4 and not isinstance(datum.items[3], String):
         raise SourceError(datum.items[3].span, "a docstring must be a string")
     return Const(name.name, value, name.span)
@@ -278,19 +288,24 @@ def _init(model: Model, datum: Datum) -> Init:
     if head == "stack":
         _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
         count = scalars.expect_int(
-            scalars.evaluate(datum.items[1], model.lookup_const),
+            _evaluate(model, datum.items[1]),
             datum.items[1].span,
             "a stack size",
         )
+        if count.value < 0:
+            raise SourceError(
+                datum.items[1].span,
+                f"a stack size must not be negative, got {count.value}",
+            )
         inner = _init(model, datum.items[2])
         if inner.kind != "model":
             raise SourceError(
                 datum.items[2].span,
                 "stack takes a sub-model instance, such as (block :d d)",
             )
-        return Init("stack", inner.args, inner.model, count)
+        return Init("stack", inner.args, inner.model, count, inner.span)
     if head not in INITIALIZERS:
-        return Init("model", _instance_args(model, datum), model=head)
+        return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head]
     n = len(positional)
     items = datum.items[1:]
@@ -302,16 +317,45 @@ def _init(model: Model, datum: Datum) -> Init:
     args = {}
     for key, item in zip(positional, items[:n]):
         if key == "shape":
-            args[key] = shape(model.lookup_const, item)
+            args[key] = shape(model.lookup_const, item, model.names())
         else:
-            args[key] = scalars.evaluate(item, model.lookup_const)
-    for key, item in _keywords(items[n:], defaults, head).items():
-        args[key] = scalars.evaluate(item, model.lookup_const)
+            args[key] = _evaluate(model, item)
+    keywords = _keywords(items[n:], defaults, head)
+    for key, item in keywords.items():
+        args[key] = _evaluate(model, item)
     for key, default in defaults.items():
         args.setdefault(key, Scalar.lit(default))
     if head == "eye":
         scalars.expect_int(args["n"], items[0].span, "eye's size")
+    _check_ranges(head, args, keywords, datum)
     return Init(head, args)
+
+
+def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
+    """What torch would refuse when the module is built, with the consts at their defaults."""
+    for key, value in args.items():
+        if isinstance(value, Scalar) and isinstance(value.value, (bool, str)):
+            where = keywords[key] if key in keywords else datum.items[2]
+            raise SourceError(
+                where.span,
+                f"{head}'s {key} must be a number, got {shown(where)}",
+            )
+    if head == "eye" and args["n"].value < 0:
+        raise SourceError(
+            datum.items[1].span,
+            f"eye's size must not be negative, got {args['n'].value}",
+        )
+    if head == "normal" and args["std"].value < 0:
+        raise SourceError(
+            keywords["std"].span,
+            f":std must not be negative, got {args['std'].value}",
+        )
+    if head == "uniform" and args["low"].value > args["high"].value:
+        low, high = args["low"].value, args["high"].value
+        raise SourceError(
+            keywords.get("low", keywords.get("high")).span,
+            f":low must not be greater than :high, got :low {low} and :high {high}",
+        )
 
 
 def _instance_args(model: Model, datum: List) -> dict:
@@ -325,20 +369,17 @@ def _instance_args(model: Model, datum: List) -> dict:
     every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
     pairs = _keywords(items, every_key, "a sub-model instance")
     keys = {item.name: item.span for item in items[::2]}
-    return {
-        key: (keys[key], scalars.evaluate(value, model.lookup_const))
-        for key, value in pairs.items()
-    }
+    return {key: (keys[key], _evaluate(model, value)) for key, value in pairs.items()}
 
 
-def shape(lookup, datum: Datum) -> tuple:
+def shape(lookup, datum: Datum, known=None) -> tuple:
     if not isinstance(datum, Vector):
         raise SourceError(
             datum.span,
             "a shape must be a vector of integers and constants, such as [d (* 4 d)]",
         )
     sizes = tuple(
-        scalars.expect_int(scalars.evaluate(item, lookup), item.span, "a size")
+        scalars.expect_int(scalars.evaluate(item, lookup, known), item.span, "a size")
         for item in datum.items
     )
     for item, size in zip(datum.items, sizes):
@@ -411,7 +452,7 @@ def _defmodel(datum: List) -> Model:
     model = Model(name.name, name.span)
     for symbol, default in keys:
         model.consts[symbol.name] = Const(
-            symbol.name, scalars.evaluate(default, model.lookup_const), symbol.span
+            symbol.name, _evaluate(model, default), symbol.span
         )
     body = datum.items[3:]
     if body and isinstance(body[0], String):
@@ -461,7 +502,7 @@ def _check_params(program: Program, model: Model) -> None:
             continue
         if param.init.model not in program.models or param.init.model == model.name:
             raise SourceError(
-                param.span, f"unknown initializer or model '{param.init.model}'"
+                param.init.span, f"unknown initializer or model '{param.init.model}'"
             )
         sub = program.models[param.init.model]
         for key, (span, _) in param.init.args.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Callable, Optional
 
-from sx2torch.errors import SourceError
+from sx2torch.errors import SourceError, suggest
 from sx2torch.ir import Scalar
 from sx2torch.read import Boolean, Datum, Keyword, List, Number, Symbol
 
@@ -26,6 +26,8 @@ COMPARISONS: dict[str, tuple[str, Callable]] = {
 }
 
 Lookup = Callable[[str], Optional[Scalar]]
+# Operands of one chain of compile-time arithmetic: Python's compiler refuses about 3000.
+MAX_OPERANDS = 2000
 
 
 def _made(python_op: str, args: tuple, value) -> Scalar:
@@ -106,7 +108,19 @@ def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
         )
     if left.op == right.op == "lit":
         return Scalar.lit(value)
-    return Scalar(python_op, (left, right), value)
+    return Scalar(python_op, _operands(python_op, left, right, span), value)
+
+
+def _operands(python_op: str, left: Scalar, right: Scalar, span) -> tuple:
+    """A left fold `(+ k 1 1 ...)` is one flat Scalar("+", (k, 1, 1, ...)), so that nothing that
+    reads scalars recurses once per operand."""
+    if left.op != python_op:
+        return left, right
+    if len(left.args) >= MAX_OPERANDS:
+        raise SourceError(
+            span, f"compile-time arithmetic takes at most {MAX_OPERANDS} operands"
+        )
+    return left.args + (right,)
 
 
 def negate(operand: Scalar, span) -> Scalar:
@@ -121,8 +135,9 @@ def negate(operand: Scalar, span) -> Scalar:
     return Scalar("neg", (operand,), -operand.value)
 
 
-def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
-    """A datum that must be known when the file compiles."""
+def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
+    """A datum that must be known when the file compiles; `known`, when given, holds every
+    name defined where it is read, so that an undefined name is reported as such."""
     if isinstance(datum, (Number, Boolean)):
         return Scalar.lit(datum.value)
     if isinstance(datum, Keyword):
@@ -130,14 +145,11 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
     if isinstance(datum, Symbol):
         found = lookup(datum.name)
         if found is None:
-            raise SourceError(
-                datum.span,
-                f"'{datum.name}' is not a constant: expected a number known at compile time",
-            )
+            raise _not_constant(datum, known)
         return found
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
-        operands = [evaluate(item, lookup) for item in datum.items[1:]]
+        operands = [evaluate(item, lookup, known) for item in datum.items[1:]]
         if head in ARITHMETIC and operands:
             if head == "-" and len(operands) == 1:
                 return negate(operands[0], datum.span)
@@ -150,6 +162,20 @@ def evaluate(datum: Datum, lookup: Lookup) -> Scalar:
     raise SourceError(
         datum.span,
         "expected a number known at compile time (a literal, a const, or arithmetic on them)",
+    )
+
+
+def _not_constant(symbol: Symbol, known) -> SourceError:
+    name = symbol.name
+    number_like = not name[0].isalpha() or name.lower() in ("nan", "inf", "infinity")
+    if known is None or name in known or number_like:
+        return SourceError(
+            symbol.span,
+            f"'{name}' is not a constant: expected a number known at compile time",
+        )
+    return SourceError(
+        symbol.span,
+        f"unknown name '{name}': expected a const defined above{suggest(name, known)}",
     )
 
 

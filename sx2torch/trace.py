@@ -15,6 +15,7 @@ from typing import Optional
 
 from sx2torch import gradient, scalars
 from sx2torch.errors import SourceError
+from sx2torch.errors import suggest as _suggest
 from sx2torch.ir import (
     ISLAND,
     REGION,
@@ -42,6 +43,15 @@ from sx2torch.read import (
 from sx2torch.resolve import SPECIAL_FORMS, Defun, Model, Program
 
 TENSOR_KINDS = ("tensor", "matrix", "ids", "bool-tensor", "like")
+SCALAR_KINDS = {"int": "an integer", "number": "a number", "bool": "true or false"}
+HINTS = {  # forms from other Lisps, and what to write instead
+    "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
+    "setq": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
+    "setf": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
+    "dropout": "dropout is not supported: a defun is a deterministic dataflow graph, "
+    "with no random numbers and no training mode; leave it out, "
+    "or apply torch's dropout to the generated module's inputs or outputs",
+}
 
 
 def run(program: Program) -> dict:
@@ -303,9 +313,10 @@ class Tracer:
             return self.apply(REGISTRY[head.name], datum, env)
         public = [name for name in REGISTRY if _is_public_op(name)]
         known = [*public, *SPECIAL_FORMS, *self.model.defuns, *self.model.params]
+        hint = f": {HINTS[head.name]}" if head.name in HINTS else None
         raise SourceError(
             head.span,
-            f"unknown op or function '{head.name}'{_suggest(head.name, known)}",
+            f"unknown op or function '{head.name}'{hint or _suggest(head.name, known)}",
         )
 
     def _let(self, datum: List, env: dict, tail=None) -> Operand:
@@ -668,11 +679,9 @@ class Tracer:
         keys = {}
         for key, value in keywords:
             if key.name not in allowed:
-                known = ", ".join(f":{k}" for k in sorted(allowed)) or "none"
-                raise SourceError(
-                    key.span,
-                    f"unknown keyword :{key.name} for '{callee.name}' (known: {known})",
-                )
+                raise _unknown_keyword(key, callee.name, sorted(allowed))
+            if key.name in keys:
+                raise SourceError(key.span, f":{key.name} given twice")
             keys[key.name] = self._scalar(value, env)
         return inputs, keys
 
@@ -708,11 +717,7 @@ class Tracer:
         for key, value in keywords:
             spec = op.key(key.name)
             if spec is None:
-                known = ", ".join(f":{k.name}" for k in op.keys) or "none"
-                raise SourceError(
-                    key.span,
-                    f"unknown keyword :{key.name} for '{op.name}' (known: {known})",
-                )
+                raise _unknown_keyword(key, op.name, [k.name for k in op.keys])
             if key.name in given:
                 raise SourceError(key.span, f":{key.name} given twice")
             given[key.name] = self._argument(spec, value, env, f":{key.name}")
@@ -791,6 +796,12 @@ class Tracer:
                     item.span, f"{what} must be :mean, :sum or :none, got {shown(item)}"
                 )
             return item.name
+        if kind in SCALAR_KINDS and isinstance(item, (String, Vector, Keyword)):
+            raise SourceError(
+                item.span,
+                f"{what} must be {SCALAR_KINDS[kind]} known at compile time "
+                f"(a literal, a const or a &key argument), got {shown(item)}",
+            )
         value = self._scalar(item, env)
         if kind == "int":
             return scalars.expect_int(value, item.span, what)
@@ -855,9 +866,13 @@ def _is_public_op(name: str) -> bool:
     return name in REGISTRY and not REGISTRY[name].internal
 
 
-def _suggest(name: str, known: list) -> str:
-    close = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.75)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+def _unknown_keyword(key: Keyword, owner: str, known: list) -> SourceError:
+    close = difflib.get_close_matches(key.name, known, n=1, cutoff=0.75)
+    hint = f": did you mean :{close[0]}?" if close else ""
+    listed = ", ".join(f":{k}" for k in known) or "none"
+    return SourceError(
+        key.span, f"unknown keyword :{key.name} for '{owner}'{hint} (known: {listed})"
+    )
 
 
 def _split(items: tuple) -> tuple:

@@ -99,7 +99,7 @@ CASES = {
         b"(defun forward (x)\n  (softmax x :axiz -1))\n",
         2,
         14,
-        "unknown keyword :axiz for 'softmax' (known: :axis)",
+        "unknown keyword :axiz for 'softmax': did you mean :axis? (known: :axis)",
     ),
     "unknown-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :j 3))\n",
@@ -141,7 +141,7 @@ CASES = {
         b"(defconst d 4)\n(defparam w (zeros [d n]))\n(defun forward (x) x)\n",
         2,
         23,
-        "'n' is not a constant: expected a number known at compile time",
+        "unknown name 'n': expected a const defined above",
     ),
     "shape-float": (
         b"(defparam w (zeros [3 1.5]))\n(defun forward (x) x)\n",
@@ -284,6 +284,130 @@ CASES = {
         64,
         23,
         "calls nested more than 64 defuns deep",
+    ),
+    "negative-stack": (
+        b"(defmodel b () (defun forward (x) x))\n(defparam s (stack -1 (b)))\n(defun forward (x) (chain s x))\n",
+        2,
+        20,
+        "a stack size must not be negative, got -1",
+    ),
+    "stack-of-an-op": (
+        b"(defparam s (stack 2 (relu)))\n(defun forward (x) (chain s x))\n",
+        1,
+        22,
+        "unknown initializer or model 'relu'",
+    ),
+    "shape-name-close": (
+        b"(defconst dim 4)\n(defparam w (normal [dm 4]))\n(defun forward (x) x)\n",
+        2,
+        22,
+        "unknown name 'dm': expected a const defined above (did you mean 'dim'?)",
+    ),
+    "const-nan": (
+        b"(defconst k nan)\n(defun forward (x) (* x k))\n",
+        1,
+        13,
+        "'nan' is not a constant: expected a number known at compile time",
+    ),
+    "shape-param": (
+        b"(defparam v (zeros [2]))\n(defparam w (normal [v 4]))\n(defun forward (x) x)\n",
+        2,
+        22,
+        "'v' is not a constant: expected a number known at compile time",
+    ),
+    "let-star": (
+        b"(defun forward (x)\n  (let* ((h (relu x))) h))\n",
+        2,
+        4,
+        "unknown op or function 'let*': 'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
+    ),
+    "setq": (
+        b"(defun forward (x)\n  (setq x (relu x)))\n",
+        2,
+        4,
+        "unknown op or function 'setq': there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
+    ),
+    "dropout": (
+        b"(defun forward (x)\n  (dropout x 0.1))\n",
+        2,
+        4,
+        "unknown op or function 'dropout': dropout is not supported: a defun is a deterministic dataflow graph, "
+        "with no random numbers and no training mode; leave it out, "
+        "or apply torch's dropout to the generated module's inputs or outputs",
+    ),
+    "keepdim": (
+        b"(defun forward (x)\n  (sum x :axes [0] :keepdim true))\n",
+        2,
+        20,
+        "unknown keyword :keepdim for 'sum': did you mean :keepdims? (known: :axes, :keepdims)",
+    ),
+    "axis-string": (
+        b'(defun forward (x)\n  (softmax x :axis "last"))\n',
+        2,
+        20,
+        ":axis must be an integer known at compile time (a literal, a const or a &key argument), got a string",
+    ),
+    "axis-keyword": (
+        b"(defun forward (x)\n  (softmax x :axis :last))\n",
+        2,
+        20,
+        ":axis must be an integer known at compile time (a literal, a const or a &key argument), got :last",
+    ),
+    "normal-negative-std": (
+        b"(defparam w (normal [2] :std -1))\n(defun forward (x) x)\n",
+        1,
+        30,
+        ":std must not be negative, got -1",
+    ),
+    "normal-negative-std-const": (
+        b"(defconst s (- 0 0.5))\n(defparam w (normal [2] :std s))\n(defun forward (x) x)\n",
+        2,
+        30,
+        ":std must not be negative, got -0.5",
+    ),
+    "uniform-empty-range": (
+        b"(defparam w (uniform [2] :low 1 :high 0))\n(defun forward (x) x)\n",
+        1,
+        31,
+        ":low must not be greater than :high, got :low 1 and :high 0",
+    ),
+    "uniform-empty-range-high": (
+        b"(defparam w (uniform [2] :high -1))\n(defun forward (x) x)\n",
+        1,
+        32,
+        ":low must not be greater than :high, got :low 0 and :high -1",
+    ),
+    "eye-negative": (
+        b"(defparam w (eye -1))\n(defun forward (x) x)\n",
+        1,
+        18,
+        "eye's size must not be negative, got -1",
+    ),
+    "initializer-keyword": (
+        b"(defparam w (normal [2] :std :wide))\n(defun forward (x) x)\n",
+        1,
+        30,
+        "normal's std must be a number, got :wide",
+    ),
+    "repeated-key-defun": (
+        b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :k 2.0 :k 3.0))\n",
+        2,
+        32,
+        ":k given twice",
+    ),
+    "repeated-key-submodel": (
+        b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))\n(defparam m (b))\n"
+        b"(defun forward (x) (m x :k 2 :k 3))\n",
+        3,
+        30,
+        ":k given twice",
+    ),
+    "repeated-key-chain": (
+        b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))\n(defparam s (stack 2 (b)))\n"
+        b"(defun forward (x) (chain s x :k 2 :k 3))\n",
+        3,
+        36,
+        ":k given twice",
     ),
 }
 

@@ -97,3 +97,47 @@ def test_text_and_json_from_the_command_line(capsys):
         "totals",
     }
     assert report["totals"]["frozen"] == 8 * 8 * 2 + 8 * 4
+
+
+STACKED = """\
+(defmodel inner (&key (d 4))
+  (defparam w (normal [d d]))
+  (defparam f (zeros [d]) :trainable false)
+  (defun forward (x) (matmul x w)))
+(defmodel block (&key (d 4))
+  (defparam w (normal [d d]))
+  (defparam s (stack 3 (inner :d d)))
+  (defun forward (x) (chain s (matmul x w))))
+(defparam blocks (stack N (block :d 2)))
+(defparam head (normal [2 3]))
+(defun forward (x) (matmul (chain blocks x) head))
+"""
+
+
+def test_a_long_stack_is_counted_not_enumerated(build):
+    """Past explain.MAX_LISTED instances, a stack's tensors are one row each, counted; the
+    totals still equal the state_dict's."""
+    text = STACKED.replace("N", "1100")
+    report = explain.run(text, "model.lisp")
+    state = build(text)[0].Model().state_dict()
+    assert sum(row["count"] for row in report["params"]) == len(state)
+    assert report["totals"]["all"] == sum(t.nbytes for t in state.values())
+    assert report["totals"]["frozen"] == sum(
+        t.nbytes for k, t in state.items() if k.endswith(".f")
+    )
+    assert [(p["name"], p["count"]) for p in report["params"]][:3] == [
+        ("head", 1),
+        ("blocks.{0..1099}.w", 1100),
+        ("blocks.{0..1099}.s.0.w", 1100),
+    ]
+
+
+def test_explain_of_a_billion_layers_reports_the_totals():
+    report = explain.run(STACKED.replace("N", "1000000000"), "model.lisp")
+    n = 10**9
+    assert len(report["params"]) == 8
+    assert report["totals"] == {
+        "trainable": 24 + n * (16 + 3 * 16),
+        "frozen": n * 3 * 8,
+        "all": 24 + n * (16 + 3 * 16 + 3 * 8),
+    }

@@ -205,6 +205,24 @@ REGRESSIONS = {
     "an integer literal read through an attribute": "(defun forward (pos)\n  (gradient (sum (matmul pos 16)) pos))\n",
     "a number sliced (a SyntaxWarning in the output)": "(defun forward (x) (slice 0 :end 2))\n",
     "a let binding named as a defun": "(defun f (x) (let ((f (relu x))) f))\n(defun forward (x) (f x))\n",
+    "a const of a thousand operands": "(defconst k 2)\n(defconst j (+ k"
+    + " 1" * 1000
+    + "))\n"
+    "(defun forward (x) (* x j))\n",
+    "a body of a thousand compile-time operands": "(defconst k 2)\n(defun forward (x) (* x (+ k"
+    + " 1" * 1000
+    + ")))\n",
+    "a tensor and a thousand operands": "(defun forward (x) (+ x"
+    + " 1" * 1000
+    + "))\n",
+    "thirty nested with-numerics": "(defun forward (x) "
+    + "(with-numerics (:sensitivity :high) (with-numerics (:precision :bf16) " * 15
+    + "(exp x)"
+    + "))" * 15
+    + ")\n(defrun r :precision :bf16)\n",
+    "a defun call with a repeated keyword": "(defun f (x &key (k 1)) (* x k))\n"
+    "(defun forward (x) (f x :k 2.0 :k 3.0))\n",
+    "a parameter of shape []": "(defparam z (zeros []))\n(defun forward (x) (+ x z))\n",
     "a quadratic number of string scans": '(defun forward (x) "'
     + '\\"' * 20000
     + '" x)\n'

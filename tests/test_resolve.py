@@ -68,7 +68,7 @@ def test_structure():
         ("(defun forward (x) x)\n(defrun r :precision)", 2, 11, "keyword :precision without a value in defrun"),
         ("(defun forward (x) x)\n(defrun r)\n(defrun r)", 3, 9, "run 'r' is already defined"),
         ("(defun forward (x) x)\n(defparam b (block :e 1))\n" + BLOCK, 2, 20, "model 'block' has no key :e (known: :d)"),
-        ("(defun forward (x) x)\n(defparam b (blok))", 2, 11, "unknown initializer or model 'blok'"),
+        ("(defun forward (x) x)\n(defparam b (blok))", 2, 13, "unknown initializer or model 'blok'"),
         ("(defun forward (x) x)\n(defparam b (stack 2 (zeros [1])))", 2, 22,
          "stack takes a sub-model instance, such as (block :d d)"),
         ("(defun forward (x) x)\n(defparam w (zeros [-1]))", 2, 21, "a size must not be negative, got -1"),
@@ -139,7 +139,7 @@ def test_a_model_cannot_hold_itself():
     text = (
         "(defmodel a () (defparam me (a)) (defun forward (x) x))\n(defun forward (x) x)"
     )
-    assert error(text) == (1, 26, "unknown initializer or model 'a'")
+    assert error(text) == (1, 29, "unknown initializer or model 'a'")
     text = (
         "(defmodel a () (defparam q (b)) (defun forward (x) x))\n"
         "(defmodel b () (defparam p (c)) (defun forward (x) x))\n"

@@ -92,6 +92,37 @@ def binop(left: Expr, op: str, right: Expr) -> Expr:
     return cst.BinaryOperation(left, kind(), right)
 
 
+def chain(op: str, operands: list) -> Expr:
+    """`a op b op c ...`, a left fold, written without recursion however long it is."""
+    result = operands[0]
+    for operand in operands[1:]:
+        result = binop(result, op, operand)
+    return _flat(result) if isinstance(result, cst.BinaryOperation) else result
+
+
+class _FlatBinaryOperation(cst.BinaryOperation):
+    """A left-deep chain whose code is written by a loop down its left operands: libcst's own
+    codegen recurses once per operation and exhausts Python's stack at a few hundred."""
+
+    def _codegen_impl(self, state) -> None:
+        spine = [self]
+        while (
+            isinstance(spine[-1].left, cst.BinaryOperation) and not spine[-1].left.lpar
+        ):
+            spine.append(spine[-1].left)
+        with self._parenthesize(state):
+            spine[-1].left._codegen(state)
+            for node in reversed(spine):
+                node.operator._codegen(state)
+                node.right._codegen(state)
+
+
+def _flat(node: cst.BinaryOperation) -> Expr:
+    return _FlatBinaryOperation(
+        node.left, node.operator, node.right, node.lpar, node.rpar
+    )
+
+
 def compare(left: Expr, op: str, right: Expr) -> Expr:
     return cst.Comparison(
         at_least(left, COMPARISON + 1),
@@ -124,7 +155,7 @@ def scalar_operation(op: str, args: tuple, render) -> Expr:
         )
     if op in COMPARE:
         return compare(render(args[0]), op, render(args[1]))
-    return binop(render(args[0]), op, render(args[1]))
+    return chain(op, [render(a) for a in args])
 
 
 def neg(operand: Expr) -> Expr:
@@ -149,16 +180,20 @@ def string(value: str) -> cst.SimpleString:
 
 
 def docstring(value: str) -> cst.SimpleString:
-    """Triple-quoted where that is plainly safe, else an escaped one-line literal."""
-    plain = all(c.isprintable() or c == "\n" for c in value) and "\\" not in value
-    if (
-        plain
-        and '"""' not in value
-        and not value.endswith('"')
-        and value.strip() == value
-    ):
+    """A docstring whose value is exactly `value` after black: triple-quoted where that is plainly
+    safe, else an escaped one-line literal. Black strips a docstring's surrounding spaces,
+    re-indents its lines and pads a quote at either end, so those are escaped: no newline,
+    no space or quote at either end is left literal."""
+    plain = all(c.isprintable() and c != "\\" for c in value) and '"""' not in value
+    if plain and value.strip() == value and not (value[:1] == '"' or value[-1:] == '"'):
         return cst.SimpleString('"""' + value + '"""')
-    return string(value)
+    body = _quote(value)[1:-1]
+    if body.endswith('\\"'):
+        body = body[:-2] + "\\x22"
+    start = len(body) - len(body.lstrip(" "))
+    end = max(start, len(body.rstrip(" ")))
+    body = "\\x20" * start + body[start:end] + "\\x20" * (len(body) - end)
+    return cst.SimpleString('"' + body + '"')
 
 
 def _quote(value: str) -> str:

@@ -24,6 +24,7 @@ from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import output_dtype
 
 RETURN = "return"
+MAX_BLOCKS = 4  # precision blocks nested as in the source; deeper, only those that change something
 MAX_INLINE_DEPTH = 24  # a deeper expression is split into statements (readable, and within Python's limits)
 
 
@@ -254,7 +255,7 @@ class MethodEmitter:
             if frame.mode != mode:
                 blocks.append(frame)
                 mode = frame.mode
-        return tuple(blocks)
+        return _without_repeats(tuple(blocks))
 
     # Dtypes.
 
@@ -572,6 +573,18 @@ class MethodEmitter:
         if scalar.op == "index":
             return b.name(self.loop_names[scalar.args[0]][0])
         return b.scalar_operation(scalar.op, scalar.args, self.scalar)
+
+
+def _without_repeats(blocks: tuple) -> tuple:
+    """Blocks as the source nests them, MAX_BLOCKS deep; deeper, one whose kind is already open is
+    left out: an island inside an island (through a region) changes nothing, autocast being off
+    already, nor does a region marker inside a region. So the output stays within Python's limit
+    of 20 nested blocks, whatever the depth of with-numerics forms."""
+    kept = list(blocks[:MAX_BLOCKS])
+    for frame in blocks[MAX_BLOCKS:]:
+        if all(open_.mode != frame.mode for open_ in kept):
+            kept.append(frame)
+    return tuple(kept)
 
 
 def _value(value):

@@ -198,7 +198,7 @@ def _class(
     attrs: dict,
 ) -> cst.ClassDef:
     body: list = []
-    if model.doc:
+    if model.doc is not None:
         body.append(_docstring(model.doc))
     body.append(_init(program, model, lowered, ctx, classes, attrs))
     emitted = set()
@@ -243,7 +243,7 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
         ],
     )
     body = (
-        ([_docstring(typed.graph.doc)] if typed.graph.doc else [])
+        ([_docstring(typed.graph.doc)] if typed.graph.doc is not None else [])
         + prologue
         + emitter.body()
     )
@@ -329,11 +329,7 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
         return b.name(names[scalar.args[0]])
     if scalar.op == "neg":
         return b.neg(_init_scalar(scalar.args[0], names))
-    return b.binop(
-        _init_scalar(scalar.args[0], names),
-        scalar.op,
-        _init_scalar(scalar.args[1], names),
-    )
+    return b.chain(scalar.op, [_init_scalar(a, names) for a in scalar.args])
 
 
 def _param(
@@ -381,8 +377,10 @@ def _initializer(init, scalar) -> cst.BaseExpression:
     if init.kind == "eye":
         return b.call("torch.eye", scalar(args["n"]))
     shape = [scalar(s) for s in args["shape"]]
+    # torch.zeros() is refused: a shape [] is 0-d, torch.zeros(())
+    sizes = shape or [b.tuple_([])]
     if init.kind in ("zeros", "ones"):
-        return b.call(f"torch.{init.kind}", *shape)
+        return b.call(f"torch.{init.kind}", *sizes)
     if init.kind == "full":
         return b.call("torch.full", b.tuple_(shape), _float(args["value"], scalar))
     if init.kind == "normal":
@@ -393,7 +391,7 @@ def _initializer(init, scalar) -> cst.BaseExpression:
             size=b.tuple_(shape),
         )
     return b.method(
-        b.call("torch.empty", *shape),
+        b.call("torch.empty", *sizes),
         "uniform_",
         _float(args["low"], scalar),
         _float(args["high"], scalar),

@@ -1,0 +1,36 @@
+"""Initializers at the edges of what torch accepts: they build, with the values torch gives."""
+
+from __future__ import annotations
+
+import torch
+
+
+def test_edge_ranges_build(build):
+    source = (
+        "(defparam a (normal [3] :mean 2 :std 0))\n"
+        "(defparam b (uniform [3] :low 1.5 :high 1.5))\n"
+        "(defparam c (eye 0))\n"
+        "(defun forward (x) (* x (sum a)))\n"
+    )
+    module, _ = build(source)
+    model = module.Model()
+    assert torch.equal(model.a, torch.full((3,), 2.0))
+    assert torch.equal(model.b, torch.full((3,), 1.5))
+    assert model.c.shape == (0, 0) and model.c.dtype == torch.float32
+
+
+def test_an_empty_shape_is_a_0_d_tensor(build):
+    source = (
+        "(defparam z (zeros []))\n(defparam o (ones []))\n(defparam f (full [] 2.5))\n"
+        "(defparam n (normal [] :std 0))\n(defparam u (uniform [] :low 3 :high 3))\n"
+        "(defun forward (x) (+ x z o f n u))\n"
+    )
+    module, code = build(source)
+    assert "torch.zeros(())" in code and "torch.empty(()).uniform_(3.0, 3.0)" in code
+    model = module.Model()
+    for name, value in [("z", 0.0), ("o", 1.0), ("f", 2.5), ("n", 0.0), ("u", 3.0)]:
+        tensor = getattr(model, name)
+        assert tensor.shape == () and tensor.dtype == torch.float32, name
+        assert tensor.item() == value, name
+    x = torch.arange(3.0)
+    assert torch.equal(model(x), x + 6.5)
