@@ -1,13 +1,13 @@
 """--source-lines: a `# file.lisp:LINE` comment after each statement, and nothing else changes."""
 
 import re
-from pathlib import Path
 
 import black
 
+from cases import EXAMPLES
 from sx2torch.compiler import Options, compile_source
 
-SOURCE = (Path(__file__).resolve().parents[2] / "golden" / "rms-mlp.lisp").read_text()
+SOURCE = (EXAMPLES / "rms-mlp.lisp").read_text()
 
 
 def test_statements_name_their_source_line():
