@@ -487,7 +487,7 @@ def adamw_losses(net: torch.nn.Module, x, labels, steps: int) -> list[float]:
         loss = net.loss(x, labels)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
