@@ -1,5 +1,6 @@
 """The command line: compile, check, explain. Exit 0 on success, 1 on a diagnostic
-about the source (or a stale file for `check`), 2 on bad command-line usage."""
+about the source (or a stale or missing module for `check`), 2 on bad command-line usage
+or a file that cannot be read or written."""
 
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     )
     if command == "check":
         parser.add_argument(
-            "paths", nargs="+", help="sources, each optionally followed by its module"
+            "paths",
+            nargs="+",
+            help="sources (each optionally followed by its module) and directories",
         )
     else:
         parser.add_argument("file", help="the SexpGPU source file (- reads stdin)")
@@ -90,15 +93,16 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--json", action="store_true", help="machine-readable output"
         )
-    given = " (check: default, the module's header)" if command == "check" else ""
+    recorded = "the one the module's header records"
     parser.add_argument(
-        "--run", help=f"the defrun to compile for (default: the first){given}"
+        "--run",
+        help=f"the defrun to compile for (default: {recorded if command == 'check' else 'the first'})",
     )
     parser.add_argument(
         "--target",
         choices=TARGETS,
         default=None if command == "check" else "cuda",
-        help=f"the device family (default: cuda){given}",
+        help=f"the device family (default: {recorded if command == 'check' else 'cuda'})",
     )
     if command in ("compile", "check"):
         parser.add_argument(
