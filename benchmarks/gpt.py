@@ -11,7 +11,7 @@ this script compares their speed.
 
 Six variants are measured side by side in one process, their repetitions
 interleaved (the order rotates every round): the generated module
-(``golden/tiny-gpt.lisp``, ``--target cuda``: native bf16 tensors, which is what
+(``examples/tiny-gpt.lisp``, ``--target cuda``: native bf16 tensors, which is what
 the reference uses too), the reference, and ``seed-ref``, the reference with the
 seed's three roundings switched on (its forward is the generated one bit for bit,
 so it is the same math written by hand), each eager and ``torch.compile``d
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY_GPT = ROOT / "golden" / "tiny-gpt.lisp"
+TINY_GPT = ROOT / "examples" / "tiny-gpt.lisp"
 EPS = 1e-6  # tiny-gpt's rms-norm eps (F.rms_norm's default on bf16 is f32's 1.19e-7)
 SEED_ROUNDINGS = {"seed_norm": True, "seed_attention": True, "seed_head": True}
 
@@ -194,7 +194,7 @@ class ReferenceGpt(nn.Module):
 def load_tiny_gpt(
     source: str | None = None, target: str = "cuda", name: str = "sx_tiny_gpt"
 ) -> types.ModuleType:
-    """Compile tiny-gpt (``golden/tiny-gpt.lisp`` by default) and import it from a file.
+    """Compile tiny-gpt (``examples/tiny-gpt.lisp`` by default) and import it from a file.
 
     A real file in ``sys.modules``: ``torch.compile`` looks the generated
     functions' globals up through it.

@@ -38,8 +38,8 @@ from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
 
 ROOT = Path(__file__).resolve().parent.parent
-RMS_MLP = ROOT / "golden" / "rms-mlp.lisp"
-TINY_GPT = ROOT / "golden" / "tiny-gpt.lisp"
+RMS_MLP = ROOT / "examples" / "rms-mlp.lisp"
+TINY_GPT = ROOT / "examples" / "tiny-gpt.lisp"
 
 
 def load(

@@ -1,33 +1,37 @@
 """The command line: compile, check, explain. Exit 0 on success, 1 on a diagnostic
-about the source (or a stale file for `check`), 2 on bad command-line usage."""
+about the source (or a stale or missing module for `check`), 2 on bad command-line usage
+or a file that cannot be read or written."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import os
+import dataclasses
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__, dump, explain
+from sx2torch import __version__, check, dump, explain, output
 from sx2torch import report as report_page
-from sx2torch.compiler import TARGETS, Options, compile_source
+from sx2torch.compiler import STDIN, TARGETS, Options, compile_source
 from sx2torch.errors import SourceError, UsageError
 from sx2torch.read import decode
 
+MAX_SOURCE = 16 << 20  # bytes; a model is a few KiB, and /dev/zero never ends
+
 USAGE = """\
 sx2torch FILE.lisp [-o OUT.py] [--run NAME] [--target cuda|metal|cpu]
-       sx2torch check FILE.lisp GENERATED.py [--run NAME] [--target ...]
-       sx2torch explain FILE.lisp [--run NAME] [--json | --html OUT.html]"""
+       sx2torch check FILE.lisp [GENERATED.py] | DIRECTORY ... [--run NAME] [--target ...]
+       sx2torch explain FILE.lisp [--run NAME] [--json | --html OUT.html]
+FILE.lisp may be - for standard input."""
 DESCRIPTION = """\
 Compile a SexpGPU model into a readable PyTorch module.
 
 commands:
   (default)   compile FILE.lisp and print the module (or write it with -o)
-  check       exit 1 with a unified diff when GENERATED.py is not what FILE.lisp compiles to
+  check       exit 1 with a unified diff when GENERATED.py (default: NAME.py beside
+              NAME.lisp; every NAME.lisp under a DIRECTORY) is not what its source
+              compiles to with the flags its header records
   explain     say where the precision policy keeps f32, and list parameter sizes"""
 
 
@@ -48,7 +52,7 @@ def main(argv: Optional[list] = None) -> int:
         print(f"sx2torch: error: {error}", file=sys.stderr)
         return 2
     except SourceError as error:
-        print(error.render(args.file, getattr(args, "text", "")), file=sys.stderr)
+        print(error.render(args.name, args.text), file=sys.stderr)
         return 1
     except (
         Exception
@@ -76,9 +80,14 @@ def _parser(command: str) -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", help="the SexpGPU source file")
     if command == "check":
-        parser.add_argument("generated", help="the committed Python module to check")
+        parser.add_argument(
+            "paths",
+            nargs="+",
+            help="sources (each optionally followed by its module) and directories",
+        )
+    else:
+        parser.add_argument("file", help="the SexpGPU source file (- reads stdin)")
     if command == "compile":
         parser.add_argument("-o", "--output", help="write the module here, atomically")
     if command == "explain":
@@ -88,17 +97,22 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--html", metavar="FILE", help="write the report as one HTML page instead"
         )
-    parser.add_argument("--run", help="the defrun to compile for (default: the first)")
+    recorded = "the one the module's header records"
+    parser.add_argument(
+        "--run",
+        help=f"the defrun to compile for (default: {recorded if command == 'check' else 'the first'})",
+    )
     parser.add_argument(
         "--target",
         choices=TARGETS,
-        default="cuda",
-        help="the device family (default: cuda)",
+        default=None if command == "check" else "cuda",
+        help=f"the device family (default: {recorded if command == 'check' else 'cuda'})",
     )
     if command in ("compile", "check"):
         parser.add_argument(
             "--source-lines",
             action="store_true",
+            default=None if command == "check" else False,
             help="add a `# FILE:LINE` comment to each statement",
         )
     if command == "compile":
@@ -118,101 +132,105 @@ def _parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _source(args) -> str:
+def _read(name: str) -> bytes:
+    """The source's bytes; `-` is standard input."""
     try:
-        data = Path(args.file).read_bytes()
+        if name == "-":
+            if sys.stdin is None:
+                raise UsageError("cannot read -: there is no standard input")
+            data = sys.stdin.buffer.read(MAX_SOURCE + 1)
+        else:
+            with open(name, "rb") as handle:
+                data = handle.read(MAX_SOURCE + 1)
     except OSError as error:
-        raise UsageError(f"cannot read {args.file}: {error.strerror}") from None
-    args.text = data.decode("utf-8", errors="replace").removeprefix(
-        "\ufeff"
-    )  # for showing a diagnostic's line
+        raise UsageError(f"cannot read {name}: {error.strerror}") from None
+    if len(data) > MAX_SOURCE:
+        raise UsageError(
+            f"cannot read {name}: a source may have at most {MAX_SOURCE >> 20} MiB"
+        )
+    return data
+
+
+def _source(args, file: str) -> str:
+    """The decoded source; `args.name` and `args.text` are what a diagnostic shows."""
+    args.name, args.text = (STDIN if file == "-" else file), ""
+    data = _read(file)
+    args.text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
     return decode(data)
 
 
-def _compile(args) -> str:
+def _compile_command(args) -> int:
+    if args.output == "":
+        raise UsageError("-o: the file name is empty")
     options = Options(
         run=args.run,
         target=args.target,
-        source_lines=getattr(args, "source_lines", False),
-        dump_after=getattr(args, "dump_after", None),
+        source_lines=args.source_lines,
+        dump_after=args.dump_after,
     )
-    return compile_source(_source(args), args.file, options)
-
-
-def _compile_command(args) -> int:
-    code = _compile(args)
-    if args.output:
-        _write_atomically(Path(args.output), code)
+    code = compile_source(_source(args, args.file), args.name, options)
+    if args.output is None:
+        output.to_stdout(code)
     else:
-        sys.stdout.write(code)
+        output.to_file(args.output, code)
     return 0
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write a sibling temporary file, then rename it over `path`: readers see old or new, never half."""
-    try:
-        fd, temporary = tempfile.mkstemp(
-            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
-        )
-    except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), _mode(path))
-        os.replace(temporary, path)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {error.strerror}") from None
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _mode(path: Path) -> int:
-    """The permissions of the file being replaced, or what a new file gets (mkstemp's are 0600)."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
 def _check_command(args) -> int:
-    code = _compile(args)
+    given = {"run": args.run, "target": args.target, "source_lines": args.source_lines}
+    return max(
+        _check_pair(args, source, generated, given)
+        for source, generated in check.pairs(args.paths)
+    )
+
+
+def _check_pair(args, source: Path, generated: Path, given: dict) -> int:
+    """0 fresh, 1 stale, missing or a diagnostic, 2 unreadable; reported, and on to the next."""
     try:
-        committed = Path(args.generated).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {args.generated}: {error}") from None
-    if committed == code:
-        return 0
-    diff = difflib.unified_diff(
-        committed.splitlines(keepends=True),
-        code.splitlines(keepends=True),
-        fromfile=args.generated,
-        tofile=f"{args.generated} (compiled from {args.file})",
-    )
-    sys.stdout.writelines(diff)
-    print(
-        f"sx2torch check: {args.generated} is stale; regenerate it from {args.file}",
-        file=sys.stderr,
-    )
-    return 1
+        committed = _committed(generated)
+        options = check.options_for(committed, given)
+        text = _source(args, str(source))
+        try:
+            code = compile_source(text, str(source), options)
+        except UsageError:
+            if given["run"] or options.run is None:
+                raise
+            # The run the header records is gone from the source: the module is stale.
+            options = dataclasses.replace(options, run=None)
+            code = compile_source(text, str(source), options)
+    except UsageError as error:
+        print(f"sx2torch: error: {error}", file=sys.stderr)
+        return 2
+    except SourceError as error:
+        print(error.render(args.name, args.text), file=sys.stderr)
+        return 1
+    found = check.verdict(source, generated, committed, code, options)
+    output.to_stdout(found.diff)
+    if found.message:
+        print(f"sx2torch check: {found.message}", file=sys.stderr)
+    return found.status
+
+
+def _committed(generated: Path) -> Optional[str]:
+    """The module's text, or None when there is none."""
+    try:
+        return generated.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise UsageError(f"cannot read {generated}: {error.strerror}") from None
 
 
 def _explain_command(args) -> int:
-    text = _source(args)
-    report = explain.run(text, args.file, Options(run=args.run, target=args.target))
+    text = _source(args, args.file)
+    report = explain.run(text, args.name, Options(run=args.run, target=args.target))
     if args.html:
         try:
             Path(args.html).write_text(report_page.render(report, text), "utf-8")
         except OSError as error:
             raise UsageError(f"cannot write {args.html}: {error.strerror}") from None
         return 0
-    sys.stdout.write(explain.to_json(report) if args.json else explain.render(report))
+    output.to_stdout(explain.to_json(report) if args.json else explain.render(report))
     return 0
 
 

@@ -1,7 +1,5 @@
 """--dump-after prints each intermediate form; every traced graph keeps the IR's invariants."""
 
-from pathlib import Path
-
 import pytest
 
 from sx2torch import read, resolve, trace
@@ -9,8 +7,7 @@ from sx2torch.cli import main
 from sx2torch.ir import verify
 from sx2torch.ops import REGISTRY
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
-CASES = sorted(GOLDEN.glob("*.lisp"))
+from cases import EXAMPLES, SOURCES as CASES
 
 
 @pytest.mark.parametrize("source", CASES, ids=[c.stem for c in CASES])
@@ -21,7 +18,7 @@ def test_every_traced_graph_verifies(source):
 
 
 def test_each_pass_can_be_printed(capsys):
-    path = str(GOLDEN / "rms-mlp.lisp")
+    path = str(EXAMPLES / "rms-mlp.lisp")
     expected = {
         "read": "2:1 (require sexpgpu/nn)",
         "resolve": "  param w1 = normal(shape=[d-in=784 d-hidden=256], std=0.02, mean=0)",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from sx2torch import explain
 from sx2torch.cli import main
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+from cases import EXAMPLES, GOLDEN, lisp
 
 REASONS = """\
 (defparam w (normal [8 8]))
@@ -50,7 +49,7 @@ def test_each_reason_for_f32_appears_at_its_line():
 
 
 def test_under_f32_it_lists_the_lines_of_bf16_regions():
-    report = explain.run((GOLDEN / "distill.lisp").read_text(), "distill.lisp")
+    report = explain.run((EXAMPLES / "distill.lisp").read_text(), "distill.lisp")
     assert report["kept"] == "bf16"
     (entry,) = report["lines"]
     assert entry["line"] == 10 and entry["source"] == "(matmul x w)))"
@@ -61,9 +60,7 @@ def test_under_f32_it_lists_the_lines_of_bf16_regions():
     "name", ["rms-mlp", "distill", "frozen-params", "submodels", "tiny-gpt"]
 )
 def test_byte_totals_equal_the_state_dict(name, build):
-    path = GOLDEN / f"{name}.lisp"
-    if not path.exists():
-        pytest.skip(f"{path.name} is not a golden case yet")
+    path = lisp(name)
     text = path.read_text()
     report = explain.run(text, path.name)
     module, _ = build(text, path.name)

@@ -9,17 +9,13 @@ order, and the comparisons are bitwise.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from bitwise import BF16, F32, assert_same, bits  # noqa: F401 (tests/bitwise.py)
-
-EXAMPLES = (
-    Path(__file__).resolve().parent.parent / "golden"
-)  # copies of the shared examples
+from cases import EXAMPLES
 
 
 def small(*shape, seed=0, low=-2, high=3):

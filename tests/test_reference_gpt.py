@@ -48,7 +48,9 @@ SEEDS = (0, 1, 2)
 
 @pytest.fixture
 def gpt(build):
-    module, _ = build((ROOT / "golden" / "tiny-gpt.lisp").read_text(), "tiny-gpt.lisp")
+    module, _ = build(
+        (ROOT / "examples" / "tiny-gpt.lisp").read_text(), "tiny-gpt.lisp"
+    )
     return module
 
 

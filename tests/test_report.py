@@ -1,15 +1,14 @@
 """The HTML page of `sx2torch explain --html`: content, escaping, self-containment."""
 
 import re
-from pathlib import Path
 
 import pytest
 
 from sx2torch import explain, report
 from sx2torch.cli import main
+from cases import SOURCES, lisp
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
-CASES = sorted(GOLDEN.glob("*.lisp"))
+CASES = SOURCES
 
 HOSTILE = """\
 ;; </div><script>alert("comment")</script> & friends
@@ -38,14 +37,14 @@ def test_source_text_is_escaped_everywhere():
 
 
 def test_no_external_assets():
-    html = page((GOLDEN / "tiny-gpt.lisp").read_text(encoding="utf-8"))
+    html = page(lisp("tiny-gpt").read_text(encoding="utf-8"))
     for marker in ("<link", "<script", "<img", "<iframe", "src=", "@import", "url("):
         assert marker not in html, marker
     assert not re.search(r'href="(?!#L\d+")', html)
 
 
 def test_every_line_of_the_source_is_shown_and_marked_lines_are_coloured():
-    text = (GOLDEN / "tiny-gpt.lisp").read_text(encoding="utf-8")
+    text = lisp("tiny-gpt").read_text(encoding="utf-8")
     html = page(text)
     assert len(re.findall(r'<div class="line[ "]', html)) == len(text.splitlines())
     assert '<div class="line gemm" id="L39">' in html
@@ -83,7 +82,7 @@ def test_warnings_are_listed_and_their_lines_marked():
 
 
 def test_parameter_table_has_bytes_and_totals():
-    html = page((GOLDEN / "distill.lisp").read_text(encoding="utf-8"))
+    html = page(lisp("distill").read_text(encoding="utf-8"))
     assert re.search(r"<td>teacher</td><td>\[32, 32\]</td>.*?bf16.*?frozen", html)
     assert '<td class="num" id="total-frozen">2,048</td>' in html
     assert '<td class="num" id="total-trainable">4,096</td>' in html
@@ -92,12 +91,12 @@ def test_parameter_table_has_bytes_and_totals():
 
 def test_cli_writes_the_page(tmp_path, capsys):
     out = tmp_path / "report.html"
-    assert main(["explain", str(GOLDEN / "tiny-gpt.lisp"), "--html", str(out)]) == 0
+    assert main(["explain", str(lisp("tiny-gpt")), "--html", str(out)]) == 0
     assert capsys.readouterr().out == ""
     assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
 
 
 def test_cli_reports_an_unwritable_page(tmp_path, capsys):
     out = tmp_path / "missing" / "report.html"
-    assert main(["explain", str(GOLDEN / "tiny-gpt.lisp"), "--html", str(out)]) == 2
+    assert main(["explain", str(lisp("tiny-gpt")), "--html", str(out)]) == 2
     assert "cannot write" in capsys.readouterr().err

@@ -14,8 +14,8 @@ import pytest
 
 from sx2torch import explain, report
 from sx2torch.cli import main
+from cases import lisp
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CHROMIUM = shutil.which("chromium")
 
 if CHROMIUM is None:
@@ -132,7 +132,7 @@ def dom(tmp_path: Path, page: Path) -> Elements:
 
 @pytest.fixture(scope="module")
 def tiny_gpt(tmp_path_factory) -> tuple[Path, dict]:
-    source = GOLDEN / "tiny-gpt.lisp"
+    source = lisp("tiny-gpt")
     page = tmp_path_factory.mktemp("report") / "tiny-gpt.html"
     assert main(["explain", str(source), "--html", str(page)]) == 0
     return page, explain.run(source.read_text(encoding="utf-8"), str(source))
@@ -159,7 +159,7 @@ def test_screenshot_is_not_blank(tmp_path, tiny_gpt):
 def test_dom_holds_each_island_line_and_the_byte_totals(tmp_path, tiny_gpt):
     page, data = tiny_gpt
     parsed = dom(tmp_path, page)
-    text = (GOLDEN / "tiny-gpt.lisp").read_text(encoding="utf-8").splitlines()
+    text = lisp("tiny-gpt").read_text(encoding="utf-8").splitlines()
     islands = [
         line["line"]
         for line in data["lines"]
@@ -178,7 +178,7 @@ def test_dom_holds_each_island_line_and_the_byte_totals(tmp_path, tiny_gpt):
 
 
 def test_dom_holds_each_warning(tmp_path):
-    source = GOLDEN / "tiny-gpt.lisp"
+    source = lisp("tiny-gpt")
     text = source.read_text(encoding="utf-8")
     data = explain.run(text, source.name)
     warnings = [

@@ -14,9 +14,8 @@ import torch
 
 from sx2torch.compiler import compile_source
 
-EXAMPLES = (
-    Path(__file__).resolve().parent.parent / "golden"
-)  # copies of the shared examples
+from cases import EXAMPLES
+
 SMALL_GPT = {
     "vocab": 128,
     "d": 64,

@@ -9,18 +9,18 @@ learns the frozen bf16 teacher while the teacher stays as it was, bit for bit.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+from cases import lisp
+
 SMALL_GPT = {"vocab": 128, "d": 64}  # the file's defaults are 512 and 128
 TARGETS = ["cuda", "cpu"]
 
 
 def source(name: str, precision: str | None = None) -> str:
-    text = (GOLDEN / name).read_text()
+    text = lisp(name.removesuffix(".lisp")).read_text()
     if precision is not None:
         assert text.count(":precision :bf16") == 1
         text = text.replace(":precision :bf16", f":precision :{precision}")

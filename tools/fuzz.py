@@ -32,7 +32,7 @@ import black
 from sx2torch import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED_DIRS = (ROOT.parent / "shared" / "examples", ROOT / "golden")
+SEED_DIRS = (ROOT / "examples", ROOT / "golden")
 DIAGNOSTIC = re.compile(r"^[^:]+:\d+:\d+: error: ")
 TOKEN = re.compile(
     rb'"(?:[^"\\]|\\.)*"|;[^\n]*|[()\[\]]|[^\s()\[\]";]+|\s+|.', re.DOTALL

@@ -1,13 +1,13 @@
 """--source-lines: a `# file.lisp:LINE` comment after each statement, and nothing else changes."""
 
 import re
-from pathlib import Path
 
 import black
 
+from cases import EXAMPLES
 from sx2torch.compiler import Options, compile_source
 
-SOURCE = (Path(__file__).resolve().parents[2] / "golden" / "rms-mlp.lisp").read_text()
+SOURCE = (EXAMPLES / "rms-mlp.lisp").read_text()
 
 
 def test_statements_name_their_source_line():
@@ -26,6 +26,9 @@ def test_without_the_comments_the_code_is_the_default_output():
     located = compile_source(SOURCE, "rms-mlp.lisp", Options(source_lines=True))
     plain = compile_source(SOURCE, "rms-mlp.lisp")
     stripped = re.sub(r"  # rms-mlp\.lisp:\d+$", "", located, flags=re.M)
+    flags = "(flags: --run train --target cuda --source-lines)."
+    assert flags in located.splitlines()[1]  # the header says how to compile it again
+    stripped = stripped.replace(flags, "(flags: --run train --target cuda).")
     assert (
         black.format_str(stripped, mode=black.Mode()) == plain
     )  # black rewraps the shorter lines

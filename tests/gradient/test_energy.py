@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-EXAMPLE = (Path(__file__).resolve().parents[2] / "golden" / "energy.lisp").read_text()
+from cases import EXAMPLES
+
+EXAMPLE = (EXAMPLES / "energy.lisp").read_text()
 
 
 def with_precision(precision: str) -> str:

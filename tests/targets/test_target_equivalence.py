@@ -43,9 +43,10 @@ from sx2torch.compiler import Options, compile_source
 from sx2torch.emit.targets import Target
 from sx2torch.errors import SourceError
 
+from cases import SOURCES, lisp
+
 BF16, F32 = torch.bfloat16, torch.float32
-GOLDEN = Path(__file__).resolve().parent.parent.parent / "golden"
-CASES = sorted(p.stem for p in GOLDEN.glob("*.lisp"))
+CASES = [p.stem for p in SOURCES]
 TARGETS = ("cuda", "metal", "cpu")
 HELD = ("metal", "cpu")
 
@@ -189,7 +190,7 @@ _LOADED: dict[tuple[str, str], types.ModuleType] = {}
 
 def golden(case: str, target: str) -> types.ModuleType:
     if (case, target) not in _LOADED:
-        path = GOLDEN / f"{case}.lisp"
+        path = lisp(case)
         _LOADED[case, target] = load(
             path.read_text(encoding="utf-8"), path.name, target
         )
@@ -597,7 +598,7 @@ def test_energy_double_backward_agrees(target):
 def f32_teacher_source() -> str:
     """distill with its region replaced by a mark that changes nothing under
     :f32: the teacher is then read in f32 and stored in f32 (6.7)."""
-    source = (GOLDEN / "distill.lisp").read_text(encoding="utf-8")
+    source = (lisp("distill")).read_text(encoding="utf-8")
     edited = source.replace(
         "(with-numerics (:precision :bf16)", "(with-numerics (:sensitivity :high)"
     )
@@ -656,7 +657,7 @@ def adamw_losses(net: torch.nn.Module, x, labels, steps: int) -> list[float]:
         loss = net.loss(x, labels)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
