@@ -389,7 +389,7 @@ def policy_module(case: str, precision: str, target: str) -> types.ModuleType:
     """The golden case compiled under `precision`, through a defrun added for it."""
     key = (f"{case}@{precision}", target)
     if key not in _LOADED:
-        path = GOLDEN / f"{case}.lisp"
+        path = lisp(case)
         source = path.read_text(encoding="utf-8")
         source += f"\n(defrun policy-{precision} :precision :{precision})\n"
         code = compile_source(
