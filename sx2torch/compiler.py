@@ -48,7 +48,7 @@ def compile_source(text: str, filename: str, options: Optional[Options] = None) 
         filename, chosen.name if chosen else None, precision, options.target
     )
     shown = _shown(filename) if options.source_lines else None
-    tree = module.run(program, lowered, header, options.target, shown)
+    tree = module.run(program, lowered, header, options.target, shown, chosen)
     return format.run(tree.code)
 
 
