@@ -127,7 +127,7 @@ class Input:
 
     name: Symbol
     shape: tuple  # data until _check_run evaluates it, then ints
-    high: Optional[int]
+    high: Optional[Datum]  # then an int
 
 
 @dataclass
@@ -612,8 +612,7 @@ def _inputs(datum: Datum) -> list:
                 shape.span, f"expected a shape such as [64 d], got {shown(shape)}"
             )
         options = _keywords(entry.items[2:], {"high": None}, "an input")
-        high = _count(options["high"], ":high") if "high" in options else None
-        inputs.append(Input(name, shape.items, high))
+        inputs.append(Input(name, shape.items, options.get("high")))
     return inputs
 
 
@@ -649,17 +648,24 @@ def _check_run(top: Model, run: Run) -> None:
             f":inputs names ({' '.join(names)}) must be the arguments of '{defun.name}' ({' '.join(args)})",
         )
     for each in run.inputs:
-        each.shape = tuple(
-            scalars.expect_int(
-                scalars.evaluate(d, top.lookup_const), d.span, "a size"
-            ).value
-            for d in each.shape
-        )
+        each.shape = tuple(_size(top, d, "a size") for d in each.shape)
         if not each.shape or min(each.shape) < 1:
             raise SourceError(
                 each.name.span,
                 f"input '{each.name.name}' needs a shape of positive sizes",
             )
+        if each.high is not None:
+            each.high = _size(top, each.high, ":high")
+            if each.high < 1:
+                raise SourceError(
+                    each.name.span, f"input '{each.name.name}' needs :high above 0"
+                )
+
+
+def _size(top: Model, datum: Datum, what: str) -> int:
+    """An integer written as a literal, a const of the top model, or arithmetic on them."""
+    value = scalars.evaluate(datum, top.lookup_const)
+    return scalars.expect_int(value, datum.span, what).value
 
 
 def _require(datum: List) -> None:

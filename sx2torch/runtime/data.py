@@ -1,4 +1,4 @@
-"""Training batches: modded-nanogpt's token shards, memory-mapped, or synthetic `:inputs`.
+"""Training batches: modded-nanogpt's token shards, memory-mapped, or a synthetic batch.
 
 A shard is a header of 256 int32 (magic 20240520, version 1, the token count, then unused),
 then the tokens as uint16. A step's global batch is B * T + 1 consecutive tokens (inputs, and
@@ -104,29 +104,28 @@ def _shard(path: str) -> Shard:
 
 
 class Synthetic:
-    """Batches drawn from a generator seeded by the step: normal floats, or integers in
-    [0, high) for an input with `high`; rank r of K takes its rows of the first axis."""
+    """One batch drawn from the seed and given at every step, so that a smoke run shows the
+    loss falling as the model fits it: normal floats, or integers in [0, high) for an input
+    with `high`. Rank r of K takes its rows of the first axis."""
 
     def __init__(self, inputs: dict, seed: int, rank: int, world: int):
+        generator = torch.Generator().manual_seed(seed)
+        self.batch = []
         for name, spec in inputs.items():
-            if spec["shape"][0] % world:
-                raise DataError(
-                    f"input {name}: {spec['shape'][0]} rows do not divide among {world} processes"
-                )
-        self.inputs, self.seed, self.rank, self.world = inputs, seed, rank, world
-
-    def __call__(self, step: int) -> tuple:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        batch = []
-        for spec in self.inputs.values():
             shape = spec["shape"]
+            if shape[0] % world:
+                raise DataError(
+                    f"input {name}: {shape[0]} rows do not divide among {world} processes"
+                )
             if "high" in spec:
                 value = torch.randint(spec["high"], shape, generator=generator)
             else:
                 value = torch.randn(shape, generator=generator)
-            rows = shape[0] // self.world
-            batch.append(value[self.rank * rows : (self.rank + 1) * rows])
-        return tuple(batch)
+            rows = shape[0] // world
+            self.batch.append(value[rank * rows : (rank + 1) * rows])
+
+    def __call__(self, step: int) -> tuple:
+        return tuple(self.batch)
 
 
 def write_shard(path, tokens: torch.Tensor) -> None:
