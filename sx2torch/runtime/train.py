@@ -114,8 +114,7 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     metrics = _metrics(out, start) if rank == 0 else None
     stop = _StopRequest()
     bar = tqdm(total=steps, initial=start, disable=rank != 0, unit="step")
-    last = time.perf_counter()
-    step = start
+    last, stopping = time.perf_counter(), False
     for step in range(start, steps):
         scale = lr_scale(step, steps, **schedule)
         for optimizer, lrs in zip(optimizers, base_lrs):
@@ -144,7 +143,9 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
             record = {"step": step, "loss": loss_value, "lr": scale * base_lrs[0][0]}
             metrics.write(json.dumps(record | {"tokens_per_s": tokens_per_s}) + "\n")
             metrics.flush()
-        bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:.0f}")
+        bar.set_postfix(
+            loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:.0f}", refresh=False
+        )
         bar.update(1)
         done = step + 1
         if (
@@ -154,17 +155,16 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
         ):
             _save(out, done, model, optimizers, rank)
         if stopping:
-            bar.close()
-            if rank == 0:
-                print(
-                    f"interrupted: saved step {done} in {out}; --resume continues",
-                    file=sys.stderr,
-                )
-            return INTERRUPTED
+            break
     bar.close()
     if args.parallel:
         dist.destroy_process_group()
-    return 0
+    if stopping and rank == 0:
+        print(
+            f"interrupted: saved step {done} in {out}; --resume continues",
+            file=sys.stderr,
+        )
+    return INTERRUPTED if stopping else 0
 
 
 class Objective(nn.Module):
