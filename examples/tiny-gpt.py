@@ -126,3 +126,43 @@ class TinyGpt(nn.Module):
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):
             return F.cross_entropy(reshape_forward, reshape_targets)
+
+
+if __name__ == "__main__":
+    from sx2torch.runtime import train
+
+    train.main(
+        TinyGpt,
+        {
+            "loss": "loss",
+            "steps": 50,
+            "batch_size": 8,
+            "seq_len": 64,
+            "grad_clip": 1.0,
+            "schedule": {"warmup": 0.0, "cooldown": 0.5},
+            "optimizers": [
+                {
+                    "name": "muon",
+                    "lr": 0.02,
+                    "momentum": 0.95,
+                    "weight_decay": 0.0,
+                    "nesterov": True,
+                    "ns_steps": 5,
+                    "params": [
+                        "blocks.*.w_qkv",
+                        "blocks.*.w_o",
+                        "blocks.*.w_up",
+                        "blocks.*.w_down",
+                    ],
+                },
+                {
+                    "name": "adamw",
+                    "lr": 0.008,
+                    "betas": (0.9, 0.95),
+                    "eps": 1e-10,
+                    "weight_decay": 0.0,
+                    "params": ["wte", "lm_head"],
+                },
+            ],
+        },
+    )

@@ -49,7 +49,7 @@ def compile_source(text: str, filename: str, options: Optional[Options] = None) 
         return dump.lowered(lowered)
     header = _header(filename, chosen.name if chosen else None, precision, options)
     shown = _shown(filename) if options.source_lines else None
-    tree = module.run(program, lowered, header, options.target, shown)
+    tree = module.run(program, lowered, header, options.target, shown, chosen)
     return format.run(tree.code)
 
 

@@ -63,7 +63,7 @@ def test_structure():
 @pytest.mark.parametrize(
     "text, line, col, message",
     [
-        ("(defun forward (x) x)\n(defrun r :loss x)", 2, 17, "defrun :loss is not supported yet (only :precision is)"),
+        ("(defun forward (x) x)\n(defrun r :loss x)", 2, 17, "unknown defun 'x' for :loss (known: forward)"),
         ("(defun forward (x) x)\n(require numpy)", 2, 10, "unknown library 'numpy' (known: sexpgpu/nn, sexpgpu/optim)"),
         ("(defun forward (x) x)\n(defrun r :precision)", 2, 11, "keyword :precision without a value in defrun"),
         ("(defun forward (x) x)\n(defrun r)\n(defrun r)", 3, 9, "run 'r' is already defined"),

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from sx2torch.emit import build as b
+from sx2torch.emit import main
 from sx2torch.emit.method import ClassContext, MethodEmitter, argument_names
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Kind, Scalar, walk
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param, param_of
-from sx2torch.resolve import Model, Param, Program
+from sx2torch.resolve import Model, Param, Program, Run
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 
@@ -23,7 +26,12 @@ def class_name(name: str) -> str:
 
 
 def run(
-    program: Program, lowered: Lowered, header: str, target: str, source_lines=None
+    program: Program,
+    lowered: Lowered,
+    header: str,
+    target: str,
+    source_lines=None,
+    chosen: Optional[Run] = None,
 ) -> cst.Module:
     classes = _class_names(program)
     attrs = {
@@ -85,6 +93,16 @@ def run(
             source_lines,
         )
         body.append(_class(program, model, lowered, ctx, classes, attrs))
+    if chosen is not None and chosen.loss is not None:
+        loss = next(
+            name
+            for typed, name in method_names.items()
+            if typed.model == program.top.name
+            and typed.graph.name == chosen.loss.name
+            and typed not in specialized
+        )
+        top = classes[program.top.name]
+        body.append(main.block(program, chosen, top, loss, attrs))
     comments = [
         cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
     ]

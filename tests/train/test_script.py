@@ -1,0 +1,217 @@
+"""The generated file as a training script: on one process, under torchrun with DDP and FSDP2,
+resumed, interrupted, and given bad data. A small tiny-gpt (vocab 64, d 32) on a noisy bigram
+chain, 30 steps of Muon and AdamW with a cooldown and gradient clipping."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sx2torch.compiler import compile_source
+from sx2torch.runtime.data import write_shard
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 30
+
+
+def small_gpt(schedule: bool = True) -> str:
+    text = (ROOT / "examples" / "tiny-gpt.lisp").read_text(encoding="utf-8")
+    changes = [
+        ("(defconst vocab 512)", "(defconst vocab 64)"),
+        ("(defconst d 128)", "(defconst d 32)"),
+        (":seq-len 64", ":seq-len 16"),
+        (":steps 50", f":steps {STEPS}"),
+    ]
+    if not schedule:
+        changes.append(("  :schedule (:warmup 0.0 :cooldown 0.5)\n", ""))
+    for old, new in changes:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def chain(n: int, vocab: int = 64) -> torch.Tensor:
+    """A bigram chain, next = (5 t + 3) mod vocab, with 20% of the tokens random."""
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.rand(n, generator=generator) < 0.2
+    random = torch.randint(vocab, (n,), generator=generator)
+    ids = [1]
+    for i in range(1, n):
+        ids.append(int(random[i]) if noise[i] else (5 * ids[-1] + 3) % vocab)
+    return torch.tensor(ids)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("train")
+    for name, schedule in (("gpt.py", True), ("flat.py", False)):
+        code = compile_source(small_gpt(schedule), "tiny-gpt.lisp")
+        (folder / name).write_text(code, encoding="utf-8")
+    write_shard(folder / "shard_000.bin", chain(6000))
+    write_shard(folder / "shard_001.bin", chain(3000))
+    return folder
+
+
+def launch(work: Path, script: str, *args: str, procs: int = 1, **popen):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    runner = [sys.executable]
+    if procs > 1:
+        runner += [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={procs}",
+        ]
+    command = runner + [script, "--data", "shard_*.bin", *args]
+    return subprocess.Popen(
+        command,
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def train(work: Path, script: str, *args: str, procs: int = 1) -> tuple:
+    process = launch(work, script, *args, procs=procs)
+    out, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
+def losses(work: Path, out: str) -> list:
+    lines = (work / out / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records] == list(range(len(records)))
+    return [r["loss"] for r in records]
+
+
+@pytest.fixture(scope="module")
+def reference(work) -> list:
+    code, err = train(work, "gpt.py", "--out", "one")
+    assert code == 0, err
+    return losses(work, "one")
+
+
+def test_one_process_trains(work, reference):
+    assert len(reference) == STEPS
+    assert (
+        abs(reference[0] - torch.log(torch.tensor(64.0)).item()) < 1e-3
+    )  # a zero head
+    assert sum(reference[-5:]) / 5 < 0.6 * reference[0]
+    record = json.loads((work / "one" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record.keys() == {"step", "loss", "lr", "tokens_per_s"}
+    assert record["lr"] == pytest.approx(
+        0.02 * (1 / STEPS) / 0.5
+    )  # the last cooldown step
+    assert record["tokens_per_s"] > 0
+    assert (work / "one" / "checkpoints" / "latest").read_text() == f"step-{STEPS}\n"
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_two_processes_give_the_same_losses(work, reference, parallel):
+    code, err = train(
+        work, "gpt.py", "--out", parallel, "--parallel", parallel, procs=2
+    )
+    assert code == 0, err
+    distributed = losses(work, parallel)
+    assert len(distributed) == STEPS
+    worst = max(abs(a - b) / abs(b) for a, b in zip(distributed, reference))
+    assert worst < 0.03, (parallel, worst)
+
+
+def test_resumed_run_equals_an_uninterrupted_one(work):
+    assert train(work, "flat.py", "--out", "whole")[0] == 0
+    assert train(work, "flat.py", "--out", "halves", "--steps", "15")[0] == 0
+    assert losses(work, "halves") == losses(work, "whole")[:15]
+    code, err = train(work, "flat.py", "--out", "halves", "--resume")
+    assert code == 0, err
+    assert losses(work, "halves") == losses(work, "whole")
+
+
+def test_ctrl_c_saves_and_resume_finishes(work, reference):
+    process = launch(work, "gpt.py", "--out", "stopped")
+    metrics = work / "stopped" / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    saved = re.search(
+        r"interrupted: saved step (\d+) in stopped; --resume continues", err
+    )
+    done = int(saved.group(1))
+    assert 3 <= done < STEPS and len(losses(work, "stopped")) == done
+    code, err = train(work, "gpt.py", "--out", "stopped", "--resume")
+    assert code == 0, err
+    assert losses(work, "stopped") == reference
+
+
+def test_synthetic_inputs_train_with_adamw(tmp_path):
+    source = (ROOT / "examples" / "rms-mlp.lisp").read_text(encoding="utf-8")
+    source = source.replace(
+        "(defrun train :precision :bf16)",
+        "(defrun train :precision :bf16 :loss loss :steps 12\n"
+        "  :optimizer (adamw :lr 0.01) :inputs ((x [32 d-in]) (labels [32] :high n-class)))",
+    )
+    (tmp_path / "mlp.py").write_text(compile_source(source, "rms-mlp.lisp"))
+    code, err = train(tmp_path, "mlp.py", "--out", "run")
+    assert code == 0, err
+    first, *_, last = losses(tmp_path, "run")
+    assert (
+        last < 0.5 * first
+    )  # a fresh batch each step, but of random labels: memorised
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "the file is empty, expected a token shard"),
+        (b"\0" * 1024 + b"\1\0" * 8, "not a token shard (magic number 0, expected 20240520)"),
+        (struct.pack("<3i", 20240520, 1, 16).ljust(1024, b"\0") + b"\0" * 8, "truncated: holds 4 tokens, its header says 16"),
+        (None, ""),
+    ],
+    ids=["empty", "magic", "truncated", "no-match"],
+)  # fmt: skip
+def test_bad_data_is_one_line_and_exit_2(work, tmp_path, content, message):
+    if content is None:
+        data, expected = (
+            str(tmp_path / "none_*.bin"),
+            f"error: --data {tmp_path}/none_*.bin: no file matches",
+        )
+    else:
+        data = str(tmp_path / "bad.bin")
+        Path(data).write_bytes(content)
+        expected = f"error: {data}: {message}"
+    process = subprocess.run(
+        [
+            sys.executable,
+            str(work / "gpt.py"),
+            "--data",
+            data,
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (process.returncode, process.stderr, process.stdout) == (
+        2,
+        expected + "\n",
+        "",
+    )
