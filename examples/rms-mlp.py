@@ -18,6 +18,13 @@ class RmsMlp(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(d_hidden))
         self.w2 = nn.Parameter(torch.normal(0.0, 0.02, size=(d_hidden, n_class)))
 
+    def rms_norm_star(self, x, *, eps=1e-06):
+        """The rms-norm of the precision page, written out."""
+        # (with-numerics (:sensitivity :high) ...)
+        with torch.autocast("cuda", enabled=False):
+            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
+        return x * rsqrt_x
+
     # rms-norm* for x: bf16
     def rms_norm_star_bf16(self, x, *, eps=1e-06):
         """The rms-norm of the precision page, written out."""

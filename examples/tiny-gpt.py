@@ -18,21 +18,55 @@ class Block(nn.Module):
         self.w_up = nn.Parameter(torch.normal(0.0, 0.02, size=(d, 4 * d)))
         self.w_down = nn.Parameter(torch.zeros(4 * d, d))
 
-    # heads for x: bf16
-    def heads_bf16(self, x):
+    def heads(self, x):
         """[batch time d] -> [batch head time d/head]"""
         return x.reshape(
             x.shape[0], x.shape[1], self.n_head, self.d // self.n_head
         ).permute(0, 2, 1, 3)
+
+    def attend(self, x):
+        w_qkv_bf16 = self.w_qkv.to(torch.bfloat16)
+        w_o_bf16 = self.w_o.to(torch.bfloat16)
+        qkv = x.to(torch.bfloat16) @ w_qkv_bf16
+        q = self.heads(qkv[..., : self.d])
+        k = self.heads(qkv[..., self.d : 2 * self.d])
+        v = self.heads(qkv[..., 2 * self.d : 3 * self.d])
+        # (rms-norm q)
+        with torch.autocast("cuda", enabled=False):
+            q_f32 = q.float()
+            rsqrt_q = torch.rsqrt(
+                torch.mean(q_f32 * q_f32, dim=-1, keepdim=True) + 1e-06
+            )
+        rms_norm_q = q * rsqrt_q.to(torch.bfloat16)
+        # (rms-norm k)
+        with torch.autocast("cuda", enabled=False):
+            k_f32 = k.float()
+            rsqrt_k = torch.rsqrt(
+                torch.mean(k_f32 * k_f32, dim=-1, keepdim=True) + 1e-06
+            )
+        scores = (
+            rms_norm_q
+            @ (k * rsqrt_k.to(torch.bfloat16)).transpose(-2, -1)
+            * rms_norm_q.shape[-1] ** -0.5
+        )
+        # (causal-attention (rms-norm q) (rms-norm k) v)
+        with torch.autocast("cuda", enabled=False):
+            weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
+        y = weights.to(torch.bfloat16) @ v
+        transpose_y = y.permute(0, 2, 1, 3)
+        return (
+            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
+            @ w_o_bf16
+        )
 
     # attend for x: bf16
     def attend_bf16(self, x):
         w_qkv_bf16 = self.w_qkv.to(torch.bfloat16)
         w_o_bf16 = self.w_o.to(torch.bfloat16)
         qkv = x @ w_qkv_bf16
-        q = self.heads_bf16(qkv[..., : self.d])
-        k = self.heads_bf16(qkv[..., self.d : 2 * self.d])
-        v = self.heads_bf16(qkv[..., 2 * self.d : 3 * self.d])
+        q = self.heads(qkv[..., : self.d])
+        k = self.heads(qkv[..., self.d : 2 * self.d])
+        v = self.heads(qkv[..., 2 * self.d : 3 * self.d])
         # (rms-norm q)
         with torch.autocast("cuda", enabled=False):
             q_f32 = q.float()
@@ -62,6 +96,26 @@ class Block(nn.Module):
         )
 
     def forward(self, x):
+        w_up_bf16 = self.w_up.to(torch.bfloat16)
+        w_down_bf16 = self.w_down.to(torch.bfloat16)
+        # (rms-norm x)
+        with torch.autocast("cuda", enabled=False):
+            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-06)
+        x = x.to(torch.bfloat16) + self.attend(x * rsqrt_x)
+        # (rms-norm x)
+        with torch.autocast("cuda", enabled=False):
+            x_f32 = x.float()
+            rsqrt_x = torch.rsqrt(
+                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
+            )
+        return (
+            x
+            + torch.square(torch.relu(x * rsqrt_x.to(torch.bfloat16) @ w_up_bf16))
+            @ w_down_bf16
+        )
+
+    # forward for x: bf16
+    def forward_bf16(self, x):
         w_up_bf16 = self.w_up.to(torch.bfloat16)
         w_down_bf16 = self.w_down.to(torch.bfloat16)
         # (rms-norm x)
@@ -107,7 +161,7 @@ class TinyGpt(nn.Module):
             )
         x = take_wte * rsqrt_take_wte.to(torch.bfloat16)
         for layer in self.blocks:
-            x = layer(x)
+            x = layer.forward_bf16(x)
         # (rms-norm x)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()

@@ -1,5 +1,5 @@
-;; A defun called with different input dtypes gets one method per signature;
-;; one called inside a with-numerics form computes with its mark.
+;; A defun called with different input dtypes gets one method per signature where
+;; their code differs; one called inside a with-numerics form computes with its mark.
 (defparam w (normal [8 8]))
 
 (defun gate (x) (* x (sigmoid x)))

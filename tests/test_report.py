@@ -2,7 +2,6 @@
 
 import re
 
-import pytest
 
 from sx2torch import explain, report
 from sx2torch.cli import main

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import libcst as cst
@@ -11,7 +12,7 @@ from sx2torch.emit import main
 from sx2torch.emit.method import ClassContext, MethodEmitter, argument_names
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
-from sx2torch.ir import ISLAND, REGION, Kind, Scalar, walk
+from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param, param_of
 from sx2torch.resolve import Model, Param, Program, Run
@@ -38,7 +39,23 @@ def run(
         model.name: attributes(model, _built_classes(model, classes))
         for model in program.all_models()
     }
-    method_names, specialized = _method_names(program, lowered, attrs)
+    method_names: dict = {}
+    specialized: set = set()
+    contexts = {
+        model.name: ClassContext(
+            Target(target),
+            lowered,
+            attrs[model.name][0],
+            {name: names for name, (names, _) in attrs.items()},
+            method_names,
+            specialized,
+            source_lines,
+        )
+        for model in program.all_models()
+    }
+    names, specialized_ = _method_names(program, lowered, attrs, contexts)
+    method_names.update(names)
+    specialized.update(specialized_)
     body: list = [
         _import("torch"),
         cst.SimpleStatementLine(
@@ -83,16 +100,9 @@ def run(
         ),
     ]
     for model in program.all_models():
-        ctx = ClassContext(
-            Target(target),
-            lowered,
-            attrs[model.name][0],
-            {name: names for name, (names, _) in attrs.items()},
-            method_names,
-            specialized,
-            source_lines,
+        body.append(
+            _class(program, model, lowered, contexts[model.name], classes, attrs)
         )
-        body.append(_class(program, model, lowered, ctx, classes, attrs))
     if chosen is not None and chosen.loss is not None:
         loss = next(
             name
@@ -139,10 +149,22 @@ def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
     return attrs, names
 
 
-def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
-    """A plain name for the specialization at f32 arguments (or one that lowers to the same code),
-    a name with the argument dtypes for the others, which are returned as `specialized`;
-    a sub-model's forward is always `forward`."""
+def _method_names(program: Program, lowered: Lowered, attrs: dict, contexts: dict):
+    """Method names: specializations of a defun whose methods would read the same share one.
+    The one at f32 (and integer) arguments is the public method, named as the source names
+    the defun; the others are named with their dtypes and returned as `specialized`.
+
+    The specializations come callees first, so each is compared with its callees already
+    grouped: a method's code is emitted with a stand-in name for each group."""
+    group: dict = {}  # Typed -> its group's stand-in name
+    members: dict = (
+        {}
+    )  # (model, defun) -> {stand-in: [Typed, ...]}, in order of appearance
+    for typed in lowered.specializations:
+        ctx = replace(contexts[typed.model], method_names=group, specialized=set())
+        code = cst.Module([]).code_for_node(_method(typed, "method", ctx))
+        key = (typed.model, typed.graph.name, code)
+        group[typed] = members.setdefault(key[:2], {}).setdefault(key, f"m{len(group)}")
     names: dict = {}
     specialized: set = set()
     for model in program.all_models():
@@ -150,27 +172,17 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict) -> dict:
         # Source names first, so that no specialization takes one.
         plain_names = {defun: namespace.fresh(defun) for defun in model.defuns}
         for defun in model.defuns:
-            specs = [
-                t
-                for t in lowered.specializations
-                if t.model == model.name and t.graph.name == defun
-            ]
-            natural = lowered.natural[model.name, defun]
-            plain = next(
-                (t for t in specs if natural is not None and _equivalent(t, natural)),
-                None,
-            )
-            if plain is None and defun == "forward" and specs:
-                plain = specs[0]
+            plain = lowered.natural[model.name, defun]
+            chosen: dict = {}  # stand-in -> name
             if plain is not None:
-                names[plain] = plain_names[defun]
-            for typed in specs:
-                if typed in names:
-                    continue
-                if plain is not None and _equivalent(typed, plain):
-                    names[typed] = names[plain]
-                else:
-                    names[typed] = namespace.fresh(f"{defun}_{_suffix(typed)}")
+                chosen[group[plain]] = plain_names[defun]
+            for typed in (
+                t for t in group if (t.model, t.graph.name) == (model.name, defun)
+            ):
+                if group[typed] not in chosen:
+                    chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
+                names[typed] = chosen[group[typed]]
+                if plain is None or group[typed] != group[plain]:
                     specialized.add(typed)
     return names, specialized
 
@@ -182,29 +194,6 @@ def _suffix(typed: Typed) -> str:
     elif typed.ambient == REGION:
         tags.append("region")
     return "_".join(tags) or "specialized"
-
-
-def _equivalent(one: Typed, other: Typed) -> bool:
-    """Whether two specializations of one defun lower to the same code."""
-
-    def norm(dtype):
-        return "f32" if is_param(dtype) else dtype
-
-    if one is other:
-        return True
-    graph = one.graph
-    if any(norm(one.dtype[n]) != norm(other.dtype[n]) for n in graph.inputs):
-        return False
-    for node in walk(graph.nodes):
-        if one.compute.get(node) != other.compute.get(node):
-            return False
-        if node.kind is not Kind.PARAM and norm(one.dtype.get(node)) != norm(
-            other.dtype.get(node)
-        ):
-            return False
-        if node in one.callee and not _equivalent(one.callee[node], other.callee[node]):
-            return False
-    return True
 
 
 def _class(
@@ -226,7 +215,8 @@ def _class(
             for t in lowered.specializations
             if t.model == model.name and t.graph.name == defun
         ]
-        for typed in specs:
+        plain = lowered.natural[model.name, defun]
+        for typed in ([plain] if plain is not None else []) + specs:
             name = ctx.method_names[typed]
             if name not in emitted:
                 emitted.add(name)

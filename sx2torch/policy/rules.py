@@ -113,6 +113,8 @@ def param_of(dtype: str) -> tuple:
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
     """Specialize from the entry points: the top model's forward and every defun of it that no
     other defun calls, at f32 (and integer) arguments; what they call is specialized on the way.
+    Parameters are stored as those read them. Then every defun of every model gets its
+    specialization at f32 (and integer) arguments too: the public method of its name.
     """
     policy = _Policy(program, graphs, precision)
     top = program.top.name
@@ -133,14 +135,13 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
             t.model == model.name and t.graph.name == "forward" for t in policy.order
         ):
             policy.natural(graphs[model.name, "forward"])
-    used = list(policy.order)
-    storage = policy.storage(used)
+    storage = policy.storage(list(policy.order))
     natural = {
         (model.name, defun): policy.natural(graphs[model.name, defun])
         for model in program.all_models()
         for defun in model.defuns
     }
-    return Lowered(precision, used, storage, natural)
+    return Lowered(precision, list(policy.order), storage, natural)
 
 
 class _Policy:

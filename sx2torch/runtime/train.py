@@ -99,7 +99,7 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     model = model_class().to(device)
     objective = Objective(model, settings["loss"])
     if args.parallel == "fsdp2":
-        _fully_shard(model, settings["loss"])
+        _fully_shard(model)
     elif args.parallel == "ddp":
         objective = nn.parallel.DistributedDataParallel(objective)
     optimizers = _optimizers(model, settings["optimizers"])
@@ -236,17 +236,32 @@ def _init_process_group(device: torch.device, rank: int, world: int) -> None:
         )
 
 
-def _fully_shard(model: nn.Module, loss: str) -> None:
-    """FSDP2 units: each sub-model (each layer of a stack), then the root. The loss method calls
-    `self.forward` directly, which bypasses the root's hooks, so it is registered as a forward.
-    """
+def _fully_shard(model: nn.Module) -> None:
+    """FSDP2 units: each sub-model (each layer of a stack), then the root. A generated module
+    calls its own methods directly (the loss calls `self.forward`; a stack's loop calls a
+    layer's `forward_bf16` for a bf16 input), which bypasses FSDP's hooks on `module(...)`,
+    so every method a generated class defines is registered as a forward."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
-    for child in model.children():
-        for block in child if isinstance(child, nn.ModuleList) else [child]:
-            fully_shard(block)
-    fully_shard(model)
-    register_fsdp_forward_method(model, loss)
+    units = [
+        block
+        for child in model.children()
+        for block in (child if isinstance(child, nn.ModuleList) else [child])
+    ]
+    for unit in [*units, model]:
+        methods = _own_methods(type(unit))  # before fully_shard subclasses it
+        fully_shard(unit)
+        for name in methods:
+            register_fsdp_forward_method(unit, name)
+
+
+def _own_methods(cls: type) -> list:
+    """The methods a generated class defines besides `__init__` and `forward`."""
+    return [
+        name
+        for name, value in vars(cls).items()
+        if callable(value) and not name.startswith("_") and name != "forward"
+    ]
 
 
 class _StopRequest:

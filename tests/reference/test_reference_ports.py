@@ -8,7 +8,6 @@ import io
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from reference import modded_nanogpt_medium as medium
 from reference import modded_nanogpt_simple as simple

@@ -12,7 +12,9 @@ def test_schedule():
     flat = [lr_scale(s, 10, 0.0, 0.0) for s in range(10)]
     assert flat == [1.0] * 10
     warm_cool = [lr_scale(s, 10, 0.2, 0.5) for s in range(10)]
-    assert warm_cool == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2])
+    assert warm_cool == pytest.approx(
+        [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2]
+    )
 
 
 def test_each_parameter_gets_the_optimizer_its_pattern_names(build):
