@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sx2torch.emit.echo import show
+from sx2torch.echo import show
 from sx2torch.ir import Graph, Node, Scalar
 from sx2torch.policy import Lowered, Typed
 

@@ -16,7 +16,6 @@ from typing import Optional
 
 from sx2torch import policy, read, resolve, trace
 from sx2torch.compiler import Options, choose_run, top_model_name
-from sx2torch.emit.echo import echo
 from sx2torch.emit.module import attributes
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, Scalar, walk
 from sx2torch.policy.rules import is_param, param_of
@@ -94,9 +93,9 @@ def _reason(typed, node: Node, lowered, precision: str):
         if compute != "bf16":
             return None
         if frame is not None and frame.mode == REGION:
-            return ("library region: " if frame.library else "bf16 region: ") + echo(
-                frame.form, body=frame.library
-            )
+            return (
+                "library region: " if frame.library else "bf16 region: "
+            ) + frame.text
         return (
             "bf16 region: called inside one"
             if typed.ambient == REGION
@@ -119,7 +118,7 @@ def _reason(typed, node: Node, lowered, precision: str):
     ]
     if frame is not None and frame.mode == ISLAND:
         kind = "library mark" if frame.library else "sensitive mark"
-        return f"{kind}: {echo(frame.form, body=frame.library)}"
+        return f"{kind}: {frame.text}"
     if typed.ambient == ISLAND:
         return "sensitive mark: called inside (with-numerics (:sensitivity :high) ...)"
     if high:

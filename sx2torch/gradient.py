@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from sx2torch import ranks
-from sx2torch.emit.echo import echo
+from sx2torch.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import Kind, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY

@@ -41,7 +41,8 @@ class Frame:
     """One `with-numerics` form (or a library mark) around the nodes traced in it."""
 
     mode: str
-    form: object  # the datum, echoed in comments
+    text: str  # the form as the comment above its block shows it
+    span: Span
     library: bool = False
 
 

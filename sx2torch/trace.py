@@ -15,6 +15,7 @@ from typing import Optional
 
 from sx2torch import gradient, scalars
 from sx2torch.errors import SourceError
+from sx2torch.echo import echo
 from sx2torch.errors import suggest as _suggest
 from sx2torch.ir import (
     ISLAND,
@@ -71,6 +72,9 @@ class Tracer:
         self.frames: tuple = ()
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
         self.param_reads: dict[tuple, Node] = {}
+        # (what, inputs, keys, scope) -> the value of a call traced in place, which a second
+        # such call reuses, so a call DAG under `gradient` traces in time linear in its size
+        self.inlined: dict = {}
         self.via: (
             tuple
         ) = ()  # (model, sub-model param) pairs down to an inlined sub-model
@@ -132,9 +136,7 @@ class Tracer:
             return result
         if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
             return self._fold(name, inputs)
-        frames = self.frames + (
-            (Frame(ISLAND, self.datum, library=True),) if op.sensitive else ()
-        )
+        frames = self.frames + ((_mark(ISLAND, self.datum),) if op.sensitive else ())
         return self._add(
             Node(
                 Kind.OP,
@@ -168,13 +170,13 @@ class Tracer:
     @contextmanager
     def library_island(self):
         """Nodes made inside compute in f32 under either policy (a library mark, 6.8)."""
-        with self._frame(Frame(ISLAND, self.datum, library=True)):
+        with self._frame(_mark(ISLAND, self.datum)):
             yield
 
     @contextmanager
     def library_region(self):
         """Nodes made inside compute in bf16 under either policy."""
-        with self._frame(Frame(REGION, self.datum, library=True)):
+        with self._frame(_mark(REGION, self.datum)):
             yield
 
     def cast(self, operand: Operand, dtype: str) -> Operand:
@@ -374,7 +376,7 @@ class Tracer:
             raise SourceError(
                 value.span, f":{key.name} must be :{wanted}, got {shown(value)}"
             )
-        frame = Frame(mode, datum)
+        frame = Frame(mode, echo(datum, body=False), datum.span)
         if _wraps_gradient(datum):
             with self._stamp(frame):
                 return self._body(datum.items[2:], env)
@@ -434,6 +436,13 @@ class Tracer:
             self.model, self.via = outer
 
     def _inline(self, callee: Defun, inputs: list, keys: dict) -> Operand:
+        scope = (self.model.name, self.via, self.frames, self.stamps, id(self.nodes))
+        key = (callee.name, tuple(inputs), tuple(sorted(keys.items())), scope)
+        if key not in self.inlined:
+            self.inlined[key] = self._traced_in_place(callee, inputs, keys)
+        return self.inlined[key]
+
+    def _traced_in_place(self, callee: Defun, inputs: list, keys: dict) -> Operand:
         outer_keys = self.keys
         self.keys = {
             symbol.name: keys.get(symbol.name) or scalars.evaluate(default, self._const)
@@ -825,6 +834,11 @@ def _wraps_gradient(datum: List) -> bool:
         and len(body[0].items) > 2
         and _wraps_gradient(body[0])
     )
+
+
+def _mark(mode: str, datum: Datum) -> Frame:
+    """The frame of a library op's mark: its whole form is the comment."""
+    return Frame(mode, echo(datum), datum.span, library=True)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from typing import Optional
 import libcst as cst
 
 from sx2torch.emit import build as b
-from sx2torch.emit.echo import echo
 from sx2torch.emit.names import Namespace
 from sx2torch.ir import CALLS, ISLAND, Kind, Node, Scalar, reads, walk
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
@@ -653,9 +652,7 @@ def _block(frame, body: list, device: str) -> cst.With:
         manager = b.call("torch.autocast", b.string(device), enabled=b.name("False"))
     else:
         manager = b.call("sx.bf16_region")
-    comment = cst.EmptyLine(
-        comment=cst.Comment("# " + echo(frame.form, body=frame.library))
-    )
+    comment = cst.EmptyLine(comment=cst.Comment("# " + frame.text))
     return cst.With(
         [cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[comment]
     )
