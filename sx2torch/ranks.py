@@ -10,13 +10,15 @@ mismatch no value of the unknowns can fix, such as `(matmul a b)` of [3 4] and [
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import Dims, ShapeError, known
-from sx2torch.resolve import Program
+
+if TYPE_CHECKING:  # resolve reads the special forms, whose gradient handler reads ranks
+    from sx2torch.resolve import Program
 
 
 def shapes(

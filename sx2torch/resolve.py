@@ -11,6 +11,7 @@ from typing import Optional
 
 from sx2torch import scalars
 from sx2torch.errors import SourceError, Span
+from sx2torch.forms import FORMS
 from sx2torch.ir import Scalar
 from sx2torch.read import (
     Boolean,
@@ -25,19 +26,6 @@ from sx2torch.read import (
 )
 
 PRECISIONS = ("f32", "bf16")
-SPECIAL_FORMS = (
-    "let",
-    "with-numerics",
-    "cast",
-    "gradient",
-    "chain",
-    "for",
-    "if",
-    "and",
-    "or",
-    "not",
-    "in",
-)  # traced by trace.py, not called
 MAX_CALL_DEPTH = (
     64  # defuns calling defuns (and sub-models), like the reader's bound on nesting
 )
@@ -447,7 +435,7 @@ def shape(lookup, datum: Datum, known=None) -> tuple:
 def _defun(datum: List) -> Defun:
     _arity(datum, 2, None, "(defun NAME (ARG ... &key (K DEFAULT) ...) [DOC] BODY ...)")
     name = _symbol(datum.items[1], "a function name")
-    if name.name in SPECIAL_FORMS:
+    if name.name in FORMS:  # traced by their handlers, never called
         raise SourceError(
             name.span, f"a defun cannot be named '{name.name}': that is a special form"
         )

@@ -1,0 +1,164 @@
+"""An op applied in source, `(OP ARG ... :key VALUE ...)`: its arguments checked against the
+op's registry signature and traced, then its nodes made."""
+
+from __future__ import annotations
+
+import difflib
+
+from sx2torch import scalars
+from sx2torch.builder import default
+from sx2torch.errors import SourceError
+from sx2torch.ir import Operand, Scalar
+from sx2torch.ops import Op
+from sx2torch.read import Datum, Keyword, List, String, Vector, shown
+
+TENSOR_KINDS = ("tensor", "matrix", "ids", "bool-tensor", "like")
+SCALAR_KINDS = {"int": "an integer", "number": "a number", "bool": "true or false"}
+
+
+def apply(t, op: Op, datum: List, env: dict) -> Operand:
+    positional, keywords = split(datum.items[1:])
+    least, most = op.bounds
+    if len(positional) < least or (most is not None and len(positional) > most):
+        raise SourceError(
+            datum.span,
+            f"wrong number of arguments: expected {_usage(op)}, got {len(positional)}",
+        )
+    inputs, attrs = [], {}
+    for index, item in enumerate(positional):
+        spec = op.args[min(index, len(op.args) - 1)]
+        value = _argument(t, spec, item, env, f"{op.name}'s {spec.name}")
+        if spec.kind in TENSOR_KINDS:
+            inputs.append(value)
+        elif spec.kind == "tensors":
+            inputs.extend(value)
+        else:
+            attrs[spec.name] = value
+    given = {}
+    for key, value in keywords:
+        spec = op.key(key.name)
+        if spec is None:
+            raise unknown_keyword(key, op.name, [k.name for k in op.keys])
+        if key.name in given:
+            raise SourceError(key.span, f":{key.name} given twice")
+        given[key.name] = _argument(t, spec, value, env, f":{key.name}")
+    for spec in op.keys:
+        attrs[spec.name] = given.get(spec.name, default(spec.default))
+    if op.result == "bool" and inputs and all(isinstance(i, Scalar) for i in inputs):
+        return scalars.compare(op.name, *inputs, datum.span)
+    if op.result != "arith" and inputs and all(isinstance(i, Scalar) for i in inputs):
+        raise SourceError(
+            datum.span,
+            f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
+        )
+    outer, t.datum = t.datum, datum
+    try:
+        return (
+            _fold_left(t, op, inputs, attrs)
+            if op.folds
+            else t.op(op.name, inputs, **attrs)
+        )
+    finally:
+        t.datum = outer
+
+
+def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
+    result = inputs[0]
+    for operand in inputs[1:]:
+        result = t.op(op.name, [result, operand], **attrs)
+    return result
+
+
+def _argument(t, spec, item: Datum, env: dict, what: str):
+    value = _value_of(t, spec.kind, item, env, what)
+    scalars_given = value if isinstance(value, tuple) else (value,)
+    if spec.static and any(
+        isinstance(s, Scalar) and s.op != "lit" for s in scalars_given
+    ):
+        literal = "true or false" if spec.kind == "bool" else "numbers"
+        raise SourceError(
+            item.span,
+            f"{what} must be written as {literal}: it decides the result's shape, "
+            "and the caller can change a const or a &key argument",
+        )
+    return value
+
+
+def _value_of(t, kind: str, item: Datum, env: dict, what: str):
+    if kind in TENSOR_KINDS:
+        return t.expr(item, env)
+    if kind == "tensors":
+        if not isinstance(item, Vector) or not item.items:
+            raise SourceError(
+                item.span, f"{what} must be a vector of tensors, such as [x y]"
+            )
+        return [t.expr(i, env) for i in item.items]
+    if kind == "ints":
+        if not isinstance(item, Vector):
+            raise SourceError(
+                item.span, f"{what} must be a vector of integers, such as [0 -1]"
+            )
+        return tuple(
+            scalars.expect_int(t.scalar(i, env), i.span, f"each of {what}")
+            for i in item.items
+        )
+    if kind == "out":
+        if not (isinstance(item, Keyword) and item.name == "f32"):
+            raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
+        return "f32"
+    if kind == "reduction":
+        if not (isinstance(item, Keyword) and item.name in ("mean", "sum", "none")):
+            raise SourceError(
+                item.span, f"{what} must be :mean, :sum or :none, got {shown(item)}"
+            )
+        return item.name
+    if kind in SCALAR_KINDS and isinstance(item, (String, Vector, Keyword)):
+        raise SourceError(
+            item.span,
+            f"{what} must be {SCALAR_KINDS[kind]} known at compile time "
+            f"(a literal, a const or a &key argument), got {shown(item)}",
+        )
+    value = t.scalar(item, env)
+    if kind == "int":
+        return scalars.expect_int(value, item.span, what)
+    if kind == "bool" and not isinstance(value.value, bool):
+        raise SourceError(item.span, f"{what} must be true or false")
+    if kind == "number" and (isinstance(value.value, (bool, str))):
+        raise SourceError(item.span, f"{what} must be a number")
+    return value
+
+
+def split(items: tuple) -> tuple:
+    """Positional arguments, then `:key value` pairs."""
+    for index, item in enumerate(items):
+        if isinstance(item, Keyword):
+            rest = items[index:]
+            for at in range(0, len(rest), 2):
+                if not isinstance(rest[at], Keyword):
+                    raise SourceError(
+                        rest[at].span,
+                        "expected a keyword: positional arguments come before keywords",
+                    )
+                if at + 1 == len(rest):
+                    raise SourceError(
+                        rest[at].span, f"keyword :{rest[at].name} without a value"
+                    )
+            return items[:index], list(zip(rest[::2], rest[1::2]))
+    return items, []
+
+
+def _usage(op: Op) -> str:
+    args = " ".join(a.name.upper() for a in op.args)
+    if op.bounds[1] is None:
+        args += " ..."
+    keys = " ".join(f":{k.name}" for k in op.keys)
+    return f"({op.name} {args}{' &key ' + keys if keys else ''})"
+
+
+def unknown_keyword(key: Keyword, owner: str, known: list) -> SourceError:
+    close = difflib.get_close_matches(key.name, known, n=1, cutoff=0.75)
+    hint = f": did you mean :{close[0]}?" if close else ""
+    listed = ", ".join(f":{k}" for k in known) or "none"
+    return SourceError(
+        key.span, f"unknown keyword :{key.name} for '{owner}'{hint} (known: {listed})"
+    )

@@ -1,0 +1,138 @@
+"""The node builder: how a traced defun's nodes are made, with the `with-numerics` frames they
+sit in. An op's definition through other ops (`expand`) and its derivative rule (`grad`) make
+their nodes with it, through `op`, `cast`, `library_island` and `library_region`."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Optional
+
+from sx2torch import scalars
+from sx2torch.echo import echo
+from sx2torch.ir import (
+    ISLAND,
+    REGION,
+    Frame,
+    Graph,
+    Kind,
+    Node,
+    Operand,
+    Region,
+    Scalar,
+)
+from sx2torch.ops import REGISTRY
+from sx2torch.read import Datum
+
+
+class Builder:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes = graph.nodes  # where new nodes go: the graph's, or a region's
+        self.frames: tuple = ()  # the with-numerics frames around the nodes made now
+        self.datum: Optional[Datum] = None  # the form whose nodes are being made
+        self.stamps: (
+            tuple
+        ) = ()  # frames that mark the backward of the gradient being traced
+
+    def op(self, name: str, inputs: list, **attrs) -> Operand:
+        op = REGISTRY[name]
+        for spec in op.keys:
+            attrs.setdefault(spec.name, default(spec.default))
+        if op.expand:
+            result = op.expand(self, inputs, attrs)
+            if isinstance(result, Node) and result.label is None:
+                result.label = op.word
+            return result
+        if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
+            return self._fold(name, inputs)
+        frames = self.frames + ((_mark(ISLAND, self.datum),) if op.sensitive else ())
+        return self.add(
+            Node(
+                Kind.OP,
+                name,
+                tuple(inputs),
+                attrs,
+                self.datum.span,
+                self.datum,
+                frames,
+            )
+        )
+
+    def add(self, node: Node) -> Node:
+        self.nodes.append(node)
+        return node
+
+    @contextmanager
+    def region(self, region: Region):
+        """Nodes made inside go to `region`."""
+        outer, self.nodes = self.nodes, region.nodes
+        try:
+            yield region
+        finally:
+            self.nodes = outer
+
+    def _fold(self, name: str, inputs: list) -> Scalar:
+        if name in ("-", "neg") and len(inputs) == 1:
+            return scalars.negate(inputs[0], self.datum.span)
+        return scalars.fold(name, inputs[0], inputs[1], self.datum.span)
+
+    @contextmanager
+    def library_island(self):
+        """Nodes made inside compute in f32 under either policy (a library mark, 6.8)."""
+        with self.frame(_mark(ISLAND, self.datum)):
+            yield
+
+    @contextmanager
+    def library_region(self):
+        """Nodes made inside compute in bf16 under either policy."""
+        with self.frame(_mark(REGION, self.datum)):
+            yield
+
+    def cast(self, operand: Operand, dtype: str) -> Operand:
+        """An explicit conversion to "f32" or "bf16"; a scalar stays a scalar."""
+        if isinstance(operand, Scalar):
+            return operand
+        return self.add(
+            Node(
+                Kind.CAST,
+                None,
+                (operand,),
+                {"dtype": dtype},
+                self.datum.span,
+                self.datum,
+                self.frames,
+            )
+        )
+
+    @contextmanager
+    def frame(self, frame: Frame):
+        outer = self.frames
+        self.frames = outer + (frame,)
+        try:
+            yield
+        finally:
+            self.frames = outer
+
+    @contextmanager
+    def stamp(self, frame: Frame):
+        """A with-numerics form whose body is a gradient marks only what the gradient appends."""
+        outer = self.stamps
+        self.stamps = outer + (frame,)
+        try:
+            yield
+        finally:
+            self.stamps = outer
+
+
+def _mark(mode: str, datum: Datum) -> Frame:
+    """The frame of a library op's mark: its whole form is the comment."""
+    return Frame(mode, echo(datum), datum.span, library=True)
+
+
+def default(value):
+    """A registry key's default as the value an attribute holds."""
+    if value is None or isinstance(value, bool):
+        return Scalar.lit(value) if isinstance(value, bool) else None
+    if isinstance(value, tuple):
+        return tuple(Scalar.lit(v) for v in value)
+    return Scalar.lit(value)

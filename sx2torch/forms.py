@@ -1,0 +1,335 @@
+"""The special forms, declared once: FORMS maps each form's name to its handler, which traces
+it with the tracer `t`; resolve reads the names (a defun may not take one), trace dispatches
+on them. Each handler's docstring or first diagnostic gives its syntax."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from sx2torch import gradient, scalars
+from sx2torch.echo import echo
+from sx2torch.errors import SourceError
+from sx2torch.ir import ISLAND, REGION, Frame, Kind, Node, Operand, Region, Scalar
+from sx2torch.read import Datum, Keyword, List, Symbol, Vector, shown
+
+
+def let(t, datum: List, env: dict, tail=None) -> Operand:
+    """`tail(form, env)` traces the last form of the body, where it is not a value."""
+    if len(datum.items) < 3 or not isinstance(datum.items[1], List):
+        raise SourceError(datum.span, "expected (let ((NAME EXPR) ...) BODY ...)")
+    env = dict(env)
+    for binding in datum.items[1].items:
+        target, value = _binding(binding, destructure=True)
+        if isinstance(target, Vector):
+            operands = t.form(value, env) if isinstance(value, List) else None
+            if not (isinstance(operands, tuple) and len(operands) == len(target.items)):
+                raise SourceError(
+                    value.span,
+                    f"expected a for with {len(target.items)} carried values to bind to {shown(target)}",
+                )
+            env.update((s.name, o) for s, o in zip(target.items, operands))
+            continue
+        operand = t.expr(value, env)
+        if isinstance(operand, Node) and operand.name is None:
+            operand.name = target.name
+        env[target.name] = operand
+    *forms, last = datum.items[2:]
+    t.body(tuple(forms), env)
+    return (tail or t.expr)(last, env)
+
+
+def with_numerics(t, datum: List, env: dict) -> Operand:
+    if len(datum.items) < 3 or not isinstance(datum.items[1], List):
+        raise SourceError(
+            datum.span,
+            "expected (with-numerics (:sensitivity :high) BODY ...) or (with-numerics (:precision :bf16) BODY ...)",
+        )
+    options = datum.items[1].items
+    allowed = {"sensitivity": ("high", ISLAND), "precision": ("bf16", REGION)}
+    if (
+        len(options) != 2
+        or not isinstance(options[0], Keyword)
+        or options[0].name not in allowed
+    ):
+        raise SourceError(
+            datum.items[1].span,
+            "expected one option, (:sensitivity :high) or (:precision :bf16)",
+        )
+    key, value = options
+    wanted, mode = allowed[key.name]
+    if not (isinstance(value, Keyword) and value.name == wanted):
+        raise SourceError(
+            value.span, f":{key.name} must be :{wanted}, got {shown(value)}"
+        )
+    frame = Frame(mode, echo(datum, body=False), datum.span)
+    if _wraps_gradient(datum):
+        with t.stamp(frame):
+            return t.body(datum.items[2:], env)
+    with t.frame(frame):
+        return t.body(datum.items[2:], env)
+
+
+def cast(t, datum: List, env: dict) -> Operand:
+    if len(datum.items) != 3:
+        raise SourceError(
+            datum.span,
+            "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)",
+        )
+    value, dtype = datum.items[1:]
+    if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
+        raise SourceError(dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}")
+    operand = t.expr(value, env)
+    outer, t.datum = t.datum, datum
+    try:
+        return t.cast(operand, dtype.name)
+    finally:
+        t.datum = outer
+
+
+def gradient_(t, datum: List, env: dict) -> Operand:
+    return gradient.run(t, datum, env)
+
+
+def chain(t, datum: List, env: dict) -> Operand:
+    if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
+        raise SourceError(datum.span, "expected (chain LAYERS X ARG ...)")
+    layers = datum.items[1]
+    param = t.model.params.get(layers.name)
+    if param is None or param.init.kind != "stack":
+        raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
+    forward = t.program.models[param.init.model].defuns["forward"]
+    inner = List(datum.items[1:], datum.span)
+    (x, *rest), keys = t.arguments(forward, inner, env)
+
+    def body(loop: Node, carried: list) -> list:
+        attrs = {"target": layers.name, "keys": keys, "loop": loop}
+        call = Node(
+            Kind.SUBMODEL,
+            None,
+            (carried[0], *rest),
+            attrs,
+            datum.span,
+            datum,
+            t.frames,
+        )
+        return [t.add(call)]
+
+    (result,) = loop(t, datum, layers.name, None, "layer", [(None, x)], body)
+    return result
+
+
+def loop(
+    t,
+    datum: List,
+    stack: str,
+    index: Optional[str],
+    layer: str,
+    carried: list,
+    body,
+) -> list:
+    """A FOR node over the layers of `stack`, carrying values named and started as in
+    `carried` [(name, operand)]; `body(node, carried inputs)` traces one iteration and
+    gives the carried values' next values. Returns one ITEM node per carried value.
+    """
+    inputs = [
+        Node(Kind.INPUT, None, (), {}, datum.span, datum, name=name)
+        for name, _ in carried
+    ]
+    region = Region(inputs)
+    attrs = {"stack": stack, "index": index, "layer": layer}
+    node = Node(
+        Kind.FOR,
+        None,
+        tuple(operand for _, operand in carried),
+        attrs,
+        datum.span,
+        datum,
+        t.frames,
+        regions=(region,),
+    )
+    with t.region(region):
+        region.outputs = body(node, inputs)
+    t.add(node)
+    return [
+        t.add(
+            Node(
+                Kind.ITEM,
+                None,
+                (node,),
+                {"index": k},
+                datum.span,
+                datum,
+                t.frames,
+            )
+        )
+        for k in range(len(carried))
+    ]
+
+
+def for_(t, datum: List, env: dict) -> Operand:
+    """(for (I LAYER STACK) ((NAME INIT) ...) BODY ...): BODY's value is the carried
+    value's next one, or a vector of them, [a b], when several are carried."""
+    usage = "expected (for (I LAYER STACK) ((NAME INIT) ...) BODY ...)"
+    items = datum.items
+    if len(items) < 4 or not isinstance(items[1], List):
+        raise SourceError(datum.span, usage)
+    header = items[1].items
+    if len(header) not in (2, 3) or not all(isinstance(h, Symbol) for h in header):
+        raise SourceError(items[1].span, "expected (I LAYER STACK) or (LAYER STACK)")
+    *names, stack = header
+    index, layer = (None, *names) if len(names) == 1 else names
+    param = t.model.params.get(stack.name)
+    if param is None or param.init.kind != "stack":
+        raise SourceError(stack.span, f"'{stack.name}' is not a stack of sub-models")
+    if not isinstance(items[2], List) or not items[2].items:
+        raise SourceError(
+            items[2].span, "expected the carried values, ((NAME INIT) ...)"
+        )
+    carried = [
+        (symbol.name, t.tensor(value, env, "a carried value"))
+        for symbol, value in map(_binding, items[2].items)
+    ]
+
+    def body(loop: Node, inputs: list) -> list:
+        inner = dict(env)
+        inner.update(zip((name for name, _ in carried), inputs))
+        inner[layer.name] = Layer(stack.name, loop)
+        if index is not None:
+            inner[index.name] = Scalar("index", (loop,), 0)
+        *forms, last = items[3:]
+        t.body(tuple(forms), inner)
+        return next_values(last, inner)
+
+    def next_values(last: Datum, inner: dict) -> list:
+        if len(carried) == 1:
+            return [t.tensor(last, inner, "the next carried value")]
+        if _head(last) == "let":
+            return let(t, last, inner, tail=next_values)
+        if not (isinstance(last, Vector) and len(last.items) == len(carried)):
+            raise SourceError(
+                last.span,
+                f"the body must end with a vector of the {len(carried)} carried values' next values",
+            )
+        return [t.tensor(i, inner, "the next carried value") for i in last.items]
+
+    results = loop(
+        t, datum, stack.name, index and index.name, layer.name, carried, body
+    )
+    for (name, _), item in zip(carried, results):
+        item.name = name
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def if_(t, datum: List, env: dict) -> Operand:
+    """(if COND THEN ELSE), COND known when the module runs: both branches are compiled."""
+    if len(datum.items) != 4:
+        raise SourceError(datum.span, "expected (if CONDITION THEN ELSE)")
+    condition = t.expr(datum.items[1], env)
+    if not isinstance(condition, Scalar):
+        raise SourceError(
+            datum.items[1].span,
+            "if needs a condition known when the module runs (consts, &key arguments, "
+            "the layer index); to choose between tensors elementwise, use (where C X Y)",
+        )
+    if condition.op == "lit":  # written in the source: nothing a caller can change
+        return t.expr(datum.items[2 if condition.value else 3], env)
+    regions = (Region([]), Region([]))
+    values = []
+    for region, branch in zip(regions, datum.items[2:]):
+        with t.region(region):
+            values.append(t.expr(branch, env))
+        region.outputs = [values[-1]]
+    if all(isinstance(v, Scalar) for v in values):
+        return scalars.choose(condition, *values, datum.span)
+    node = Node(
+        Kind.IF, None, (), {"condition": condition}, datum.span, datum, t.frames
+    )
+    node.regions = regions
+    return t.add(node)
+
+
+def not_(t, datum: List, env: dict) -> Scalar:
+    if len(datum.items) != 2:
+        raise SourceError(datum.span, "expected (not CONDITION)")
+    return scalars.logic("not", [t.scalar(datum.items[1], env)], datum.span)
+
+
+def and_(t, datum: List, env: dict) -> Scalar:
+    return _logic(t, "and", datum, env)
+
+
+def or_(t, datum: List, env: dict) -> Scalar:
+    return _logic(t, "or", datum, env)
+
+
+def _logic(t, op: str, datum: List, env: dict) -> Scalar:
+    if len(datum.items) < 3:
+        raise SourceError(datum.span, f"expected ({op} CONDITION CONDITION ...)")
+    operands = [t.scalar(item, env) for item in datum.items[1:]]
+    return scalars.logic(op, operands, datum.span)
+
+
+def in_(t, datum: List, env: dict) -> Scalar:
+    items = datum.items
+    if len(items) != 3 or not isinstance(items[2], Vector):
+        raise SourceError(datum.span, "expected (in X [A B ...])")
+    options = tuple(t.scalar(item, env) for item in items[2].items)
+    return scalars.member(t.scalar(items[1], env), options)
+
+
+def _wraps_gradient(datum: List) -> bool:
+    """`(with-numerics OPTIONS (gradient ...))`, possibly through more with-numerics forms."""
+    body = datum.items[2:]
+    if len(body) != 1 or not isinstance(body[0], List) or not body[0].items:
+        return False
+    head = body[0].items[0]
+    if not isinstance(head, Symbol):
+        return False
+    return head.name == "gradient" or (
+        head.name == "with-numerics"
+        and len(body[0].items) > 2
+        and _wraps_gradient(body[0])
+    )
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What a `for` binds its layer's name to: called, it runs the layer's forward."""
+
+    stack: str
+    loop: Node
+
+
+def _binding(datum: Datum, destructure: bool = False) -> tuple:
+    """(NAME EXPR), or ([NAME ...] EXPR) where several values are bound at once."""
+    names = (Symbol, Vector) if destructure else Symbol
+    if not (
+        isinstance(datum, List)
+        and len(datum.items) == 2
+        and isinstance(datum.items[0], names)
+        and all(isinstance(i, Symbol) for i in getattr(datum.items[0], "items", ()))
+    ):
+        raise SourceError(datum.span, "expected a binding (NAME EXPR)")
+    return tuple(datum.items)
+
+
+def _head(datum: Datum) -> Optional[str]:
+    if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
+        return datum.items[0].name
+    return None
+
+
+FORMS = {
+    "let": let,
+    "with-numerics": with_numerics,
+    "cast": cast,
+    "gradient": gradient_,
+    "chain": chain,
+    "for": for_,
+    "if": if_,
+    "and": and_,
+    "or": or_,
+    "not": not_,
+    "in": in_,
+}
