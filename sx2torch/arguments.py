@@ -9,11 +9,14 @@ from sx2torch import scalars
 from sx2torch.builder import default
 from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
-from sx2torch.ops import Op
+from sx2torch.ops import ArgKind, Op, Result
 from sx2torch.read import Datum, Keyword, List, String, Vector, shown
 
-TENSOR_KINDS = ("tensor", "matrix", "ids", "bool-tensor", "like")
-SCALAR_KINDS = {"int": "an integer", "number": "a number", "bool": "true or false"}
+SCALAR_KINDS = {
+    ArgKind.INT: "an integer",
+    ArgKind.NUMBER: "a number",
+    ArgKind.BOOL: "true or false",
+}
 
 
 def apply(t, op: Op, datum: List, env: dict) -> Operand:
@@ -28,9 +31,9 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
     for index, item in enumerate(positional):
         spec = op.args[min(index, len(op.args) - 1)]
         value = _argument(t, spec, item, env, f"{op.name}'s {spec.name}")
-        if spec.kind in TENSOR_KINDS:
+        if spec.kind.is_tensor:
             inputs.append(value)
-        elif spec.kind == "tensors":
+        elif spec.kind is ArgKind.TENSORS:
             inputs.extend(value)
         else:
             attrs[spec.name] = value
@@ -44,9 +47,17 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
         given[key.name] = _argument(t, spec, value, env, f":{key.name}")
     for spec in op.keys:
         attrs[spec.name] = given.get(spec.name, default(spec.default))
-    if op.result == "bool" and inputs and all(isinstance(i, Scalar) for i in inputs):
+    if (
+        op.result is Result.BOOL
+        and inputs
+        and all(isinstance(i, Scalar) for i in inputs)
+    ):
         return scalars.compare(op.name, *inputs, datum.span)
-    if op.result != "arith" and inputs and all(isinstance(i, Scalar) for i in inputs):
+    if (
+        op.result is not Result.ARITH
+        and inputs
+        and all(isinstance(i, Scalar) for i in inputs)
+    ):
         raise SourceError(
             datum.span,
             f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
@@ -75,7 +86,7 @@ def _argument(t, spec, item: Datum, env: dict, what: str):
     if spec.static and any(
         isinstance(s, Scalar) and s.op != "lit" for s in scalars_given
     ):
-        literal = "true or false" if spec.kind == "bool" else "numbers"
+        literal = "true or false" if spec.kind is ArgKind.BOOL else "numbers"
         raise SourceError(
             item.span,
             f"{what} must be written as {literal}: it decides the result's shape, "
@@ -85,15 +96,15 @@ def _argument(t, spec, item: Datum, env: dict, what: str):
 
 
 def _value_of(t, kind: str, item: Datum, env: dict, what: str):
-    if kind in TENSOR_KINDS:
+    if kind.is_tensor:
         return t.expr(item, env)
-    if kind == "tensors":
+    if kind is ArgKind.TENSORS:
         if not isinstance(item, Vector) or not item.items:
             raise SourceError(
                 item.span, f"{what} must be a vector of tensors, such as [x y]"
             )
         return [t.expr(i, env) for i in item.items]
-    if kind == "ints":
+    if kind is ArgKind.INTS:
         if not isinstance(item, Vector):
             raise SourceError(
                 item.span, f"{what} must be a vector of integers, such as [0 -1]"
@@ -102,11 +113,11 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             scalars.expect_int(t.scalar(i, env), i.span, f"each of {what}")
             for i in item.items
         )
-    if kind == "out":
+    if kind is ArgKind.OUT:
         if not (isinstance(item, Keyword) and item.name == "f32"):
             raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
         return "f32"
-    if kind == "reduction":
+    if kind is ArgKind.REDUCTION:
         if not (isinstance(item, Keyword) and item.name in ("mean", "sum", "none")):
             raise SourceError(
                 item.span, f"{what} must be :mean, :sum or :none, got {shown(item)}"
@@ -119,11 +130,11 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             f"(a literal, a const or a &key argument), got {shown(item)}",
         )
     value = t.scalar(item, env)
-    if kind == "int":
+    if kind is ArgKind.INT:
         return scalars.expect_int(value, item.span, what)
-    if kind == "bool" and not isinstance(value.value, bool):
+    if kind is ArgKind.BOOL and not isinstance(value.value, bool):
         raise SourceError(item.span, f"{what} must be true or false")
-    if kind == "number" and (isinstance(value.value, (bool, str))):
+    if kind is ArgKind.NUMBER and (isinstance(value.value, (bool, str))):
         raise SourceError(item.span, f"{what} must be a number")
     return value
 

@@ -20,7 +20,7 @@ from sx2torch.ir import (
     Region,
     Scalar,
 )
-from sx2torch.ops import REGISTRY
+from sx2torch.ops import REGISTRY, Result
 from sx2torch.read import Datum
 
 
@@ -43,7 +43,7 @@ class Builder:
             if isinstance(result, Node) and result.label is None:
                 result.label = op.word
             return result
-        if op.result == "arith" and all(isinstance(i, Scalar) for i in inputs):
+        if op.result is Result.ARITH and all(isinstance(i, Scalar) for i in inputs):
             return self._fold(name, inputs)
         frames = self.frames + ((_mark(ISLAND, self.datum),) if op.sensitive else ())
         return self.add(

@@ -1,46 +1,72 @@
 """The op registry: one entry per op holds its signature, torch emission,
 derivative rule and precision marks.
 
-Argument kinds (positional `args` and `keys`):
-  tensor      a tensor or a scalar
-  matrix      a float tensor, never a scalar (a matmul operand)
-  ids         an integer tensor (indices, labels)
-  like        a tensor read only for its shape: it decides no dtype and is never cast
-  tensors     a vector of tensors, e.g. `[x y]`
-  int         a compile-time integer
-  number      a compile-time number
-  bool        a compile-time boolean
-  ints        a vector of compile-time integers, e.g. `[0 (* 2 d)]`
-  out         :f32 (the f32-out matmul)
-  reduction   :mean, :sum or :none (cross-entropy's)
-
-`result` says what the op produces: "float" (computes in the policy's dtype),
-"bool" (compares in that dtype), "keep" (moves data: integer and boolean
-tensors pass through, floats follow the policy) or "arith" (like "keep", and
-compile-time scalars fold).
+Argument kinds (positional `args` and `keys`) are an `ArgKind`, and what an op produces a
+`Result`; an entry may write either as its string, which registration checks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Callable, Optional
 
 from sx2torch.ops.rank import RankRule
 
 
+class ArgKind(str, Enum):
+    TENSOR = "tensor"  # a tensor or a scalar
+    MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
+    IDS = "ids"  # an integer tensor (indices, labels)
+    BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
+    LIKE = (
+        "like"  # a tensor read only for its shape: it decides no dtype, is never cast
+    )
+    TENSORS = "tensors"  # a vector of tensors, e.g. `[x y]`
+    INT = "int"  # a compile-time integer
+    NUMBER = "number"  # a compile-time number
+    BOOL = "bool"  # a compile-time boolean
+    INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
+    OUT = "out"  # :f32 (the f32-out matmul)
+    REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
+
+    @property
+    def is_tensor(self) -> bool:
+        """One tensor input of the node."""
+        return self in TENSOR_KINDS
+
+
+TENSOR_KINDS = frozenset(
+    {ArgKind.TENSOR, ArgKind.MATRIX, ArgKind.IDS, ArgKind.BOOL_TENSOR, ArgKind.LIKE}
+)
+
+
+class Result(str, Enum):
+    FLOAT = "float"  # computes in the policy's dtype
+    BOOL = "bool"  # compares in that dtype
+    KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
+    ARITH = "arith"  # as KEEP, and compile-time scalars fold
+
+
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str = "tensor"
+    kind: ArgKind = ArgKind.TENSOR
     static: bool = False  # decides the result's rank or layout: written as a literal
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ArgKind(self.kind))
 
 
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: str
+    kind: ArgKind
     default: object = None
     static: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ArgKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -49,7 +75,7 @@ class Op:
     args: tuple
     emit: Optional[Callable] = None
     keys: tuple = ()
-    result: str = "float"
+    result: Result = Result.FLOAT
     arity: Optional[tuple] = (
         None  # (least, most) arguments, most None for "any"; default: exactly args
     )
@@ -112,6 +138,7 @@ def register(op: Op) -> Op:
         raise ValueError(f"op {op.name!r} needs exactly one of emit and expand")
     if op.rank is None:
         raise ValueError(f"op {op.name!r} needs a rank rule")
+    op = replace(op, result=Result(op.result))  # an unknown result is refused here
     REGISTRY[op.name] = op
     return op
 

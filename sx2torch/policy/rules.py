@@ -18,13 +18,13 @@ from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, ISLAND, REGION, Graph, Kind, Node, Scalar, walk
-from sx2torch.ops import REGISTRY
+from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.resolve import Program
 
 DATA_KINDS = (
-    "tensor",
-    "matrix",
-    "tensors",
+    ArgKind.TENSOR,
+    ArgKind.MATRIX,
+    ArgKind.TENSORS,
 )  # inputs whose values an op's output carries
 
 
@@ -84,7 +84,7 @@ class Lowered:
             return typed.dtype[node][index]  # an initial value, as the loop carries it
         if node.kind is Kind.CAST:
             return node.attrs["dtype"]
-        if _kind(REGISTRY[node.op], index) == "like":
+        if _kind(REGISTRY[node.op], index) is ArgKind.LIKE:
             return None  # read only for its shape
         return typed.compute[node]
 
@@ -183,7 +183,7 @@ class _Policy:
         if node.kind in CALLS:
             callee = self._callee_graph(node, owner)
             return callee.inputs[index] in self.integer_inputs(callee)
-        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) == "ids"
+        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
 
     def _callee_graph(self, node: Node, owner: str) -> Graph:
         if node.kind is Kind.CALL:
@@ -287,7 +287,7 @@ class _Policy:
         dtypes = [
             (
                 typed.dtype[i]
-                if isinstance(i, Node) and _kind(op, index) != "like"
+                if isinstance(i, Node) and _kind(op, index) is not ArgKind.LIKE
                 else None
             )
             for index, i in enumerate(node.inputs)
@@ -296,15 +296,15 @@ class _Policy:
             _check_kind(node, _kind(op, index), operand, dtype)
         floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
         compute = self._compute_dtype(node.mode or typed.ambient, floats)
-        if op.result == "bool":
+        if op.result is Result.BOOL:
             out = "bool"
-        elif op.result in ("keep", "arith") and not floats:
+        elif op.result in (Result.KEEP, Result.ARITH) and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.
             data = [
                 d
                 for index, d in enumerate(dtypes)
-                if d is not None and _kind(op, index) != "bool-tensor"
+                if d is not None and _kind(op, index) is not ArgKind.BOOL_TENSOR
             ]
             out = data[0] if data else compute
         else:
@@ -373,7 +373,7 @@ def _kind(op, index: int) -> str:
 
 
 def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
-    if kind == "ids" and dtype != "int":
+    if kind is ArgKind.IDS and dtype != "int":
         got = (
             "a number"
             if isinstance(operand, Scalar)
@@ -382,11 +382,11 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         raise SourceError(
             node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
         )
-    if kind == "bool-tensor" and dtype != "bool":
+    if kind is ArgKind.BOOL_TENSOR and dtype != "bool":
         raise SourceError(
             node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)"
         )
-    if kind == "matrix" and dtype not in ("f32", "bf16") and not is_param(dtype):
+    if kind is ArgKind.MATRIX and dtype not in ("f32", "bf16") and not is_param(dtype):
         got = (
             "a number"
             if isinstance(operand, Scalar)
@@ -394,9 +394,9 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         )
         raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
     if (
-        kind == "tensor"
+        kind is ArgKind.TENSOR
         and dtype in ("int", "bool")
-        and REGISTRY[node.op].result == "float"
+        and REGISTRY[node.op].result is Result.FLOAT
     ):
         raise SourceError(
             node.span,
@@ -417,7 +417,10 @@ def _origins(operand, graph: Graph) -> set:
             continue
         if node.kind is Kind.INPUT:
             found.add(node)
-        elif node.kind is Kind.OP and REGISTRY[node.op].result in ("keep", "arith"):
+        elif node.kind is Kind.OP and REGISTRY[node.op].result in (
+            Result.KEEP,
+            Result.ARITH,
+        ):
             op = REGISTRY[node.op]
             pending.extend(
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS
