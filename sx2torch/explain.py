@@ -14,11 +14,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sx2torch import policy, read, resolve, trace
+from sx2torch import policy, ranks, read, resolve, trace
+from sx2torch.echo import echo
 from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.module import attributes
-from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, Scalar, walk
-from sx2torch.policy.rules import is_param, param_of
+from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
+from sx2torch.policy.rules import Why
 from sx2torch.scalars import ARITHMETIC
 
 BYTES = {"f32": 4, "bf16": 2}
@@ -57,6 +58,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
             _add(entry.reasons, reason)
             for cast in _casts(typed, node, lowered):
                 _add(entry.casts, cast)
+    warnings = _warnings(program, lowered, source_lines)
     params = _params(program, lowered)
     totals = {
         "trainable": sum(p["bytes"] for p in params if p["trainable"]),
@@ -70,6 +72,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "precision": precision,
         "kept": "f32" if precision == "bf16" else "bf16",
         "lines": [vars(lines[n]) for n in sorted(lines)],
+        "warnings": warnings,
         "params": params,
         "totals": totals,
     }
@@ -81,49 +84,74 @@ def _add(items: list, item: str) -> None:
 
 
 def _reason(typed, node: Node, lowered, precision: str):
-    """Why this node computes in f32 under :bf16 (or in bf16 under :f32); None if it is unremarkable."""
-    if (
-        node.kind in (Kind.INPUT, Kind.PARAM, Kind.IF, Kind.FOR, Kind.ITEM)
-        or node.kind in CALLS
-    ):
+    """Why this node computes in f32 under :bf16 (or in bf16 under :f32), as the policy
+    decided it; None if it is unremarkable."""
+    reason = typed.reason.get(node)
+    if reason is None:  # inputs, parameters, calls, loops: their nodes have the reasons
         return None
-    compute, out = typed.compute.get(node), typed.dtype.get(node)
-    frame = node.frames[-1] if node.frames else None
-    if precision == "f32":
-        if compute != "bf16":
-            return None
-        if frame is not None and frame.mode == REGION:
-            return (
-                "library region: " if frame.library else "bf16 region: "
-            ) + frame.text
-        return (
-            "bf16 region: called inside one"
-            if typed.ambient == REGION
-            else "explicit (cast ... :bf16)"
-        )
-    if node.kind is Kind.CAST:
-        return "explicit (cast ... :f32)" if node.attrs["dtype"] == "f32" else None
-    if compute == "bf16":
-        return (
-            ":out :f32 keeps the f32 accumulator of the bf16 GEMM"
-            if out == "f32"
-            else None
-        )
-    if compute != "f32" or out not in ("f32", "bool"):
+    compute, out = typed.compute[node], typed.dtype[node]
+    unusual = "bf16" if precision == "f32" else "f32"
+    if reason.why is Why.OUT_F32:
+        return reason.why.value if precision == "bf16" else None
+    if compute != unusual or (precision == "bf16" and out not in ("f32", "bool")):
         return None
-    high = [
-        param_of(typed.dtype[i])[1]
-        for i in node.inputs
-        if isinstance(i, Node) and is_param(typed.dtype[i])
-    ]
-    if frame is not None and frame.mode == ISLAND:
-        kind = "library mark" if frame.library else "sensitive mark"
+    frame = reason.frame
+    if reason.why is Why.MARK:
+        if frame.mode == ISLAND:
+            kind = "library mark" if frame.library else "sensitive mark"
+        else:
+            kind = "library region" if frame.library else "bf16 region"
         return f"{kind}: {frame.text}"
-    if typed.ambient == ISLAND:
-        return "sensitive mark: called inside (with-numerics (:sensitivity :high) ...)"
-    if high:
-        return f":numerics :high parameter {high[0]}"
+    if reason.why is Why.CALLED_IN:
+        return (
+            "sensitive mark: called inside (with-numerics (:sensitivity :high) ...)"
+            if compute == "f32"
+            else "bf16 region: called inside one"
+        )
+    if reason.why is Why.CAST:
+        return f"explicit (cast ... :{compute})"
+    if reason.why is Why.HIGH:
+        return f":numerics :high parameter {reason.param}"
     return "no parameter or bf16 value has reached this value yet"
+
+
+ISLAND_FIX = "wrap it in (with-numerics (:sensitivity :high) ...)"
+
+
+def _warnings(program, lowered, source_lines: list) -> list:
+    """Where bf16 is likely to hurt: a scalar result (a loss) in bf16, a sum or mean in bf16,
+    a bf16 exp or log outside an island. Each with its line, what is wrong and the fix.
+    """
+    found: dict = {}
+    for typed in lowered.specializations:
+        output = typed.graph.output
+        rank = ranks.ranks(typed.graph, program)
+        for node in walk(typed.graph.nodes):
+            if node.kind is not Kind.OP or typed.compute.get(node) != "bf16":
+                continue
+            form = echo(node.form)
+            messages = []
+            if node is output and rank.get(node) == 0 and typed.dtype[node] == "bf16":
+                messages.append(
+                    f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "
+                    f"keeps only 8 bits of precision; {ISLAND_FIX}"
+                )
+            if node.op in ("sum", "mean"):
+                messages.append(
+                    f"{form} reduces in bf16, which loses the small terms of a long sum; "
+                    f"{ISLAND_FIX}"
+                )
+            if node.op in ("exp", "log"):
+                messages.append(
+                    f"{form} computes in bf16 outside an f32 island, where its rounding "
+                    f"errors grow; {ISLAND_FIX}"
+                )
+            for message in messages:
+                found.setdefault((node.span.line, message), None)
+    return [
+        {"line": line, "source": source_lines[line - 1].strip(), "message": message}
+        for line, message in sorted(found)
+    ]
 
 
 def _casts(typed, node: Node, lowered) -> list:
@@ -216,6 +244,14 @@ def render(report: dict) -> str:
         pad = " " * (width + 3)
         out.extend(f"  {pad}why:  {reason}" for reason in line["reasons"])
         out.extend(f"  {pad}cast: {cast}" for cast in line["casts"])
+    out.append("")
+    out.append("Warnings:" if report["warnings"] else "Warnings: none")
+    shown = None
+    for warning in report["warnings"]:
+        if warning["line"] != shown:
+            out.append(f"  {warning['line']:>{width}} | {warning['source']}")
+            shown = warning["line"]
+        out.append(f"  {' ' * (width + 3)}{warning['message']}")
     out += ["", "Parameters:"]
     table = [("name", "shape", "dtype", "bytes")]
     table += [

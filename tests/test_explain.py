@@ -90,6 +90,7 @@ def test_text_and_json_from_the_command_line(capsys):
         "precision",
         "kept",
         "lines",
+        "warnings",
         "params",
         "totals",
     }
@@ -138,3 +139,33 @@ def test_explain_of_a_billion_layers_reports_the_totals():
         "frozen": n * 3 * 8,
         "all": 24 + n * (16 + 3 * 16 + 3 * 8),
     }
+
+
+WARNED = """\
+(defparam w-enc (normal [8 4]))
+(defparam w-dec (normal [4 8]))
+(defun forward (x) (matmul (matmul x w-enc) w-dec))
+(defun loss (x)
+  (let ((recon (forward x)))
+    (mean (square (- x recon)))))
+(defun energy (x) (with-numerics (:sensitivity :high) (sum (exp (matmul x w-enc)))))
+(defun logit (x) (log (sigmoid (matmul x w-enc))))
+(defrun train :precision :bf16)
+"""
+
+
+def test_warnings_name_their_line_the_harm_and_the_fix():
+    report = explain.run(WARNED, "vae.lisp")
+    found = {
+        (w["line"], w["message"].split(",")[0].split(" ")[0])
+        for w in report["warnings"]
+    }
+    assert found == {(6, "(mean"), (6, "loss"), (8, "(log")}
+    for warning in report["warnings"]:
+        assert "(with-numerics (:sensitivity :high) ...)" in warning["message"]
+    assert "Warnings:" in explain.render(report)
+
+
+def test_the_same_model_under_f32_or_in_islands_has_no_warnings():
+    assert explain.run(WARNED.replace(":bf16)", ":f32)"), "vae.lisp")["warnings"] == []
+    assert explain.run(lisp("tiny-gpt").read_text(), "tiny-gpt.lisp")["warnings"] == []

@@ -14,7 +14,7 @@ from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
-from sx2torch.policy.rules import is_param, param_of
+from sx2torch.policy.rules import is_param
 from sx2torch.resolve import Model, Param, Program, Run
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
@@ -188,7 +188,7 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict, contexts: dic
 
 
 def _suffix(typed: Typed) -> str:
-    tags = [param_of(s)[1] if is_param(s) else s for s in typed.signature]
+    tags = [s.name if is_param(s) else s for s in typed.signature]
     if typed.ambient == ISLAND:
         tags.append("island")
     elif typed.ambient == REGION:
@@ -273,7 +273,7 @@ def _specialized(typed: Typed) -> str:
 
 
 def _describe(dtype: str) -> str:
-    return f"the parameter {param_of(dtype)[1]}" if is_param(dtype) else dtype
+    return f"the parameter {dtype.name}" if is_param(dtype) else dtype
 
 
 def _key_default(default: Scalar) -> cst.BaseExpression:

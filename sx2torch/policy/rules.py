@@ -3,21 +3,22 @@
 Every defun is specialized per dtype signature of its tensor arguments, starting
 from the entry points (defuns no other defun calls, and `forward`), whose float
 arguments are f32 and whose index arguments are integer tensors. Each node gets
-the dtype it computes in and the dtype it outputs; parameters are typed "param"
-until a reader decides how it reads them; frozen parameters are then stored in
-the dtype their readers read (6.7).
+the dtype it computes in, the dtype it outputs, and the reason for its compute
+dtype; a parameter's read is typed by a ParamRef until a reader decides how it
+reads it; frozen parameters are then stored in the dtype their readers read (6.7).
 
-Dtypes: "f32", "bf16", "int", "bool", and "param:MODEL:NAME" for a parameter of the
-model (a trained one is an f32 master weight).
+Dtypes: "f32", "bf16", "int", "bool", and a ParamRef for a parameter of a model (a
+trained one is an f32 master weight).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import CALLS, ISLAND, REGION, Graph, Kind, Node, Scalar, walk
+from sx2torch.ir import CALLS, ISLAND, REGION, Frame, Graph, Kind, Node, Scalar, walk
 from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.resolve import Program
 
@@ -42,6 +43,7 @@ class Typed:
         default_factory=dict
     )  # node -> the dtype its float inputs are read in
     callee: dict = field(default_factory=dict)  # call node -> Typed
+    reason: dict = field(default_factory=dict)  # node -> why it computes as it does
 
     @property
     def model(self) -> str:
@@ -70,9 +72,7 @@ class Lowered:
             return None
         dtype = typed.dtype[operand]
         if is_param(dtype):
-            return (
-                self.storage[param_of(dtype)] if operand.kind is Kind.PARAM else "f32"
-            )
+            return self.storage[_key(dtype)] if operand.kind is Kind.PARAM else "f32"
         return dtype
 
     def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
@@ -95,19 +95,36 @@ def output_dtype(typed: Typed, node: Node, index: int) -> Optional[str]:
     return typed.dtype[node] if node.kind is Kind.IF else typed.dtype[node][index]
 
 
+@dataclass(frozen=True)
+class ParamRef:
+    """The dtype of a read of a parameter, until its readers decide how they read it."""
+
+    model: str
+    name: str
+
+
 def is_param(dtype) -> bool:
-    return isinstance(dtype, str) and dtype.startswith("param:")
+    return isinstance(dtype, ParamRef)
 
 
-def param_tag(model: str, name: str) -> str:
-    """The dtype of a read of a parameter, before its readers decide (":" is in no name)."""
-    return f"param:{model}:{name}"
+class Why(Enum):
+    """Why a node computes in the dtype it does."""
+
+    POLICY = "the run's precision"
+    CONTAGION = "it reads a parameter or a bf16 value"
+    NOT_YET = "no parameter or bf16 value has reached it yet"
+    MARK = "a with-numerics form, or an op's library mark, around it"
+    CALLED_IN = "its defun is called inside a with-numerics form"
+    HIGH = "it reads a :numerics :high parameter"
+    CAST = "an explicit cast"
+    OUT_F32 = ":out :f32 keeps the f32 accumulator of the bf16 GEMM"
 
 
-def param_of(dtype: str) -> tuple:
-    """(model, parameter name) of a param_tag."""
-    _, model, name = dtype.split(":", 2)
-    return model, name
+@dataclass(frozen=True)
+class Reason:
+    why: Why
+    frame: Optional[Frame] = None  # the frame of MARK
+    param: Optional[str] = None  # the parameter of HIGH
 
 
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
@@ -210,12 +227,13 @@ class _Policy:
         for node in nodes:
             if node.kind is Kind.PARAM:
                 owner = node.attrs.get("owner", typed.model)
-                typed.dtype[node] = param_tag(owner, node.attrs["param"])
+                typed.dtype[node] = ParamRef(owner, node.attrs["param"])
             elif node.kind in CALLS:
                 self._call(typed, node)
             elif node.kind is Kind.CAST:
                 typed.dtype[node] = node.attrs["dtype"]
                 typed.compute[node] = node.attrs["dtype"]
+                typed.reason[node] = Reason(Why.CAST)
             elif node.kind is Kind.IF:
                 self._if(typed, node)
             elif node.kind is Kind.FOR:
@@ -295,7 +313,7 @@ class _Policy:
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
-        compute = self._compute_dtype(node.mode or typed.ambient, floats)
+        compute, reason = self._compute_dtype(node, typed.ambient, floats)
         if op.result is Result.BOOL:
             out = "bool"
         elif op.result in (Result.KEEP, Result.ARITH) and not floats:
@@ -311,23 +329,35 @@ class _Policy:
             out = compute
         if node.attrs.get("out") == "f32":
             out = "f32"
+            if compute == "bf16":
+                reason = Reason(Why.OUT_F32)
         typed.compute[node] = compute
         typed.dtype[node] = out
+        typed.reason[node] = reason
 
-    def _compute_dtype(self, mode: Optional[str], floats: list) -> str:
-        if mode == ISLAND or any(self._is_high(d) for d in floats):
-            return "f32"
+    def _compute_dtype(self, node: Node, ambient: Optional[str], floats: list) -> tuple:
+        """The dtype a node computes in, and why (rules 6.2, 6.3, 6.5, 6.7)."""
+        frame = node.frames[-1] if node.frames else None
+        mode = node.mode or ambient
+        high = next((d.name for d in floats if self._is_high(d)), None)
+        marked = Reason(Why.MARK, frame) if frame else Reason(Why.CALLED_IN)
+        if mode == ISLAND:
+            return "f32", marked
+        if high is not None:
+            return "f32", Reason(Why.HIGH, param=high)
         if mode == REGION:
-            return "bf16"
+            return "bf16", marked
         if self.precision == "f32":
-            return "f32"
-        return "bf16" if any(d == "bf16" or is_param(d) for d in floats) else "f32"
+            return "f32", Reason(Why.POLICY)
+        if any(d == "bf16" or is_param(d) for d in floats):
+            return "bf16", Reason(Why.CONTAGION)
+        return "f32", Reason(Why.NOT_YET)
 
-    def _is_high(self, dtype: str) -> bool:
-        if not is_param(dtype):
-            return False
-        model, name = param_of(dtype)
-        return self.program.model(model).params[name].numerics_high
+    def _is_high(self, dtype) -> bool:
+        return (
+            is_param(dtype)
+            and self.program.model(dtype.model).params[dtype.name].numerics_high
+        )
 
     def storage(self, used: list) -> dict:
         """Trained parameters stay f32; a frozen one is stored in the dtype every reader reads (6.7)."""
@@ -341,14 +371,12 @@ class _Policy:
                         typed.dtype.get(operand) if isinstance(operand, Node) else None
                     )
                     if is_param(dtype):
-                        readers.setdefault(param_of(dtype), set()).add(
-                            typed.compute[node]
-                        )
+                        readers.setdefault(_key(dtype), set()).add(typed.compute[node])
             for node in walk(typed.graph.nodes):
                 if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
-                    readers.setdefault(
-                        param_of(typed.dtype[node.inputs[0]]), set()
-                    ).add("f32")
+                    readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
+                        "f32"
+                    )
         storage = {}
         for model in self.program.all_models():
             for param in model.params.values():
@@ -358,6 +386,10 @@ class _Policy:
                 frozen_bf16 = not param.trainable and read_as == {"bf16"}
                 storage[model.name, param.name] = "bf16" if frozen_bf16 else "f32"
         return storage
+
+
+def _key(param: ParamRef) -> tuple:
+    return param.model, param.name
 
 
 def _data_dtype(typed: Typed, operand) -> Optional[str]:

@@ -1,0 +1,87 @@
+"""The policy's decisions, read directly: each node's compute dtype, output dtype and reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sx2torch import policy, read, resolve, trace
+from sx2torch.ir import Kind, walk
+from sx2torch.policy.rules import ParamRef, Why
+
+SOURCE = """
+(defparam w (normal [4 4]))
+(defparam h (normal [4]) :numerics :high)
+(defun inner (x) (exp x))
+(defun forward (x)
+  (let ((a (tanh x))
+        (b (matmul a w))
+        (c (with-numerics (:sensitivity :high) (sigmoid b)))
+        (d (* c h))
+        (e (matmul b w :out :f32))
+        (f (cast e :bf16))
+        (g (with-numerics (:sensitivity :high) (inner f))))
+    (+ a b c d e f g)))
+"""
+
+
+def decisions(precision: str) -> dict:
+    program = resolve.run(read.run(SOURCE), "model")
+    lowered = policy.run(program, trace.run(program), precision)
+    found = {}
+    for typed in lowered.specializations:
+        for node in walk(typed.graph.nodes):
+            if node.name is not None and node.kind is not Kind.PARAM:
+                found[typed.graph.name, node.name] = (
+                    typed.compute.get(node),
+                    typed.dtype[node],
+                    typed.reason.get(node),
+                )
+            if node.kind is Kind.OP and node.op == "exp":
+                found[typed.graph.name, typed.ambient] = typed.reason[node]
+    return found
+
+
+def test_bf16_decisions_and_their_reasons():
+    found = decisions("bf16")
+    assert found["forward", "a"][:2] == ("f32", "f32")
+    assert found["forward", "a"][2].why is Why.NOT_YET
+    assert found["forward", "b"][:2] == ("bf16", "bf16")
+    assert found["forward", "b"][2].why is Why.CONTAGION
+    compute, out, reason = found["forward", "c"]
+    assert (compute, out, reason.why) == ("f32", "f32", Why.MARK)
+    assert reason.frame.text == "(with-numerics (:sensitivity :high) ...)"
+    assert found["forward", "d"][2].why is Why.HIGH
+    assert found["forward", "d"][2].param == "h"
+    assert found["forward", "e"][:2] == ("bf16", "f32")
+    assert found["forward", "e"][2].why is Why.OUT_F32
+    assert found["forward", "f"][2].why is Why.CAST
+    assert found["inner", "island"].why is Why.CALLED_IN
+
+
+def test_under_f32_the_policy_is_the_reason():
+    found = decisions("f32")
+    assert found["forward", "a"][2].why is Why.POLICY
+    assert found["forward", "b"][:2] == ("f32", "f32")
+
+
+def test_a_parameter_read_is_typed_by_its_reference_until_read():
+    program = resolve.run(read.run(SOURCE), "model")
+    lowered = policy.run(program, trace.run(program), "bf16")
+    (forward,) = [t for t in lowered.specializations if t.graph.name == "forward"]
+    params = {
+        n.attrs["param"]: forward.dtype[n]
+        for n in forward.graph.nodes
+        if n.kind is Kind.PARAM
+    }
+    assert params == {"w": ParamRef("model", "w"), "h": ParamRef("model", "h")}
+    assert lowered.storage == {("model", "w"): "f32", ("model", "h"): "f32"}
+
+
+@pytest.mark.parametrize("precision", ["bf16", "f32"])
+def test_every_op_node_has_a_reason(precision):
+    program = resolve.run(read.run(SOURCE), "model")
+    lowered = policy.run(program, trace.run(program), precision)
+    for typed in lowered.specializations:
+        for node in walk(typed.graph.nodes):
+            if node.kind in (Kind.OP, Kind.CAST):
+                assert node in typed.reason, node
