@@ -19,7 +19,7 @@ from sx2torch.echo import echo
 from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.module import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
-from sx2torch.policy.rules import Why
+from sx2torch.policy.rules import Why, is_param
 from sx2torch.scalars import ARITHMETIC
 
 BYTES = {"f32": 4, "bf16": 2}
@@ -59,6 +59,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
             for cast in _casts(typed, node, lowered):
                 _add(entry.casts, cast)
     warnings = _warnings(program, lowered, source_lines)
+    contagion = _contagion(lowered, precision, source_lines)
     params = _params(program, lowered)
     totals = {
         "trainable": sum(p["bytes"] for p in params if p["trainable"]),
@@ -72,6 +73,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "precision": precision,
         "kept": "f32" if precision == "bf16" else "bf16",
         "lines": [vars(lines[n]) for n in sorted(lines)],
+        "contagion": contagion,
         "warnings": warnings,
         "params": params,
         "totals": totals,
@@ -113,6 +115,28 @@ def _reason(typed, node: Node, lowered, precision: str):
     if reason.why is Why.HIGH:
         return f":numerics :high parameter {reason.param}"
     return "no parameter or bf16 value has reached this value yet"
+
+
+def _contagion(lowered, precision: str, source_lines: list) -> list:
+    """Under :bf16, where values first become bf16: an op that reads a parameter (its master
+    cast down) while its other float inputs are f32 (6.2)."""
+    if precision != "bf16":
+        return []
+    found: dict = {}
+    for typed in lowered.specializations:
+        for node in walk(typed.graph.nodes):
+            reason = typed.reason.get(node)
+            if reason is None or reason.why is not Why.CONTAGION:
+                continue
+            read = [typed.dtype[i] for i in node.inputs if isinstance(i, Node)]
+            params = [d.name for d in read if is_param(d)]
+            if params and "bf16" not in read:
+                cause = f"{echo(node.form)} reads the parameter {params[0]}"
+                found.setdefault((node.span.line, cause), None)
+    return [
+        {"line": line, "source": source_lines[line - 1].strip(), "cause": cause}
+        for line, cause in sorted(found)
+    ]
 
 
 ISLAND_FIX = "wrap it in (with-numerics (:sensitivity :high) ...)"
@@ -160,7 +184,7 @@ def _casts(typed, node: Node, lowered) -> list:
         wanted = lowered.read_dtype(typed, node, index)
         have = lowered.value_dtype(typed, operand)
         if wanted and have and wanted != have:
-            label = operand.name or operand.what
+            label = operand.name or echo(operand.form)
             once = " (once per method)" if operand.kind is Kind.PARAM else ""
             found.append(f"{label} {have} -> {wanted}{once}")
     return found
@@ -244,6 +268,13 @@ def render(report: dict) -> str:
         pad = " " * (width + 3)
         out.extend(f"  {pad}why:  {reason}" for reason in line["reasons"])
         out.extend(f"  {pad}cast: {cast}" for cast in line["casts"])
+    if report["precision"] == "bf16":
+        out.append("")
+        become = "Where values become bf16"
+        out.append(f"{become}:" if report["contagion"] else f"{become}: none")
+        for item in report["contagion"]:
+            out.append(f"  {item['line']:>{width}} | {item['source']}")
+            out.append(f"  {' ' * (width + 3)}{item['cause']}")
     out.append("")
     out.append("Warnings:" if report["warnings"] else "Warnings: none")
     shown = None

@@ -90,6 +90,7 @@ def test_text_and_json_from_the_command_line(capsys):
         "precision",
         "kept",
         "lines",
+        "contagion",
         "warnings",
         "params",
         "totals",
@@ -169,3 +170,14 @@ def test_warnings_name_their_line_the_harm_and_the_fix():
 def test_the_same_model_under_f32_or_in_islands_has_no_warnings():
     assert explain.run(WARNED.replace(":bf16)", ":f32)"), "vae.lisp")["warnings"] == []
     assert explain.run(lisp("tiny-gpt").read_text(), "tiny-gpt.lisp")["warnings"] == []
+
+
+def test_it_shows_where_values_become_bf16_and_names_casts_by_their_form():
+    report = explain.run(REASONS, "model.lisp")
+    assert [(c["line"], c["cause"]) for c in report["contagion"]] == [
+        (6, "(matmul early w) reads the parameter w")
+    ]
+    casts = [cast for line in report["lines"] for cast in line["casts"]]
+    assert all(not cast.startswith(("call ", "op ")) for cast in casts)
+    assert "Where values become bf16:" in explain.render(report)
+    assert explain.run(REASONS.replace(":bf16)", ":f32)"), "m.lisp")["contagion"] == []
