@@ -24,6 +24,7 @@ from sx2torch.policy.rules import output_dtype
 
 RETURN = "return"
 MAX_BLOCKS = 4  # precision blocks nested as in the source; deeper, only those that change something
+MAX_ROUNDINGS = 2  # a held target's line is split where it would hold more
 MAX_INLINE_DEPTH = 24  # a deeper expression is split into statements (readable, and within Python's limits)
 
 
@@ -70,6 +71,7 @@ class MethodEmitter:
         self.yields: dict = {}
         self.scope = self._scopes()
         self.readers = self._readers()
+        self.casts = self._casts()
         self.named = self._named()
         self.statement_of = self._statement_of()
         self.order = {
@@ -141,7 +143,7 @@ class MethodEmitter:
 
     def _named(self) -> set:
         """The nodes written as statements of their own."""
-        named, depth = set(), {}
+        named, depth, roundings = set(), {}, {}
         for node in _post_order(self.graph.nodes):
             if node.kind in (Kind.INPUT, Kind.PARAM, Kind.ITEM):
                 continue
@@ -170,7 +172,43 @@ class MethodEmitter:
             ):
                 named.add(node)
                 depth[node] = 0
+            self._limit_roundings(node, named, roundings)
         return named
+
+    def _limit_roundings(self, node: Node, named: set, roundings: dict) -> None:
+        """On the held targets a line holds at most MAX_ROUNDINGS roundings: the inputs
+        that hold the most are written as statements of their own first."""
+        inlined = [i for i in node.inputs if isinstance(i, Node) and roundings.get(i)]
+        total = self._roundings(node) + sum(roundings[i] for i in inlined)
+        for operand in sorted(inlined, key=roundings.get, reverse=True):
+            if total <= MAX_ROUNDINGS:
+                break
+            named.add(operand)
+            total -= roundings[operand]
+        roundings[node] = 0 if node in named else total
+
+    def _roundings(self, node: Node) -> int:
+        """How many `sx.round_to_bf16` a node's own expression writes on a held target."""
+        if not self.ctx.target.held:
+            return 0
+        stores = (
+            node.kind is Kind.OP
+            and self.typed.dtype.get(node) == "bf16"
+            and not REGISTRY[node.op].is_exact(node.inputs)
+        )
+        written = (
+            0  # the casts down written inside the expression, not hoisted before it
+        )
+        for index, operand in enumerate(node.inputs):
+            conversion = self.conversion(node, index)
+            if conversion is None or conversion[1] != "bf16":
+                continue
+            shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
+            hoisted = node.kind is not Kind.CAST and (
+                operand.kind is Kind.PARAM or shared
+            )
+            written += not hoisted
+        return stores + written
 
     def _compound(self, node: Node, named: set) -> bool:
         """Whether a node is written as a compound statement: a FOR, or an IF whose
@@ -281,7 +319,7 @@ class MethodEmitter:
 
     def body(self) -> list:
         """The method's statements, precision blocks nested."""
-        casts = self._casts()
+        casts = self.casts
         statements: list = [
             ((), self._hoist(operand, conversion, -1))
             for operand, conversion, _ in casts
@@ -546,7 +584,7 @@ class MethodEmitter:
             {k: _value(v) for k, v in node.attrs.items()},
             tuple(isinstance(i, Scalar) for i in node.inputs),
         )
-        rounds = self.typed.dtype[node] == "bf16" and not op.exact
+        rounds = self.typed.dtype[node] == "bf16" and not op.is_exact(node.inputs)
         return self.ctx.target.store(op.emit(operands, context), rounds)
 
     def _attr(self, value):

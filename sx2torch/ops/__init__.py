@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from sx2torch.ops.rank import RankRule
 
@@ -91,12 +91,15 @@ class Op:
     folds: bool = (
         False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
     )
-    exact: bool = (
-        False  # bf16 inputs give bf16 values: held-in-f32 targets need not round the output
-    )
+    # bf16 inputs give bf16 values, so held-in-f32 targets need not round the output: True,
+    # or a test of the operands (a product with a power of two)
+    exact: Union[bool, Callable] = False
     doc: str = ""
     # made by the compiler (a derivative rule, a definition); from source, an unknown op
     internal: bool = False
+
+    def is_exact(self, operands: tuple) -> bool:
+        return self.exact(operands) if callable(self.exact) else self.exact
 
     @property
     def word(self) -> str:

@@ -29,7 +29,9 @@ def unbroadcast(t, g, n, index: int):
     return t.op("sum-to", [g, operand]) if others else g
 
 
-def _binary(name: str, python_op: str, grad, arity=None, doc: str = "") -> None:
+def _binary(
+    name: str, python_op: str, grad, arity=None, doc: str = "", exact=False
+) -> None:
     def emit(a, ctx):
         return b.binop(a[0], python_op, a[1])
 
@@ -42,9 +44,23 @@ def _binary(name: str, python_op: str, grad, arity=None, doc: str = "") -> None:
             arity=arity,
             grad=grad,
             folds=arity is not None,
+            exact=exact,
             doc=doc,
         )
     )
+
+
+def _scales_by_a_power_of_two(operands: tuple) -> bool:
+    """x * 2^k, k >= 0, written as a literal: the product keeps x's bf16 mantissa, and
+    overflows exactly where bf16 does. (A k below 0 can make a subnormal that needs more
+    bits than bf16 has.)"""
+    for scale in operands:
+        value = scale.value if isinstance(scale, Scalar) and scale.op == "lit" else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+            mantissa, exponent = math.frexp(abs(value))
+            if mantissa == 0.5 and exponent >= 1:
+                return True
+    return False
 
 
 def _add_grad(t, n, g):
@@ -66,7 +82,14 @@ def _divide_grad(t, n, g):
 
 
 _binary("+", "+", _add_grad, arity=(2, None), doc="n-ary sum, folded left")
-_binary("*", "*", _multiply_grad, arity=(2, None), doc="n-ary product, folded left")
+_binary(
+    "*",
+    "*",
+    _multiply_grad,
+    arity=(2, None),
+    doc="n-ary product, folded left; exact in bf16 when scaling by a literal 2^k, k >= 0",
+    exact=_scales_by_a_power_of_two,
+)
 _binary("/", "/", _divide_grad)
 _binary("//", "//", None, doc="floor division (for constants, as `(// d h)`)")
 

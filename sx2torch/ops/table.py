@@ -31,7 +31,7 @@ def marks(op: Op) -> str:
         found.append("f32 island")
     if op.expand:
         found.append("defined by other ops")
-    if op.exact:
+    if op.exact is True:
         found.append("exact in bf16")
     return ", ".join(found)
 

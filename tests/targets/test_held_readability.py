@@ -1,0 +1,87 @@
+"""Held targets (metal, cpu) write at most two roundings a line, and leave out the roundings
+that cannot change a bf16 value, each pinned against native bf16 bit for bit."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from conftest import load_module
+from sx2torch.compiler import Options, compile_source
+
+RESIDUAL = """
+(defparam w (normal [16 32] :std 0.1))
+(defparam b (normal [32] :std 0.1))
+(defparam w2 (normal [32 16] :std 0.1))
+(defun forward (x h2)
+  (+ x (matmul (gelu (+ (matmul h2 w) b)) w2)))
+(defrun train :precision :bf16)
+"""
+
+
+def compiled(source: str, target: str):
+    code = compile_source(source, "m.lisp", Options(target=target))
+    return load_module(code), code
+
+
+def test_no_line_holds_more_than_two_roundings():
+    _, code = compiled(RESIDUAL, "cpu")
+    for line in code.splitlines():
+        assert line.count("sx.round_to_bf16(") <= 2, line
+
+
+@pytest.mark.parametrize("target", ["cpu", "metal"])
+def test_the_split_residual_mlp_gives_cudas_bits(target):
+    held, _ = compiled(RESIDUAL, target)
+    native, _ = compiled(RESIDUAL, "cuda")
+    torch.manual_seed(0)
+    a, b = held.M(), native.M()
+    b.load_state_dict(a.state_dict())
+    x, h2 = torch.randn(4, 16), torch.randn(4, 16)
+    assert torch.equal(a(x, h2), b(x, h2).float())
+
+
+def bf16_values(n: int = 4096) -> torch.Tensor:
+    """Every kind of bf16 value: normal, subnormal, zero, large, as f32 tensors."""
+    bits = torch.randint(0, 1 << 16, (n,), dtype=torch.int32).to(torch.int16)
+    values = bits.view(torch.bfloat16).float()
+    finite = values[torch.isfinite(values)]
+    return finite[: len(finite) // 2 * 2]  # an even count, for the reshape
+
+
+SKIPPED = [
+    "(- y)",
+    "(abs y)",
+    "(relu y)",
+    "(maximum y (- y))",
+    "(minimum y (abs y))",
+    "(* y 2.0)",
+    "(* y -8.0)",
+    "(* 4 y)",
+    "(reshape y [-1 2])",
+    "(slice y :start 1 :end 5)",
+]
+
+
+@pytest.mark.parametrize("body", SKIPPED)
+def test_an_op_that_cannot_change_a_bf16_value_is_not_rounded(body):
+    """y holds bf16 values; the op's result on them is a bf16 value already."""
+    source = f"(defun forward (x) (let ((y (cast x :bf16))) {body}))\n"
+    held, code = compiled(source, "cpu")
+    native, _ = compiled(source, "cuda")
+    (line,) = [line for line in code.splitlines() if "return" in line]
+    assert "round_to_bf16" not in line, code
+    x = bf16_values()
+    assert torch.equal(held.M()(x), native.M()(x).float())
+
+
+@pytest.mark.parametrize("scale", ["0.5", "3.0", "0.1"])
+def test_other_scalings_are_rounded(scale):
+    source = f"(defun forward (x) (* (cast x :bf16) {scale}))\n"
+    held, code = compiled(source, "cpu")
+    assert re.search(r"return sx\.round_to_bf16\(", code), code
+    native, _ = compiled(source, "cuda")
+    x = bf16_values()
+    assert torch.equal(held.M()(x), native.M()(x).float())
