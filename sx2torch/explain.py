@@ -114,6 +114,8 @@ def _reason(typed, node: Node, lowered, precision: str):
         return f"explicit (cast ... :{compute})"
     if reason.why is Why.HIGH:
         return f":numerics :high parameter {reason.param}"
+    if reason.why is Why.AFTER_OUT_F32:
+        return "reads the f32 result of an :out :f32 matmul (an island until it meets bf16)"
     return "no parameter or bf16 value has reached this value yet"
 
 
@@ -262,7 +264,8 @@ def render(report: dict) -> str:
     out = [head, ""]
     kept = "Where the policy keeps f32" if report["kept"] == "f32" else "bf16 regions"
     out.append(f"{kept}:" if report["lines"] else f"{kept}: none")
-    width = max((len(str(line["line"])) for line in report["lines"]), default=1)
+    listed = report["lines"] + report["contagion"] + report["warnings"]
+    width = max((len(str(item["line"])) for item in listed), default=1)
     for line in report["lines"]:
         out.append(f"  {line['line']:>{width}} | {line['source']}")
         pad = " " * (width + 3)

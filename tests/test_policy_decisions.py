@@ -85,3 +85,22 @@ def test_every_op_node_has_a_reason(precision):
         for node in walk(typed.graph.nodes):
             if node.kind in (Kind.OP, Kind.CAST):
                 assert node in typed.reason, node
+
+
+def test_a_value_read_from_an_out_f32_matmul_says_so():
+    source = """
+(defparam w (normal [4 4]))
+(defparam v (normal [4 4]))
+(defun forward (x)
+  (let ((y (matmul x w :out :f32))
+        (z (* y y))
+        (u (tanh x)))
+    (+ (matmul z v) u)))
+"""
+    program = resolve.run(read.run(source), "model")
+    lowered = policy.run(program, trace.run(program), "bf16")
+    (typed,) = lowered.specializations
+    why = {n.name: typed.reason[n].why for n in typed.graph.nodes if n in typed.reason}
+    assert why["y"] is Why.OUT_F32
+    assert why["z"] is Why.AFTER_OUT_F32
+    assert why["u"] is Why.NOT_YET

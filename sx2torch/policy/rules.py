@@ -118,6 +118,9 @@ class Why(Enum):
     HIGH = "it reads a :numerics :high parameter"
     CAST = "an explicit cast"
     OUT_F32 = ":out :f32 keeps the f32 accumulator of the bf16 GEMM"
+    AFTER_OUT_F32 = (
+        "it reads the f32 result of an :out :f32 matmul, an island until bf16 (6.4)"
+    )
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,12 @@ class _Policy:
             _check_kind(node, _kind(op, index), operand, dtype)
         floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
         compute, reason = self._compute_dtype(node, typed.ambient, floats)
+        if reason.why is Why.NOT_YET and any(
+            typed.reason.get(i, NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
+            for i in node.inputs
+            if isinstance(i, Node)
+        ):
+            reason = Reason(Why.AFTER_OUT_F32)
         if op.result is Result.BOOL:
             out = "bool"
         elif op.result in (Result.KEEP, Result.ARITH) and not floats:
@@ -386,6 +395,9 @@ class _Policy:
                 frozen_bf16 = not param.trainable and read_as == {"bf16"}
                 storage[model.name, param.name] = "bf16" if frozen_bf16 else "f32"
         return storage
+
+
+NOT_YET = Reason(Why.NOT_YET)
 
 
 def _key(param: ParamRef) -> tuple:
