@@ -279,7 +279,7 @@ class Tracer(Builder):
         inputs, keys = self.arguments(callee, datum, env)
         if self.inline and kind is Kind.CALL:
             return self._inline(callee, inputs, keys)
-        if self.inline and kind is Kind.SUBMODEL:
+        if self.inline and kind is Kind.SUBMODEL and loop is None:
             return self._inline_model(target, callee, inputs, keys)
         attrs = {"target": target, "keys": keys}
         if loop is not None:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sx2torch import read, resolve, trace
+from sx2torch import policy, read, resolve, trace
+from sx2torch.policy import rules
 from sx2torch.cli import main
 from sx2torch.ir import verify
 from sx2torch.ops import REGISTRY
@@ -28,3 +29,12 @@ def test_each_pass_can_be_printed(capsys):
     for stage, line in expected.items():
         assert main([path, "--dump-after", stage]) == 0
         assert line in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+@pytest.mark.parametrize("source", CASES, ids=[c.stem for c in CASES])
+def test_every_specialization_verifies_after_the_policy(source, precision):
+    program = resolve.run(read.run(source.read_text()), source.stem)
+    lowered = policy.run(program, trace.run(program), precision)
+    for typed in lowered.specializations:
+        rules.verify(typed)

@@ -211,3 +211,21 @@ def test_traced_regions_verify_and_hold_their_nodes():
     kinds = [n.kind for n in walk(body.nodes)]
     assert kinds.count(Kind.SUBMODEL) == 1 and Kind.IF in kinds
     assert [n.name for n in forward.nodes if n.kind is Kind.ITEM] == ["x", "backout"]
+
+
+def test_a_loop_beside_the_path_of_a_gradient_calls_its_layers(build):
+    """Y's loop does not depend on X: it is traced as it is, its layers called, not inlined."""
+    source = """
+(defmodel layer ()
+  (defparam w (normal [4 4]))
+  (defun forward (x) (matmul x w)))
+(defparam layers (stack 2 (layer)))
+(defparam v (normal [3 4]))
+(defun forward (x)
+  (gradient (+ (sum (* x x)) (sum (for (l layers) ((h v)) (l h)))) x))
+"""
+    module, code = build(source)
+    model = module.Model()
+    x = torch.randn(3, 4)
+    assert torch.equal(model(x), 2.0 * x)
+    assert "for l in self.layers:" in code

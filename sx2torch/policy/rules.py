@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Optional
 
 from sx2torch.errors import SourceError
+from sx2torch import ir
 from sx2torch.ir import CALLS, ISLAND, REGION, Frame, Graph, Kind, Node, Scalar, walk
 from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.resolve import Program
@@ -375,12 +376,17 @@ class _Policy:
             for node in walk(typed.graph.nodes):
                 if node.kind in CALLS or node.kind is Kind.CAST:
                     continue
-                for operand in node.inputs:
+                for index, operand in enumerate(node.inputs):
                     dtype = (
                         typed.dtype.get(operand) if isinstance(operand, Node) else None
                     )
                     if is_param(dtype):
-                        readers.setdefault(_key(dtype), set()).add(typed.compute[node])
+                        read_as = (
+                            typed.dtype[node][index]  # a loop's initial value, carried
+                            if node.kind is Kind.FOR
+                            else typed.compute[node]
+                        )
+                        readers.setdefault(_key(dtype), set()).add(read_as)
             for node in walk(typed.graph.nodes):
                 if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
                     readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
@@ -470,3 +476,16 @@ def _origins(operand, graph: Graph) -> set:
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS
             )
     return found
+
+
+def verify(typed: Typed) -> None:
+    """Check a specialization's invariants (tests run it after the policy): its graph's, and a
+    dtype for every value, a compute dtype and a reason for every op and cast, a callee for
+    every call."""
+    ir.verify(typed.graph, REGISTRY)
+    for node in [*typed.graph.inputs, *walk(typed.graph.nodes)]:
+        assert node in typed.dtype, f"{node!r} has no dtype"
+        if node.kind in (Kind.OP, Kind.CAST):
+            assert node in typed.compute and node in typed.reason, f"{node!r} undecided"
+        if node.kind in CALLS:
+            assert node in typed.callee, f"{node!r} calls no specialization"
