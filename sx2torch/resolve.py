@@ -394,12 +394,13 @@ def _concat(model: Model, datum: List) -> Init:
         )
     parts = []
     for item in items.items:
-        part = _init(model, item)
-        if part.kind in ("model", "stack"):
+        head = _head(item, "an initializer such as (zeros [n])")
+        if head not in INITIALIZERS and head not in ("concat", "tensor"):
             raise SourceError(
                 item.span,
-                f"concat's parts are tensor initializers such as (zeros [n]), got {shown(item)}",
+                f"concat's parts are tensor initializers such as (zeros [n]), got '{head}'",
             )
+        part = _init(model, item)
         rank = 2 if part.kind == "eye" else len(part.args["shape"])
         if rank != 1:
             raise SourceError(
