@@ -5,6 +5,7 @@ from __future__ import annotations
 from sx2torch.echo import show
 from sx2torch.ir import Graph, Node, Scalar
 from sx2torch.policy import Lowered, Typed
+from sx2torch.resolve import Init
 
 PASSES = ("read", "resolve", "trace", "policy")
 
@@ -26,6 +27,7 @@ def program(prog) -> str:
                 for f, on in (
                     ("frozen", not p.trainable),
                     ("numerics high", p.numerics_high),
+                    (f"dtype {p.dtype}", p.dtype),
                 )
                 if on
             ]
@@ -133,6 +135,8 @@ def scalar(s: Scalar) -> str:
 def _value(value) -> str:
     if isinstance(value, Scalar):
         return scalar(value)
+    if isinstance(value, Init):  # a part of a concat
+        return f"{value.kind}({', '.join(f'{k}={_value(v)}' for k, v in value.args.items())})"
     if (
         isinstance(value, tuple)
         and len(value) == 2

@@ -78,6 +78,7 @@ class Param:
     span: Span
     numerics_high: bool = False
     trainable: bool = True
+    dtype: Optional[str] = None  # `:dtype`: the stored dtype, whatever the readers read
 
     @property
     def is_module(self) -> bool:
@@ -300,10 +301,12 @@ def _defconst(model: Model, datum: List) -> Const:
 
 
 def _defparam(model: Model, datum: List) -> Param:
-    _arity(datum, 2, None, "(defparam NAME INIT &key :numerics :trainable)")
+    _arity(datum, 2, None, "(defparam NAME INIT &key :numerics :trainable :dtype)")
     name = _symbol(datum.items[1], "a parameter name")
     options = _keywords(
-        datum.items[3:], {"numerics": None, "trainable": None}, "defparam"
+        datum.items[3:],
+        {"numerics": None, "trainable": None, "dtype": None},
+        "defparam",
     )
     param = Param(name.name, _init(model, datum.items[2]), name.span)
     if "numerics" in options:
@@ -317,10 +320,12 @@ def _defparam(model: Model, datum: List) -> Param:
                 flag.span, f":trainable must be true or false, got {shown(flag)}"
             )
         param.trainable = flag.value
+    if "dtype" in options:
+        param.dtype = _choice(options["dtype"], PRECISIONS, ":dtype")
     if param.is_module and len(options):
         raise SourceError(
             datum.items[3].span,
-            "a sub-model parameter takes no :numerics or :trainable",
+            "a sub-model parameter takes no :numerics, :trainable or :dtype",
         )
     return param
 
@@ -346,6 +351,10 @@ def _init(model: Model, datum: Datum) -> Init:
                 "stack takes a sub-model instance, such as (block :d d)",
             )
         return Init("stack", inner.args, inner.model, count, inner.span)
+    if head == "concat":
+        return _concat(model, datum)
+    if head == "tensor":
+        return _tensor(model, datum)
     if head not in INITIALIZERS:
         return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head]
@@ -371,6 +380,54 @@ def _init(model: Model, datum: Datum) -> Init:
         scalars.expect_int(args["n"], items[0].span, "eye's size")
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
+
+
+def _concat(model: Model, datum: List) -> Init:
+    """`(concat [INIT ...])`: 1-D parts end to end, as `torch.cat`; its size is the sum of
+    theirs, kept in terms of the consts."""
+    _arity(datum, 1, 1, "(concat [INIT ...])")
+    items = datum.items[1]
+    if not isinstance(items, Vector) or not items.items:
+        raise SourceError(
+            items.span,
+            "concat takes a vector of initializers, such as (concat [(zeros [1]) (full [3] -1.5)])",
+        )
+    parts = []
+    for item in items.items:
+        head = _head(item, "an initializer such as (zeros [n])")
+        if head not in INITIALIZERS and head not in ("concat", "tensor"):
+            raise SourceError(
+                item.span,
+                f"concat's parts are tensor initializers such as (zeros [n]), got '{head}'",
+            )
+        part = _init(model, item)
+        rank = 2 if part.kind == "eye" else len(part.args["shape"])
+        if rank != 1:
+            raise SourceError(
+                item.span, f"concat's parts must be 1-D, got a {rank}-D {part.kind}"
+            )
+        parts.append(part)
+    size = parts[0].args["shape"][0]
+    for part in parts[1:]:
+        size = scalars.fold("+", size, part.args["shape"][0], datum.span)
+    return Init("concat", {"parts": tuple(parts), "shape": (size,)})
+
+
+def _tensor(model: Model, datum: List) -> Init:
+    """`(tensor [0.5 1.0])`: a 1-D tensor of those values, as floats."""
+    _arity(datum, 1, 1, "(tensor [VALUE ...])")
+    items = datum.items[1]
+    if not isinstance(items, Vector) or not items.items:
+        raise SourceError(
+            items.span, "tensor takes a vector of numbers, such as (tensor [0.5 1.0])"
+        )
+    values = tuple(_evaluate(model, item) for item in items.items)
+    for value, item in zip(values, items.items):
+        if isinstance(value.value, (bool, str)):
+            raise SourceError(
+                item.span, f"tensor's values must be numbers, got {shown(item)}"
+            )
+    return Init("tensor", {"values": values, "shape": (Scalar.lit(len(values)),)})
 
 
 def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:

@@ -409,6 +409,66 @@ CASES = {
         36,
         ":k given twice",
     ),
+    "param-dtype": (
+        b"(defparam w (zeros [2]) :dtype :f16)\n",
+        1,
+        32,
+        ":dtype must be :f32 or :bf16, got :f16",
+    ),
+    "submodel-dtype": (
+        b"(defmodel b () (defun forward (x) x))\n(defparam s (b) :dtype :bf16)\n",
+        2,
+        17,
+        "a sub-model parameter takes no :numerics, :trainable or :dtype",
+    ),
+    "concat-not-a-vector": (
+        b"(defparam s (concat (zeros [2])))\n",
+        1,
+        21,
+        "concat takes a vector of initializers, such as (concat [(zeros [1]) (full [3] -1.5)])",
+    ),
+    "concat-empty": (
+        b"(defparam s (concat []))\n",
+        1,
+        21,
+        "concat takes a vector of initializers, such as (concat [(zeros [1]) (full [3] -1.5)])",
+    ),
+    "concat-2-d-part": (
+        b"(defparam s (concat [(zeros [2]) (eye 3)]))\n",
+        1,
+        34,
+        "concat's parts must be 1-D, got a 2-D eye",
+    ),
+    "concat-0-d-part": (
+        b"(defparam s (concat [(full [] 1.0) (zeros [2])]))\n",
+        1,
+        22,
+        "concat's parts must be 1-D, got a 0-D full",
+    ),
+    "concat-submodel-part": (
+        b"(defmodel b () (defun forward (x) x))\n(defparam s (concat [(zeros [2]) (b)]))\n",
+        2,
+        34,
+        "concat's parts are tensor initializers such as (zeros [n]), got 'b'",
+    ),
+    "concat-unknown-part": (
+        b"(defparam s (concat [(zeroes [2])]))\n",
+        1,
+        22,
+        "concat's parts are tensor initializers such as (zeros [n]), got 'zeroes'",
+    ),
+    "tensor-not-a-number": (
+        b"(defparam s (tensor [0.5 :a]))\n",
+        1,
+        26,
+        "tensor's values must be numbers, got :a",
+    ),
+    "tensor-arity": (
+        b"(defparam s (tensor 0.5 1.0))\n",
+        1,
+        13,
+        "wrong number of arguments: expected (tensor [VALUE ...])",
+    ),
 }
 
 

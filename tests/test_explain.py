@@ -57,7 +57,8 @@ def test_under_f32_it_lists_the_lines_of_bf16_regions():
 
 
 @pytest.mark.parametrize(
-    "name", ["rms-mlp", "distill", "frozen-params", "submodels", "tiny-gpt"]
+    "name",
+    ["rms-mlp", "distill", "frozen-params", "submodels", "tiny-gpt", "bf16-params"],
 )
 def test_byte_totals_equal_the_state_dict(name, build):
     path = lisp(name)

@@ -230,6 +230,18 @@ def test_parameters_have_their_initializers_shape_a_const_size_unknown():
     assert found[graph.output] == (4,)
 
 
+def test_a_concat_parameter_has_the_sum_of_its_parts_sizes():
+    program, _, graph = traced("""
+(defconst n 3)
+(defparam s (concat [(full [4] 1.05) (tensor [0.5 1]) (zeros [1])]))
+(defparam t (concat [(full [n] 1.05) (zeros [1])]))
+(defun forward (x) (+ (sum s) (sum t)))
+""")
+    found = ranks.shapes(graph, program)
+    params = {n.attrs["param"]: found[n] for n in graph.nodes if n.kind is Kind.PARAM}
+    assert params == {"s": (7,), "t": (None,)}
+
+
 def test_calls_have_their_callees_output_shape():
     text = """
 (defmodel block (&key (d 4))

@@ -368,9 +368,9 @@ def _param(
             target, b.call("nn.ModuleList", cst.ListComp(instance, loop))
         )
     value = _initializer(init, scalar)
+    if lowered.storage[model.name, param.name] == "bf16":
+        value = b.method(value, "to", b.dotted("torch.bfloat16"))
     if not param.trainable:
-        if lowered.storage[model.name, param.name] == "bf16":
-            value = b.method(value, "to", b.dotted("torch.bfloat16"))
         call = b.call(
             b.attr(b.name("self"), "register_buffer"),
             b.string(names[param.name]),
@@ -382,6 +382,13 @@ def _param(
 
 def _initializer(init, scalar) -> cst.BaseExpression:
     args = init.args
+    if init.kind == "concat":
+        parts = [_initializer(part, scalar) for part in args["parts"]]
+        return b.call("torch.cat", b.list_(parts))
+    if init.kind == "tensor":
+        return b.call(
+            "torch.tensor", b.list_([_float(v, scalar) for v in args["values"]])
+        )
     if init.kind == "eye":
         return b.call("torch.eye", scalar(args["n"]))
     shape = [scalar(s) for s in args["shape"]]

@@ -370,7 +370,8 @@ class _Policy:
         )
 
     def storage(self, used: list) -> dict:
-        """Trained parameters stay f32; a frozen one is stored in the dtype every reader reads (6.7)."""
+        """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
+        one is stored in the dtype every reader reads (6.7)."""
         readers: dict = {}
         for typed in used:
             for node in walk(typed.graph.nodes):
@@ -399,7 +400,9 @@ class _Policy:
                     continue
                 read_as = readers.get((model.name, param.name), set())
                 frozen_bf16 = not param.trainable and read_as == {"bf16"}
-                storage[model.name, param.name] = "bf16" if frozen_bf16 else "f32"
+                storage[model.name, param.name] = param.dtype or (
+                    "bf16" if frozen_bf16 else "f32"
+                )
         return storage
 
 

@@ -93,6 +93,7 @@ class Ids:
 # int64 arguments are the ones the generated code feeds to `take` (an index)
 # or `cross-entropy` (labels).
 INPUTS: dict[str, dict[str, tuple]] = {
+    "bf16-params": {"forward": (Ids((2, 5), 32),)},
     "contagion-bf16": {"forward": (Floats((4, 8)),)},
     "contagion-f32": {"forward": (Floats((4, 8)),)},
     "distill": {
@@ -491,6 +492,9 @@ def gradient_pairs(case: str, precision: str, target: str):
         )
         assert actual.keys() == expected.keys(), name
         for key, grad in actual.items():
+            if grad.dtype == BF16:  # a `:dtype :bf16` parameter's: bf16 on every target
+                assert expected[key].dtype == BF16, (name, key)
+                grad = grad.float()
             yield name, key, expected[key], grad
 
 
