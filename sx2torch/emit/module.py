@@ -175,9 +175,11 @@ def _method_names(
         {}
     )  # (model, defun) -> {stand-in: [Typed, ...]}, in order of appearance
     for typed in lowered.specializations:
-        ctx = replace(contexts[typed.model], method_names=group, specialized=set())
-        code = cst.Module([]).code_for_node(_method(typed, "method", ctx))
-        key = (typed.model, typed.graph.name, code)
+        key = (typed.model, typed.graph.name, None)
+        if len(by_defun[key[:2]]) > 1:  # a defun's only specialization is its own group
+            ctx = replace(contexts[typed.model], method_names=group, specialized=set())
+            code = cst.Module([]).code_for_node(_method(typed, "method", ctx))
+            key = (typed.model, typed.graph.name, code)
         group[typed] = members.setdefault(key[:2], {}).setdefault(key, f"m{len(group)}")
     names: dict = {}
     specialized: set = set()
