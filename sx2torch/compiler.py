@@ -50,7 +50,7 @@ def compile_source(text: str, filename: str, options: Optional[Options] = None) 
     header = _header(filename, chosen.name if chosen else None, precision, options)
     shown = _shown(filename) if options.source_lines else None
     tree = module.run(program, lowered, header, options.target, shown, chosen)
-    return format.run(tree)
+    return format.run(tree.code)
 
 
 def choose_run(program: resolve.Program, name: Optional[str]):
