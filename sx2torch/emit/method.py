@@ -74,6 +74,7 @@ class MethodEmitter:
         self.casts = self._casts()
         self.named = self._named()
         self.statement_of = self._statement_of()
+        self.nodes_of = self._nodes_of()
         self.order = {
             statement: i
             for i, statement in enumerate(
@@ -233,6 +234,15 @@ class MethodEmitter:
                 where[node] = self._written_in(reader, where)
         return where
 
+    def _nodes_of(self) -> dict:
+        """id(statement) -> the nodes written in it, in walk order, loops left out: found
+        once, not by a walk of the whole graph per statement."""
+        nodes: dict = {}
+        for node in walk(self.graph.nodes):
+            if node.kind is not Kind.FOR:
+                nodes.setdefault(id(self.statement_of.get(node)), []).append(node)
+        return nodes
+
     def _written_in(self, reader, where: dict):
         """The statement a reader's expression is in: an IF written as an expression
         stores its regions' outputs where it is itself written."""
@@ -375,9 +385,7 @@ class MethodEmitter:
     def _shared_casts(self, statement, casts: dict) -> list:
         """Casts read more than once in a region whose first reader is in this statement."""
         due = []
-        for node in walk(self.graph.nodes):
-            if self.statement_of.get(node) is not statement or node.kind is Kind.FOR:
-                continue
+        for node in self.nodes_of.get(id(statement), []):
             for index, operand in enumerate(node.inputs):
                 conversion = self.conversion(node, index)
                 key = (operand, conversion)

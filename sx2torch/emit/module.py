@@ -41,19 +41,21 @@ def run(
     }
     method_names: dict = {}
     specialized: set = set()
+    attr_names = {name: names for name, (names, _) in attrs.items()}
     contexts = {
         model.name: ClassContext(
             Target(target),
             lowered,
             attrs[model.name][0],
-            {name: names for name, (names, _) in attrs.items()},
+            attr_names,
             method_names,
             specialized,
             source_lines,
         )
         for model in program.all_models()
     }
-    names, specialized_ = _method_names(program, lowered, attrs, contexts)
+    by_defun = _by_defun(lowered)
+    names, specialized_ = _method_names(program, lowered, attrs, contexts, by_defun)
     method_names.update(names)
     specialized.update(specialized_)
     body: list = [
@@ -101,7 +103,9 @@ def run(
     ]
     for model in program.all_models():
         body.append(
-            _class(program, model, lowered, contexts[model.name], classes, attrs)
+            _class(
+                program, model, lowered, contexts[model.name], classes, attrs, by_defun
+            )
         )
     if chosen is not None and chosen.loss is not None:
         loss = next(
@@ -149,7 +153,17 @@ def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
     return attrs, names
 
 
-def _method_names(program: Program, lowered: Lowered, attrs: dict, contexts: dict):
+def _by_defun(lowered: Lowered) -> dict:
+    """(model, defun) -> its specializations, in order: found once, not by a scan per defun."""
+    found: dict = {}
+    for typed in lowered.specializations:
+        found.setdefault((typed.model, typed.graph.name), []).append(typed)
+    return found
+
+
+def _method_names(
+    program: Program, lowered: Lowered, attrs: dict, contexts: dict, by_defun: dict
+):
     """Method names: specializations of a defun whose methods would read the same share one.
     The one at f32 (and integer) arguments is the public method, named as the source names
     the defun; the others are named with their dtypes and returned as `specialized`.
@@ -161,9 +175,11 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict, contexts: dic
         {}
     )  # (model, defun) -> {stand-in: [Typed, ...]}, in order of appearance
     for typed in lowered.specializations:
-        ctx = replace(contexts[typed.model], method_names=group, specialized=set())
-        code = cst.Module([]).code_for_node(_method(typed, "method", ctx))
-        key = (typed.model, typed.graph.name, code)
+        key = (typed.model, typed.graph.name, None)
+        if len(by_defun[key[:2]]) > 1:  # a defun's only specialization is its own group
+            ctx = replace(contexts[typed.model], method_names=group, specialized=set())
+            code = cst.Module([]).code_for_node(_method(typed, "method", ctx))
+            key = (typed.model, typed.graph.name, code)
         group[typed] = members.setdefault(key[:2], {}).setdefault(key, f"m{len(group)}")
     names: dict = {}
     specialized: set = set()
@@ -176,9 +192,7 @@ def _method_names(program: Program, lowered: Lowered, attrs: dict, contexts: dic
             chosen: dict = {}  # stand-in -> name
             if plain is not None:
                 chosen[group[plain]] = plain_names[defun]
-            for typed in (
-                t for t in group if (t.model, t.graph.name) == (model.name, defun)
-            ):
+            for typed in by_defun.get((model.name, defun), []):
                 if group[typed] not in chosen:
                     chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
                 names[typed] = chosen[group[typed]]
@@ -203,6 +217,7 @@ def _class(
     ctx: ClassContext,
     classes: dict,
     attrs: dict,
+    by_defun: dict,
 ) -> cst.ClassDef:
     body: list = []
     if model.doc is not None:
@@ -210,11 +225,7 @@ def _class(
     body.append(_init(program, model, lowered, ctx, classes, attrs))
     emitted = set()
     for defun in model.defuns:
-        specs = [
-            t
-            for t in lowered.specializations
-            if t.model == model.name and t.graph.name == defun
-        ]
+        specs = by_defun.get((model.name, defun), [])
         plain = lowered.natural[model.name, defun]
         for typed in ([plain] if plain is not None else []) + specs:
             name = ctx.method_names[typed]

@@ -150,11 +150,15 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         if defun == "forward" or defun not in called:
             graph = graphs[top, defun]
             policy.specialize(graph, policy.natural_signature(graph))
+    with_forward: set = set()  # models with a forward in policy.order[:seen]
+    seen = 0
     for model in program.models.values():
         # A sub-model used only inside gradients (inlined there) still gets its forward.
-        if not any(
-            t.model == model.name and t.graph.name == "forward" for t in policy.order
-        ):
+        with_forward.update(
+            t.model for t in policy.order[seen:] if t.graph.name == "forward"
+        )
+        seen = len(policy.order)
+        if model.name not in with_forward:
             policy.natural(graphs[model.name, "forward"])
     storage = policy.storage(list(policy.order))
     natural = {

@@ -1,0 +1,201 @@
+"""transpile: compile time and peak memory against source size, and against black.
+
+Three synthetic source shapes grow from a base size to 4x and 16x: many defuns in one
+model (each calling the previous, in chains of 32, since calls nest at most 64 deep;
+every third reading a parameter), many sub-models
+(a defmodel and a defparam instance each, all applied in the top forward), and
+tiny-gpt-like attention blocks (one defmodel each). For each size it prints the
+in-process compile time (`compile_source`, best of the reps) per 1,000 source lines,
+the whole-process time of the CLI's `sx2torch FILE -o OUT` and its peak RSS, each
+measured in a fresh subprocess; then the 16x/1x ratio of the times per 1,000 lines (1.0:
+linear; the whole-process one also spreads the start-up over more lines), and the peak RSS
+added per 1,000 lines from 1x to 4x and from 4x to 16x (equal: linear).
+
+P1 compares, at the largest attention source (~3,800 lines at 16x), the whole-process
+compile with black formatting the same output in-process as one module
+(`black.format_str`, default mode), interleaved, best of the reps each; goal <= 1.3.
+
+Run: ``python -m benchmarks.transpile [--scale 1] [--reps 3] [--shape NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import black
+
+from sx2torch.compiler import compile_source
+
+SCALES = (1, 4, 16)
+CHAIN = 32  # defuns per call chain in `defuns`
+
+
+def defuns(n: int) -> str:
+    lines = ["(defconst d 8)", "(defparam w (normal [d d] :std 0.02))", ""]
+    for i in range(n):
+        if i % CHAIN == 0:  # calls nest at most 64 deep: start a new chain
+            lines.append(f"(defun f{i} (x)\n  (matmul x w))")
+            continue
+        body = f"(matmul (f{i - 1} x) w)" if i % 3 == 0 else f"(* 0.5 (f{i - 1} x))"
+        lines.append(f'(defun f{i} (x)\n  "Step {i}."\n  (+ x {body}))')
+    ends = [i - 1 for i in range(CHAIN, n, CHAIN)] + [n - 1]
+    steps = "\n        ".join(f"(y (+ y (f{i} x)))" for i in ends)
+    lines.append(f"(defun forward (x)\n  (let ((y x)\n        {steps})\n    y))")
+    lines.append("(defrun train :precision :f32)")
+    return "\n".join(lines) + "\n"
+
+
+def submodels(n: int) -> str:
+    lines = ["(defconst d 8)", ""]
+    for i in range(n):
+        lines.append(
+            f"(defmodel layer-{i} (&key (d 8))\n"
+            f"  (defparam w (normal [d d] :std 0.02))\n"
+            f"  (defparam b (zeros [d]))\n"
+            f"  (defun forward (x)\n"
+            f"    (+ x (gelu (+ (matmul x w) b)))))"
+        )
+    lines += [f"(defparam p{i} (layer-{i} :d d))" for i in range(n)]
+    steps = "\n        ".join(f"(x (p{i} x))" for i in range(n))
+    lines.append(f"(defun forward (x)\n  (let ({steps})\n    x))")
+    lines.append("(defrun train :precision :f32)")
+    return "\n".join(lines) + "\n"
+
+
+def attention(n: int) -> str:
+    lines = ["(require sexpgpu/nn)", "(defconst d 64)", "(defconst n-head 4)", ""]
+    for i in range(n):
+        lines.append(f"""(defmodel block-{i} (&key (d 64) (n-head 4))
+  (defparam w-qkv (normal [d (* 3 d)] :std 0.02))
+  (defparam w-o (zeros [d d]))
+  (defparam w-up (normal [d (* 4 d)] :std 0.02))
+  (defparam w-down (zeros [(* 4 d) d]))
+
+  (defun heads (x)
+    "[batch time d] -> [batch head time d/head]"
+    (transpose (reshape x [0 0 n-head (// d n-head)]) [0 2 1 3]))
+
+  (defun attend (x)
+    (let ((qkv (matmul x w-qkv))
+          (q (heads (slice qkv :axis -1 :start 0 :end d)))
+          (k (heads (slice qkv :axis -1 :start d :end (* 2 d))))
+          (v (heads (slice qkv :axis -1 :start (* 2 d) :end (* 3 d))))
+          (y (causal-attention (rms-norm q) (rms-norm k) v)))
+      (matmul (reshape (transpose y [0 2 1 3]) [0 0 -1]) w-o)))
+
+  (defun forward (x)
+    (let ((x (+ x (attend (rms-norm x)))))
+      (+ x (matmul (square (relu (matmul (rms-norm x) w-up))) w-down)))))
+""")
+    lines += [f"(defparam b{i} (block-{i} :d d :n-head n-head))" for i in range(n)]
+    steps = "\n        ".join(f"(x (b{i} x))" for i in range(n))
+    lines.append(f"(defun forward (x)\n  (let ({steps})\n    (rms-norm x)))")
+    lines.append("(defrun train :precision :bf16)")
+    return "\n".join(lines) + "\n"
+
+
+SHAPES = {
+    "defuns": (defuns, 250),
+    "submodels": (submodels, 60),
+    "attention": (attention, 10),
+}
+
+
+def best(step, reps: int) -> tuple:
+    """The fastest of `reps` runs of `step()`, and its last result."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        result = step()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+# `python -m sx2torch FILE -o OUT`, then its peak RSS: VmHWM is the process's own high-water
+# mark, where getrusage's ru_maxrss would count the parent's memory copied by the fork.
+CHILD = """import sys
+from sx2torch.cli import main
+code = main(sys.argv[1:])
+peak = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(int(peak.split()[1]), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def whole_process(path: Path, out: Path) -> tuple:
+    """Seconds and peak RSS (MiB) of a compile of `path` in a fresh process."""
+    start = time.perf_counter()
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), "-o", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        sys.exit(f"compiling {path} failed:\n{child.stderr}")
+    return seconds, int(child.stderr.split()[-1]) / 1024  # VmHWM is in KiB
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply base sizes")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--shape", choices=SHAPES, action="append")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="transpile-"))
+    print(
+        f"{'shape':>10} {'size':>5} {'lines':>6} | {'ms/kline in-proc':>16} "
+        f"{'whole':>7} | {'peak MiB':>8} {'MiB/kline':>9}"
+    )
+    p1 = None
+    for shape in args.shape or SHAPES:
+        make, base = SHAPES[shape]
+        rows = []
+        for scale in SCALES:
+            size = max(1, round(base * args.scale * scale))
+            text = make(size)
+            lines = text.count("\n")
+            path = work / f"{shape}-{size}.lisp"
+            path.write_text(text)
+            seconds, code = best(lambda: compile_source(text, path.name), args.reps)
+            whole, peak = whole_process(path, work / f"{shape}-{size}.py")
+            per = 1000 / lines
+            rows.append((seconds * per, whole * per, peak, lines))
+            print(
+                f"{shape:>10} {size:>5} {lines:>6} | {seconds * per * 1000:>16.0f} "
+                f"{whole * per * 1000:>7.0f} | {peak:>8.0f} {peak * per:>9.1f}"
+            )
+            if shape == "attention" and scale == SCALES[-1]:
+                p1 = (lines, code, path)
+        (
+            (in1, whole1, peak1, lines1),
+            (_, _, peak4, lines4),
+            (in16, whole16, peak16, lines16),
+        ) = rows
+        grow_low = (peak4 - peak1) / (lines4 - lines1) * 1000
+        grow_high = (peak16 - peak4) / (lines16 - lines4) * 1000
+        print(
+            f"{shape:>10} 16x/1x time per kline: in-process {in16 / in1:.2f}, "
+            f"whole {whole16 / whole1:.2f}; peak RSS MiB per added kline: "
+            f"1x-4x {grow_low:.1f}, 4x-16x {grow_high:.1f}"
+        )
+    if p1 is not None:
+        lines, code, path = p1
+        wholes, blacks = [], []
+        for _ in range(args.reps):  # interleaved, so that both see the same load
+            wholes.append(whole_process(path, work / "p1.py")[0])
+            blacks.append(best(lambda: black.format_str(code, mode=black.Mode()), 1)[0])
+        print(
+            f"P1 ({lines} source lines, {code.count(chr(10))} output lines, best of "
+            f"{args.reps}): whole-process compile {min(wholes):.2f} s, black in-process "
+            f"{min(blacks):.2f} s, ratio {min(wholes) / min(blacks):.2f} (goal <= 1.3)"
+        )
+
+
+if __name__ == "__main__":
+    main()
