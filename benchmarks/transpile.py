@@ -67,31 +67,17 @@ def submodels(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The block of the bundled GPT, one copy per sub-model of the attention shape.
+TINY_GPT = (
+    Path(__file__).resolve().parent.parent / "examples" / "tiny-gpt.lisp"
+).read_text()
+BLOCK = TINY_GPT[TINY_GPT.index("(defmodel block ") : TINY_GPT.index("(defparam wte")]
+
+
 def attention(n: int) -> str:
     lines = ["(require sexpgpu/nn)", "(defconst d 64)", "(defconst n-head 4)", ""]
     for i in range(n):
-        lines.append(f"""(defmodel block-{i} (&key (d 64) (n-head 4))
-  (defparam w-qkv (normal [d (* 3 d)] :std 0.02))
-  (defparam w-o (zeros [d d]))
-  (defparam w-up (normal [d (* 4 d)] :std 0.02))
-  (defparam w-down (zeros [(* 4 d) d]))
-
-  (defun heads (x)
-    "[batch time d] -> [batch head time d/head]"
-    (transpose (reshape x [0 0 n-head (// d n-head)]) [0 2 1 3]))
-
-  (defun attend (x)
-    (let ((qkv (matmul x w-qkv))
-          (q (heads (slice qkv :axis -1 :start 0 :end d)))
-          (k (heads (slice qkv :axis -1 :start d :end (* 2 d))))
-          (v (heads (slice qkv :axis -1 :start (* 2 d) :end (* 3 d))))
-          (y (causal-attention (rms-norm q) (rms-norm k) v)))
-      (matmul (reshape (transpose y [0 2 1 3]) [0 0 -1]) w-o)))
-
-  (defun forward (x)
-    (let ((x (+ x (attend (rms-norm x)))))
-      (+ x (matmul (square (relu (matmul (rms-norm x) w-up))) w-down)))))
-""")
+        lines.append(BLOCK.replace("(defmodel block ", f"(defmodel block-{i} ", 1))
     lines += [f"(defparam b{i} (block-{i} :d d :n-head n-head))" for i in range(n)]
     steps = "\n        ".join(f"(x (b{i} x))" for i in range(n))
     lines.append(f"(defun forward (x)\n  (let ({steps})\n    (rms-norm x)))")
