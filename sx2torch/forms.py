@@ -10,7 +10,17 @@ from typing import Optional
 from sx2torch import gradient, scalars
 from sx2torch.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import ISLAND, REGION, Frame, Kind, Node, Operand, Region, Scalar
+from sx2torch.ir import (
+    ISLAND,
+    REGION,
+    DType,
+    Frame,
+    Kind,
+    Node,
+    Operand,
+    Region,
+    Scalar,
+)
 from sx2torch.read import Datum, Keyword, List, Symbol, Vector, shown
 
 
@@ -82,7 +92,7 @@ def cast(t, datum: List, env: dict) -> Operand:
     operand = t.expr(value, env)
     outer, t.datum = t.datum, datum
     try:
-        return t.cast(operand, dtype.name)
+        return t.cast(operand, DType(dtype.name))
     finally:
         t.datum = outer
 

@@ -46,6 +46,18 @@ class Frame:
     library: bool = False
 
 
+class DType(str, Enum):
+    """A value's dtype as the policy decides it; written as its name (`f32`) in text."""
+
+    F32 = "f32"
+    BF16 = "bf16"
+    INT = "int"
+    BOOL = "bool"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
 class Kind(Enum):
     """The closed set of node kinds: every pass dispatches on these, and only `OP` nodes
     look further, into the op registry."""

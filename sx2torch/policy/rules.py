@@ -19,7 +19,18 @@ from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch import ir
-from sx2torch.ir import CALLS, ISLAND, REGION, Frame, Graph, Kind, Node, Scalar, walk
+from sx2torch.ir import (
+    CALLS,
+    ISLAND,
+    REGION,
+    DType,
+    Frame,
+    Graph,
+    Kind,
+    Node,
+    Scalar,
+    walk,
+)
 from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.resolve import Program
 
@@ -73,13 +84,19 @@ class Lowered:
             return None
         dtype = typed.dtype[operand]
         if is_param(dtype):
-            return self.storage[_key(dtype)] if operand.kind is Kind.PARAM else "f32"
+            return (
+                self.storage[_key(dtype)] if operand.kind is Kind.PARAM else DType.F32
+            )
         return dtype
 
     def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
         """The dtype `node` reads its input `index` in, or None where it takes it as it is."""
         have = self.value_dtype(typed, node.inputs[index])
-        if have not in ("f32", "bf16") or node.kind in CALLS or node.kind is Kind.ITEM:
+        if (
+            have not in (DType.F32, DType.BF16)
+            or node.kind in CALLS
+            or node.kind is Kind.ITEM
+        ):
             return None
         if node.kind is Kind.FOR:
             return typed.dtype[node][index]  # an initial value, as the loop carries it
@@ -191,7 +208,7 @@ class _Policy:
 
     def natural_signature(self, graph: Graph) -> tuple:
         ints = self.integer_inputs(graph)
-        return tuple("int" if node in ints else "f32" for node in graph.inputs)
+        return tuple(DType.INT if node in ints else DType.F32 for node in graph.inputs)
 
     def integer_inputs(self, graph: Graph) -> set:
         """Arguments that reach an index slot (through ops that keep dtypes) are integer tensors."""
@@ -284,7 +301,7 @@ class _Policy:
         kinds = set(dtypes)
         if len(kinds) <= 1:
             return next(iter(kinds), None)
-        if kinds == {"f32", "bf16"}:
+        if kinds == {DType.F32, DType.BF16}:
             return self.precision
         raise SourceError(
             node.span,
@@ -320,7 +337,7 @@ class _Policy:
         ]
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
-        floats = [d for d in dtypes if d in ("f32", "bf16") or is_param(d)]
+        floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed.ambient, floats)
         if reason.why is Why.NOT_YET and any(
             typed.reason.get(i, NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
@@ -329,7 +346,7 @@ class _Policy:
         ):
             reason = Reason(Why.AFTER_OUT_F32)
         if op.result is Result.BOOL:
-            out = "bool"
+            out = DType.BOOL
         elif op.result in (Result.KEEP, Result.ARITH) and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.
@@ -341,9 +358,9 @@ class _Policy:
             out = data[0] if data else compute
         else:
             out = compute
-        if node.attrs.get("out") == "f32":
-            out = "f32"
-            if compute == "bf16":
+        if node.attrs.get("out") == DType.F32:
+            out = DType.F32
+            if compute == DType.BF16:
                 reason = Reason(Why.OUT_F32)
         typed.compute[node] = compute
         typed.dtype[node] = out
@@ -356,16 +373,16 @@ class _Policy:
         high = next((d.name for d in floats if self._is_high(d)), None)
         marked = Reason(Why.MARK, frame) if frame else Reason(Why.CALLED_IN)
         if mode == ISLAND:
-            return "f32", marked
+            return DType.F32, marked
         if high is not None:
-            return "f32", Reason(Why.HIGH, param=high)
+            return DType.F32, Reason(Why.HIGH, param=high)
         if mode == REGION:
-            return "bf16", marked
-        if self.precision == "f32":
-            return "f32", Reason(Why.POLICY)
-        if any(d == "bf16" or is_param(d) for d in floats):
-            return "bf16", Reason(Why.CONTAGION)
-        return "f32", Reason(Why.NOT_YET)
+            return DType.BF16, marked
+        if self.precision == DType.F32:
+            return DType.F32, Reason(Why.POLICY)
+        if any(d == DType.BF16 or is_param(d) for d in floats):
+            return DType.BF16, Reason(Why.CONTAGION)
+        return DType.F32, Reason(Why.NOT_YET)
 
     def _is_high(self, dtype) -> bool:
         return (
@@ -395,7 +412,7 @@ class _Policy:
             for node in walk(typed.graph.nodes):
                 if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
                     readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
-                        "f32"
+                        DType.F32
                     )
         storage = {}
         for model in self.program.all_models():
@@ -403,9 +420,9 @@ class _Policy:
                 if param.is_module:
                     continue
                 read_as = readers.get((model.name, param.name), set())
-                frozen_bf16 = not param.trainable and read_as == {"bf16"}
+                frozen_bf16 = not param.trainable and read_as == {DType.BF16}
                 storage[model.name, param.name] = param.dtype or (
-                    "bf16" if frozen_bf16 else "f32"
+                    DType.BF16 if frozen_bf16 else DType.F32
                 )
         return storage
 
@@ -422,7 +439,7 @@ def _data_dtype(typed: Typed, operand) -> Optional[str]:
     if isinstance(operand, Scalar):
         return None
     dtype = typed.dtype[operand]
-    return "f32" if is_param(dtype) else dtype
+    return DType.F32 if is_param(dtype) else dtype
 
 
 def _kind(op, index: int) -> str:
@@ -430,7 +447,7 @@ def _kind(op, index: int) -> str:
 
 
 def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
-    if kind is ArgKind.IDS and dtype != "int":
+    if kind is ArgKind.IDS and dtype != DType.INT:
         got = (
             "a number"
             if isinstance(operand, Scalar)
@@ -439,11 +456,15 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         raise SourceError(
             node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
         )
-    if kind is ArgKind.BOOL_TENSOR and dtype != "bool":
+    if kind is ArgKind.BOOL_TENSOR and dtype != DType.BOOL:
         raise SourceError(
             node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)"
         )
-    if kind is ArgKind.MATRIX and dtype not in ("f32", "bf16") and not is_param(dtype):
+    if (
+        kind is ArgKind.MATRIX
+        and dtype not in (DType.F32, DType.BF16)
+        and not is_param(dtype)
+    ):
         got = (
             "a number"
             if isinstance(operand, Scalar)
@@ -452,7 +473,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
     if (
         kind is ArgKind.TENSOR
-        and dtype in ("int", "bool")
+        and dtype in (DType.INT, DType.BOOL)
         and REGISTRY[node.op].result is Result.FLOAT
     ):
         raise SourceError(
@@ -462,7 +483,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
 
 
 def _describe(dtype: Optional[str]) -> str:
-    return {"int": "integer", "bool": "boolean"}.get(dtype, "float")
+    return {DType.INT: "integer", DType.BOOL: "boolean"}.get(dtype, "float")
 
 
 def _origins(operand, graph: Graph) -> set:
