@@ -52,6 +52,7 @@ INITIALIZERS = {
     "normal": (("shape",), {"mean": 0, "std": 1}),
     "uniform": (("shape",), {"low": 0, "high": 1}),
     "eye": (("n",), {}),
+    "linspace": (("n",), {"start": 0, "end": 1}),
 }
 
 
@@ -355,6 +356,8 @@ def _init(model: Model, datum: Datum) -> Init:
         return _concat(model, datum)
     if head == "tensor":
         return _tensor(model, datum)
+    if head == "pow":
+        return _pow(model, datum)
     if head not in INITIALIZERS:
         return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head]
@@ -376,8 +379,10 @@ def _init(model: Model, datum: Datum) -> Init:
         args[key] = _evaluate(model, item)
     for key, default in defaults.items():
         args.setdefault(key, Scalar.lit(default))
-    if head == "eye":
-        scalars.expect_int(args["n"], items[0].span, "eye's size")
+    if head in ("eye", "linspace"):
+        scalars.expect_int(args["n"], items[0].span, f"{head}'s size")
+    if head == "linspace":
+        args["shape"] = (args["n"],)
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
 
@@ -395,7 +400,7 @@ def _concat(model: Model, datum: List) -> Init:
     parts = []
     for item in items.items:
         head = _head(item, "an initializer such as (zeros [n])")
-        if head not in INITIALIZERS and head not in ("concat", "tensor"):
+        if head not in INITIALIZERS and head not in ("concat", "tensor", "pow"):
             raise SourceError(
                 item.span,
                 f"concat's parts are tensor initializers such as (zeros [n]), got '{head}'",
@@ -411,6 +416,19 @@ def _concat(model: Model, datum: List) -> Init:
     for part in parts[1:]:
         size = scalars.fold("+", size, part.args["shape"][0], datum.span)
     return Init("concat", {"parts": tuple(parts), "shape": (size,)})
+
+
+def _pow(model: Model, datum: List) -> Init:
+    """`(pow BASE INIT)`: a number raised to each value of a tensor initializer, as
+    `(1 / 1024) ** torch.linspace(0, 1, n)` (rotary frequencies)."""
+    _arity(datum, 2, 2, "(pow BASE INIT)")
+    base = _evaluate(model, datum.items[1])
+    if isinstance(base.value, (bool, str)):
+        raise SourceError(datum.items[1].span, "pow's base must be a number")
+    part = _init(model, datum.items[2])
+    if part.kind in ("model", "stack"):
+        raise SourceError(datum.items[2].span, "pow takes a tensor initializer")
+    return Init("pow", {"base": base, "part": part, "shape": part.args["shape"]})
 
 
 def _tensor(model: Model, datum: List) -> Init:

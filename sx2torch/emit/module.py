@@ -402,6 +402,12 @@ def _initializer(init, scalar) -> cst.BaseExpression:
         )
     if init.kind == "eye":
         return b.call("torch.eye", scalar(args["n"]))
+    if init.kind == "linspace":
+        start, end = _float(args["start"], scalar), _float(args["end"], scalar)
+        return b.call("torch.linspace", start, end, scalar(args["n"]))
+    if init.kind == "pow":
+        base = _float(args["base"], scalar)
+        return b.binop(base, "**", _initializer(args["part"], scalar))
     shape = [scalar(s) for s in args["shape"]]
     # torch.zeros() is refused: a shape [] is 0-d, torch.zeros(())
     sizes = shape or [b.tuple_([])]
