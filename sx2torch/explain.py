@@ -48,7 +48,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     lines: dict[int, Line] = {}
     for typed in lowered.specializations:
         for node in walk(typed.graph.nodes):
-            reason = _reason(typed, node, lowered, precision)
+            reason = _reason(typed, node, precision)
             if reason is None:
                 continue
             number = node.span.line
@@ -85,7 +85,7 @@ def _add(items: list, item: str) -> None:
         items.append(item)
 
 
-def _reason(typed, node: Node, lowered, precision: str):
+def _reason(typed, node: Node, precision: str):
     """Why this node computes in f32 under :bf16 (or in bf16 under :f32), as the policy
     decided it; None if it is unremarkable."""
     reason = typed.reason.get(node)

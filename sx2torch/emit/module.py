@@ -346,9 +346,9 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
         return b.number(scalar.value)
     if scalar.op == "const":
         return b.name(names[scalar.args[0]])
-    if scalar.op == "neg":
-        return b.neg(_init_scalar(scalar.args[0], names))
-    return b.chain(scalar.op, [_init_scalar(a, names) for a in scalar.args])
+    return b.scalar_operation(
+        scalar.op, scalar.args, lambda operand: _init_scalar(operand, names)
+    )
 
 
 def _param(
