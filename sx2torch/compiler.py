@@ -1,16 +1,18 @@
-"""The pipeline: read -> resolve -> trace -> (gradient) -> ranks -> policy -> emit -> format."""
+"""The pipeline: read, resolve, trace (with gradient), ranks, policy, naming, emit, format."""
 
 from __future__ import annotations
 
 import gc
 import shlex
 from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Optional
 
 from sx2torch import __version__, dump, format, policy, ranks, read, resolve, trace
-from sx2torch.emit import module
+from sx2torch.emit import module, naming
+from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
 
 TARGETS = ("cuda", "metal", "cpu")
@@ -67,9 +69,14 @@ def _compile(text: str, filename: str, options: Options) -> str:
     lowered = policy.run(program, graphs, precision)
     if options.dump_after == "policy":
         return dump.lowered(lowered)
-    header = _header(filename, chosen.name if chosen else None, precision, options)
+    target = Target(options.target)
     shown = _shown(filename) if options.source_lines else None
-    tree = module.run(program, lowered, header, options.target, shown, chosen)
+    render = partial(module.render, target=target, source_lines=shown)
+    names = naming.run(program, lowered, target, render)
+    if options.dump_after == "names":
+        return dump.names(names)
+    header = _header(filename, chosen.name if chosen else None, precision, options)
+    tree = module.run(program, lowered, names, header, target, shown, chosen)
     return format.run(tree.code)
 
 

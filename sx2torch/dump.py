@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from sx2torch.echo import show
+from sx2torch.emit.naming import Naming
 from sx2torch.ir import Graph, Node, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.resolve import Init
 
-PASSES = ("read", "resolve", "trace", "policy")
+PASSES = ("read", "resolve", "trace", "policy", "names")
 
 
 def data(items: list) -> str:
@@ -148,3 +149,32 @@ def _value(value) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
     return str(value)
+
+
+def names(naming: Naming) -> str:
+    """Each class and its attributes, then each method and the name of every value in it,
+    numbered as `--dump-after trace` numbers them."""
+    lines = []
+    for model, class_name in naming.classes.items():
+        attrs = ", ".join(f"{k} -> {v}" for k, v in naming.attrs[model].items())
+        lines.append(f"class {class_name} ({model}): {attrs}")
+    for typed, method in naming.methods.items():
+        local = naming.locals[typed]
+        ids = {
+            node: f"%{i}"
+            for i, node in enumerate([*typed.graph.inputs, *_values(typed.graph.nodes)])
+        }
+        signature = ", ".join(typed.signature)
+        lines.append(
+            f"{naming.classes[typed.model]}.{method} <- {typed.model}.{typed.graph.name}({signature})"
+        )
+        lines += [f"  {ids[node]} {name}" for node, name in local.values.items()]
+        lines += [f"  :{key} {name}" for key, name in local.keys.items()]
+        for loop, (index, layer) in local.loops.items():
+            lines.append(f"  {ids[loop]} for {index + ', ' if index else ''}{layer}")
+        for hoists in local.hoists.values():
+            lines += [
+                f"  {name} = {ids[operand]} as {want}"
+                for operand, (_, want), name in hoists
+            ]
+    return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from typing import Optional
 from sx2torch import policy, ranks, read, resolve, trace
 from sx2torch.echo import echo
 from sx2torch.compiler import Options, choose_run, top_model_name
-from sx2torch.emit.module import attributes
+from sx2torch.emit.naming import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.scalars import ARITHMETIC

@@ -66,7 +66,7 @@ def _optimizers(optimizer: Optimizer, params: list) -> list:
 
 def _params(program: Program, model: Model, attrs: dict, prefix: str = "") -> list:
     """[(state_dict name pattern, inside a sub-model, ndim)] of the trainable parameters."""
-    names = attrs[model.name][0]
+    names = attrs[model.name]
     found = []
     for param in model.params.values():
         name = prefix + names[param.name]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.emit import main
-from sx2torch.emit.method import ClassContext, MethodEmitter, argument_names
-from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
+from sx2torch.emit.method import ClassContext, MethodEmitter
+from sx2torch.emit.naming import Naming, defuns
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
@@ -20,44 +19,26 @@ from sx2torch.resolve import Model, Param, Program, Run
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 
 
-def class_name(name: str) -> str:
-    """`tiny-gpt` -> `TinyGpt`."""
-    parts = [p for p in mangle(name).split("_") if p]
-    return "".join(p[0].upper() + p[1:] for p in parts) or "Model"
+def render(typed: Typed, naming: Naming, target: Target, source_lines=None) -> str:
+    """A method's code, under the method names `naming` gives so far."""
+    ctx = ClassContext(target, naming, naming.attrs[typed.model], source_lines)
+    return cst.Module([]).code_for_node(_method(typed, "method", ctx))
 
 
 def run(
     program: Program,
     lowered: Lowered,
+    naming: Naming,
     header: str,
-    target: str,
+    target: Target,
     source_lines=None,
     chosen: Optional[Run] = None,
 ) -> cst.Module:
-    classes = _class_names(program)
-    attrs = {
-        model.name: attributes(model, _built_classes(model, classes))
-        for model in program.all_models()
-    }
-    method_names: dict = {}
-    specialized: set = set()
-    attr_names = {name: names for name, (names, _) in attrs.items()}
+    classes = naming.classes
     contexts = {
-        model.name: ClassContext(
-            Target(target),
-            lowered,
-            attrs[model.name][0],
-            attr_names,
-            method_names,
-            specialized,
-            source_lines,
-        )
+        model.name: ClassContext(target, naming, naming.attrs[model.name], source_lines)
         for model in program.all_models()
     }
-    by_defun = _by_defun(lowered)
-    names, specialized_ = _method_names(program, lowered, attrs, contexts, by_defun)
-    method_names.update(names)
-    specialized.update(specialized_)
     body: list = [
         _import("torch"),
         cst.SimpleStatementLine(
@@ -102,21 +83,17 @@ def run(
         ),
     ]
     for model in program.all_models():
-        body.append(
-            _class(
-                program, model, lowered, contexts[model.name], classes, attrs, by_defun
-            )
-        )
+        body.append(_class(program, model, lowered, contexts[model.name]))
     if chosen is not None and chosen.loss is not None:
         loss = next(
             name
-            for typed, name in method_names.items()
+            for typed, name in naming.methods.items()
             if typed.model == program.top.name
             and typed.graph.name == chosen.loss.name
-            and typed not in specialized
+            and typed not in naming.specialized
         )
         top = classes[program.top.name]
-        body.append(main.block(program, chosen, top, loss, attrs))
+        body.append(main.block(program, chosen, top, loss, naming.attrs))
     comments = [
         cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
     ]
@@ -127,114 +104,24 @@ def _import(name: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name))])])
 
 
-def _class_names(program: Program) -> dict:
-    names = Namespace({"Model"} - {"Model"})
-    return {
-        model.name: names.fresh(class_name(model.name))
-        for model in [program.top, *program.models.values()]
-    }
-
-
-def _built_classes(model: Model, classes: dict) -> frozenset:
-    """The classes a model's constructor names, to build its sub-models."""
-    return frozenset(
-        classes[param.init.model] for param in model.params.values() if param.is_module
-    )
-
-
-def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
-    """Attribute names for consts, params and sub-models; and the class namespace for methods.
-
-    A const is also a constructor argument, which must not shadow a class the constructor builds.
-    """
-    names = Namespace(MODULE_ATTRIBUTES)
-    attrs = {name: names.fresh(name, avoid=classes) for name in model.consts}
-    attrs.update((name, names.fresh(name)) for name in model.params)
-    return attrs, names
-
-
-def _by_defun(lowered: Lowered) -> dict:
-    """(model, defun) -> its specializations, in order: found once, not by a scan per defun."""
-    found: dict = {}
-    for typed in lowered.specializations:
-        found.setdefault((typed.model, typed.graph.name), []).append(typed)
-    return found
-
-
-def _method_names(
-    program: Program, lowered: Lowered, attrs: dict, contexts: dict, by_defun: dict
-):
-    """Method names: specializations of a defun whose methods would read the same share one.
-    The one at f32 (and integer) arguments is the public method, named as the source names
-    the defun; the others are named with their dtypes and returned as `specialized`.
-
-    The specializations come callees first, so each is compared with its callees already
-    grouped: a method's code is emitted with a stand-in name for each group."""
-    group: dict = {}  # Typed -> its group's stand-in name
-    members: dict = (
-        {}
-    )  # (model, defun) -> {stand-in: [Typed, ...]}, in order of appearance
-    for typed in lowered.specializations:
-        key = (typed.model, typed.graph.name, None)
-        if len(by_defun[key[:2]]) > 1:  # a defun's only specialization is its own group
-            ctx = replace(contexts[typed.model], method_names=group, specialized=set())
-            code = cst.Module([]).code_for_node(_method(typed, "method", ctx))
-            key = (typed.model, typed.graph.name, code)
-        group[typed] = members.setdefault(key[:2], {}).setdefault(key, f"m{len(group)}")
-    names: dict = {}
-    specialized: set = set()
-    for model in program.all_models():
-        namespace = attrs[model.name][1]
-        # Source names first, so that no specialization takes one.
-        plain_names = {defun: namespace.fresh(defun) for defun in model.defuns}
-        for defun in model.defuns:
-            plain = lowered.natural[model.name, defun]
-            chosen: dict = {}  # stand-in -> name
-            if plain is not None:
-                chosen[group[plain]] = plain_names[defun]
-            for typed in by_defun.get((model.name, defun), []):
-                if group[typed] not in chosen:
-                    chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
-                names[typed] = chosen[group[typed]]
-                if plain is None or group[typed] != group[plain]:
-                    specialized.add(typed)
-    return names, specialized
-
-
-def _suffix(typed: Typed) -> str:
-    tags = [s.name if is_param(s) else s for s in typed.signature]
-    if typed.ambient == ISLAND:
-        tags.append("island")
-    elif typed.ambient == REGION:
-        tags.append("region")
-    return "_".join(tags) or "specialized"
-
-
-def _class(
-    program,
-    model: Model,
-    lowered: Lowered,
-    ctx: ClassContext,
-    classes: dict,
-    attrs: dict,
-    by_defun: dict,
-) -> cst.ClassDef:
+def _class(program, model: Model, lowered: Lowered, ctx: ClassContext) -> cst.ClassDef:
     body: list = []
     if model.doc is not None:
         body.append(_docstring(model.doc))
-    body.append(_init(program, model, lowered, ctx, classes, attrs))
+    body.append(_init(program, model, lowered, ctx))
+    by_defun = defuns(lowered)
     emitted = set()
     for defun in model.defuns:
         specs = by_defun.get((model.name, defun), [])
         plain = lowered.natural[model.name, defun]
         for typed in ([plain] if plain is not None else []) + specs:
-            name = ctx.method_names[typed]
+            name = ctx.naming.methods[typed]
             if name not in emitted:
                 emitted.add(name)
                 body.append(_method(typed, name, ctx))
     base = b.dotted("nn.Module")
     return cst.ClassDef(
-        cst.Name(classes[model.name]),
+        cst.Name(ctx.naming.classes[model.name]),
         cst.IndentedBlock(body),
         bases=[cst.Arg(base)],
         leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
@@ -247,7 +134,8 @@ def _docstring(text: str) -> cst.SimpleStatementLine:
 
 def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
     emitter = MethodEmitter(typed, ctx)
-    args, keys, _ = argument_names(typed)
+    names = ctx.naming.locals[typed]
+    args, keys = names.args, list(names.keys.values())
     defaults = [_key_default(default) for _, default in typed.graph.keys]
     prologue = [
         _if_none(key, emitter.scalar(default))
@@ -267,7 +155,7 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
         + emitter.body()
     )
     leading = []
-    if typed in ctx.specialized:
+    if typed in ctx.naming.specialized:
         leading.append(cst.EmptyLine(comment=cst.Comment("# " + _specialized(typed))))
     return cst.FunctionDef(
         cst.Name(name), params, cst.IndentedBlock(body), leading_lines=leading
@@ -308,8 +196,6 @@ def _init(
     model: Model,
     lowered: Lowered,
     ctx: ClassContext,
-    classes: dict,
-    attrs: dict,
 ) -> cst.FunctionDef:
     names = ctx.attrs
     consts = list(model.consts.values())
@@ -332,7 +218,7 @@ def _init(
             )
         )
     for param in model.params.values():
-        body.append(_param(program, model, param, lowered, names, classes, attrs))
+        body.append(_param(model, param, lowered, ctx))
     params = cst.Parameters(
         star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
         kwonly_params=kwonly,
@@ -351,15 +237,8 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
     )
 
 
-def _param(
-    program,
-    model: Model,
-    param: Param,
-    lowered: Lowered,
-    names: dict,
-    classes: dict,
-    attrs: dict,
-):
+def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
+    names = ctx.attrs
     target = b.attr(b.name("self"), names[param.name])
     init = param.init
 
@@ -367,9 +246,9 @@ def _param(
         return _init_scalar(s, names)
 
     if param.is_module:
-        sub_names = attrs[init.model][0]
+        sub_names = ctx.naming.attrs[init.model]
         kwargs = {sub_names[k]: scalar(v) for k, (_, v) in init.args.items()}
-        instance = b.call(b.name(classes[init.model]), **kwargs)
+        instance = b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
         if init.kind == "model":
             return _assign_name(target, instance)
         loop = cst.CompFor(

@@ -1,0 +1,328 @@
+"""Where each value of a specialization is written: the layout of a method's statements.
+
+A node becomes a statement when the source names it (`let`), when several
+nodes read it, when an op must read it twice, or when it sits in another
+precision block than its reader; otherwise its expression is written inside its
+reader's. Casts are explicit: a parameter's cast down is written once at the
+top of the method, a cast several readers share once before the first of them.
+The layout also knows, for liveness, the last statement that reads each value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from sx2torch.emit.targets import Target
+from sx2torch.ir import Kind, Node, Scalar, reads, walk
+from sx2torch.ops import REGISTRY
+from sx2torch.policy import Lowered, Typed
+
+RETURN = "return"
+TOP = "top"  # where a parameter's casts are written: before every statement
+MAX_BLOCKS = 4  # precision blocks nested as in the source; deeper, only those that change something
+MAX_ROUNDINGS = 2  # a held target's line is split where it would hold more
+MAX_INLINE_DEPTH = 24  # a deeper expression is split into statements (readable, and within Python's limits)
+
+
+@dataclass(eq=False)
+class Yield:
+    """The end of a region, as a statement: it stores the region's outputs in the
+    variables of its IF or FOR."""
+
+    node: Node
+    region: int
+
+
+class Layout:
+    def __init__(self, typed: Typed, target: Target, lowered: Lowered):
+        self.typed = typed
+        self.target = target
+        self.lowered = lowered
+        self.graph = typed.graph
+        self.yields: dict = {}
+        self.scope = self._scopes()
+        self.readers = self._readers()
+        self.casts = self._casts()
+        self.named = self._named()
+        self.statement_of = self._statement_of()
+        self.nodes_of = self._nodes_of()
+        self.order = {
+            statement: i
+            for i, statement in enumerate(
+                s for s in self._sequence() if s in self.named or isinstance(s, Yield)
+            )
+        }
+        self.order[RETURN] = len(self.order)
+        self.order[TOP] = -1
+        self.last_read = self._last_reads()
+
+    def _scopes(self) -> dict:
+        """Each node and region input -> the region it is made in (None: the method's own)."""
+        scope: dict = {node: None for node in self.graph.inputs}
+
+        def visit(nodes: list, region) -> None:
+            for node in nodes:
+                scope[node] = region
+                for inner in node.regions:
+                    scope.update((i, inner) for i in inner.inputs)
+                    visit(inner.nodes, inner)
+
+        visit(self.graph.nodes, None)
+        return scope
+
+    def _sequence(self) -> list:
+        """Nodes and region ends in the order their statements are written."""
+        order: list = []
+
+        def visit(nodes: list) -> None:
+            for node in nodes:
+                order.append(node)
+                for index, region in enumerate(node.regions):
+                    visit(region.nodes)
+                    order.append(self.end(node, index))
+
+        visit(self.graph.nodes)
+        return order
+
+    def end(self, node: Node, index: int) -> Yield:
+        return self.yields.setdefault((node, index), Yield(node, index))
+
+    def _readers(self) -> dict:
+        readers: dict = {node: [] for node in self.scope}
+        for node in walk(self.graph.nodes):
+            for index, operand in enumerate(node.inputs):
+                if isinstance(operand, Node):
+                    readers[operand].append((node, index))
+            for r, region in enumerate(node.regions):
+                for index, out in enumerate(region.outputs):
+                    if isinstance(out, Node):
+                        readers[out].append((self.end(node, r), index))
+        if isinstance(self.graph.output, Node) and self.graph.output in readers:
+            readers[self.graph.output].append((RETURN, None))
+        return readers
+
+    def _region_of(self, reader):
+        """The region a reader's statement is written in."""
+        if reader == RETURN:
+            return None
+        if isinstance(reader, Yield):
+            return reader.node.regions[reader.region]
+        return self.scope[reader]
+
+    def _named(self) -> set:
+        """The nodes written as statements of their own."""
+        named, depth, roundings = set(), {}, {}
+        for node in _post_order(self.graph.nodes):
+            if node.kind in (Kind.INPUT, Kind.PARAM, Kind.ITEM):
+                continue
+            readers = self.readers[node]
+            depth[node] = 1 + max(
+                (depth.get(i, 0) for i in reads(node) if isinstance(i, Node)),
+                default=0,
+            )
+            if (
+                self.compound(node, named)
+                or node.name is not None
+                or len(readers) != 1
+                or depth[node] >= MAX_INLINE_DEPTH
+                or any(
+                    r != RETURN
+                    and not isinstance(r, Yield)
+                    and r.kind is Kind.OP
+                    and REGISTRY[r.op].name_inputs
+                    for r, _ in readers
+                )
+                or self._region_of(readers[0][0]) is not self.scope[node]
+                or (
+                    readers[0][0] != RETURN
+                    and self._path_of(readers[0][0]) != self.path(node)
+                )
+            ):
+                named.add(node)
+                depth[node] = 0
+            self._limit_roundings(node, named, roundings)
+        return named
+
+    def _limit_roundings(self, node: Node, named: set, roundings: dict) -> None:
+        """On the held targets a line holds at most MAX_ROUNDINGS roundings: the inputs
+        that hold the most are written as statements of their own first."""
+        inlined = [i for i in node.inputs if isinstance(i, Node) and roundings.get(i)]
+        total = self._roundings(node) + sum(roundings[i] for i in inlined)
+        for operand in sorted(inlined, key=roundings.get, reverse=True):
+            if total <= MAX_ROUNDINGS:
+                break
+            named.add(operand)
+            total -= roundings[operand]
+        roundings[node] = 0 if node in named else total
+
+    def _roundings(self, node: Node) -> int:
+        """How many `sx.round_to_bf16` a node's own expression writes on a held target."""
+        if not self.target.held:
+            return 0
+        stores = (
+            node.kind is Kind.OP
+            and self.typed.dtype.get(node) == "bf16"
+            and not REGISTRY[node.op].is_exact(node.inputs)
+        )
+        written = (
+            0  # the casts down written inside the expression, not hoisted before it
+        )
+        for index, operand in enumerate(node.inputs):
+            conversion = self.conversion(node, index)
+            if conversion is None or conversion[1] != "bf16":
+                continue
+            shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
+            hoisted = node.kind is not Kind.CAST and (
+                operand.kind is Kind.PARAM or shared
+            )
+            written += not hoisted
+        return stores + written
+
+    def compound(self, node: Node, named: set) -> bool:
+        """Whether a node is written as a compound statement: a FOR, or an IF whose
+        branches need statements of their own (else it is a conditional expression)."""
+        return node.kind is Kind.FOR or (
+            node.kind is Kind.IF
+            and any(n in named for r in node.regions for n in walk(r.nodes))
+        )
+
+    def _path_of(self, reader) -> tuple:
+        """A region's outputs are stored in the blocks of its node."""
+        return self.path(reader.node if isinstance(reader, Yield) else reader)
+
+    def _statement_of(self) -> dict:
+        """For each node, the statement its expression is written in."""
+        where: dict = {}
+        for node in reversed(list(_post_order(self.graph.nodes))):
+            if node in self.named:
+                where[node] = node
+            elif self.readers.get(node):
+                reader = self.readers[node][0][0]
+                where[node] = self.written_in(reader, where)
+        return where
+
+    def _nodes_of(self) -> dict:
+        """id(statement) -> the nodes written in it, in walk order, loops left out: found
+        once, not by a walk of the whole graph per statement."""
+        nodes: dict = {}
+        for node in walk(self.graph.nodes):
+            if node.kind is not Kind.FOR:
+                nodes.setdefault(id(self.statement_of.get(node)), []).append(node)
+        return nodes
+
+    def written_in(self, reader, where: dict):
+        """The statement a reader's expression is in: an IF written as an expression
+        stores its regions' outputs where it is itself written."""
+        if isinstance(reader, Yield):
+            compound = self.compound(reader.node, self.named)
+            return reader if compound else where[reader.node]
+        return reader if reader == RETURN else where[reader]
+
+    def _last_reads(self) -> dict:
+        """The last statement that reads each value, and each cast of a value; a value read
+        in a loop, or carried by it, is live until the loop ends."""
+        last: dict = {}
+
+        def note(value, at: int) -> None:
+            last[value] = max(last.get(value, -1), at)
+
+        for node in walk(self.graph.nodes):
+            at = self.order.get(self.statement_of.get(node), -1)
+            for index, operand in enumerate(node.inputs):
+                conversion = self.conversion(node, index)
+                for value in (operand, (operand, conversion and conversion[1])):
+                    note(value, at)
+            for r, region in enumerate(node.regions):
+                end = self.written_in(self.end(node, r), self.statement_of)
+                for out in region.outputs:
+                    note(out, self.order.get(end, -1))
+        output = self.graph.output
+        if isinstance(output, Node):
+            last[output] = self.order[RETURN]
+        for loop in (n for n in walk(self.graph.nodes) if n.kind is Kind.FOR):
+            (body,) = loop.regions
+            start, end = self.order[loop], self.order[self.end(loop, 0)]
+            inside = set(walk(body.nodes)) | set(body.inputs)
+            for value, at in list(last.items()):
+                key = value[0] if isinstance(value, tuple) else value
+                if start < at <= end and key not in inside:
+                    last[value] = max(at, end)
+            for carried in body.inputs:
+                last[carried] = max(last.get(carried, -1), end)
+        return last
+
+    def path(self, node: Node) -> tuple:
+        """The precision blocks a node's statement sits in, outermost first."""
+        blocks, mode = [], self.typed.ambient
+        for frame in node.frames:
+            if frame.mode != mode:
+                blocks.append(frame)
+                mode = frame.mode
+        return _without_repeats(tuple(blocks))
+
+    # Dtypes.
+
+    def conversion(self, node: Node, index: int) -> Optional[tuple]:
+        """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
+        want = self.lowered.read_dtype(self.typed, node, index)
+        return self.conversion_of(node.inputs[index], want)
+
+    def conversion_of(self, operand, want: Optional[str]) -> Optional[tuple]:
+        """A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
+        holds bf16 values in f32, so that target reads it through `.float()`."""
+        if want is None or isinstance(operand, Scalar):
+            return None
+        have = self.lowered.value_dtype(self.typed, operand)
+        if have not in ("f32", "bf16"):
+            return None
+        if self.target.held and have == "bf16":
+            if operand.kind is Kind.PARAM:
+                return "bf16-stored", want
+            return None  # a bf16 value already is an f32 tensor there
+        return None if have == want else (have, want)
+
+    def _casts(self) -> dict:
+        """(value, dtype, region) -> how many operand slots of that region read the value
+        cast to dtype; a cast is shared within its region only."""
+        counts: dict = {}
+        for node in walk(self.graph.nodes):
+            for index, operand in enumerate(node.inputs):
+                conversion = self.conversion(node, index)
+                if conversion and node.kind not in (Kind.CAST, Kind.FOR):
+                    key = (operand, conversion, self.scope[node])
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def shared_casts(self, statement, hoisted) -> list:
+        """Casts read more than once in a region whose first reader is in this statement,
+        and not in `hoisted` already."""
+        due = []
+        for node in self.nodes_of.get(id(statement), []):
+            for index, operand in enumerate(node.inputs):
+                conversion = self.conversion(node, index)
+                key = (operand, conversion)
+                shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
+                if shared and key not in hoisted and key not in due:
+                    due.append(key)
+        return due
+
+
+def _without_repeats(blocks: tuple) -> tuple:
+    """Blocks as the source nests them, MAX_BLOCKS deep; deeper, one whose kind is already open is
+    left out: an island inside an island (through a region) changes nothing, autocast being off
+    already, nor does a region marker inside a region. So the output stays within Python's limit
+    of 20 nested blocks, whatever the depth of with-numerics forms."""
+    kept = list(blocks[:MAX_BLOCKS])
+    for frame in blocks[MAX_BLOCKS:]:
+        if all(open_.mode != frame.mode for open_ in kept):
+            kept.append(frame)
+    return tuple(kept)
+
+
+def _post_order(nodes: list):
+    """Every node after its regions' nodes."""
+    for node in nodes:
+        for region in node.regions:
+            yield from _post_order(region.nodes)
+        yield node

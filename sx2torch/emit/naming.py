@@ -1,0 +1,295 @@
+"""Pass 7, naming: a Python name for every class, attribute, method and local, before emission.
+
+Each scope is a `Namespace`: the module's classes; a class's constructor arguments,
+attributes and methods; a method's arguments, `&key` arguments, locals, cast temporaries
+and loop variables. Source names are allocated first in every scope, so no generated name
+takes one. Locals are allocated in the order their statements are written, and a local
+whose value is dead (by the layout's liveness, which keeps a value read in a loop live until
+the loop ends) gives its name to a new value, unless the new value has a source name of
+its own. `--dump-after names` prints the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sx2torch.emit.layout import RETURN, TOP, Layout
+from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
+from sx2torch.emit.targets import Target
+from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
+from sx2torch.ops import REGISTRY
+from sx2torch.policy import Lowered, Typed
+from sx2torch.policy.rules import is_param
+from sx2torch.resolve import Model, Program
+
+
+@dataclass
+class Locals:
+    """The names of one method's values."""
+
+    args: list
+    keys: dict  # &key -> name
+    values: dict  # Node -> local name
+    hoists: dict = field(
+        default_factory=dict
+    )  # statement -> [(operand, conversion, name)]
+    loops: dict = field(default_factory=dict)  # FOR -> (index name or None, layer name)
+
+
+@dataclass
+class Naming:
+    """The pass's output: every name the emitted module binds."""
+
+    classes: dict  # model -> class name
+    attrs: dict  # model -> {const, param or sub-model -> attribute name}
+    layouts: dict  # Typed -> Layout
+    locals: dict  # Typed -> Locals
+    methods: dict = field(default_factory=dict)  # Typed -> method name
+    specialized: set = field(default_factory=set)  # the Typed named with their dtypes
+
+
+def run(
+    program: Program,
+    lowered: Lowered,
+    target: Target,
+    render: Callable[[Typed, "Naming"], str],
+) -> Naming:
+    """`render(typed, naming)` is a method's code under stand-in method names: the
+    specializations of a defun whose code is the same share one method."""
+    classes = _class_names(program)
+    attrs = {}
+    namespaces = {}
+    for model in program.all_models():
+        attrs[model.name], namespaces[model.name] = attributes(
+            model, _built_classes(model, classes)
+        )
+    layouts = {
+        typed: Layout(typed, target, lowered) for typed in lowered.specializations
+    }
+    naming = Naming(
+        classes,
+        attrs,
+        layouts,
+        {typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
+    )
+    naming.methods, naming.specialized = _method_names(
+        program, lowered, namespaces, naming, render
+    )
+    return naming
+
+
+def class_name(name: str) -> str:
+    """`tiny-gpt` -> `TinyGpt`."""
+    parts = [p for p in mangle(name).split("_") if p]
+    return "".join(p[0].upper() + p[1:] for p in parts) or "Model"
+
+
+def _class_names(program: Program) -> dict:
+    names = Namespace()
+    return {
+        model.name: names.fresh(class_name(model.name))
+        for model in [program.top, *program.models.values()]
+    }
+
+
+def _built_classes(model: Model, classes: dict) -> frozenset:
+    """The classes a model's constructor names, to build its sub-models."""
+    return frozenset(
+        classes[param.init.model] for param in model.params.values() if param.is_module
+    )
+
+
+def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
+    """Attribute names for consts, params and sub-models; and the class namespace for methods.
+
+    A const is also a constructor argument, which must not shadow a class the constructor builds.
+    """
+    names = Namespace(MODULE_ATTRIBUTES)
+    attrs = {name: names.fresh(name, avoid=classes) for name in model.consts}
+    attrs.update((name, names.fresh(name)) for name in model.params)
+    return attrs, names
+
+
+def argument_names(typed: Typed) -> tuple:
+    """Python names of a defun's arguments and &key arguments, the same at every call site."""
+    names = Namespace()
+    args = [names.fresh(node.name) for node in typed.graph.inputs]
+    keys = [names.fresh(key) for key, _ in typed.graph.keys]
+    return args, keys, names
+
+
+def _method_names(
+    program: Program, lowered: Lowered, namespaces: dict, naming: Naming, render
+):
+    """Method names: specializations of a defun whose methods would read the same share one.
+    The one at f32 (and integer) arguments is the public method, named as the source names
+    the defun; the others are named with their dtypes and returned as `specialized`.
+
+    The specializations come callees first, so each is compared with its callees already
+    grouped: a method's code is rendered with a stand-in name for each group."""
+    by_defun = defuns(lowered)
+    group: dict = {}  # Typed -> its group's stand-in name
+    stand_ins = Naming(
+        naming.classes, naming.attrs, naming.layouts, naming.locals, group
+    )
+    members: dict = {}  # (model, defun) -> {code: stand-in}
+    for typed in lowered.specializations:
+        key = (typed.model, typed.graph.name)
+        code = render(typed, stand_ins) if len(by_defun[key]) > 1 else None
+        group[typed] = members.setdefault(key, {}).setdefault(code, f"m{len(group)}")
+    names: dict = {}
+    specialized: set = set()
+    for model in program.all_models():
+        namespace = namespaces[model.name]
+        # Source names first, so that no specialization takes one.
+        plain_names = {defun: namespace.fresh(defun) for defun in model.defuns}
+        for defun in model.defuns:
+            plain = lowered.natural[model.name, defun]
+            chosen: dict = {}  # stand-in -> name
+            if plain is not None:
+                chosen[group[plain]] = plain_names[defun]
+            for typed in by_defun.get((model.name, defun), []):
+                if group[typed] not in chosen:
+                    chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
+                names[typed] = chosen[group[typed]]
+                if plain is None or group[typed] != group[plain]:
+                    specialized.add(typed)
+    return names, specialized
+
+
+def defuns(lowered: Lowered) -> dict:
+    """(model, defun) -> its specializations, in order: found once, not by a scan per defun."""
+    found: dict = {}
+    for typed in lowered.specializations:
+        found.setdefault((typed.model, typed.graph.name), []).append(typed)
+    return found
+
+
+def _suffix(typed: Typed) -> str:
+    tags = [s.name if is_param(s) else s for s in typed.signature]
+    if typed.ambient == ISLAND:
+        tags.append("island")
+    elif typed.ambient == REGION:
+        tags.append("region")
+    return "_".join(tags) or "specialized"
+
+
+class _LocalNaming:
+    """A method's locals, allocated in the order emission writes their statements."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        graph = layout.graph
+        args, keys, self.names = argument_names(layout.typed)
+        self.locals = Locals(
+            args,
+            dict(zip((k for k, _ in graph.keys), keys)),
+            dict(zip(graph.inputs, args)),
+        )
+        self.values = self.locals.values
+        self.holder: dict = {name: node for node, name in self.values.items()}
+        self.hoisted: dict = {}  # (operand, conversion) -> name
+
+    def run(self) -> Locals:
+        layout = self.layout
+        for operand, conversion, _ in layout.casts:
+            if operand.kind is Kind.PARAM and (operand, conversion) not in self.hoisted:
+                self._hoist(TOP, operand, conversion)
+        self._block(layout.graph.nodes)
+        output = layout.graph.output
+        if (
+            isinstance(output, Node)
+            and output not in layout.named
+            and output.kind not in (Kind.INPUT, Kind.PARAM, Kind.ITEM)
+        ):
+            self._hoists(RETURN)
+        return self.locals
+
+    def _block(self, nodes: list) -> None:
+        for node in nodes:
+            if node not in self.layout.named:
+                continue
+            self._hoists(node)
+            if node.kind is Kind.FOR:
+                self._for(node)
+            elif self.layout.compound(node, self.layout.named):
+                self._bind(node)
+                for index, region in enumerate(node.regions):
+                    self._region(node, index)
+            else:
+                self._bind(node)
+
+    def _region(self, node: Node, index: int) -> None:
+        self._block(node.regions[index].nodes)
+        self._hoists(self.layout.end(node, index))
+
+    def _hoists(self, statement) -> None:
+        for operand, conversion in self.layout.shared_casts(statement, self.hoisted):
+            self._hoist(statement, operand, conversion)
+
+    def _hoist(self, statement, operand: Node, conversion: tuple) -> None:
+        want = conversion[1]
+        base = f"{self.values.get(operand) or operand.name or operand.what}_{want}"
+        name = self._fresh(base, (operand, want), self.layout.order[statement])
+        self.hoisted[operand, conversion] = name
+        self.locals.hoists.setdefault(statement, []).append((operand, conversion, name))
+
+    def _for(self, node: Node) -> None:
+        """The carried values, then the layer and its index; the items a loop gives are
+        known by its carried values' names."""
+        (body,) = node.regions
+        at = self.layout.order[node]
+        items = {item.attrs["index"]: item for item, _ in self.layout.readers[node]}
+        for k, (init, carried) in enumerate(zip(node.inputs, body.inputs)):
+            item = items.get(k)
+            base = (
+                carried.name
+                or (item and item.name)
+                or self.values.get(init)
+                or self._label(init)
+                or "x"
+            )
+            self.values[carried] = self._fresh(base, carried, at)
+            if item is not None:
+                self.values[item] = self.values[carried]
+        layer = self._fresh(node.attrs["layer"], None, at)
+        index = node.attrs["index"] and self._fresh(node.attrs["index"], None, at)
+        self.locals.loops[node] = (index, layer)
+        self._region(node, 0)
+        for item in items.values():
+            self.holder[self.values[item]] = item
+
+    def _bind(self, node: Node) -> None:
+        base = node.name or self._temporary_name(node)
+        self.values[node] = self._fresh(base, node, self.layout.order[node])
+
+    def _fresh(self, base: str, value, at: int) -> str:
+        """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
+
+        def reusable(name: str) -> bool:
+            old = self.holder.get(name)
+            return old is not None and self.layout.last_read.get(old, -1) <= at
+
+        name = self.names.fresh(base, reusable)
+        self.holder[name] = value
+        return name
+
+    def _temporary_name(self, node: Node) -> str:
+        if node.kind in CALLS:
+            return node.attrs["target"]
+        word = node.label or (
+            REGISTRY[node.op].word if node.kind is Kind.OP else node.what
+        )
+        source = next(
+            (self._label(i) for i in node.inputs if isinstance(i, Node)), None
+        )
+        return f"{word}_{source}" if source else word
+
+    def _label(self, node: Node) -> Optional[str]:
+        """The name a value is known by: its local's, or its source name, or its first input's."""
+        while node is not None and node not in self.values and node.name is None:
+            node = next((i for i in node.inputs if isinstance(i, Node)), None)
+        if node is None:
+            return None
+        return self.values.get(node) or node.name

@@ -1,0 +1,124 @@
+"""The naming pass on its own: the names it gives, read from its output before emission."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from sx2torch import policy, read, resolve, trace
+from sx2torch.emit import module, naming
+from sx2torch.emit.targets import Target
+from sx2torch.ir import Kind, walk
+
+
+def names_of(source: str, precision: str = "bf16", target: str = "cuda"):
+    program = resolve.run(read.run(source), "model")
+    lowered = policy.run(program, trace.run(program), precision)
+    render = partial(module.render, target=Target(target))
+    return naming.run(program, lowered, Target(target), render)
+
+
+def method(result, name: str, model: str = "model"):
+    return next(t for t, n in result.methods.items() if n == name and t.model == model)
+
+
+def test_a_let_name_is_never_given_to_a_temporary():
+    """`h` is bound by the source twice; the temporary `relu` beside it gets a name of
+    its own, and each `h` keeps its source name."""
+    result = names_of("""
+(defparam w (normal [4 4]))
+(defun forward (x)
+  (let ((h (matmul x w))
+        (h (+ (relu h) (relu (neg h)))))
+    (* h h)))
+""")
+    locals_ = result.locals[method(result, "forward")]
+    by_source = [
+        name
+        for node, name in locals_.values.items()
+        if node.kind is Kind.OP and node.name
+    ]
+    assert by_source == ["h", "h"]
+    assert all(
+        name.startswith(node.name) for node, name in locals_.values.items() if node.name
+    )
+
+
+def test_a_dead_local_gives_its_name_but_a_live_one_does_not():
+    result = names_of(
+        """
+(defun forward (x)
+  (let ((a (exp x))
+        (b (exp (+ a 1)))
+        (c (exp (+ b a))))
+    (+ c b)))
+""",
+        precision="f32",
+    )
+    values = result.locals[method(result, "forward")].values
+    assert sorted(n for node, n in values.items() if node.name) == ["a", "b", "c", "x"]
+
+
+def test_the_loop_variables_and_carried_values_take_the_source_names():
+    result = names_of("""
+(defmodel block ()
+  (defparam w (normal [4 4]))
+  (defun forward (x) (matmul x w)))
+(defparam blocks (stack 3 (block)))
+(defun forward (x0)
+  (let (([x skip]
+         (for (i layer blocks) ((x x0) (skip x0))
+           [(layer x) (if (= i 1) x skip)])))
+    (- x skip)))
+""")
+    typed = method(result, "forward")
+    locals_ = result.locals[typed]
+    (loop,) = [n for n in walk(typed.graph.nodes) if n.kind is Kind.FOR]
+    assert locals_.loops[loop] == ("i", "layer")
+    (body,) = loop.regions
+    assert [locals_.values[c] for c in body.inputs] == ["x", "skip"]
+    assert locals_.values[typed.graph.inputs[0]] == "x0"
+
+
+def test_a_value_read_inside_a_loop_keeps_its_name_until_the_loop_ends():
+    """The outer `g` is read by every iteration: the inner `g`, bound after the last
+    read of the outer one in the body, must not take its name."""
+    result = names_of("""
+(defmodel block ()
+  (defparam w (normal [4 4]))
+  (defun forward (x g) (* (matmul x w) g)))
+(defparam blocks (stack 3 (block)))
+(defun forward (x0)
+  (let ((g (exp x0)))
+    (for (i layer blocks) ((x x0))
+      (let ((h (layer x g))
+            (g (exp h)))
+        (* g g)))))
+""")
+    typed = method(result, "forward")
+    values = result.locals[typed].values
+    outer, inner = [n for n in walk(typed.graph.nodes) if n.name == "g"]
+    assert values[outer] == "g" and values[inner] == "g_2"
+
+
+def test_specializations_are_named_after_the_source_defuns_they_do_not_shadow():
+    result = names_of("""
+(defparam w (normal [4 4]))
+(defun f (x) (matmul x w))
+(defun f-bf16 (x) (neg x))
+(defun forward (x) (+ (f (f x)) (f-bf16 x)))
+""")
+    by_name = {name: t.graph.name for t, name in result.methods.items()}
+    assert by_name["f"] == "f" and by_name["f_bf16"] == "f-bf16"
+    assert by_name["f_bf16_2"] == "f"
+    assert method(result, "f_bf16_2") in result.specialized
+
+
+def test_a_const_does_not_take_the_name_of_a_class_its_constructor_builds():
+    result = names_of("""
+(defconst Block 3)
+(defmodel block () (defparam w (normal [2 2])) (defun forward (x) (matmul x w)))
+(defparam b (block))
+(defun forward (x) (* (b x) Block))
+""")
+    assert result.classes["block"] == "Block"
+    assert result.attrs["model"]["Block"] == "Block_"
