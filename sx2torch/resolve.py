@@ -26,9 +26,6 @@ from sx2torch.read import (
 )
 
 PRECISIONS = ("f32", "bf16")
-MAX_CALL_DEPTH = (
-    64  # defuns calling defuns (and sub-models), like the reader's bound on nesting
-)
 RUN_KEYS = (
     "precision",
     "loss",
@@ -193,7 +190,6 @@ def run(data: list, top_name: str) -> Program:
     for each in runs:
         _check_run(top, each)
     _check_containment(program)
-    _check_calls(program)
     if "forward" not in top.defuns:
         raise SourceError(
             Span(1, 1),
@@ -831,95 +827,3 @@ def _check_containment(program: Program) -> None:
             sub = program.models[param.init.model]
             stack.append((sub, iter(sub.params.values())))
             path.append(sub.name)
-
-
-def _check_calls(program: Program) -> None:
-    """No defun calls itself, directly or through others; calls nest at most MAX_CALL_DEPTH deep."""
-    graph = {
-        (model.name, name): _calls(defun, model, program)
-        for model in program.all_models()
-        for name, defun in model.defuns.items()
-    }
-    below: dict = (
-        {}
-    )  # a finished defun -> the length of the longest chain of calls it starts
-    for root in graph:
-        stack, path = [(root, iter(graph[root]))], [root]
-        while stack:
-            caller, callees = stack[-1]
-            step = next(callees, None)
-            if step is None:
-                below[caller] = 1 + max(
-                    (below[callee] for callee, _ in graph[caller]), default=0
-                )
-                stack.pop()
-                path.pop()
-                continue
-            callee, span = step
-            if callee in path:
-                route = " -> ".join(
-                    name for _, name in path[path.index(callee) :] + [callee]
-                )
-                raise SourceError(
-                    span,
-                    f"defun '{callee[1]}' calls itself ({route}); recursion is not supported",
-                )
-            if len(path) + below.get(callee, 1) > MAX_CALL_DEPTH:
-                raise SourceError(
-                    span, f"calls nested more than {MAX_CALL_DEPTH} defuns deep"
-                )
-            if callee not in below:
-                stack.append((callee, iter(graph[callee])))
-                path.append(callee)
-
-
-def _calls(defun: Defun, model: Model, program: Program) -> list:
-    """[((model name, defun name), span)] of the calls in a body, in source order: to the model's
-    defuns, and to the forward of a sub-model (called, or applied by `chain`)."""
-    found, pending = [], list(defun.body)
-    while pending:
-        datum = pending.pop()
-        if not isinstance(datum, (List, Vector)):
-            continue
-        items = datum.items
-        head = (
-            items[0]
-            if isinstance(datum, List) and items and isinstance(items[0], Symbol)
-            else None
-        )
-        if (
-            head
-            and head.name == "let"
-            and len(items) > 1
-            and isinstance(items[1], List)
-        ):
-            bindings = [
-                b.items[1] if isinstance(b, List) and len(b.items) == 2 else b
-                for b in items[1].items
-            ]
-            pending.extend(bindings + list(items[2:]))
-            continue
-        callee = _callee(head, items, model, program)
-        if callee:
-            found.append((callee, head.span))
-        pending.extend(items)
-    return sorted(found, key=lambda call: call[1])
-
-
-def _callee(
-    head: Optional[Symbol], items: tuple, model: Model, program: Program
-) -> Optional[tuple]:
-    if head is None:
-        return None
-    if head.name in model.defuns:
-        return model.name, head.name
-    name = head.name
-    if head.name == "chain" and len(items) > 1 and isinstance(items[1], Symbol):
-        name = items[1].name
-    if head.name == "for" and len(items) > 1 and isinstance(items[1], List):
-        stack = items[1].items[-1:]  # (I LAYER STACK)
-        name = stack[0].name if stack and isinstance(stack[0], Symbol) else name
-    param = model.params.get(name)
-    if param is not None and param.is_module and param.init.model in program.models:
-        return param.init.model, "forward"
-    return None

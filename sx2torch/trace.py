@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from sx2torch import scalars
+from sx2torch import calls, scalars
 from sx2torch.arguments import apply, split, unknown_keyword
 from sx2torch.builder import Builder
-from sx2torch.errors import SourceError
+from sx2torch.errors import SourceError, Span
 from sx2torch.errors import suggest as _suggest
 from sx2torch.forms import FORMS, Layer
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, reads
@@ -48,6 +48,7 @@ def run(program: Program) -> dict:
     for model in program.all_models():
         for defun in model.defuns.values():
             graphs[model.name, defun.name] = Tracer(program, model, defun).trace()
+    calls.check(program, graphs)
     return graphs
 
 
@@ -66,6 +67,9 @@ class Tracer(Builder):
             tuple
         ) = ()  # (model, sub-model param) pairs down to an inlined sub-model
         self.inline = False
+        self.path = [
+            (model.name, defun.name)
+        ]  # the defuns being traced, in place or not
         self.keys = {
             symbol.name: Scalar(
                 "key",
@@ -236,22 +240,31 @@ class Tracer(Builder):
             self.inline = outer
 
     def _inline_model(
-        self, param: str, callee: Defun, inputs: list, keys: dict
+        self, param: str, callee: Defun, inputs: list, keys: dict, span: Span
     ) -> Operand:
         """A sub-model's forward traced in place: its parameters and consts are read through it."""
         outer = self.model, self.via
         self.via = self.via + ((self.model.name, param),)
         self.model = self.program.models[self.model.params[param].init.model]
         try:
-            return self._inline(callee, inputs, keys)
+            return self._inline(callee, inputs, keys, span)
         finally:
             self.model, self.via = outer
 
-    def _inline(self, callee: Defun, inputs: list, keys: dict) -> Operand:
+    def _inline(self, callee: Defun, inputs: list, keys: dict, span: Span) -> Operand:
         scope = (self.model.name, self.via, self.frames, self.stamps, id(self.nodes))
         key = (callee.name, tuple(inputs), tuple(sorted(keys.items())), scope)
         if key not in self.inlined:
-            self.inlined[key] = self._traced_in_place(callee, inputs, keys)
+            defun = (self.model.name, callee.name)
+            if defun in self.path:
+                raise calls.recursion(self.path, defun, span)
+            if len(self.path) >= calls.MAX_CALL_DEPTH:
+                raise calls.too_deep(span)
+            self.path.append(defun)
+            try:
+                self.inlined[key] = self._traced_in_place(callee, inputs, keys)
+            finally:
+                self.path.pop()
         return self.inlined[key]
 
     def _traced_in_place(self, callee: Defun, inputs: list, keys: dict) -> Operand:
@@ -278,9 +291,9 @@ class Tracer(Builder):
         """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop)."""
         inputs, keys = self.arguments(callee, datum, env)
         if self.inline and kind is Kind.CALL:
-            return self._inline(callee, inputs, keys)
+            return self._inline(callee, inputs, keys, calls.head(datum))
         if self.inline and kind is Kind.SUBMODEL and loop is None:
-            return self._inline_model(target, callee, inputs, keys)
+            return self._inline_model(target, callee, inputs, keys, calls.head(datum))
         attrs = {"target": target, "keys": keys}
         if loop is not None:
             attrs["loop"] = loop
