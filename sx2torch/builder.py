@@ -28,6 +28,7 @@ class Builder:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.nodes = graph.nodes  # where new nodes go: the graph's, or a region's
+        self.open: list = [graph.nodes]  # the blocks being traced, outermost first
         self.frames: tuple = ()  # the with-numerics frames around the nodes made now
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
         self.stamps: (
@@ -66,10 +67,16 @@ class Builder:
     def region(self, region: Region):
         """Nodes made inside go to `region`."""
         outer, self.nodes = self.nodes, region.nodes
+        self.open.append(region.nodes)
         try:
             yield region
         finally:
             self.nodes = outer
+            self.open.pop()
+
+    def visible(self) -> list:
+        """The nodes made so far that a new node may read: those of the open blocks."""
+        return [node for block in self.open for node in block]
 
     def _fold(self, name: str, inputs: list) -> Scalar:
         if name in ("-", "neg") and len(inputs) == 1:

@@ -17,7 +17,7 @@ from typing import Optional
 from sx2torch import ranks
 from sx2torch.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import Kind, Node, Operand, Scalar
+from sx2torch.ir import Kind, Node, Operand, Region, Scalar, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.read import Datum, List, Symbol
 
@@ -78,26 +78,34 @@ class _Backward:
         self.t = t
         self.datum = datum
         self.first = True
+        self.depends: set = set()  # the values that depend on X, in regions too
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
-        grads: dict = {node: [] for node in path}
         if not path:
             return self._zeros(x)
         with self._stamped(y):
-            grads[y].append(self._note(self.t.op("ones-like", [y])))
-        for node in reversed(path):
-            contributions = grads[node]
-            if not contributions:
+            seed = self._note(self.t.op("ones-like", [y]))
+        grads = self._propagate(path, {y: [seed]}, stop=x)
+        if grads.get(x):
+            with self._stamped(x):
+                return self._sum(grads[x], x)
+        return self._zeros(x)
+
+    def _propagate(self, nodes: list, grads: dict, stop: Node = None) -> dict:
+        """Contributions to the values that depend on X, from the last of `nodes` back to
+        the first; a value read from around `nodes` collects them, for its block to sum.
+        """
+        for node in reversed(nodes):
+            contributions = grads.get(node)
+            if not contributions or node is stop:
                 continue
             with self._stamped(node):
                 total = self._sum(contributions, node)
-            if node is x:
-                return total
-            for operand, gradient in zip(node.inputs, self._rule(node, total)):
-                if gradient is not None and operand in grads:
-                    grads[operand].append(gradient)
-        return self._zeros(x)
+            for operand, gradient in self._rule(node, total):
+                if gradient is not None and operand in self.depends:
+                    grads.setdefault(operand, []).append(gradient)
+        return grads
 
     def _zeros(self, x: Node) -> Operand:
         """Y does not depend on X (or only through ops without a gradient): dY/dX is zero."""
@@ -105,44 +113,57 @@ class _Backward:
             return self._note(self.t.op("zeros-like", [x]))
 
     def _path(self, y: Node, x: Node) -> list:
-        """The nodes on some path from x to y, in trace order."""
-        nodes = self.t.graph.nodes
-        depends = {x}
-        for node in nodes:
-            if any(isinstance(i, Node) and i in depends for i in node.inputs):
-                depends.add(node)
+        """The nodes on some path from x to y, in trace order, among those Y may read; an IF
+        or FOR depends on X where a node in its regions does."""
+        visible = self.t.visible()
+        self.depends = {x}
+
+        def mark(nodes: list) -> None:
+            for node in nodes:
+                for region in node.regions:
+                    mark(region.nodes)
+                if any(isinstance(i, Node) and i in self.depends for i in reads(node)):
+                    self.depends.add(node)
+
+        mark(visible)
         needed, pending = set(), [y]
         while pending:
             node = pending.pop()
-            if node in depends and node not in needed:
+            if node in self.depends and node not in needed:
                 needed.add(node)
-                pending.extend(i for i in node.inputs if isinstance(i, Node))
+                pending.extend(i for i in _reads_around(node) if isinstance(i, Node))
         return (
-            [x] + [n for n in nodes if n in needed and n is not x]
+            [x] + [n for n in visible if n in needed and n is not x]
             if x in needed
             else []
         )
 
     def _sum(self, contributions: list, node: Node) -> Operand:
+        """A value's gradient, named after it."""
+        total = self._add(contributions)
+        if isinstance(total, Node) and total.name is None:
+            total.name = "grad_" + _label(node)
+            total.note = total.note or "gradient of " + _shown(node)
+        return total
+
+    def _add(self, contributions: list) -> Operand:
         total = contributions[0]
         for more in contributions[1:]:
             total = self.t.op("+", [total, more])
-        if isinstance(total, Node) and total.name is None:
-            total.name = "grad_" + _label(node)
-            total.note = total.note or "gradient of " + echo(node.form)
         return total
 
     def _rule(self, node: Node, g: Operand) -> list:
+        """[(operand, its contribution)] of one node's backward."""
         if node.kind is Kind.CAST:
             # A conversion's gradient is the identity; the marks set its dtype.
-            return [g]
+            return [(node.inputs[0], g)]
+        if node.kind is Kind.IF:
+            return self._if(node, g)
         if node.kind in (Kind.FOR, Kind.ITEM):
             raise SourceError(
                 node.span,
                 "gradient through a stack applied by chain or for is not supported yet",
             )
-        if node.kind is Kind.IF:
-            raise SourceError(node.span, "gradient through if is not supported yet")
         if node.kind in (Kind.CALL, Kind.SUBMODEL):
             raise SourceError(
                 node.span,
@@ -156,7 +177,45 @@ class _Backward:
                 f"'{node.op}' has no gradient, and (gradient ...) needs one here",
             )
         with self._stamped(node):
-            return op.grad(self.t, node, g)
+            return list(zip(node.inputs, op.grad(self.t, node, g)))
+
+    def _if(self, node: Node, g: Operand) -> list:
+        """One IF per value read from around the branches that depends on X: each branch
+        gives that value's contribution through it, or zeros where it does not read it.
+        """
+        outer = [
+            value
+            for value in _reads_around(node)
+            if isinstance(value, Node) and value in self.depends
+        ]
+        found = []
+        for value in dict.fromkeys(outer):
+            regions = (Region([]), Region([]))
+            for region, forward in zip(regions, node.regions):
+                with self.t.region(region):
+                    grads = self._propagate(forward.nodes, {forward.outputs[0]: [g]})
+                    with self._stamped(value):  # stored in the IF's own name
+                        total = (
+                            self._add(grads[value])
+                            if grads.get(value)
+                            else self.t.op("zeros-like", [value])
+                        )
+                region.outputs = [total]
+            with self._stamped(node):
+                backward = self.t.add(
+                    Node(
+                        Kind.IF,
+                        None,
+                        (),
+                        dict(node.attrs),
+                        node.span,
+                        node.form,
+                        self.t.frames,
+                        regions=regions,
+                    )
+                )
+            found.append((value, backward))
+        return found
 
     @contextmanager
     def _stamped(self, node: Node):
@@ -174,6 +233,22 @@ class _Backward:
             node.note = echo(self.datum)
             self.first = False
         return node
+
+
+def _reads_around(node: Node) -> list:
+    """The values a node reads, its regions' nodes reading from around them included."""
+    inside = {value for region in node.regions for value in region.inputs}
+    found = list(reads(node))
+    for inner in walk([r for region in node.regions for r in region.nodes]):
+        inside.add(inner)
+        inside.update(value for region in inner.regions for value in region.inputs)
+        found.extend(reads(inner))
+    return [value for value in found if value not in inside]
+
+
+def _shown(node: Node) -> str:
+    """How a comment names a forward value: a carried value by its name, else its form."""
+    return node.name if node.kind is Kind.INPUT else echo(node.form)
 
 
 def _label(node: Node) -> str:
