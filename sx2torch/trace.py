@@ -67,6 +67,7 @@ class Tracer(Builder):
             tuple
         ) = ()  # (model, sub-model param) pairs down to an inlined sub-model
         self.inline = False
+        self.loop = None  # the FOR whose layer's forward is traced in place, if any
         self.path = [
             (model.name, defun.name)
         ]  # the defuns being traced, in place or not
@@ -161,23 +162,32 @@ class Tracer(Builder):
         )
 
     def param_read(self, name: str, symbol: Symbol) -> Node:
-        key = (self.via, name)
+        key = (self.loop, self.via, name)
         if key not in self.param_reads:
             attrs = {"param": name}
-            if self.via:  # a sub-model's parameter, read where its forward is inlined
+            if (
+                self.via or self.loop
+            ):  # a sub-model's parameter, where its forward is inlined
                 attrs.update(owner=self.model.name, via=self.via)
+            if self.loop:  # read through the loop's layer
+                attrs["loop"] = self.loop
             node = Node(Kind.PARAM, None, (), attrs, symbol.span, symbol, name=name)
-            # In the graph's own nodes, so that a read inside a region serves the reads after it.
-            self.graph.nodes.append(node)
+            # In the outermost block it can be read in, so that a read inside a region
+            # serves the reads after it.
+            block = self.loop.regions[0].nodes if self.loop else self.graph.nodes
+            block.append(node)
             self.param_reads[key] = node
         return self.param_reads[key]
 
     def _const(self, name: str):
         """A const of the model being traced; inside an inlined sub-model, read through it."""
         scalar = self.model.lookup_const(name)
-        if scalar is None or not self.via:
+        if scalar is None or not (self.via or self.loop):
             return scalar
-        return Scalar("const", (name, self.via, self.model.name), scalar.value)
+        through = (self.loop,) if self.loop else ()
+        return Scalar(
+            "const", (name, self.via, self.model.name, *through), scalar.value
+        )
 
     def form(self, datum: List, env: dict) -> Operand:
         if not datum.items:
@@ -251,8 +261,28 @@ class Tracer(Builder):
         finally:
             self.model, self.via = outer
 
+    def _inline_layer(
+        self, loop: Node, stack: str, callee: Defun, inputs: list, keys: dict, span
+    ) -> Operand:
+        """A loop's layer's forward traced in place: its parameters are read through the
+        loop's layer."""
+        outer = self.model, self.via, self.loop
+        self.model = self.program.models[self.model.params[stack].init.model]
+        self.via, self.loop = (), loop
+        try:
+            return self._inline(callee, inputs, keys, span)
+        finally:
+            self.model, self.via, self.loop = outer
+
     def _inline(self, callee: Defun, inputs: list, keys: dict, span: Span) -> Operand:
-        scope = (self.model.name, self.via, self.frames, self.stamps, id(self.nodes))
+        scope = (
+            self.model.name,
+            self.via,
+            self.loop,
+            self.frames,
+            self.stamps,
+            id(self.nodes),
+        )
         key = (callee.name, tuple(inputs), tuple(sorted(keys.items())), scope)
         if key not in self.inlined:
             defun = (self.model.name, callee.name)
@@ -294,6 +324,10 @@ class Tracer(Builder):
             return self._inline(callee, inputs, keys, calls.head(datum))
         if self.inline and kind is Kind.SUBMODEL and loop is None:
             return self._inline_model(target, callee, inputs, keys, calls.head(datum))
+        if self.inline and kind is Kind.SUBMODEL:
+            return self._inline_layer(
+                loop, target, callee, inputs, keys, calls.head(datum)
+            )
         attrs = {"target": target, "keys": keys}
         if loop is not None:
             attrs["loop"] = loop

@@ -145,3 +145,22 @@ def test_the_internal_ops_are_the_compilers_own():
     internal = {name for name, op in REGISTRY.items() if op.internal}
     assert {"newton-schulz-bf16", "sum-to", "cross-entropy-backward"} <= internal
     assert not {"newton-schulz", "matmul", "softmax", "outer"} & internal
+
+
+def test_a_cast_written_in_one_branch_is_not_read_in_the_other(build):
+    """The shared `y.to(bf16)` of the then-branch once served the else-branch too, where
+    it was never assigned: a NameError whenever the module took the else-branch."""
+    source = """
+(defparam w (normal [4 4]))
+(defun forward (x &key (c true))
+  (let ((y (with-numerics (:sensitivity :high) (exp x))))
+    (if c (let ((a (matmul y w))) (* a (matmul y w))) (let ((b (matmul y w))) b))))
+(defrun train :precision :bf16)
+"""
+    module, _ = build(source, target="cpu")
+    model = module.Model()
+    x = torch.randn(3, 4)
+    w = model.w.detach().bfloat16()
+    y = torch.exp(x).bfloat16()
+    assert torch.equal(model(x, c=False), (y @ w).float())
+    assert torch.equal(model(x), ((y @ w) * (y @ w)).float())

@@ -60,11 +60,13 @@ class Layout:
     def _scopes(self) -> dict:
         """Each node and region input -> the region it is made in (None: the method's own)."""
         scope: dict = {node: None for node in self.graph.inputs}
+        self.parent: dict = {}  # region -> the region its node is in
 
         def visit(nodes: list, region) -> None:
             for node in nodes:
                 scope[node] = region
                 for inner in node.regions:
+                    self.parent[inner] = region
                     scope.update((i, inner) for i in inner.inputs)
                     visit(inner.nodes, inner)
 
@@ -102,9 +104,9 @@ class Layout:
             readers[self.graph.output].append((RETURN, None))
         return readers
 
-    def _region_of(self, reader):
+    def region_of(self, reader):
         """The region a reader's statement is written in."""
-        if reader == RETURN:
+        if reader in (RETURN, TOP):
             return None
         if isinstance(reader, Yield):
             return reader.node.regions[reader.region]
@@ -133,7 +135,7 @@ class Layout:
                     and REGISTRY[r.op].name_inputs
                     for r, _ in readers
                 )
-                or self._region_of(readers[0][0]) is not self.scope[node]
+                or self.region_of(readers[0][0]) is not self.scope[node]
                 or (
                     readers[0][0] != RETURN
                     and self._path_of(readers[0][0]) != self.path(node)
@@ -294,18 +296,45 @@ class Layout:
                     counts[key] = counts.get(key, 0) + 1
         return counts
 
-    def shared_casts(self, statement, hoisted) -> list:
-        """Casts read more than once in a region whose first reader is in this statement,
-        and not in `hoisted` already."""
+    def shared_casts(self, statement, hoisted: dict) -> list:
+        """Casts to write before this statement: those read more than once in a region (or
+        of a loop's layer's parameter) whose first reader is in it, and not written in its
+        region or around it already."""
+        region = self.region_of(statement)
         due = []
         for node in self.nodes_of.get(id(statement), []):
             for index, operand in enumerate(node.inputs):
                 conversion = self.conversion(node, index)
                 key = (operand, conversion)
-                shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
-                if shared and key not in hoisted and key not in due:
+                shared = (
+                    self.casts.get((operand, conversion, self.scope[node]), 0) > 1
+                    or conversion is not None
+                    and is_layer_param(operand)
+                )
+                written = self.visible(hoisted, key, region) is not None
+                if shared and not written and key not in due:
                     due.append(key)
         return due
+
+    def visible(self, hoisted: dict, key: tuple, region) -> Optional[str]:
+        """The name of a cast written in `region` or around it; `hoisted` holds
+        (value, conversion) -> [(region, name)]."""
+        for where, name in hoisted.get(key, ()):
+            inner = region
+            while inner is not where and inner is not None:
+                inner = self.parent[inner]
+            if inner is where:
+                return name
+        return None
+
+
+def is_layer_param(operand) -> bool:
+    """A parameter read through a loop's layer: it exists only inside the loop."""
+    return (
+        isinstance(operand, Node)
+        and operand.kind is Kind.PARAM
+        and "loop" in operand.attrs
+    )
 
 
 def _without_repeats(blocks: tuple) -> tuple:

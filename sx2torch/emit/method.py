@@ -37,9 +37,8 @@ class MethodEmitter:
         self.layout: Layout = ctx.naming.layouts[typed]
         self.locals: Locals = ctx.naming.locals[typed]
         self.py = self.locals.values
-        self.hoisted: dict = (
-            {}
-        )  # (operand, conversion) -> name, once its statement is written
+        # (operand, conversion) -> [(region, name)], once its statement is written
+        self.hoisted: dict = {}
 
     # Emission.
 
@@ -79,7 +78,8 @@ class MethodEmitter:
         hoists = []
         for operand, conversion, name in self.locals.hoists.get(statement, []):
             cast = self.ctx.target.cast(self.ref(operand), *conversion)
-            self.hoisted[operand, conversion] = name
+            region = self.layout.region_of(statement)
+            self.hoisted.setdefault((operand, conversion), []).append((region, name))
             hoists.append((path, _assign(name, cast)))
         return hoists
 
@@ -177,7 +177,12 @@ class MethodEmitter:
             return self.scalar(operand) if operand is not None else b.name("None")
         if operand.kind is Kind.PARAM:
             attrs = operand.attrs
-            return self.member(attrs["param"], attrs.get("via", ()), attrs.get("owner"))
+            return self.member(
+                attrs["param"],
+                attrs.get("via", ()),
+                attrs.get("owner"),
+                attrs.get("loop"),
+            )
         if operand in self.py:
             return b.name(self.py[operand])
         return self.expr(operand)
@@ -188,8 +193,11 @@ class MethodEmitter:
         conversion = self.layout.conversion(node, index)
         if conversion is None:
             return self.ref(operand)
-        if (operand, conversion) in self.hoisted:
-            return b.name(self.hoisted[operand, conversion])
+        hoisted = self.layout.visible(
+            self.hoisted, (operand, conversion), self.layout.scope[node]
+        )
+        if hoisted is not None:
+            return b.name(hoisted)
         return self.ctx.target.cast(self.ref(operand), *conversion)
 
     def expr(self, node: Node) -> b.Expr:
@@ -234,11 +242,15 @@ class MethodEmitter:
             return tuple(self.scalar(v) for v in value)
         return value
 
-    def member(self, name: str, via: tuple = (), owner: Optional[str] = None) -> b.Expr:
-        """`self.name`, or `self.enc.name` for a sub-model's member read where its forward is inlined."""
+    def member(
+        self, name: str, via: tuple = (), owner: Optional[str] = None, loop=None
+    ) -> b.Expr:
+        """`self.name`; `self.enc.name` for a sub-model's member read where its forward is
+        inlined, `layer.name` for a loop's layer's."""
         path = [self.ctx.naming.attrs[model][param] for model, param in via]
         attrs = self.ctx.naming.attrs[owner] if owner else self.ctx.attrs
-        return b.attr(b.name("self"), *path, attrs[name])
+        root = "self" if loop is None else self.locals.loops[loop][1]
+        return b.attr(b.name(root), *path, attrs[name])
 
     def scalar(self, scalar: Scalar) -> b.Expr:
         if scalar.op == "lit":

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sx2torch.emit.layout import RETURN, TOP, Layout
+from sx2torch.emit.layout import RETURN, TOP, Layout, is_layer_param
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
@@ -189,12 +189,16 @@ class _LocalNaming:
         )
         self.values = self.locals.values
         self.holder: dict = {name: node for node, name in self.values.items()}
-        self.hoisted: dict = {}  # (operand, conversion) -> name
+        self.hoisted: dict = {}  # (operand, conversion) -> [(region, name)]
 
     def run(self) -> Locals:
         layout = self.layout
         for operand, conversion, _ in layout.casts:
-            if operand.kind is Kind.PARAM and (operand, conversion) not in self.hoisted:
+            if (
+                operand.kind is Kind.PARAM
+                and not is_layer_param(operand)
+                and (operand, conversion) not in self.hoisted
+            ):
                 self._hoist(TOP, operand, conversion)
         self._block(layout.graph.nodes)
         output = layout.graph.output
@@ -232,7 +236,8 @@ class _LocalNaming:
         want = conversion[1]
         base = f"{self.values.get(operand) or operand.name or operand.what}_{want}"
         name = self._fresh(base, (operand, want), self.layout.order[statement])
-        self.hoisted[operand, conversion] = name
+        region = self.layout.region_of(statement)
+        self.hoisted.setdefault((operand, conversion), []).append((region, name))
         self.locals.hoists.setdefault(statement, []).append((operand, conversion, name))
 
     def _for(self, node: Node) -> None:
