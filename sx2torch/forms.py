@@ -113,17 +113,10 @@ def chain(t, datum: List, env: dict) -> Operand:
     (x, *rest), keys = t.arguments(forward, inner, env)
 
     def body(loop: Node, carried: list) -> list:
-        attrs = {"target": layers.name, "keys": keys, "loop": loop}
-        call = Node(
-            Kind.SUBMODEL,
-            None,
-            (carried[0], *rest),
-            attrs,
-            datum.span,
-            datum,
-            t.frames,
-        )
-        return [t.add(call)]
+        inputs = [carried[0], *rest]
+        return [
+            t.called(Kind.SUBMODEL, layers.name, forward, inputs, keys, datum, loop)
+        ]
 
     (result,) = loop(t, datum, layers.name, None, "layer", [(None, x)], body)
     return result

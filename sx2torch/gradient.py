@@ -100,9 +100,14 @@ class _Backward:
             contributions = grads.get(node)
             if not contributions or node is stop:
                 continue
-            with self._stamped(node):
-                total = self._sum(contributions, node)
-            for operand, gradient in self._rule(node, total):
+            if (
+                node.kind is Kind.FOR
+            ):  # (carried value's index, its gradient) from ITEMs
+                found = self._for(node, contributions)
+            else:
+                with self._stamped(node):
+                    found = self._rule(node, self._sum(contributions, node))
+            for operand, gradient in found:
                 if gradient is not None and operand in self.depends:
                     grads.setdefault(operand, []).append(gradient)
         return grads
@@ -120,10 +125,29 @@ class _Backward:
 
         def mark(nodes: list) -> None:
             for node in nodes:
+                if node.kind is Kind.FOR:
+                    carry(node)
                 for region in node.regions:
                     mark(region.nodes)
                 if any(isinstance(i, Node) and i in self.depends for i in reads(node)):
                     self.depends.add(node)
+
+        def carry(loop: Node) -> None:
+            """A carried value depends on X where its start or an iteration's result does."""
+            (body,) = loop.regions
+            while True:
+                mark(body.nodes)
+                more = {
+                    carried
+                    for carried, start, out in zip(
+                        body.inputs, loop.inputs, body.outputs
+                    )
+                    if carried not in self.depends
+                    and (start in self.depends or out in self.depends)
+                }
+                if not more:
+                    return
+                self.depends |= more
 
         mark(visible)
         needed, pending = set(), [y]
@@ -159,10 +183,13 @@ class _Backward:
             return [(node.inputs[0], g)]
         if node.kind is Kind.IF:
             return self._if(node, g)
-        if node.kind in (Kind.FOR, Kind.ITEM):
+        if node.kind is Kind.ITEM:
+            return [(node.inputs[0], (node.attrs["index"], g))]
+        if node.attrs.get("loop") is not None:
             raise SourceError(
                 node.span,
-                "gradient through a stack applied by chain or for is not supported yet",
+                f"this loop over '{node.attrs['target']}' was traced outside the gradient "
+                "form, so its layers cannot be differentiated: write the loop inside it",
             )
         if node.kind in (Kind.CALL, Kind.SUBMODEL):
             raise SourceError(
@@ -217,6 +244,75 @@ class _Backward:
             found.append((value, backward))
         return found
 
+    def _for(self, loop: Node, contributions: list) -> list:
+        """The adjoint loop: over the layers in reverse, each iteration computes its
+        layer's forward again from the carried values the forward loop recorded, then
+        the gradient of the values it carries; values read from around the loop collect
+        their contributions in carried sums."""
+        t = self.t
+        (body,) = loop.regions
+        seeds: dict = {}
+        for index, gradient in contributions:
+            seeds.setdefault(index, []).append(gradient)
+        outer = [
+            value
+            for value in dict.fromkeys(_reads_around(loop))
+            if isinstance(value, Node)
+            and value in self.depends
+            and value not in loop.inputs
+        ]
+        with self._stamped(loop):
+            starts = [
+                self._add(seeds[k]) if k in seeds else t.op("zeros-like", [start])
+                for k, start in enumerate(loop.inputs)
+            ]
+            starts += [t.op("zeros-like", [value]) for value in outer]
+        grads_in = [_input("grad_" + (c.name or "x"), loop) for c in body.inputs]
+        sums = [_input("grad_" + _label(value), loop) for value in outer]
+        recorded = [
+            _input(c.name or _label(start), loop)
+            for c, start in zip(body.inputs, loop.inputs)
+        ]
+        region = Region(grads_in + sums + recorded)
+        attrs = dict(loop.attrs, index=loop.attrs["index"] or "i", reverse=loop)
+        loop.attrs["recorded"] = True
+        backward = Node(
+            Kind.FOR, None, tuple(starts), attrs, loop.span, loop.form, t.frames,
+            regions=(region,),
+        )  # fmt: skip
+        with t.region(region):
+            copies = dict(zip(body.inputs, recorded))
+            self.depends.update(
+                copy for carried, copy in copies.items() if carried in self.depends
+            )
+            _Copier(self, loop, backward, copies).block(body.nodes)
+            grads: dict = {}
+            for out, gradient in zip(body.outputs, grads_in):
+                grads.setdefault(copies.get(out, out), []).append(gradient)
+            grads = self._propagate(list(region.nodes), grads)
+            with self._stamped(loop):
+                outputs = [
+                    self._add(grads[c]) if grads.get(c) else t.op("zeros-like", [c])
+                    for c in recorded
+                ]
+                outputs += [
+                    (
+                        t.op("+", [total, self._add(grads[value])])
+                        if grads.get(value)
+                        else total
+                    )
+                    for total, value in zip(sums, outer)
+                ]
+            region.outputs = outputs
+        t.add(backward)
+        items = [
+            t.add(Node(Kind.ITEM, None, (backward,), {"index": k}, loop.span, loop.form, t.frames))
+            for k in range(len(region.outputs))
+        ]  # fmt: skip
+        for item, carried in zip(items, grads_in + sums):
+            item.name = carried.name
+        return list(zip([*loop.inputs, *outer], items))
+
     @contextmanager
     def _stamped(self, node: Node):
         """Nodes made now carry the forward node's frames, then the frames around `gradient`."""
@@ -235,6 +331,69 @@ class _Backward:
         return node
 
 
+def _input(name: str, loop: Node) -> Node:
+    return Node(Kind.INPUT, None, (), {}, loop.span, loop.form, name=name)
+
+
+class _Copier:
+    """A loop body's forward, traced again in an adjoint loop's body: reading the carried
+    values it recorded, the adjoint loop's layer and index."""
+
+    def __init__(self, backward: "_Backward", loop: Node, adjoint: Node, copies: dict):
+        self.backward = backward
+        self.loops = {loop: adjoint}
+        self.copies = copies  # forward value -> its copy
+
+    def block(self, nodes: list) -> None:
+        for node in nodes:
+            self.backward.t.add(self.node(node))
+
+    def node(self, node: Node) -> Node:
+        copy = Node(
+            node.kind,
+            node.op,
+            tuple(self.operand(i) for i in node.inputs),
+            {k: self.attr(v) for k, v in node.attrs.items()},
+            node.span,
+            node.form,
+            node.frames,
+            name=node.name,
+            label=node.label,
+        )
+        if node.kind is Kind.FOR:
+            self.loops[node] = copy
+        if node.regions:
+            copy.regions = tuple(self.region(r) for r in node.regions)
+        self.copies[node] = copy
+        if node in self.backward.depends:
+            self.backward.depends.add(copy)
+        return copy
+
+    def region(self, region: Region) -> Region:
+        inputs = [self.node(i) for i in region.inputs]
+        copy = Region(inputs)
+        with self.backward.t.region(copy):
+            self.block(region.nodes)
+        copy.outputs = [self.operand(o) for o in region.outputs]
+        return copy
+
+    def operand(self, value):
+        if isinstance(value, Node):
+            return self.copies.get(value, value)
+        return self.attr(value)
+
+    def attr(self, value):
+        if isinstance(value, Node):
+            return self.loops.get(value, self.copies.get(value, value))
+        if isinstance(value, Scalar):
+            return Scalar(
+                value.op, tuple(self.attr(a) for a in value.args), value.value
+            )
+        if isinstance(value, tuple):
+            return tuple(self.attr(v) for v in value)
+        return value
+
+
 def _reads_around(node: Node) -> list:
     """The values a node reads, its regions' nodes reading from around them included."""
     inside = {value for region in node.regions for value in region.inputs}
@@ -247,14 +406,19 @@ def _reads_around(node: Node) -> list:
 
 
 def _shown(node: Node) -> str:
-    """How a comment names a forward value: a carried value by its name, else its form."""
-    return node.name if node.kind is Kind.INPUT else echo(node.form)
+    """How a comment names a forward value: a carried value (in the loop or after it) by
+    its name, else its form."""
+    if node.kind in (Kind.INPUT, Kind.ITEM) and node.name:
+        return node.name
+    return echo(node.form)
 
 
 def _label(node: Node) -> str:
     """A forward value's name: its source name, else its op and the name of what it reads."""
     if node.name is not None:
         return node.name
+    if node.kind is Kind.ITEM:
+        return _word(node)
     first = next((i for i in node.inputs if isinstance(i, Node)), None)
     return (
         _word(node) if first is None else f"{_word(node)}-{first.name or _word(first)}"
@@ -262,6 +426,10 @@ def _label(node: Node) -> str:
 
 
 def _word(node: Node) -> str:
+    if (
+        node.kind is Kind.ITEM
+    ):  # a value a loop gives: named by its form, `chain` or `for`
+        return node.form.items[0].name
     return REGISTRY[node.op].word if node.kind is Kind.OP else node.what
 
 

@@ -118,6 +118,11 @@ class _Analysis:
         stays the same from one iteration to the next and the stack has layers."""
         (body,) = node.regions
         count = known(self.program.model(model).params[node.attrs["stack"]].init.count)
+        forward = node.attrs.get("reverse")
+        if (
+            forward is not None
+        ):  # an adjoint loop: the forward's carried values, recorded
+            found.update(zip(body.inputs[len(inputs) :], found.get(forward) or ()))
         carried = inputs
         for _ in range(2 if count else 1):
             found.update(zip(body.inputs, carried))

@@ -317,17 +317,29 @@ class Tracer(Builder):
 
     def _invoke(
         self, kind: Kind, target: str, callee: Defun, datum: List, env: dict, loop=None
-    ) -> Node:
-        """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop)."""
+    ) -> Operand:
         inputs, keys = self.arguments(callee, datum, env)
+        return self.called(kind, target, callee, inputs, keys, datum, loop)
+
+    def called(
+        self,
+        kind: Kind,
+        target: str,
+        callee: Defun,
+        inputs: list,
+        keys: dict,
+        datum,
+        loop=None,
+    ) -> Operand:
+        """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop),
+        its arguments traced: in place under `gradient`, else a node."""
+        span = calls.head(datum)
         if self.inline and kind is Kind.CALL:
-            return self._inline(callee, inputs, keys, calls.head(datum))
-        if self.inline and kind is Kind.SUBMODEL and loop is None:
-            return self._inline_model(target, callee, inputs, keys, calls.head(datum))
-        if self.inline and kind is Kind.SUBMODEL:
-            return self._inline_layer(
-                loop, target, callee, inputs, keys, calls.head(datum)
-            )
+            return self._inline(callee, inputs, keys, span)
+        if self.inline and loop is None:
+            return self._inline_model(target, callee, inputs, keys, span)
+        if self.inline:
+            return self._inline_layer(loop, target, callee, inputs, keys, span)
         attrs = {"target": target, "keys": keys}
         if loop is not None:
             attrs["loop"] = loop

@@ -252,6 +252,10 @@ class Layout:
                     last[value] = max(at, end)
             for carried in body.inputs:
                 last[carried] = max(last.get(carried, -1), end)
+            last[loop, "layer"] = last[loop, "index"] = end
+            forward = loop.attrs.get("reverse")
+            if forward is not None:  # the lists of the forward's carried values
+                last.update(((forward, k), end) for k in range(len(forward.inputs)))
         return last
 
     def path(self, node: Node) -> tuple:

@@ -119,7 +119,7 @@ class MethodEmitter:
         """`for i, layer in enumerate(self.stack):`, the carried values assigned before it
         and at the end of its body."""
         (body,) = node.regions
-        names = [self.py[carried] for carried in body.inputs]
+        names = [self.py[carried] for carried in body.inputs[: len(node.inputs)]]
         statements = [
             _assign(name, self.read(node, k))
             for k, (init, name) in enumerate(zip(node.inputs, names))
@@ -135,7 +135,25 @@ class MethodEmitter:
                 rpar=[],
             )
             stack = b.call("enumerate", stack)
-        loop_body = cst.IndentedBlock(self._region_body(node, 0, names))
+        records = self.locals.records.get(node, [])
+        statements += [_assign(record, b.list_([])) for record in records]
+        first = [
+            cst.SimpleStatementLine(
+                [cst.Expr(b.method(b.name(record), "append", b.name(name)))]
+            )
+            for record, name in zip(records, names)
+        ]
+        forward = node.attrs.get("reverse")
+        if (
+            forward is not None
+        ):  # an adjoint loop: the layers in reverse, and each one's inputs
+            stack = b.call("reversed", b.call("list", stack))
+            recorded = body.inputs[len(node.inputs) :]
+            first = [
+                _assign(self.py[value], b.subscript(b.name(record), b.name(index)))
+                for value, record in zip(recorded, self.locals.records[forward])
+            ]
+        loop_body = cst.IndentedBlock(first + self._region_body(node, 0, names))
         return statements + [cst.For(target=target, iter=stack, body=loop_body)]
 
     def _if(self, node: Node) -> cst.If:

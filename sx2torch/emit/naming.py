@@ -35,6 +35,8 @@ class Locals:
         default_factory=dict
     )  # statement -> [(operand, conversion, name)]
     loops: dict = field(default_factory=dict)  # FOR -> (index name or None, layer name)
+    # a FOR whose adjoint loop reads the carried values of each layer -> their lists' names
+    records: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -246,6 +248,7 @@ class _LocalNaming:
         (body,) = node.regions
         at = self.layout.order[node]
         items = {item.attrs["index"]: item for item, _ in self.layout.readers[node]}
+        carried_count = len(node.inputs)
         for k, (init, carried) in enumerate(zip(node.inputs, body.inputs)):
             item = items.get(k)
             base = (
@@ -258,8 +261,21 @@ class _LocalNaming:
             self.values[carried] = self._fresh(base, carried, at)
             if item is not None:
                 self.values[item] = self.values[carried]
-        layer = self._fresh(node.attrs["layer"], None, at)
-        index = node.attrs["index"] and self._fresh(node.attrs["index"], None, at)
+        if node.attrs.get("recorded"):
+            self.locals.records[node] = [
+                self._fresh(f"{self.values[carried]}_per_layer", (node, k), at)
+                for k, carried in enumerate(body.inputs)
+            ]
+        forward = node.attrs.get("reverse")
+        if forward is not None:  # an adjoint loop: named as the forward names them
+            for recorded, carried in zip(
+                body.inputs[carried_count:], forward.regions[0].inputs
+            ):
+                self.values[recorded] = self._fresh(self.values[carried], recorded, at)
+        layer = self._fresh(node.attrs["layer"], (node, "layer"), at)
+        index = node.attrs["index"] and self._fresh(
+            node.attrs["index"], (node, "index"), at
+        )
         self.locals.loops[node] = (index, layer)
         self._region(node, 0)
         for item in items.values():

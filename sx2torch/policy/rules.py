@@ -281,6 +281,12 @@ class _Policy:
         gives, until they stay the same (at most once more: bf16 absorbs f32)."""
         (body,) = node.regions
         carried = [_data_dtype(typed, init) for init in node.inputs]
+        forward = node.attrs.get("reverse")
+        if (
+            forward is not None
+        ):  # an adjoint loop: the forward's carried values, recorded
+            recorded = body.inputs[len(carried) :]
+            typed.dtype.update(zip(recorded, typed.dtype[forward]))
         while True:
             for carried_input, dtype in zip(body.inputs, carried):
                 typed.dtype[carried_input] = dtype

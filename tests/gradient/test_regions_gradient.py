@@ -61,3 +61,77 @@ def test_gradient_inside_a_loop_body_differentiates_the_carried_value(build):
     for block in model.blocks:
         expected = (torch.sin(expected) + expected * torch.cos(expected)) @ block.w
     torch.testing.assert_close(model(x), expected.detach())
+
+
+LOOP_SOURCE = """
+(defconst backout-layer 1)
+(defmodel block (&key (d 4))
+  (defparam w (normal [d d] :std 0.5))
+  (defun forward (x &key (scale 1.0))
+    (+ x (* scale (tanh (matmul x w))))))
+(defparam blocks (stack 3 (block :d 4)))
+(defparam gate (normal [4]))
+(defun energy (x0)
+  (let ((g (sin x0))
+        ([x backout]
+         (for (i layer blocks) ((x x0) (backout x0))
+           (let ((y (layer (* x g) :scale (if (< i 2) 1.0 0.5)))
+                 (y (if (= i 1) (* y gate) y)))
+             [y (if (= i backout-layer) y backout)]))))
+    (sum (* (- x backout) x))))
+(defun forward (x0) (gradient (energy x0) x0))
+(defun dgate (x0) (gradient (energy x0) gate))
+(defun chained (x) (gradient (sum (chain blocks x)) x))
+"""
+
+
+def reference_energy(model, x0, backout_layer):
+    g = torch.sin(x0)
+    x, backout = x0, x0
+    for i, block in enumerate(model.blocks):
+        y = x * g + (1.0 if i < 2 else 0.5) * torch.tanh((x * g) @ block.w)
+        y = y * model.gate if i == 1 else y
+        x, backout = y, (y if i == backout_layer else backout)
+    return torch.sum((x - backout) * x)
+
+
+@pytest.mark.parametrize("backout_layer", [1, 2])
+def test_gradient_through_a_loop_is_an_adjoint_loop_that_matches_autograd(
+    build, backout_layer
+):
+    module, code = build(LOOP_SOURCE)
+    assert "for i, layer in reversed(list(enumerate(self.blocks))):" in code
+    model = module.Model(backout_layer=backout_layer)
+    x0 = torch.randn(2, 4)
+    reference = x0.clone().requires_grad_()
+    energy = reference_energy(model, reference, backout_layer)
+    dx, dgate = torch.autograd.grad(energy, [reference, model.gate])
+    torch.testing.assert_close(model(x0), dx)
+    torch.testing.assert_close(model.dgate(x0), dgate)
+
+
+def test_gradient_through_chain(build):
+    module, _ = build(LOOP_SOURCE)
+    model = module.Model()
+    x = torch.randn(2, 4)
+    reference = x.clone().requires_grad_()
+    h = reference
+    for block in model.blocks:
+        h = h + torch.tanh(h @ block.w)
+    (dx,) = torch.autograd.grad(h.sum(), [reference])
+    torch.testing.assert_close(model.chained(x), dx)
+
+
+def test_the_adjoint_loop_runs_in_the_policys_dtypes(build):
+    """Under :bf16 the recomputed forward and its backward are bf16, as the forward is;
+    the layer's weight is cast inside the loop, where the layer is known."""
+    module, code = build(LOOP_SOURCE + "(defrun train :precision :bf16)")
+    # the forward loop and the adjoint loop of each of the three gradients
+    assert code.count("w_bf16 = layer.w.to(torch.bfloat16)") == 6
+    model = module.Model()
+    x0 = torch.randn(2, 4)
+    reference = x0.clone().requires_grad_()
+    (dx,) = torch.autograd.grad(reference_energy(model, reference, 1), [reference])
+    got = model(x0)
+    assert got.dtype == torch.bfloat16
+    assert ((got.float() - dx).norm() / dx.norm()).item() < 2**-5

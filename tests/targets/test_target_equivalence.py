@@ -124,6 +124,13 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "blocks.0.forward": (Floats((2, 8)),),
         "blocks.0.forward_bf16": (Bf16s((2, 8)),),
     },
+    "gradient-regions": {
+        "forward": (Floats((2, 4)),),
+        "energy": (Floats((2, 4)),),
+        "chained": (Floats((2, 4)),),
+        "blocks.0.forward": (Floats((2, 4)),),
+        "blocks.0.forward_bf16": (Bf16s((2, 4)),),
+    },
     "library-marks": {
         "forward": (Floats((4, 8)),),
         "loss": (Floats((4, 8)), Ids((4,), 8)),
