@@ -83,5 +83,5 @@
 (defun loss (input-ids targets)
   (cross-entropy (reshape (forward input-ids) [-1 vocab-size]) (reshape targets [-1])))
 
-(defrun exact :precision :f32)
 (defrun train :precision :bf16)
+(defrun exact :precision :f32)
