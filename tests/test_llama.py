@@ -9,6 +9,7 @@ enable_gqa=True), the call the example's `(attention ... :causal true :enable-gq
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -149,3 +151,14 @@ def test_the_readmes_loading_snippet_runs(tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_kernels_default_scale_is_transformers_head_dim_to_the_minus_half():
+    """The example leaves :scale to the kernel, 1/sqrt(D) (compile-time arithmetic has no
+    power); transformers passes head_dim ** -0.5. The doubles differ for some D (128), but the
+    kernels use the scale in f32, or its square root in f32 (the math path), where they agree.
+    """
+    for d in range(1, 1025):
+        theirs, ours = d**-0.5, 1 / math.sqrt(d)
+        assert np.float32(theirs) == np.float32(ours)
+        assert np.float32(math.sqrt(theirs)) == np.float32(math.sqrt(ours))
