@@ -298,6 +298,10 @@ CASES: dict[str, list[Case]] = {
         case("x", "(arange-of x :axis 0)", X, lambda x: torch.arange(3.0)),
         case("x", "(arange-of x)", X, lambda x: torch.arange(4.0)),
     ],
+    "arange": [
+        case("x", "(arange x 0 16 2)", X, lambda x: torch.arange(0.0, 16.0, 2.0)),
+        case("x", "(arange x 3 10 4)", X, lambda x: torch.tensor([3.0, 7.0])),
+    ],
     "linspace": [
         case("x", "(linspace x -1.0 2.0 7)", X, lambda x: torch.linspace(-1, 2, 7))
     ],

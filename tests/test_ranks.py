@@ -87,7 +87,14 @@ CASES = [
         "(attention q k v :causal true :window 2)",
         {"q": [2, 2, 3, 4], "k": [2, 2, 3, 4], "v": [2, 2, 3, 5]},
     ),
+    (
+        "attention",
+        "(attention q k v :causal true :enable-gqa true)",
+        {"q": [2, 4, 3, 4], "k": [2, 2, 3, 4], "v": [2, 2, 3, 5]},
+    ),
     ("arange-of", "(arange-of x :axis 1)", {"x": [2, 3, 4]}),
+    ("arange", "(arange x 0 16 2)", {"x": [2]}),
+    ("arange", "(arange x 1 10 4)", {"x": [2]}),
     ("attention-scale", "(attention-scale s q)", {"s": [2, 3, 3], "q": [2, 3, 4]}),
     ("linspace", "(linspace x 0.0 1.0 5)", {"x": [2]}),
 ]

@@ -14,6 +14,15 @@ ARANGE_OF = RankRule(
     "1", lambda shapes, attrs: (_size(shapes[0], known(attrs["axis"])),)
 )
 LINSPACE = RankRule("1", lambda shapes, attrs: (known(attrs["steps"]),))
+ARANGE = RankRule("1", lambda shapes, attrs: (_count(attrs),))
+
+
+def _count(attrs):
+    """torch.arange's length, ceil((end - start) / step), where all three are literals."""
+    start, end, step = (known(attrs[k]) for k in ("start", "end", "step"))
+    if None in (start, end, step) or step == 0:
+        return None
+    return max(0, -((start - end) // step))
 
 
 def _size(shape, axis):
@@ -75,5 +84,31 @@ register(
             "f32 unless in a bf16 region"
         ),
         rank=LINSPACE,
+    )
+)
+
+
+def _arange(a, ctx):
+    return b.call(
+        "torch.arange",
+        ctx.attrs["start"],
+        ctx.attrs["end"],
+        ctx.attrs["step"],
+        dtype=b.dotted(ctx.tensor_dtype),
+        device=b.attr(a[0], "device"),
+    )
+
+
+register(
+    Op(
+        "arange",
+        (LIKE, Arg("start", "int"), Arg("end", "int"), Arg("step", "int")),
+        _arange,
+        grad=lambda t, n, g: [None],
+        doc=(
+            "START, START + STEP, ... up to END excluded (torch.arange), on LIKE's device: "
+            "rotary frequencies' exponents; f32 unless in a bf16 region"
+        ),
+        rank=ARANGE,
     )
 )

@@ -109,6 +109,10 @@ register(
 )
 
 
+def _literal_false(flag) -> bool:
+    return isinstance(flag, cst.Name) and flag.value == "False"
+
+
 def _attention(a, ctx):
     q, k, v = a
     extra = {}
@@ -120,10 +124,11 @@ def _attention(a, ctx):
         extra["attn_mask"] = mask
     if ctx.attrs["scale"] is not None:
         extra["scale"] = ctx.attrs["scale"]
-    causal = ctx.attrs["causal"]
-    literal_false = isinstance(causal, cst.Name) and causal.value == "False"
-    if ctx.attrs["window"] is None and not literal_false:
-        extra["is_causal"] = causal  # an expression when a const or key decides it
+    # each flag an expression where a const or key decides it, left out where literally false
+    if ctx.attrs["window"] is None and not _literal_false(ctx.attrs["causal"]):
+        extra["is_causal"] = ctx.attrs["causal"]
+    if not _literal_false(ctx.attrs["enable-gqa"]):
+        extra["enable_gqa"] = ctx.attrs["enable-gqa"]
     return b.call("F.scaled_dot_product_attention", q, k, v, **extra)
 
 
@@ -136,6 +141,7 @@ register(
             Key("scale", "number"),
             Key("causal", "bool", False),
             Key("window", "int"),
+            Key("enable-gqa", "bool", False),
         ),
         name_inputs=True,
         doc=(
@@ -143,7 +149,9 @@ register(
             "sums f32 inside, the output rounded once to the dtype it computes in. :scale "
             "defaults to 1/sqrt(D); :causal true keeps keys j <= i; :window W (causal) keeps "
             "i - W <= j <= i, flash-attn's window_size=(W, 0), as a mask built from T when "
-            "the module runs. No derivative rule: differentiate causal-attention instead"
+            "the module runs; :enable-gqa true lets K and V have fewer heads than Q, each "
+            "shared by a group of Q's (grouped-query attention). No derivative rule: "
+            "differentiate causal-attention instead"
         ),
         rank=ATTENTION,
     )

@@ -225,6 +225,10 @@ def _attention(shapes, attrs):
     q, k, v = shapes
     if q is None or k is None or v is None or len(k) < 2:
         return None
+    gqa = known(attrs.get("enable-gqa", False)) is not False
+    if gqa and len(q) >= 3 and len(k) == len(v) >= 3:
+        # K and V may have fewer heads than Q (a divisor of its count): the output has Q's
+        k, v = q[:-3] + (None,) + k[-2:], q[:-3] + (None,) + v[-2:]
     scores = product(q, k[:-2] + (k[-1], k[-2]))
     return None if scores is None else product(scores, v)
 

@@ -257,7 +257,8 @@ def test_every_differentiable_op_is_covered():
         "expect-scalar",
     }
     elsewhere = {"causal-mask", "attention-scale"}  # tests/ops/test_attention.py
-    constants = {"arange-of", "linspace"}  # new values: no gradient reaches their input
+    # new values: no gradient reaches their input
+    constants = {"arange-of", "arange", "linspace"}
     without_gradient = {
         "newton-schulz"
     }  # an optimizer step: its iteration has no derivative rule

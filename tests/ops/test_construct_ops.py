@@ -77,3 +77,16 @@ def test_rotary_tables_equal_the_real_models(build, run, length):
     assert model(x).dtype == torch.float32
     assert torch.equal(model(x), theta.cos())
     assert torch.equal(model.sine(x), theta.sin())
+
+
+@pytest.mark.parametrize("run, target", RUNS)
+def test_arange_is_torch_arange_with_a_const_end(build, run, target):
+    """transformers' rotary exponents, torch.arange(0, dim, 2) / dim, with dim a constructor
+    argument; f32 under either policy."""
+    text = "(defconst dim 16)\n(defun forward (x) (/ (arange x 0 dim 2) dim))\n"
+    module, code = build(text + DEFRUNS, "m.lisp", run=run, target=target)
+    assert "torch.arange(0, self.dim, 2, dtype=torch.float32, device=x.device)" in code
+    x = torch.zeros(3)
+    for dim in (16, 128, 10):
+        want = torch.arange(0, dim, 2, dtype=torch.float32) / dim
+        assert torch.equal(module.M(dim=dim)(x), want)

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sx2torch.errors import SourceError
+
 BF16 = torch.bfloat16
 
 
@@ -174,3 +176,55 @@ def test_attention_with_a_window_compiles_whole(build):
     for length in (40, 64):
         q, k, v = (randn(2, 2, length, 8, seed=s) for s in (15, 16, 17))
         assert torch.equal(whole(q, k, v), model(q, k, v))
+
+
+@pytest.mark.parametrize("run, target", RUNS)
+def test_grouped_query_attention_is_the_kernel_with_enable_gqa(build, run, target):
+    """4 query heads over 2 key/value heads: the call passes enable_gqa=True, so K and V are
+    never copied; it gives what the kernel gives for each query head's group."""
+    q, k, v = (
+        randn(2, 4, 19, 16, seed=18),
+        randn(2, 2, 19, 16, seed=19),
+        randn(2, 2, 19, 16, seed=20),
+    )
+    body = "(attention q k v :causal true :enable-gqa true)"
+    fn = lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
+    code = check(build, run, target, "q k v", body, fn, q, k, v)
+    assert "is_causal=True, enable_gqa=True" in code
+
+
+def test_grouped_query_attention_shares_each_kv_head_with_a_group_of_query_heads(build):
+    """Against float64 attention of each query head with its group's K and V, repeated as
+    transformers' repeat_kv does: query heads 0, 1 read KV head 0; 2, 3 read KV head 1.
+    """
+    model, _ = compiled(
+        build,
+        "q k v",
+        "(attention q k v :causal true :enable-gqa true)",
+        "exact",
+        "cuda",
+    )
+    q, k, v = (
+        randn(2, 4, 19, 16, seed=21),
+        randn(2, 2, 19, 16, seed=22),
+        randn(2, 2, 19, 16, seed=23),
+    )
+    k2, v2 = (x.double().repeat_interleave(2, dim=1) for x in (k, v))
+    scores = q.double() @ k2.transpose(-2, -1) / 4.0
+    hidden = torch.ones(19, 19, dtype=torch.bool).triu(1)
+    want = torch.softmax(scores.masked_fill(hidden, -math.inf), -1) @ v2
+    torch.testing.assert_close(model(q, k, v).double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_fewer_key_heads_are_a_shape_error_only_without_enable_gqa(build):
+    """The rank rule gives the output Q's heads under :enable-gqa; without it, 4 against 2
+    heads written as literals do not broadcast and the compiler says so."""
+    text = "(defparam q (normal [2 4 8 16]))\n(defparam k (normal [2 2 8 16]))\n"
+    module, _ = build(
+        text + "(defun forward () (attention q k k :enable-gqa true))\n", "m.lisp"
+    )
+    assert module.M()().shape == (2, 4, 8, 16)
+    with pytest.raises(SourceError, match="4 against 2"):
+        build(text + "(defun forward () (attention q k k))\n", "m.lisp")

@@ -1,0 +1,164 @@
+"""examples/llama.lisp is Hugging Face transformers' LlamaForCausalLM: its state_dict loads
+with strict=True and the logits are transformers' own, bit for bit, under both runs.
+
+transformers runs with attn_implementation="sdpa", its default: with no padding mask it calls
+F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=head_dim ** -0.5,
+enable_gqa=True), the call the example's `(attention ... :causal true :enable-gqa true)` makes.
+"eager" attention rounds Q Kᵀ, its scaling and the softmax to bf16, a different computation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from cases import lisp
+from conftest import load_module
+from sx2torch.compiler import Options, compile_source
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SIZES = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
+
+
+def llama(run: str):
+    path = lisp("llama")
+    code = compile_source(path.read_text(), path.name, Options(run=run))
+    return load_module(code).Llama
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """transformers' model with random weights in f32, and as from_pretrained(...,
+    dtype=torch.bfloat16) loads it: bf16 parameters, the rotary inv_freq buffer f32."""
+    torch.manual_seed(0)
+    config = LlamaConfig(**SIZES, attn_implementation="sdpa")
+    f32 = LlamaForCausalLM(config).eval()
+    folder = tmp_path_factory.mktemp("llama")
+    f32.save_pretrained(folder)
+    bf16 = LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    assert bf16.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    assert bf16.model.rotary_emb.inv_freq.dtype == torch.float32
+    return {"exact": f32, "train": bf16}
+
+
+@pytest.mark.parametrize("length", [16, 11])
+@pytest.mark.parametrize("run", ["exact", "train"])
+def test_the_real_checkpoint_loads_and_gives_the_real_logits(real, run, length):
+    model = llama(run)(**SIZES)
+    model.load_state_dict(real[run].state_dict(), strict=True)
+    ids = torch.randint(
+        0, 256, (2, length), generator=torch.Generator().manual_seed(length)
+    )
+    with torch.no_grad():
+        got, want = model(ids), real[run](ids).logits
+    assert (
+        got.dtype == want.dtype == (torch.float32 if run == "exact" else torch.bfloat16)
+    )
+    assert got.shape == (2, length, 256)
+    assert torch.equal(got, want)
+
+
+def test_the_constructor_takes_llama_configs_names():
+    """head_dim, rms_norm_eps and rope_theta reach the layers as they reach transformers'."""
+    options = dict(SIZES, head_dim=32, rms_norm_eps=1e-5, rope_theta=500000.0)
+    torch.manual_seed(3)
+    real = LlamaForCausalLM(LlamaConfig(**options, attn_implementation="sdpa")).eval()
+    model = llama("exact")(**options)
+    model.load_state_dict(real.state_dict(), strict=True)
+    assert model.model.layers[1].self_attn.q_proj.weight.shape == (128, 64)
+    ids = torch.randint(0, 256, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(model(ids), real(ids).logits)
+
+
+def test_it_trains():
+    torch.manual_seed(1)
+    model = llama("train")(**SIZES)
+    ids = torch.randint(0, 256, (4, 32))
+    targets = torch.roll(ids, -1, dims=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        optimizer.zero_grad()
+        loss = model.loss(ids, targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_it_compiles_as_one_graph():
+    torch.manual_seed(2)
+    model = llama("train")(**SIZES)
+    ids = torch.randint(0, 256, (2, 16))
+    explained = torch._dynamo.explain(model)(ids)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(ids), model(ids))
+
+
+def test_the_source_is_at_most_70_lines_of_code():
+    lines = lisp("llama").read_text().splitlines()
+    code = [
+        line for line in lines if line.strip() and not line.lstrip().startswith(";")
+    ]
+    assert len(code) <= 70
+
+
+def test_the_readmes_loading_snippet_runs(tmp_path):
+    """The README's snippet, on a small random checkpoint with Llama's vocabulary size."""
+    section = README.split("\n## Loading a Hugging Face Llama\n", 1)[1].split(
+        "\n## ", 1
+    )[0]
+    (command,) = re.findall(r"^```sh\n(.*?)\n```$", section, flags=re.M | re.S)
+    (snippet,) = re.findall(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
+    torch.manual_seed(4)
+    config = LlamaConfig(**dict(SIZES, vocab_size=32000))
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "checkpoint")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    name, source, *rest = shlex.split(command)
+    subprocess.run(
+        [sys.executable, "-m", name, str(ROOT / source), *rest],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    )
+    script = f"CHECKPOINT = {str(tmp_path / 'checkpoint')!r}\n" + snippet
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_kernels_default_scale_is_transformers_head_dim_to_the_minus_half():
+    """The example leaves :scale to the kernel, 1/sqrt(D) (compile-time arithmetic has no
+    power); transformers passes head_dim ** -0.5. The doubles differ for some D (128), but the
+    kernels use the scale in f32, or its square root in f32 (the math path), where they agree.
+    """
+    for d in range(1, 1025):
+        theirs, ours = d**-0.5, 1 / math.sqrt(d)
+        assert np.float32(theirs) == np.float32(ours)
+        assert np.float32(math.sqrt(theirs)) == np.float32(math.sqrt(ours))
