@@ -189,7 +189,8 @@ class MethodEmitter:
         roundings[node] = 0 if node in named else total
 
     def _roundings(self, node: Node) -> int:
-        """How many `sx.round_to_bf16` a node's own expression writes on a held target."""
+        """How many roundings (`sx.round_to_bf16`, `sx.store_bf16`) a node's own expression
+        writes on a held target."""
         if not self.ctx.target.held:
             return 0
         stores = (
@@ -322,7 +323,8 @@ class MethodEmitter:
         if self.ctx.target.held and have == "bf16":
             if operand.kind is Kind.PARAM:
                 return "bf16-stored", want
-            return None  # a bf16 value already is an f32 tensor there
+            if want == "bf16":
+                return None  # a bf16 value already is an f32 tensor there
         return None if have == want else (have, want)
 
     # Emission.

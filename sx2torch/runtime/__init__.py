@@ -11,7 +11,7 @@ from sx2torch.runtime.grad import (
 from sx2torch.runtime.matmul import matmul_f32_out
 from sx2torch.runtime.optim import newton_schulz
 from sx2torch.runtime.regions import bf16_region
-from sx2torch.runtime.rounding import round_to_bf16
+from sx2torch.runtime.rounding import as_f32, round_to_bf16, store_bf16
 from sx2torch.runtime.scan import (
     linear_scan,
     linear_scan_adjoint,
@@ -21,6 +21,7 @@ from sx2torch.runtime.scan import (
 )
 
 __all__ = [
+    "as_f32",
     "bf16_region",
     "causal_mask",
     "concat_part",
@@ -35,6 +36,7 @@ __all__ = [
     "previous",
     "round_to_bf16",
     "slice_backward",
+    "store_bf16",
     "take_backward",
     "window_mask",
 ]
