@@ -20,7 +20,7 @@ class Distill(nn.Module):
     def project(self, x, w):
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
-            return sx.round_to_bf16(sx.round_to_bf16(x) @ sx.round_to_bf16(w))
+            return sx.store_bf16(sx.round_to_bf16(x) @ sx.round_to_bf16(w))
 
     def forward(self, x):
         return x @ self.student
@@ -28,4 +28,4 @@ class Distill(nn.Module):
     def loss(self, x):
         target = self.project(x, self.teacher)
         pred = self.forward(x)
-        return torch.mean(torch.square(pred - target))
+        return torch.mean(torch.square(pred - sx.as_f32(target)))

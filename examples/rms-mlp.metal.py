@@ -30,15 +30,16 @@ class RmsMlp(nn.Module):
         """The rms-norm of the precision page, written out."""
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("mps", enabled=False):
-            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
-        return sx.round_to_bf16(x * sx.round_to_bf16(rsqrt_x))
+            x_f32 = sx.as_f32(x)
+            rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
+        return sx.store_bf16(x * sx.round_to_bf16(rsqrt_x))
 
     def forward(self, x):
         w1_bf16 = sx.round_to_bf16(self.w1)
         b1_bf16 = sx.round_to_bf16(self.b1)
         w2_bf16 = sx.round_to_bf16(self.w2)
-        matmul_x = sx.round_to_bf16(sx.round_to_bf16(x) @ w1_bf16)
-        h = torch.relu(sx.round_to_bf16(matmul_x + b1_bf16))
+        matmul_x = sx.store_bf16(sx.round_to_bf16(x) @ w1_bf16)
+        h = torch.relu(sx.store_bf16(matmul_x + b1_bf16))
         return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16, held=True)
 
     def loss(self, x, labels):

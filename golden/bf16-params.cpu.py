@@ -33,6 +33,6 @@ class Bf16Params(nn.Module):
         wte_bf16 = self.wte.float()
         head_bf16 = sx.round_to_bf16(self.head)
         scalars_bf16 = sx.round_to_bf16(self.scalars)
-        return sx.round_to_bf16(
-            sx.round_to_bf16(wte_bf16[ids] @ head_bf16) * scalars_bf16[:1]
+        return sx.store_bf16(
+            sx.store_bf16(wte_bf16[ids] @ head_bf16) * scalars_bf16[:1]
         )

@@ -159,7 +159,8 @@ class Layout:
         roundings[node] = 0 if node in named else total
 
     def _roundings(self, node: Node) -> int:
-        """How many `sx.round_to_bf16` a node's own expression writes on a held target."""
+        """How many roundings (`sx.round_to_bf16`, `sx.store_bf16`) a node's own expression
+        writes on a held target."""
         if not self.target.held:
             return 0
         stores = (
@@ -285,7 +286,8 @@ class Layout:
         if self.target.held and have == "bf16":
             if operand.kind is Kind.PARAM:
                 return "bf16-stored", want
-            return None  # a bf16 value already is an f32 tensor there
+            if want == "bf16":
+                return None  # a bf16 value already is an f32 tensor there
         return None if have == want else (have, want)
 
     def _casts(self) -> dict:

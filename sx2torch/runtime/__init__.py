@@ -2,6 +2,7 @@
 
 from sx2torch.runtime.attention import causal_mask, window_mask
 from sx2torch.runtime.checks import expect_scalar
+from sx2torch.runtime.compiling import allow_cached_graphs
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
@@ -11,7 +12,7 @@ from sx2torch.runtime.grad import (
 from sx2torch.runtime.matmul import matmul_f32_out
 from sx2torch.runtime.optim import newton_schulz
 from sx2torch.runtime.regions import bf16_region
-from sx2torch.runtime.rounding import round_to_bf16
+from sx2torch.runtime.rounding import as_f32, round_to_bf16, store_bf16
 from sx2torch.runtime.scan import (
     linear_scan,
     linear_scan_adjoint,
@@ -21,6 +22,7 @@ from sx2torch.runtime.scan import (
 )
 
 __all__ = [
+    "as_f32",
     "bf16_region",
     "causal_mask",
     "concat_part",
@@ -35,6 +37,9 @@ __all__ = [
     "previous",
     "round_to_bf16",
     "slice_backward",
+    "store_bf16",
     "take_backward",
     "window_mask",
 ]
+
+allow_cached_graphs()

@@ -67,7 +67,7 @@ class _GemmF32Out(torch.autograd.Function):
     ) -> tuple[Tensor | None, Tensor | None, None]:
         a, b = ctx.saved_tensors
         # Held: bf16 values in f32, each product rounded on store as a bf16 GEMM stores it.
-        store = round_to_bf16 if ctx.held else _unchanged
+        store = _stored_gemm if ctx.held else _unchanged
         grad = round_to_bf16(grad) if ctx.held else grad.to(torch.bfloat16)
         grad_a = grad_b = None
         with _no_autocast(grad):
@@ -76,6 +76,12 @@ class _GemmF32Out(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 grad_b = store(torch.matmul(a.transpose(-2, -1), grad))
         return grad_a, grad_b, None
+
+
+def _stored_gemm(x: Tensor) -> Tensor:
+    """A bf16 GEMM's result as it stores it: its accumulator starts at +0, so it
+    never returns -0.0, which an f32 GEMM of one term can (-0.0 + 0.0 is +0.0)."""
+    return round_to_bf16(x + 0.0)
 
 
 def _unchanged(x: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ on every one of the 2^32 patterns (NaN payloads aside).
 import torch
 from torch import Tensor
 
-__all__ = ["round_bits", "round_to_bf16"]
+__all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16"]
 
 _SIGN = -0x80000000  # 0x80000000 as an int32
 _MAGNITUDE = 0x7FFFFFFF
@@ -85,3 +85,101 @@ def round_to_bf16(x: Tensor) -> Tensor:
             f"round_to_bf16 takes a float32 or bfloat16 tensor, got {x.dtype}"
         )
     return _RoundToBf16.apply(x)
+
+
+def store_bf16(x: Tensor) -> Tensor:
+    """The result of a bf16 op, computed in f32: rounded, and so is every gradient the
+    op sends back to its inputs.
+
+    On the cuda target the op runs on bf16 tensors, so its backward returns bf16
+    gradients: each input's gradient is rounded before autograd sums it with the
+    gradients of the input's other reads. A rounding of the sum alone (the backward
+    of the input's own store) would round once where cuda rounds each term. The
+    op's backward node is therefore hooked to return what cuda's would. Dynamo
+    cannot trace a hook on a node, so compiled code rounds only at the stores
+    themselves, as the forward does.
+    """
+    node = None if torch.compiler.is_compiling() else x.grad_fn
+    if node is not None:
+        # A batched matmul is a view of one mm: the hook goes on the mm.
+        while type(node).__name__ in _VIEWS and len(node.next_functions) == 1:
+            node = node.next_functions[0][0]
+        node.register_hook(_bf16_backward(node, x))
+    return round_to_bf16(x)
+
+
+def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
+    """The hook that turns the f32 backward of ``node`` (its result ``x``) into a bf16
+    op's: each gradient rounded; where the backward reads the op's own result (tanh,
+    sigmoid, exp), that result as cuda stores it, rounded; where a product broadcast
+    an operand, each term rounded before the sum to its shape, as a bf16 product
+    rounds each one. Only plain references to saved values are held (no cycle
+    through the node); a backward that builds a graph of its own (a double backward)
+    keeps the f32 formula and only rounds.
+    """
+    name = type(node).__name__
+    result = x.detach() if name in _FROM_RESULT else None
+    operands = None
+    if name == "MulBackward0" and hasattr(node, "_saved_self"):
+        a, b = node._saved_self, node._saved_other  # None where not needed
+        if a is not None and b is not None and a.shape != b.shape:
+            operands = (a.detach(), b.detach())
+
+    def hook(grad_inputs: tuple, grad_outputs: tuple) -> tuple:
+        (grad,) = grad_outputs
+        if torch.is_grad_enabled() or grad is None:
+            return tuple(_rounded(g) for g in grad_inputs)
+        if result is not None:
+            return (_round(_FROM_RESULT[name](grad, _round(result))),)
+        if operands is not None:
+            a, b = operands
+            return tuple(
+                None if g is None else _round(_round(grad * other).sum_to_size(g.shape))
+                for g, other in zip(grad_inputs, (b, a))
+            )
+        if name in _GEMMS:
+            # A bf16 GEMM's accumulator starts at +0, so it never returns -0.0; an
+            # f32 GEMM of one term can (-0.0 + 0.0 is +0.0, every other value stays).
+            return tuple(None if g is None else _round(g + 0.0) for g in grad_inputs)
+        return tuple(_rounded(g) for g in grad_inputs)
+
+    return hook
+
+
+_VIEWS = {"ViewBackward0", "UnsafeViewBackward0"}
+_GEMMS = {"MmBackward0", "BmmBackward0"}
+
+
+_FROM_RESULT = {
+    "TanhBackward0": torch.ops.aten.tanh_backward,
+    "SigmoidBackward0": torch.ops.aten.sigmoid_backward,
+    "ExpBackward0": torch.mul,
+}
+
+
+def _rounded(grad: Tensor | None) -> Tensor | None:
+    if grad is None or grad.dtype != torch.float32:
+        return grad
+    return _RoundToBf16.apply(grad)
+
+
+class _AsF32(torch.autograd.Function):
+    """A bf16 value read as f32: nothing forward, the gradient rounded backward."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor) -> Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> Tensor:
+        return _RoundToBf16.apply(grad)
+
+
+def as_f32(x: Tensor) -> Tensor:
+    """A held bf16 value read in f32, as cuda's ``.float()`` reads a bf16 tensor.
+
+    The value is unchanged; the gradient flowing back through the read is rounded
+    to bf16, as the backward of cuda's cast rounds it, before autograd sums it
+    with the gradients of the value's bf16 reads.
+    """
+    return _AsF32.apply(x)

@@ -1,0 +1,125 @@
+"""Warm-cache ``torch.compile`` time of tiny-gpt: generated against hand-written, and
+the held target (``--target cpu``) against ``--target cuda``.
+
+Each figure is one training step's compile (``loss(idx, targets).backward()`` of
+``torch.compile(net.loss, fullgraph=True)``) timed in a fresh process: a first process
+fills a fresh inductor cache (the cold compile), a second one measures against it (the
+warm compile, what every restart pays). The variants run side by side in one run: the
+generated module for cuda (native bf16 tensors, run on the CPU), the same for the cpu
+target, and ``ReferenceGpt`` (``benchmarks/gpt.py``), tiny-gpt written by hand. Goals:
+warm generated / reference <= 1.5; cpu / cuda <= 1.5. The AOTAutograd cache counters of
+each warm compile are printed: "hit" is the cache kept.
+
+Also checks whether inductor's own ``.to(torch.bfloat16).float()`` with
+``emulate_precision_casts`` gives ``sx.round_to_bf16``'s bits when fused.
+
+Run: ``python -m benchmarks.compile [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+VARIANTS = ("generated", "generated-cpu", "reference")
+
+
+def child(variant: str) -> None:
+    """Compile and run one step in this process; print its time and cache counters."""
+    from torch._dynamo.utils import counters
+
+    from benchmarks.gpt import ReferenceGpt, load_tiny_gpt
+
+    if variant == "reference":
+        net = ReferenceGpt()
+    else:
+        target = "cpu" if variant == "generated-cpu" else "cuda"
+        net = load_tiny_gpt(target=target, name=f"sx_tiny_gpt_{target}").TinyGpt()
+    generator = torch.Generator().manual_seed(0)
+    idx, targets = torch.randint(0, 512, (2, 2, 32), generator=generator)
+    start = time.perf_counter()
+    torch.compile(net.loss, fullgraph=True)(idx, targets).backward()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "aot": dict(counters["aot_autograd"])}))
+
+
+def run(variant: str, cache: str, threads: int) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compile", "--child", variant],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def emulated_cast_matches() -> bool:
+    """Fused with its neighbours, inductor's cast round trip under
+    emulate_precision_casts against the integer rounding, over random bit patterns."""
+    from sx2torch.runtime import round_to_bf16
+
+    import torch._inductor.config as config
+
+    bits = torch.randint(-(1 << 31), 1 << 31, (1 << 20,), dtype=torch.int64)
+    x = bits.to(torch.int32).view(torch.float32)
+    x = x[torch.isfinite(x) & (x.abs() < 1e30)]
+    ours = torch.compile(lambda t: round_to_bf16(t * 0.75) * 2.0)(x)
+    torch._dynamo.reset()
+    with config.patch(emulate_precision_casts=True):
+        cast = torch.compile(lambda t: (t * 0.75).to(torch.bfloat16).float() * 2.0)(x)
+    torch._dynamo.reset()
+    with config.patch(emulate_precision_casts=False):
+        plain = torch.compile(lambda t: (t * 0.75).to(torch.bfloat16).float() * 2.0)(x)
+    same = bool(torch.equal(ours.view(torch.int32), cast.view(torch.int32)))
+    elided = not torch.equal(ours.view(torch.int32), plain.view(torch.int32))
+    print(
+        f"emulate_precision_casts cast == round_to_bf16: {same}; "
+        f"without it the round trip is elided: {elided}"
+    )
+    return same
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    if args.child:
+        torch.set_num_threads(args.threads)
+        child(args.child)
+        return
+    results = {}
+    for variant in VARIANTS:
+        with tempfile.TemporaryDirectory() as cache:
+            cold = run(variant, cache, args.threads)
+            warm = run(variant, cache, args.threads)
+        results[variant] = (cold["seconds"], warm["seconds"])
+        print(
+            f"{variant:14s} cold {cold['seconds']:6.2f} s  warm {warm['seconds']:6.2f} s"
+            f"  warm AOTAutograd cache: {warm['aot']}",
+            flush=True,
+        )
+    gen, ref, held = (
+        results["generated"],
+        results["reference"],
+        results["generated-cpu"],
+    )
+    print(f"warm generated / reference: {gen[1] / ref[1]:.2f} (goal <= 1.5)")
+    print(
+        f"cpu / cuda target: cold {held[0] / gen[0]:.2f}, warm {held[1] / gen[1]:.2f} "
+        "(goal <= 1.5)"
+    )
+    emulated_cast_matches()
+
+
+if __name__ == "__main__":
+    main()

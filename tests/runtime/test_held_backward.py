@@ -1,0 +1,92 @@
+"""The held form's backward against native bf16 autograd, bit for bit.
+
+Each function is run twice: on real bf16 tensors (what the cuda target computes on the
+CPU) and in the held form, on f32 tensors holding the same bf16 values, with its stores
+written `sx.store_bf16` and its f32 reads `sx.as_f32`, as a held target emits them. The
+inputs are bf16 values with full bf16 mantissas, so that an unrounded gradient shows.
+"""
+
+import pytest
+import torch
+
+from sx2torch.runtime import as_f32, round_to_bf16, store_bf16
+
+BF16 = torch.bfloat16
+
+
+def native(x):
+    return x
+
+
+CASES = {
+    # h read twice by bf16 ops: each read's gradient is rounded before the sum.
+    "two reads": lambda h, w, s, f: s(f(h) * f(w)) + s(torch.sigmoid(h)),
+    # one read in bf16, one in f32 (an island): the cast's backward rounds.
+    "an f32 read": lambda h, w, s, f: s(h * w)
+    + round_to_bf16(torch.exp(as_f32(h)) if f is not native else torch.exp(h.float())),
+    # backward formulas that read the op's own (rounded) result
+    "tanh": lambda h, w, s, f: s(s(torch.tanh(h)) * w),
+    "sigmoid": lambda h, w, s, f: s(s(torch.sigmoid(h)) * w),
+    "exp": lambda h, w, s, f: s(s(torch.exp(h)) * w),
+    # a broadcast operand: each product rounded before the sum to its shape
+    "broadcast product": lambda h, w, s, f: s(h * w[:1]),
+    # a batched matmul is a view of an mm, whose gradients are rounded
+    "batched matmul": lambda h, w, s, f: s(h.reshape(2, 2, 8) @ w.T) + s(h * w).sum(),
+}
+
+
+def held_inputs(generator: torch.Generator):
+    """h [4, 8] and w [4, 8] as bf16 values, inside an f32 tensor."""
+    return [torch.randn(4, 8, generator=generator).to(BF16).float() for _ in range(2)]
+
+
+def gradients(fn, held: bool, inputs, upstream):
+    leaves = [x.clone().requires_grad_() for x in inputs]
+    if held:
+        # Stored values: a leaf's gradient reaches it through its store.
+        values = [store_bf16(x * 1.0) for x in leaves]
+        out = fn(*values, store_bf16, lambda x: x)
+    else:
+        values = [x.to(BF16) for x in leaves]
+        out = fn(*values, native, native)
+    out.float().backward(upstream if out.dim() else None)
+    return [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_held_gradients_are_native_bf16_gradients(name):
+    generator = torch.Generator().manual_seed(0)
+    inputs = held_inputs(generator)
+    fn = CASES[name]
+    with torch.no_grad():
+        shape = fn(*[x.to(BF16) for x in inputs], native, native).shape
+    upstream = torch.randn(shape, generator=generator).to(BF16).float()
+    expected = gradients(fn, False, inputs, upstream)
+    actual = gradients(fn, True, inputs, upstream)
+    for e, a in zip(expected, actual):
+        assert torch.equal(a.view(torch.int32), e.view(torch.int32)), name
+
+
+def test_a_gemm_gradient_is_never_negative_zero():
+    """A bf16 GEMM accumulates from +0; the f32 GEMM of one term returns -0.0."""
+    x = torch.zeros(1, 4, requires_grad=True)
+    w = torch.ones(4, 16, requires_grad=True)
+    upstream = -torch.ones(1, 16)
+    assert torch.signbit(x.detach().T @ upstream).any()  # the f32 GEMM's -0.0
+    store_bf16(x @ w).backward(upstream)
+    assert not torch.signbit(w.grad).any(), w.grad
+
+
+def test_as_f32_keeps_the_value_and_rounds_the_gradient():
+    x = torch.tensor([1.0, 3.0], requires_grad=True)
+    y = as_f32(x)
+    assert torch.equal(y, x)
+    y.backward(torch.tensor([1.0 + 2.0**-9, 0.5]))
+    assert x.grad.tolist() == [1.0, 0.5]
+
+
+def test_store_bf16_adds_no_graph_break():
+    def f(x):
+        return store_bf16(torch.tanh(x) * 3.0)
+
+    assert torch._dynamo.explain(f)(torch.randn(4)).graph_break_count == 0
