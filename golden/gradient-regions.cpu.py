@@ -17,14 +17,14 @@ class Block(nn.Module):
     def forward(self, x, *, scale=1.0):
         w_bf16 = sx.round_to_bf16(self.w)
         x_bf16 = sx.round_to_bf16(x)
-        mul_x = sx.round_to_bf16(scale * torch.relu(sx.round_to_bf16(x_bf16 @ w_bf16)))
-        return sx.round_to_bf16(x_bf16 + mul_x)
+        mul_x = sx.store_bf16(scale * torch.relu(sx.store_bf16(x_bf16 @ w_bf16)))
+        return sx.store_bf16(x_bf16 + mul_x)
 
     # forward for x: bf16
     def forward_bf16(self, x, *, scale=1.0):
         w_bf16 = sx.round_to_bf16(self.w)
-        mul_x = sx.round_to_bf16(scale * torch.relu(sx.round_to_bf16(x @ w_bf16)))
-        return sx.round_to_bf16(x + mul_x)
+        mul_x = sx.store_bf16(scale * torch.relu(sx.store_bf16(x @ w_bf16)))
+        return sx.store_bf16(x + mul_x)
 
 
 class GradientRegions(nn.Module):
@@ -40,10 +40,10 @@ class GradientRegions(nn.Module):
         backout = sx.round_to_bf16(x0)
         for i, layer in enumerate(self.blocks):
             y = layer.forward_bf16(x, scale=1.0 if i < 2 else 0.5)
-            y = sx.round_to_bf16(y * gate_bf16) if i == 1 else y
+            y = sx.store_bf16(y * gate_bf16) if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
-        mul_x = sx.round_to_bf16(sx.round_to_bf16(x - backout) * x)
-        return sx.round_to_bf16(torch.sum(mul_x))
+        mul_x = sx.store_bf16(sx.store_bf16(x - backout) * x)
+        return sx.store_bf16(torch.sum(mul_x))
 
     def forward(self, x0):
         gate_bf16 = sx.round_to_bf16(self.gate)
@@ -55,46 +55,44 @@ class GradientRegions(nn.Module):
             x_per_layer.append(x)
             backout_per_layer.append(backout)
             w_bf16 = sx.round_to_bf16(layer.w)
-            mul_x = sx.round_to_bf16(
-                (1.0 if i < 2 else 0.5) * torch.relu(sx.round_to_bf16(x @ w_bf16))
+            mul_x = sx.store_bf16(
+                (1.0 if i < 2 else 0.5) * torch.relu(sx.store_bf16(x @ w_bf16))
             )
-            y = sx.round_to_bf16(x + mul_x)
-            y = sx.round_to_bf16(y * gate_bf16) if i == 1 else y
+            y = sx.store_bf16(x + mul_x)
+            y = sx.store_bf16(y * gate_bf16) if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
-        sub_x = sx.round_to_bf16(x - backout)
-        mul_sub_x = sx.round_to_bf16(sub_x * x)
+        sub_x = sx.store_bf16(x - backout)
+        mul_sub_x = sx.store_bf16(sub_x * x)
         # (gradient (energy x0) x0)
         grad_sum_mul = torch.ones_like(
-            sx.round_to_bf16(torch.sum(mul_sub_x)), dtype=torch.float32
+            sx.store_bf16(torch.sum(mul_sub_x)), dtype=torch.float32
         )
         # gradient of (* (- x backout) x)
         grad_mul_sub = grad_sum_mul.expand_as(mul_sub_x)
         grad_mul_sub_bf16 = sx.round_to_bf16(grad_mul_sub)
         # gradient of (- x backout)
-        grad_sub_x = sx.round_to_bf16(
-            sx.round_to_bf16(grad_mul_sub_bf16 * x).sum_to_size(sub_x.shape)
+        grad_sub_x = sx.store_bf16(
+            sx.store_bf16(grad_mul_sub_bf16 * x).sum_to_size(sub_x.shape)
         )
-        sum_to_grad_mul_sub = sx.round_to_bf16(
-            sx.round_to_bf16(grad_mul_sub_bf16 * sub_x).sum_to_size(x.shape)
+        sum_to_grad_mul_sub = sx.store_bf16(
+            sx.store_bf16(grad_mul_sub_bf16 * sub_x).sum_to_size(x.shape)
         )
         # gradient of backout
-        grad_backout = sx.round_to_bf16((-grad_sub_x).sum_to_size(backout.shape))
+        grad_backout = sx.store_bf16((-grad_sub_x).sum_to_size(backout.shape))
         # gradient of x
-        grad_x = sx.round_to_bf16(
-            sum_to_grad_mul_sub + sx.round_to_bf16(grad_sub_x.sum_to_size(x.shape))
+        grad_x = sx.store_bf16(
+            sum_to_grad_mul_sub + sx.store_bf16(grad_sub_x.sum_to_size(x.shape))
         )
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             backout = backout_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)
-            matmul_x = sx.round_to_bf16(x @ w_bf16)
-            mul_matmul_x = sx.round_to_bf16(
-                (1.0 if i < 2 else 0.5) * torch.relu(matmul_x)
-            )
-            y = sx.round_to_bf16(x + mul_matmul_x)
-            y_2 = sx.round_to_bf16(y * gate_bf16) if i == 1 else y
+            matmul_x = sx.store_bf16(x @ w_bf16)
+            mul_matmul_x = sx.store_bf16((1.0 if i < 2 else 0.5) * torch.relu(matmul_x))
+            y = sx.store_bf16(x + mul_matmul_x)
+            y_2 = sx.store_bf16(y * gate_bf16) if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
-            grad_y = sx.round_to_bf16(
+            grad_y = sx.store_bf16(
                 grad_x
                 + (
                     grad_backout
@@ -104,32 +102,30 @@ class GradientRegions(nn.Module):
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
             grad_y = (
-                sx.round_to_bf16(
-                    sx.round_to_bf16(grad_y * gate_bf16).sum_to_size(y.shape)
-                )
+                sx.store_bf16(sx.store_bf16(grad_y * gate_bf16).sum_to_size(y.shape))
                 if i == 1
                 else grad_y
             )
             # gradient of (* scale (relu (matmul x w)))
-            grad_mul_relu = sx.round_to_bf16(grad_y.sum_to_size(mul_matmul_x.shape))
+            grad_mul_relu = sx.store_bf16(grad_y.sum_to_size(mul_matmul_x.shape))
             # gradient of (relu (matmul x w))
-            grad_relu_matmul = sx.round_to_bf16(grad_mul_relu * (1.0 if i < 2 else 0.5))
+            grad_relu_matmul = sx.store_bf16(grad_mul_relu * (1.0 if i < 2 else 0.5))
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            sum_to_grad_matmul_x = sx.round_to_bf16(
-                sx.round_to_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2)).sum_to_size(
+            sum_to_grad_matmul_x = sx.store_bf16(
+                sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2)).sum_to_size(
                     x.shape
                 )
             )
-            grad_x, grad_backout = sx.round_to_bf16(
-                sx.round_to_bf16(grad_y.sum_to_size(x.shape)) + sum_to_grad_matmul_x
+            grad_x, grad_backout = sx.store_bf16(
+                sx.store_bf16(grad_y.sum_to_size(x.shape)) + sum_to_grad_matmul_x
             ), (
                 sx.round_to_bf16(torch.zeros_like(backout, dtype=torch.float32))
                 if i == self.backout_layer
                 else grad_backout
             )
         # gradient of x0
-        grad_x0 = sx.round_to_bf16(grad_x + grad_backout)
+        grad_x0 = sx.store_bf16(grad_x + grad_backout)
         return grad_x0
 
     def chained(self, x):
@@ -138,10 +134,10 @@ class GradientRegions(nn.Module):
         for layer in self.blocks:
             x_per_layer.append(x)
             w_bf16 = sx.round_to_bf16(layer.w)
-            x = sx.round_to_bf16(x + 1.0 * torch.relu(sx.round_to_bf16(x @ w_bf16)))
+            x = sx.store_bf16(x + 1.0 * torch.relu(sx.store_bf16(x @ w_bf16)))
         # (gradient (sum (chain blocks x)) x)
         grad_sum_chain = torch.ones_like(
-            sx.round_to_bf16(torch.sum(x)), dtype=torch.float32
+            sx.store_bf16(torch.sum(x)), dtype=torch.float32
         )
         # gradient of (chain blocks x)
         grad_chain = grad_sum_chain.expand_as(x)
@@ -149,21 +145,21 @@ class GradientRegions(nn.Module):
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)
-            matmul_x = sx.round_to_bf16(x @ w_bf16)
+            matmul_x = sx.store_bf16(x @ w_bf16)
             # gradient of (* scale (relu (matmul x w)))
-            grad_mul_relu = sx.round_to_bf16(
+            grad_mul_relu = sx.store_bf16(
                 grad_x.sum_to_size((1.0 * torch.relu(matmul_x)).shape)
             )
             # gradient of (relu (matmul x w))
             grad_relu_matmul = grad_mul_relu * 1.0
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            sum_to_grad_matmul_x = sx.round_to_bf16(
-                sx.round_to_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2)).sum_to_size(
+            sum_to_grad_matmul_x = sx.store_bf16(
+                sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2)).sum_to_size(
                     x.shape
                 )
             )
-            grad_x = sx.round_to_bf16(
-                sx.round_to_bf16(grad_x.sum_to_size(x.shape)) + sum_to_grad_matmul_x
+            grad_x = sx.store_bf16(
+                sx.store_bf16(grad_x.sum_to_size(x.shape)) + sum_to_grad_matmul_x
             )
         return grad_x
