@@ -217,13 +217,16 @@ class CausalSelfAttention(nn.Module):
         q, k = norm(q), norm(k)  # QK norm
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)
         if key_offset:
-            # shift keys forward for the stationary head dims
+            # shift keys forward for the stationary head dims; read from a copy: the real
+            # script runs under torch.compile, whose functionalized copy shifts by one,
+            # while eager CPU copies the overlapping views in place, position by position,
+            # so that every position would get position 0's keys
             k[:, 1:, :, self.head_dim // 4 : self.head_dim // 2] = k[
                 :, :-1, :, self.head_dim // 4 : self.head_dim // 2
-            ]
+            ].clone()
             k[:, 1:, :, 3 * self.head_dim // 4 :] = k[
                 :, :-1, :, 3 * self.head_dim // 4 :
-            ]
+            ].clone()
         if ve is not None:
             ve_gate_out = 2 * torch.sigmoid(
                 self.value_embed_gate(x[..., : self.value_embed_gate.weight.size(-1)])
