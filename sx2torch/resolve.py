@@ -448,12 +448,16 @@ def _concat(model: Model, datum: List) -> Init:
         part = _init(model, item)
         if part.kind == "eye":
             part.args["shape"] = (part.args["n"], part.args["n"])
-        rest = [s.value for s in part.args["shape"][1:]]
-        first = [s.value for s in parts[0].args["shape"][1:]] if parts else rest
-        if not part.args["shape"] or rest != first:
+        shape = [s.value for s in part.args["shape"]]
+        if not shape:
+            raise SourceError(
+                item.span, f"concat's parts must have an axis, got a 0-D {part.kind}"
+            )
+        first = [s.value for s in parts[0].args["shape"]] if parts else shape
+        if shape[1:] != first[1:]:
             raise SourceError(
                 item.span,
-                f"concat's parts must agree but in their first size, got a {part.kind} of shape {[s.value for s in part.args['shape']]}",
+                f"concat's parts must agree in all sizes but the first, got a {part.kind} of shape {shape} after one of shape {first}",
             )
         parts.append(part)
     size = parts[0].args["shape"][0]

@@ -144,8 +144,9 @@ register(
         exact=True,
         rank=AT,
         doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
-        "an element of a vector is a 0-d tensor, which never decides a dtype, as torch's "
-        "type promotion has it (an f32 lambda times a bf16 tensor is bf16, the lambda unrounded)",
+        "an element of a vector is a 0-d tensor, which never decides a dtype (torch's type "
+        "promotion): it is read as it is, f32 beside bf16, and torch rounds as it does for "
+        "those operands (on CPU, `lam * x` rounds an f32 lam to bf16 first; `x * lam` does not)",
     )
 )
 register(

@@ -51,7 +51,8 @@ Rounding points under the real dtypes (`build_reference`: every `nn.Embedding` a
 `nn.Linear` weight bf16, `qkvo_w`, `c_fc`, `c_proj`, `scalars`, `x0_lambdas` f32; the Yarn
 tables bf16; no autocast). R marks a rounding to bf16; "f32 inside" a kernel that
 accumulates in f32 and rounds its result once. Measured on CPU eager: an f32 0-d tensor (a
-lambda) times a bf16 tensor is computed in f32 from the unrounded lambda and rounded once;
+lambda) times a bf16 tensor gives bf16; as the first operand (`lam * x`, as everywhere here)
+the lambda is rounded to bf16 first, as the second (`x * lam`) it is not;
 `F.rms_norm` on bf16 computes in f32 with eps = finfo(float32).eps (not bf16's) and rounds
 once; `F.linear` on bf16 accumulates in f32 and rounds once, bias included.
 
