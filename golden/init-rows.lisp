@@ -4,6 +4,6 @@
 (defconst bound (* (** 3 0.5) (** d -0.5)))
 
 (defparam qkvo (concat [(uniform [(* 3 d) d] :low (- bound) :high bound) (zeros [d d])]))
-(defparam pairs (repeat d (tensor [0.5 1.0])))
+(defparam pairs (repeat (* 2 d) (tensor [0.5 1.0])))
 
-(defun forward (x) (* (matmul x (transpose qkvo [1 0])) (slice pairs :end (* 4 d))))
+(defun forward (x) (* (matmul x (transpose qkvo [1 0])) pairs))

@@ -20,7 +20,7 @@ class InitRows(nn.Module):
                 [torch.empty(3 * d, d).uniform_(-bound, bound), torch.zeros(d, d)]
             )
         )
-        self.pairs = nn.Parameter(torch.tensor([0.5, 1.0]).repeat(d))
+        self.pairs = nn.Parameter(torch.tensor([0.5, 1.0]).repeat(2 * d))
 
     def forward(self, x):
-        return x @ self.qkvo.permute(1, 0) * self.pairs[: 4 * self.d]
+        return x @ self.qkvo.permute(1, 0) * self.pairs

@@ -164,6 +164,8 @@ class Tracer(Builder):
         key = (self.via, name)
         if key not in self.param_reads:
             attrs = {"param": name}
+            if self.model.params[name].when is not None:
+                attrs["conditional"] = True  # made on some instances: cast where read
             if self.via:  # a sub-model's parameter, read where its forward is inlined
                 attrs.update(owner=self.model.name, via=self.via)
             node = Node(Kind.PARAM, None, (), attrs, symbol.span, symbol, name=name)

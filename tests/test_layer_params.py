@@ -67,7 +67,7 @@ def test_row_wise_initializers():
     assert qkvo.shape == (32, 8) and torch.equal(qkvo[24:], torch.zeros(8, 8))
     bound = 3**0.5 * 8**-0.5
     assert qkvo[:24].abs().max() <= bound and qkvo[:24].abs().min() > 0
-    assert torch.equal(model.pairs.detach(), torch.tensor([0.5, 1.0] * 8))
+    assert torch.equal(model.pairs.detach(), torch.tensor([0.5, 1.0] * 16))
 
 
 @pytest.mark.parametrize(

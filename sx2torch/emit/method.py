@@ -333,7 +333,9 @@ class MethodEmitter:
         statements: list = [
             ((), self._hoist(operand, conversion, -1))
             for operand, conversion, _ in casts
-            if operand.kind is Kind.PARAM and (operand, conversion) not in self.hoisted
+            if operand.kind is Kind.PARAM
+            and not operand.attrs.get("conditional")  # a :when parameter may be absent
+            and (operand, conversion) not in self.hoisted
         ]
         statements += self._block(self.graph.nodes, casts)
         output = self.graph.output
