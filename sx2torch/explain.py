@@ -20,7 +20,7 @@ from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
 from sx2torch.policy.rules import Why, is_param
-from sx2torch.scalars import ARITHMETIC
+from sx2torch.scalars import ARITHMETIC, COMPARISONS
 
 BYTES = {"f32": 4, "bf16": 2}
 MAX_LISTED = (
@@ -204,7 +204,9 @@ def _params(program, lowered) -> list:
         env = dict(env)
         for const in model.consts.values():
             env.setdefault(const.name, _evaluate(const.value, env))
-        params = list(model.params.values())
+        params = [  # a :when parameter, on the instances that have it
+            p for p in model.params.values() if p.when is None or _evaluate(p.when, env)
+        ]
         tensors = [p for p in params if not p.is_module]
         for param in [p for p in tensors if p.trainable] + [
             p for p in tensors if not p.trainable
@@ -219,6 +221,10 @@ def _params(program, lowered) -> list:
                 visit(sub, key + ".", sub_env, copies, listed)
             elif listed * count <= MAX_LISTED:
                 for i in range(count):
+                    layer = {**env, init.index: i} if init.index else env
+                    sub_env = {
+                        k: _evaluate(v, layer) for k, (_, v) in init.args.items()
+                    }
                     visit(sub, f"{key}.{i}.", sub_env, copies, listed * count)
             else:
                 visit(
@@ -250,12 +256,29 @@ def _evaluate(scalar: Scalar, env: dict):
     """A compile-time scalar with the given consts (defaults for the rest)."""
     if scalar.op == "lit":
         return scalar.value
-    if scalar.op in ("const", "key"):
+    if scalar.op in ("const", "key", "layer"):
         return env.get(scalar.args[0], scalar.value)
     if scalar.op == "neg":
         return -_evaluate(scalar.args[0], env)
-    function = next(f for op, f in ARITHMETIC.values() if op == scalar.op)
+    if scalar.op == "not":
+        return not _evaluate(scalar.args[0], env)
+    if scalar.op == "in":
+        value, options = scalar.args
+        return _evaluate(value, env) in [_evaluate(o, env) for o in options]
+    if scalar.op == "if":
+        condition, then, otherwise = scalar.args
+        return _evaluate(then if _evaluate(condition, env) else otherwise, env)
+    function = next(
+        f for op, f in (*ARITHMETIC.values(), *CONDITIONS) if op == scalar.op
+    )
     return functools.reduce(function, (_evaluate(a, env) for a in scalar.args))
+
+
+CONDITIONS = (
+    *COMPARISONS.values(),
+    ("and", lambda a, b: a and b),
+    ("or", lambda a, b: a or b),
+)
 
 
 def render(report: dict) -> str:

@@ -122,6 +122,24 @@ def chain(t, datum: List, env: dict) -> Operand:
     return result
 
 
+def nth(t, datum: List, env: dict) -> Operand:
+    """(nth STACK I X ...): the forward of STACK's layer I, I known when the module runs."""
+    if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
+        raise SourceError(datum.span, "expected (nth STACK I X ...)")
+    layers = datum.items[1]
+    param = t.model.params.get(layers.name)
+    if param is None or param.init.kind != "stack":
+        raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
+    index = t.scalar(datum.items[2], env)
+    forward = t.program.models[param.init.model].defuns["forward"]
+    inner = List((layers, *datum.items[3:]), datum.span)
+    inputs, keys = t.arguments(forward, inner, env)
+    attrs = {"target": layers.name, "keys": keys, "at": index}
+    return t.add(
+        Node(Kind.SUBMODEL, None, tuple(inputs), attrs, datum.span, datum, t.frames)
+    )
+
+
 def loop(
     t,
     datum: List,
@@ -241,8 +259,10 @@ def if_(t, datum: List, env: dict) -> Operand:
     values = []
     for region, branch in zip(regions, datum.items[2:]):
         with t.region(region):
-            values.append(t.expr(branch, env))
+            values.append(None if _is_none(branch, env) else t.expr(branch, env))
         region.outputs = [values[-1]]
+    if None in values and not any(isinstance(v, Node) for v in values):
+        raise SourceError(datum.span, "an if with a none branch chooses a tensor")
     if all(isinstance(v, Scalar) for v in values):
         return scalars.choose(condition, *values, datum.span)
     node = Node(
@@ -250,6 +270,12 @@ def if_(t, datum: List, env: dict) -> Operand:
     )
     node.regions = regions
     return t.add(node)
+
+
+def _is_none(datum: Datum, env: dict) -> bool:
+    """`none` as a branch of `if`: no tensor, Python's None, for an argument that a layer
+    without the parameter reading it never reads (the real code's `ve=None`)."""
+    return isinstance(datum, Symbol) and datum.name == "none" and "none" not in env
 
 
 def not_(t, datum: List, env: dict) -> Scalar:
@@ -329,6 +355,7 @@ FORMS = {
     "cast": cast,
     "gradient": gradient_,
     "chain": chain,
+    "nth": nth,
     "for": for_,
     "if": if_,
     "and": and_,

@@ -67,6 +67,7 @@ class Init:
     model: Optional[str] = None
     count: Optional[Scalar] = None
     span: Optional[Span] = None  # a sub-model instance's form, for diagnostics about it
+    index: Optional[str] = None  # a stack's layer index, `i` of (stack (i n) ...)
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Param:
     numerics_high: bool = False
     trainable: bool = True
     dtype: Optional[str] = None  # `:dtype`: the stored dtype, whatever the readers read
+    when: Optional[Scalar] = (
+        None  # `:when`: a condition on the consts; else always made
+    )
 
     @property
     def is_module(self) -> bool:
@@ -105,6 +109,8 @@ class Model:
 
     def lookup_const(self, name: str) -> Optional[Scalar]:
         const = self.consts.get(name)
+        if const and const.value.op == "layer":
+            return const.value
         return Scalar("const", (name,), const.value.value) if const else None
 
     def names(self) -> set:
@@ -298,14 +304,24 @@ def _defconst(model: Model, datum: List) -> Const:
 
 
 def _defparam(model: Model, datum: List) -> Param:
-    _arity(datum, 2, None, "(defparam NAME INIT &key :numerics :trainable :dtype)")
+    _arity(
+        datum, 2, None, "(defparam NAME INIT &key :numerics :trainable :dtype :when)"
+    )
     name = _symbol(datum.items[1], "a parameter name")
     options = _keywords(
         datum.items[3:],
-        {"numerics": None, "trainable": None, "dtype": None},
+        {"numerics": None, "trainable": None, "dtype": None, "when": None},
         "defparam",
     )
     param = Param(name.name, _init(model, datum.items[2]), name.span)
+    if "when" in options:
+        when = options.pop("when")
+        param.when = _evaluate(model, when)
+        if not isinstance(param.when.value, bool):
+            raise SourceError(
+                when.span,
+                ":when takes a condition on the consts, such as (in layer-idx [0 1])",
+            )
     if "numerics" in options:
         param.numerics_high = (
             _choice(options["numerics"], ("high",), ":numerics") == "high"
@@ -331,9 +347,13 @@ def _init(model: Model, datum: Datum) -> Init:
     head = _head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
         _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
+        size, index = datum.items[1], None
+        if isinstance(size, List) and len(size.items) == 2:  # (stack (i N) ...)
+            index = _symbol(size.items[0], "the layer index's name")
+            size = size.items[1]
         count = scalars.expect_int(
-            _evaluate(model, datum.items[1]),
-            datum.items[1].span,
+            _evaluate(model, size),
+            size.span,
             "a stack size",
         )
         if count.value < 0:
@@ -341,19 +361,23 @@ def _init(model: Model, datum: Datum) -> Init:
                 datum.items[1].span,
                 f"a stack size must not be negative, got {count.value}",
             )
-        inner = _init(model, datum.items[2])
+        inner = _init(_with_index(model, index), datum.items[2])
         if inner.kind != "model":
             raise SourceError(
                 datum.items[2].span,
                 "stack takes a sub-model instance, such as (block :d d)",
             )
-        return Init("stack", inner.args, inner.model, count, inner.span)
+        return Init(
+            "stack", inner.args, inner.model, count, inner.span, index and index.name
+        )
     if head == "concat":
         return _concat(model, datum)
     if head == "tensor":
         return _tensor(model, datum)
     if head == "pow":
         return _pow(model, datum)
+    if head == "repeat":
+        return _repeat(model, datum)
     if head not in INITIALIZERS:
         return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head]
@@ -383,9 +407,20 @@ def _init(model: Model, datum: Datum) -> Init:
     return Init(head, args)
 
 
+def _with_index(model: Model, index: Optional[Symbol]) -> Model:
+    """`model`, where a stack's instance arguments may read its layer index (0 when checked)."""
+    if index is None:
+        return model
+    seen = Model(model.name, model.span, None, dict(model.consts), model.params)
+    seen.consts[index.name] = Const(
+        index.name, Scalar("layer", (index.name,), 0), index.span
+    )
+    return seen
+
+
 def _concat(model: Model, datum: List) -> Init:
-    """`(concat [INIT ...])`: 1-D parts end to end, as `torch.cat`; its size is the sum of
-    theirs, kept in terms of the consts."""
+    """`(concat [INIT ...])`: parts end to end along their first axis, as `torch.cat`; its
+    size there is the sum of theirs, kept in terms of the consts."""
     _arity(datum, 1, 1, "(concat [INIT ...])")
     items = datum.items[1]
     if not isinstance(items, Vector) or not items.items:
@@ -396,22 +431,50 @@ def _concat(model: Model, datum: List) -> Init:
     parts = []
     for item in items.items:
         head = _head(item, "an initializer such as (zeros [n])")
-        if head not in INITIALIZERS and head not in ("concat", "tensor", "pow"):
+        if head not in INITIALIZERS and head not in (
+            "concat",
+            "tensor",
+            "pow",
+            "repeat",
+        ):
             raise SourceError(
                 item.span,
                 f"concat's parts are tensor initializers such as (zeros [n]), got '{head}'",
             )
         part = _init(model, item)
-        rank = 2 if part.kind == "eye" else len(part.args["shape"])
-        if rank != 1:
+        if part.kind == "eye":
+            part.args["shape"] = (part.args["n"], part.args["n"])
+        shape = [s.value for s in part.args["shape"]]
+        if not shape:
             raise SourceError(
-                item.span, f"concat's parts must be 1-D, got a {rank}-D {part.kind}"
+                item.span, f"concat's parts must have an axis, got a 0-D {part.kind}"
+            )
+        first = [s.value for s in parts[0].args["shape"]] if parts else shape
+        if shape[1:] != first[1:]:
+            raise SourceError(
+                item.span,
+                f"concat's parts must agree in all sizes but the first, got a {part.kind} of shape {shape} after one of shape {first}",
             )
         parts.append(part)
     size = parts[0].args["shape"][0]
     for part in parts[1:]:
         size = scalars.fold("+", size, part.args["shape"][0], datum.span)
-    return Init("concat", {"parts": tuple(parts), "shape": (size,)})
+    return Init(
+        "concat", {"parts": tuple(parts), "shape": (size, *parts[0].args["shape"][1:])}
+    )
+
+
+def _repeat(model: Model, datum: List) -> Init:
+    """`(repeat N INIT)`: a 1-D initializer N times over, as `torch.tensor([0.5, 1.0]).repeat(n)`."""
+    _arity(datum, 2, 2, "(repeat N INIT)")
+    count = scalars.expect_int(
+        _evaluate(model, datum.items[1]), datum.items[1].span, "repeat's count"
+    )
+    part = _init(model, datum.items[2])
+    if part.kind in ("model", "stack") or len(part.args.get("shape", ())) != 1:
+        raise SourceError(datum.items[2].span, "repeat takes a 1-D tensor initializer")
+    size = scalars.fold("*", count, part.args["shape"][0], datum.span)
+    return Init("repeat", {"count": count, "part": part, "shape": (size,)})
 
 
 def _pow(model: Model, datum: List) -> Init:

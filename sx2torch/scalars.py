@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 from sx2torch.errors import SourceError, suggest
 from sx2torch.ir import Scalar
-from sx2torch.read import Boolean, Datum, Keyword, List, Number, Symbol
+from sx2torch.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
 
 ARITHMETIC: dict[str, tuple[str, Callable]] = {
     "+": ("+", operator.add),
@@ -15,6 +15,7 @@ ARITHMETIC: dict[str, tuple[str, Callable]] = {
     "*": ("*", operator.mul),
     "/": ("/", operator.truediv),
     "//": ("//", operator.floordiv),
+    "**": ("**", operator.pow),
 }
 
 COMPARISONS: dict[str, tuple[str, Callable]] = {
@@ -147,6 +148,13 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
         if found is None:
             raise _not_constant(datum, known)
         return found
+    if _head_is(datum, "in") and len(datum.items) == 3:
+        options = datum.items[2]
+        if isinstance(options, Vector):
+            return member(
+                evaluate(datum.items[1], lookup, known),
+                tuple(evaluate(item, lookup, known) for item in options.items),
+            )
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
         operands = [evaluate(item, lookup, known) for item in datum.items[1:]]
@@ -159,9 +167,22 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
             for operand in operands[1:]:
                 result = fold(ARITHMETIC[head][0], result, operand, datum.span)
             return result
+        if head in COMPARISONS and len(operands) == 2:
+            return compare(head, *operands, datum.span)
+        if head in ("and", "or", "not") and operands:
+            return logic(head, operands, datum.span)
     raise SourceError(
         datum.span,
         "expected a number known at compile time (a literal, a const, or arithmetic on them)",
+    )
+
+
+def _head_is(datum: Datum, name: str) -> bool:
+    return (
+        isinstance(datum, List)
+        and bool(datum.items)
+        and isinstance(datum.items[0], Symbol)
+        and datum.items[0].name == name
     )
 
 

@@ -10,6 +10,7 @@ signature (sx2torch/arguments.py); special forms are traced by their handlers
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Optional
 
 from sx2torch import calls, scalars
 from sx2torch.arguments import apply, split, unknown_keyword
@@ -155,6 +156,9 @@ class Tracer(Builder):
             raise SourceError(
                 symbol.span, f"'{name}' is a function: call it, as ({name} ...)"
             )
+        member = self._member(symbol)
+        if member is not None:
+            return member
         known = [*env, *self.keys, *self.model.consts, *self.model.params]
         raise SourceError(
             symbol.span,
@@ -165,9 +169,9 @@ class Tracer(Builder):
         key = (self.loop, self.via, name)
         if key not in self.param_reads:
             attrs = {"param": name}
-            if (
-                self.via or self.loop
-            ):  # a sub-model's parameter, where its forward is inlined
+            if self.model.params[name].when is not None:
+                attrs["conditional"] = True  # made on some instances: cast where read
+            if self.via or self.loop:  # a sub-model's, where its forward is inlined
                 attrs.update(owner=self.model.name, via=self.via)
             if self.loop:  # read through the loop's layer
                 attrs["loop"] = self.loop
@@ -178,6 +182,24 @@ class Tracer(Builder):
             block.append(node)
             self.param_reads[key] = node
         return self.param_reads[key]
+
+    def _member(self, symbol: Symbol) -> Optional[Node]:
+        """`sub.weight`: a parameter of the sub-model instance `sub`, read as it is stored, as
+        the real code's `F.embedding(ids, self.lm_head.weight)` reads a tied weight."""
+        sub, _, name = symbol.name.partition(".")
+        param = self.model.params.get(sub)
+        if not (param and param.init.kind == "model"):
+            return None
+        inner = self.program.models[param.init.model].params.get(name)
+        if inner is None or inner.is_module:
+            return None
+        outer = self.model, self.via
+        self.via = self.via + ((self.model.name, sub),)
+        self.model = self.program.models[param.init.model]
+        try:
+            return self.param_read(name, symbol)
+        finally:
+            self.model, self.via = outer
 
     def _const(self, name: str):
         """A const of the model being traced; inside an inlined sub-model, read through it."""

@@ -437,13 +437,13 @@ CASES = {
         b"(defparam s (concat [(zeros [2]) (eye 3)]))\n",
         1,
         34,
-        "concat's parts must be 1-D, got a 2-D eye",
+        "concat's parts must agree in all sizes but the first, got a eye of shape [3, 3] after one of shape [2]",
     ),
     "concat-0-d-part": (
         b"(defparam s (concat [(full [] 1.0) (zeros [2])]))\n",
         1,
         22,
-        "concat's parts must be 1-D, got a 0-D full",
+        "concat's parts must have an axis, got a 0-D full",
     ),
     "concat-submodel-part": (
         b"(defmodel b () (defun forward (x) x))\n(defparam s (concat [(zeros [2]) (b)]))\n",

@@ -377,6 +377,7 @@ CASES: dict[str, list[Case]] = {
         case("x", "(slice x :axis -1 :start 1 :end 3)", X, lambda x: x[..., 1:3]),
         case("x", "(slice x :axis 0 :start 1 :end 3)", X, lambda x: x[1:3]),
     ],
+    "at": [case("x", "(at x 2)", lambda: (x34(0)[0],), lambda x: x[2])],
     "take": [
         case("x ids", "(take x ids)", lambda: (x34(0), IDS), lambda x, ids: x[ids])
     ],

@@ -65,3 +65,81 @@ def test_the_rotary_table_is_built_as_the_real_one(simple):
     built = simple(**SIZES).blocks[0].attn.rotary.angular_freq
     real = build_reference(**SIZES).blocks[0].attn.rotary.angular_freq
     assert built.dtype == torch.float32 and torch.equal(built, real)
+
+
+MEDIUM = dict(
+    vocab_size=300,
+    num_layers=16,
+    num_heads=2,
+    head_dim=32,
+    model_dim=64,
+    max_seq_len=96,
+)  # windows of 11 and 23 blocks of 4 tokens: the short one is shorter than T = 64
+WINDOWS = dict(ws_short=44, ws_long=92)
+
+
+@pytest.fixture(scope="module")
+def medium():
+    path = lisp("modded-nanogpt-medium")
+    return load_module(compile_source(path.read_text(), path.name)).ModdedNanogptMedium
+
+
+def medium_pair(medium, seed=0):
+    from reference.modded_nanogpt_medium import build_reference as build_medium
+    from reference.test_reference_ports import randomized
+
+    real = randomized(build_medium(**MEDIUM, block_size=4), seed=seed)
+    model = medium(**MEDIUM, **WINDOWS)
+    model.load_state_dict(real.state_dict(), strict=True)
+    return real, model
+
+
+@pytest.mark.parametrize("length", [64, 40])
+def test_the_medium_checkpoint_loads_and_gives_the_real_logits(medium, length):
+    real, model = medium_pair(medium)
+    ids = torch.randint(0, 300, (2, length), generator=torch.Generator().manual_seed(1))
+    logits = model(ids)
+    assert logits.dtype == torch.bfloat16 and logits.shape == (2, length, 384)
+    assert torch.equal(logits, real(ids))
+
+
+def test_the_medium_value_embed_gates_exist_only_where_the_real_ones_do(medium):
+    model = medium(**MEDIUM, **WINDOWS)
+    gated = [
+        i
+        for i, block in enumerate(model.blocks)
+        if hasattr(block.attn, "value_embed_gate")
+    ]
+    assert gated == [0, 1, 2, 3, 4, 11, 12, 13, 14, 15]
+    assert model.scalars.numel() == 56 and model.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_the_medium_scalars_start_as_the_real_ones(medium):
+    from reference.modded_nanogpt_medium import build_reference as build_medium
+
+    assert torch.equal(medium(**MEDIUM).scalars, build_medium(**MEDIUM).scalars)
+
+
+def test_the_medium_model_trains(medium):
+    torch.manual_seed(1)
+    _, model = medium_pair(medium, seed=3)
+    ids = torch.randint(0, 300, (2, 32))
+    targets = torch.roll(ids, -1, dims=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(6):
+        optimizer.zero_grad()
+        loss = model.loss(ids, targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0]
+
+
+def test_the_medium_model_compiles_as_one_graph(medium):
+    _, model = medium_pair(medium, seed=4)
+    ids = torch.randint(0, 300, (1, 16), generator=torch.Generator().manual_seed(5))
+    explanation = torch._dynamo.explain(model)(ids)
+    assert explanation.graph_break_count == 0
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(ids), model(ids))

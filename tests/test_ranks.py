@@ -66,6 +66,7 @@ CASES = [
     ("slice", "(slice x :axis 1 :start 1 :end 3)", {"x": [2, 5]}),
     ("slice", "(slice x :axis -1 :start -2)", {"x": [2, 5]}),
     ("take", "(take x ids)", {"x": [5, 3], "ids": [2, 4]}),
+    ("at", "(at x 2)", {"x": [5, 3]}),
     ("one-hot", "(one-hot ids 7)", {"ids": [2, 3]}),
     ("ones-like", "(ones-like x)", {"x": [2, 3]}),
     ("zeros-like", "(zeros-like x)", {"x": [2, 3]}),

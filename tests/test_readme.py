@@ -77,9 +77,10 @@ def test_the_class_names_it_gives_are_the_real_ones():
 def test_the_excerpts_are_real_output():
     header, *_ = [b for b in blocks("python") if b.startswith("# Generated")]
     assert (ROOT / "examples" / "rms-mlp.py").read_text().startswith(header)
-    rms_mlp, energy = [b for b in blocks("python") if b.startswith("    ")]
+    rms_mlp, energy, medium = [b for b in blocks("python") if b.startswith("    ")]
     assert rms_mlp in (ROOT / "examples" / "rms-mlp.py").read_text()
     assert energy in (ROOT / "examples" / "energy.py").read_text()
+    assert medium in (ROOT / "examples" / "modded-nanogpt-medium.py").read_text()
 
 
 def test_links_stay_inside_the_repository():

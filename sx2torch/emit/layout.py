@@ -315,7 +315,7 @@ class Layout:
                 shared = (
                     self.casts.get((operand, conversion, self.scope[node]), 0) > 1
                     or conversion is not None
-                    and is_layer_param(operand)
+                    and is_local_param(operand)
                 )
                 written = self.visible(hoisted, key, region) is not None
                 if shared and not written and key not in due:
@@ -334,12 +334,13 @@ class Layout:
         return None
 
 
-def is_layer_param(operand) -> bool:
-    """A parameter read through a loop's layer: it exists only inside the loop."""
+def is_local_param(operand) -> bool:
+    """A parameter read through a loop's layer, which exists only inside the loop, or one
+    made on some instances only (`:when`): cast where it is read, not at the top."""
     return (
         isinstance(operand, Node)
         and operand.kind is Kind.PARAM
-        and "loop" in operand.attrs
+        and ("loop" in operand.attrs or "conditional" in operand.attrs)
     )
 
 

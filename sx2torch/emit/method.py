@@ -240,6 +240,8 @@ class MethodEmitter:
                 if loop is not None
                 else b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]])
             )
+            if "at" in node.attrs:  # (nth STACK I ...)
+                module = b.subscript(module, self.scalar(node.attrs["at"]))
             return self._invoke(node, module, [self.ref(i) for i in node.inputs])
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]

@@ -9,6 +9,7 @@ import libcst as cst
 from sx2torch.emit import build as b
 from sx2torch.emit import main
 from sx2torch.emit.method import ClassContext, MethodEmitter
+from sx2torch.emit.names import mangle
 from sx2torch.emit.naming import Naming, defuns
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
@@ -232,6 +233,8 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
         return b.number(scalar.value)
     if scalar.op == "const":
         return b.name(names[scalar.args[0]])
+    if scalar.op == "layer":
+        return b.name(mangle(scalar.args[0]))
     return b.scalar_operation(
         scalar.op, scalar.args, lambda operand: _init_scalar(operand, names)
     )
@@ -250,12 +253,15 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
         kwargs = {sub_names[k]: scalar(v) for k, (_, v) in init.args.items()}
         instance = b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
         if init.kind == "model":
-            return _assign_name(target, instance)
+            return _when(param, _assign_name(target, instance), scalar)
         loop = cst.CompFor(
-            target=cst.Name("_"), iter=b.call("range", scalar(init.count))
+            target=cst.Name(mangle(init.index) if init.index else "_"),
+            iter=b.call("range", scalar(init.count)),
         )
-        return _assign_name(
-            target, b.call("nn.ModuleList", cst.ListComp(instance, loop))
+        return _when(
+            param,
+            _assign_name(target, b.call("nn.ModuleList", cst.ListComp(instance, loop))),
+            scalar,
         )
     value = _initializer(init, scalar)
     if lowered.storage[model.name, param.name] == "bf16":
@@ -266,8 +272,15 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
             b.string(names[param.name]),
             value,
         )
-        return cst.SimpleStatementLine([cst.Expr(call)])
-    return _assign_name(target, b.call("nn.Parameter", value))
+        return _when(param, cst.SimpleStatementLine([cst.Expr(call)]), scalar)
+    return _when(param, _assign_name(target, b.call("nn.Parameter", value)), scalar)
+
+
+def _when(param: Param, statement, scalar):
+    """A `:when` parameter exists only on the instances whose consts meet its condition."""
+    if param.when is None:
+        return statement
+    return cst.If(scalar(param.when), cst.IndentedBlock([statement]))
 
 
 def _initializer(init, scalar) -> cst.BaseExpression:
@@ -275,6 +288,10 @@ def _initializer(init, scalar) -> cst.BaseExpression:
     if init.kind == "concat":
         parts = [_initializer(part, scalar) for part in args["parts"]]
         return b.call("torch.cat", b.list_(parts))
+    if init.kind == "repeat":
+        return b.method(
+            _initializer(args["part"], scalar), "repeat", scalar(args["count"])
+        )
     if init.kind == "tensor":
         return b.call(
             "torch.tensor", b.list_([_float(v, scalar) for v in args["values"]])

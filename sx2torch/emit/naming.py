@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sx2torch.emit.layout import RETURN, TOP, Layout, is_layer_param
+from sx2torch.emit.layout import RETURN, TOP, Layout, is_local_param
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
@@ -198,7 +198,7 @@ class _LocalNaming:
         for operand, conversion, _ in layout.casts:
             if (
                 operand.kind is Kind.PARAM
-                and not is_layer_param(operand)
+                and not is_local_param(operand)
                 and (operand, conversion) not in self.hoisted
             ):
                 self._hoist(TOP, operand, conversion)

@@ -197,6 +197,11 @@ def _slice(shapes, attrs):
     return x[:axis] + (size,) + x[axis + 1 :]
 
 
+def _at(shapes, attrs):
+    (x,) = shapes
+    return None if x is None else x[1:]
+
+
 def _take(shapes, attrs):
     table, ids = shapes
     return None if table is None or ids is None else ids + table[1:]
@@ -252,6 +257,7 @@ CONCAT = RankRule("the inputs' rank", _concat)
 TRANSPOSE = RankRule("the length of PERM", _transpose)
 SWAP_AXES = RankRule("same as X", _swap_axes)
 SLICE = RankRule("same as X", _slice)
+AT = RankRule("X's - 1", _at)
 TAKE = RankRule("IDS's + TABLE's - 1", _take)
 ONE_HOT = RankRule("IDS's + 1", _one_hot)
 OUTER = RankRule("broadcast of the leading axes + 2", _outer)

@@ -6,6 +6,7 @@ from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops import Arg, Key, Op, register
 from sx2torch.ops.rank import (
+    AT,
     CONCAT,
     ONE_HOT,
     RESHAPE,
@@ -132,6 +133,20 @@ register(
         exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
         rank=SLICE,
+    )
+)
+register(
+    Op(
+        "at",
+        (X, Arg("i", "int")),
+        lambda a, ctx: b.subscript(a[0], ctx.attrs["i"]),
+        result="keep",
+        exact=True,
+        rank=AT,
+        doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
+        "an element of a vector is a 0-d tensor, which never decides a dtype (torch's type "
+        "promotion): it is read as it is, f32 beside bf16, and torch rounds as it does for "
+        "those operands (on CPU, `lam * x` rounds an f32 lam to bf16 first; `x * lam` does not)",
     )
 )
 register(

@@ -32,6 +32,7 @@ from sx2torch.ir import (
     walk,
 )
 from sx2torch.ops import REGISTRY, ArgKind, Result
+from sx2torch.ops.rank import BROADCAST, SAME
 from sx2torch.resolve import Program
 
 DATA_KINDS = (
@@ -56,6 +57,9 @@ class Typed:
     )  # node -> the dtype its float inputs are read in
     callee: dict = field(default_factory=dict)  # call node -> Typed
     reason: dict = field(default_factory=dict)  # node -> why it computes as it does
+    # 0-d values (an element of a vector, and elementwise ops on such): as torch's type
+    # promotion has it, they never decide the dtype of an op that reads a tensor with axes
+    zero_d: set = field(default_factory=set)
 
     @property
     def model(self) -> str:
@@ -80,7 +84,7 @@ class Lowered:
         """The dtype of an operand's tensor: a parameter's is the dtype it is stored in (one
         passed in as an argument is treated as f32, so a cast at its use is never missed).
         """
-        if isinstance(operand, Scalar):
+        if isinstance(operand, Scalar) or operand is None:
             return None
         dtype = typed.dtype[operand]
         if is_param(dtype):
@@ -104,6 +108,8 @@ class Lowered:
             return node.attrs["dtype"]
         if _kind(REGISTRY[node.op], index) is ArgKind.LIKE:
             return None  # read only for its shape
+        if node.inputs[index] in typed.zero_d and node not in typed.zero_d:
+            return None  # a 0-d tensor is read as it is: torch computes from its value
         return typed.compute[node]
 
 
@@ -343,6 +349,15 @@ class _Policy:
         ]
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
+        tensors = [i for i in node.inputs if isinstance(i, Node)]
+        if node.op == "at" or (
+            op.rank in (BROADCAST, SAME) and all(i in typed.zero_d for i in tensors)
+        ):
+            typed.zero_d.add(node)
+        else:  # a 0-d value decides a dtype only where no tensor with axes does
+            dtypes = [
+                None if i in typed.zero_d else d for i, d in zip(node.inputs, dtypes)
+            ]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed.ambient, floats)
         if reason.why is Why.NOT_YET and any(
@@ -442,7 +457,7 @@ def _key(param: ParamRef) -> tuple:
 
 def _data_dtype(typed: Typed, operand) -> Optional[str]:
     """An operand's dtype as a value: a parameter's read is its f32 master."""
-    if isinstance(operand, Scalar):
+    if isinstance(operand, Scalar) or operand is None:
         return None
     dtype = typed.dtype[operand]
     return DType.F32 if is_param(dtype) else dtype

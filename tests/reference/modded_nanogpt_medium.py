@@ -51,7 +51,8 @@ Rounding points under the real dtypes (`build_reference`: every `nn.Embedding` a
 `nn.Linear` weight bf16, `qkvo_w`, `c_fc`, `c_proj`, `scalars`, `x0_lambdas` f32; the Yarn
 tables bf16; no autocast). R marks a rounding to bf16; "f32 inside" a kernel that
 accumulates in f32 and rounds its result once. Measured on CPU eager: an f32 0-d tensor (a
-lambda) times a bf16 tensor is computed in f32 from the unrounded lambda and rounded once;
+lambda) times a bf16 tensor gives bf16; as the first operand (`lam * x`, as everywhere here)
+the lambda is rounded to bf16 first, as the second (`x * lam`) it is not;
 `F.rms_norm` on bf16 computes in f32 with eps = finfo(float32).eps (not bf16's) and rounds
 once; `F.linear` on bf16 accumulates in f32 and rounds once, bias included.
 
@@ -217,13 +218,16 @@ class CausalSelfAttention(nn.Module):
         q, k = norm(q), norm(k)  # QK norm
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)
         if key_offset:
-            # shift keys forward for the stationary head dims
+            # shift keys forward for the stationary head dims; read from a copy: the real
+            # script runs under torch.compile, whose functionalized copy shifts by one,
+            # while eager CPU copies the overlapping views in place, position by position,
+            # so that every position would get position 0's keys
             k[:, 1:, :, self.head_dim // 4 : self.head_dim // 2] = k[
                 :, :-1, :, self.head_dim // 4 : self.head_dim // 2
-            ]
+            ].clone()
             k[:, 1:, :, 3 * self.head_dim // 4 :] = k[
                 :, :-1, :, 3 * self.head_dim // 4 :
-            ]
+            ].clone()
         if ve is not None:
             ve_gate_out = 2 * torch.sigmoid(
                 self.value_embed_gate(x[..., : self.value_embed_gate.weight.size(-1)])
