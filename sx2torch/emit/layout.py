@@ -176,8 +176,10 @@ class Layout:
             if conversion is None or conversion[1] != "bf16":
                 continue
             shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
-            hoisted = node.kind is not Kind.CAST and (
-                operand.kind is Kind.PARAM or shared
+            hoisted = (
+                node.kind is not Kind.CAST
+                and (operand.kind is Kind.PARAM or shared)
+                and not _conditional(operand)
             )
             written += not hoisted
         return stores + written
@@ -316,7 +318,7 @@ class Layout:
                     self.casts.get((operand, conversion, self.scope[node]), 0) > 1
                     or conversion is not None
                     and is_local_param(operand)
-                )
+                ) and not _conditional(operand)
                 written = self.visible(hoisted, key, region) is not None
                 if shared and not written and key not in due:
                     due.append(key)
@@ -332,6 +334,12 @@ class Layout:
             if inner is where:
                 return name
         return None
+
+
+def _conditional(operand) -> bool:
+    """A `:when` parameter, which some instances lack: cast where it is read, inside the
+    branch that reads it, never before."""
+    return isinstance(operand, Node) and "conditional" in operand.attrs
 
 
 def is_local_param(operand) -> bool:
