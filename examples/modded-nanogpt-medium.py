@@ -348,7 +348,7 @@ class ModdedNanogptMedium(nn.Module):
         x_backout = x0
         for i, block in enumerate(self.blocks):
             skip = skip_6 if i == 9 else skip_4 if i == 10 else skip_2
-            x_2 = (
+            x = (
                 x
                 + torch.sigmoid(self.scalars[3 * self.num_layers + 2 + (i - 9)])
                 * 2
@@ -357,10 +357,10 @@ class ModdedNanogptMedium(nn.Module):
                 if i in (9, 10, 11)
                 else x
             )
-            x_2 = (
-                (self.scalars[0] + self.x0_lambdas[0]) * x_2 + self.x0_lambdas[1] * x02
+            x = (
+                (self.scalars[0] + self.x0_lambdas[0]) * x + self.x0_lambdas[1] * x02
                 if i == 0
-                else self.scalars[i] * x_2
+                else self.scalars[i] * x
                 + self.x0_lambdas[2 * i] * x0
                 + self.x0_lambdas[2 * i + 1] * x02
             )
@@ -373,8 +373,8 @@ class ModdedNanogptMedium(nn.Module):
                     else None
                 )
             )
-            x_2 = block.forward_bf16_bf16_f32_bf16_bf16(
-                x_2,
+            x = block.forward_bf16_bf16_f32_bf16_bf16(
+                x,
                 ve,
                 self.scalars[self.num_layers + 2 * i : self.num_layers + 2 * i + 2],
                 cos,
@@ -382,12 +382,11 @@ class ModdedNanogptMedium(nn.Module):
                 window=self.ws_long if i in (0, 4, 11, 15) else self.ws_short,
                 key_offset=i in (0, 4, 11, 15),
             )
-            x, skip_2, skip_4, skip_6, x_backout = (
-                x_2,
-                x_2 if i == 2 else skip_2,
-                x_2 if i == 4 else skip_4,
-                x_2 if i == 6 else skip_6,
-                x_2 if i == 11 else x_backout,
+            skip_2, skip_4, skip_6, x_backout = (
+                x if i == 2 else skip_2,
+                x if i == 4 else skip_4,
+                x if i == 6 else skip_6,
+                x if i == 11 else x_backout,
             )
         sub_x = x - self.scalars[3 * self.num_layers + 1] * x_backout
         x = F.rms_norm(sub_x, (sub_x.size(-1),))

@@ -225,8 +225,10 @@ class Layout:
         return reader if reader == RETURN else where[reader]
 
     def _last_reads(self) -> dict:
-        """The last statement that reads each value, and each cast of a value; a value read
-        in a loop, or carried by it, is live until the loop ends."""
+        """The last statement that reads each value, and each cast of a value; a value made
+        before a loop and read in it is live until the loop ends. A carried value is live
+        until its iteration last reads it: the loop's store at the end gives the next.
+        """
         last: dict = {}
 
         def note(value, at: int) -> None:
@@ -253,8 +255,6 @@ class Layout:
                 key = value[0] if isinstance(value, tuple) else value
                 if start < at <= end and key not in inside:
                     last[value] = max(at, end)
-            for carried in body.inputs:
-                last[carried] = max(last.get(carried, -1), end)
             last[loop, "layer"] = last[loop, "index"] = end
             forward = loop.attrs.get("reverse")
             if forward is not None:  # the lists of the forward's carried values

@@ -294,11 +294,15 @@ def _value(value):
 
 
 def _stores(stores: list) -> list:
-    """`x = ...`, or `x, y = ..., ...` for several carried values (each reads the old ones)."""
-    if len(stores) == 1:
-        ((name, value),) = stores
-        is_itself = isinstance(value, cst.Name) and value.value == name
-        return [] if is_itself else [_assign(name, value)]
+    """`x = ...`, or `x, y = ..., ...` for several carried values (each reads the old ones);
+    a value already in its variable is not stored again."""
+    stores = [
+        (name, value)
+        for name, value in stores
+        if not (isinstance(value, cst.Name) and value.value == name)
+    ]
+    if len(stores) <= 1:
+        return [_assign(name, value) for name, value in stores]
     targets = cst.Tuple([cst.Element(b.name(n)) for n, _ in stores], lpar=[], rpar=[])
     values = cst.Tuple([cst.Element(v) for _, v in stores], lpar=[], rpar=[])
     return [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(targets)], values)])]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import torch
+
 from sx2torch import policy, read, resolve, trace
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
@@ -122,3 +124,32 @@ def test_a_const_does_not_take_the_name_of_a_class_its_constructor_builds():
 """)
     assert result.classes["block"] == "Block"
     assert result.attrs["model"]["Block"] == "Block_"
+
+
+def test_a_carried_value_rebound_in_the_body_keeps_its_source_name(build):
+    """`(let ((x (+ x ...))) ...)` inside a loop carrying x: once the body has read the
+    carried x for the last time, the new x takes its name (it was `x_2`, with `x` written
+    back by the loop's store), and a carried value left as it is is not stored again."""
+    source = """
+(defmodel block ()
+  (defparam w (normal [4 4]))
+  (defun forward (x) (matmul x w)))
+(defparam blocks (stack 3 (block)))
+(defun forward (x0)
+  (let (([x skip]
+         (for (i layer blocks) ((x x0) (skip x0))
+           (let ((x (+ x (* 0.5 skip)))
+                 (x (layer x)))
+             [x (if (= i 1) x skip)]))))
+    (- x skip)))
+"""
+    module, code = build(source)
+    assert "x = x + 0.5 * skip" in code and "x_2" not in code
+    assert "skip = x if i == 1 else skip" in code
+    model = module.Model()
+    x0 = torch.randn(2, 4)
+    x, skip = x0, x0
+    for i, block in enumerate(model.blocks):
+        x = (x + 0.5 * skip) @ block.w
+        skip = x if i == 1 else skip
+    assert torch.equal(model(x0), x - skip)
