@@ -9,13 +9,12 @@ signature (sx2torch/arguments.py); special forms are traced by their handlers
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Optional
 
 from sx2torch import calls, scalars
-from sx2torch.arguments import apply, split, unknown_keyword
-from sx2torch.builder import Builder
-from sx2torch.errors import SourceError, Span
+from sx2torch.arguments import apply
+from sx2torch.calling import Caller
+from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.forms import FORMS, Layer
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, reads
@@ -53,7 +52,7 @@ def run(program: Program) -> dict:
     return graphs
 
 
-class Tracer(Builder):
+class Tracer(Caller):
     """Traces one defun: names, calls (traced in place under `gradient`), forms and ops."""
 
     def __init__(self, program: Program, model: Model, defun: Defun):
@@ -61,17 +60,6 @@ class Tracer(Builder):
         self.model = model
         self.defun = defun
         self.param_reads: dict[tuple, Node] = {}
-        # (what, inputs, keys, scope) -> the value of a call traced in place, which a second
-        # such call reuses, so a call DAG under `gradient` traces in time linear in its size
-        self.inlined: dict = {}
-        self.via: (
-            tuple
-        ) = ()  # (model, sub-model param) pairs down to an inlined sub-model
-        self.inline = False
-        self.loop = None  # the FOR whose layer's forward is traced in place, if any
-        self.path = [
-            (model.name, defun.name)
-        ]  # the defuns being traced, in place or not
         self.keys = {
             symbol.name: Scalar(
                 "key",
@@ -85,7 +73,8 @@ class Tracer(Builder):
             for symbol, default in defun.keys
         ]
         super().__init__(
-            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span)
+            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span),
+            (model.name, defun.name),
         )
 
     def trace(self) -> Graph:
@@ -261,139 +250,6 @@ class Tracer(Builder):
         for form in forms:
             result = self.expr(form, env)
         return result
-
-    @contextmanager
-    def inlining(self):
-        """Defun calls traced now are traced in place, so that a gradient can see inside them."""
-        outer, self.inline = self.inline, True
-        try:
-            yield
-        finally:
-            self.inline = outer
-
-    def _inline_model(
-        self, param: str, callee: Defun, inputs: list, keys: dict, span: Span
-    ) -> Operand:
-        """A sub-model's forward traced in place: its parameters and consts are read through it."""
-        outer = self.model, self.via
-        self.via = self.via + ((self.model.name, param),)
-        self.model = self.program.models[self.model.params[param].init.model]
-        try:
-            return self._inline(callee, inputs, keys, span)
-        finally:
-            self.model, self.via = outer
-
-    def _inline_layer(
-        self, loop: Node, stack: str, callee: Defun, inputs: list, keys: dict, span
-    ) -> Operand:
-        """A loop's layer's forward traced in place: its parameters are read through the
-        loop's layer."""
-        outer = self.model, self.via, self.loop
-        self.model = self.program.models[self.model.params[stack].init.model]
-        self.via, self.loop = (), loop
-        try:
-            return self._inline(callee, inputs, keys, span)
-        finally:
-            self.model, self.via, self.loop = outer
-
-    def _inline(self, callee: Defun, inputs: list, keys: dict, span: Span) -> Operand:
-        scope = (
-            self.model.name,
-            self.via,
-            self.loop,
-            self.frames,
-            self.stamps,
-            id(self.nodes),
-        )
-        key = (callee.name, tuple(inputs), tuple(sorted(keys.items())), scope)
-        if key not in self.inlined:
-            defun = (self.model.name, callee.name)
-            if defun in self.path:
-                raise calls.recursion(self.path, defun, span)
-            if len(self.path) >= calls.MAX_CALL_DEPTH:
-                raise calls.too_deep(span)
-            self.path.append(defun)
-            try:
-                self.inlined[key] = self._traced_in_place(callee, inputs, keys)
-            finally:
-                self.path.pop()
-        return self.inlined[key]
-
-    def _traced_in_place(self, callee: Defun, inputs: list, keys: dict) -> Operand:
-        outer_keys = self.keys
-        self.keys = {
-            symbol.name: keys.get(symbol.name) or scalars.evaluate(default, self._const)
-            for symbol, default in callee.keys
-        }
-        try:
-            return self.body(
-                callee.body,
-                {symbol.name: value for symbol, value in zip(callee.args, inputs)},
-            )
-        finally:
-            self.keys = outer_keys
-
-    def _call(self, datum: List, env: dict) -> Operand:
-        callee = self.model.defuns[datum.items[0].name]
-        return self._invoke(Kind.CALL, callee.name, callee, datum, env)
-
-    def _invoke(
-        self, kind: Kind, target: str, callee: Defun, datum: List, env: dict, loop=None
-    ) -> Operand:
-        inputs, keys = self.arguments(callee, datum, env)
-        return self.called(kind, target, callee, inputs, keys, datum, loop)
-
-    def called(
-        self,
-        kind: Kind,
-        target: str,
-        callee: Defun,
-        inputs: list,
-        keys: dict,
-        datum,
-        loop=None,
-    ) -> Operand:
-        """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop),
-        its arguments traced: in place under `gradient`, else a node."""
-        span = calls.head(datum)
-        if self.inline and kind is Kind.CALL:
-            return self._inline(callee, inputs, keys, span)
-        if self.inline and loop is None:
-            return self._inline_model(target, callee, inputs, keys, span)
-        if self.inline:
-            return self._inline_layer(loop, target, callee, inputs, keys, span)
-        attrs = {"target": target, "keys": keys}
-        if loop is not None:
-            attrs["loop"] = loop
-        return self.add(
-            Node(kind, None, tuple(inputs), attrs, datum.span, datum, self.frames)
-        )
-
-    def arguments(self, callee: Defun, datum: List, env: dict) -> tuple:
-        positional, keywords = split(datum.items[1:])
-        if len(positional) != len(callee.args):
-            usage = " ".join([datum.items[0].name] + [a.name for a in callee.args])
-            raise SourceError(
-                datum.span,
-                f"wrong number of arguments: expected ({usage}), got {len(positional)}",
-            )
-        inputs = []
-        for item in positional:
-            operand = self.expr(item, env)
-            if isinstance(operand, Scalar):
-                raise SourceError(
-                    item.span, "pass numbers to a defun as &key arguments"
-                )
-            inputs.append(operand)
-        allowed = {symbol.name for symbol, _ in callee.keys}
-        keys = {}
-        for key, value in keywords:
-            if key.name not in allowed:
-                raise unknown_keyword(key, callee.name, sorted(allowed))
-            if key.name in keys:
-                raise SourceError(key.span, f":{key.name} given twice")
-            keys[key.name] = self.scalar(value, env)
-        return inputs, keys
 
     def scalar(self, datum: Datum, env: dict) -> Scalar:
         operand = self.expr(datum, env)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sx2torch.emit.layout import RETURN, TOP, Layout, is_local_param
+from sx2torch.emit.casts import is_local_param
+from sx2torch.emit.layout import RETURN, TOP, Layout
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
