@@ -101,14 +101,19 @@ def gradient_(t, datum: List, env: dict) -> Operand:
     return gradient.run(t, datum, env)
 
 
-def chain(t, datum: List, env: dict) -> Operand:
+def _stack(t, datum: List, usage: str) -> tuple:
+    """The stack a `chain` or `nth` form names, and its layers' forward."""
     if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
-        raise SourceError(datum.span, "expected (chain LAYERS X ARG ...)")
+        raise SourceError(datum.span, f"expected {usage}")
     layers = datum.items[1]
     param = t.model.params.get(layers.name)
     if param is None or param.init.kind != "stack":
         raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
-    forward = t.program.models[param.init.model].defuns["forward"]
+    return layers, t.program.models[param.init.model].defuns["forward"]
+
+
+def chain(t, datum: List, env: dict) -> Operand:
+    layers, forward = _stack(t, datum, "(chain LAYERS X ARG ...)")
     inner = List(datum.items[1:], datum.span)
     (x, *rest), keys = t.arguments(forward, inner, env)
 
@@ -124,14 +129,8 @@ def chain(t, datum: List, env: dict) -> Operand:
 
 def nth(t, datum: List, env: dict) -> Operand:
     """(nth STACK I X ...): the forward of STACK's layer I, I known when the module runs."""
-    if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
-        raise SourceError(datum.span, "expected (nth STACK I X ...)")
-    layers = datum.items[1]
-    param = t.model.params.get(layers.name)
-    if param is None or param.init.kind != "stack":
-        raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
+    layers, forward = _stack(t, datum, "(nth STACK I X ...)")
     index = t.scalar(datum.items[2], env)
-    forward = t.program.models[param.init.model].defuns["forward"]
     inner = List((layers, *datum.items[3:]), datum.span)
     inputs, keys = t.arguments(forward, inner, env)
     attrs = {"target": layers.name, "keys": keys, "at": index}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 import pytest
+import torch
 
 from sx2torch.compiler import Options, compile_source
 
@@ -34,3 +35,16 @@ def build():
         return load_module(code), code
 
     return compile_and_load
+
+
+def adamw_losses(model, ids, targets, steps: int, lr: float = 3e-3) -> list:
+    """The losses of `steps` AdamW steps on one batch: a model that trains makes them fall."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = model.loss(ids, targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

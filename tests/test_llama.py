@@ -23,7 +23,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cases import lisp
-from conftest import load_module
+from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,14 +94,7 @@ def test_it_trains():
     model = llama("train")(**SIZES)
     ids = torch.randint(0, 256, (4, 32))
     targets = torch.roll(ids, -1, dims=1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(8):
-        optimizer.zero_grad()
-        loss = model.loss(ids, targets)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = adamw_losses(model, ids, targets, steps=8)
     assert losses[-1] < 0.8 * losses[0]
 
 

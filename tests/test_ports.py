@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cases import lisp
-from conftest import load_module
+from conftest import adamw_losses, load_module
 from reference.modded_nanogpt_simple import build_reference
 from sx2torch.compiler import compile_source
 
@@ -41,14 +41,7 @@ def test_it_trains(simple):
     model = simple(**SIZES)
     ids = torch.randint(0, 64, (4, 32))
     targets = torch.roll(ids, -1, dims=1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(8):
-        optimizer.zero_grad()
-        loss = model.loss(ids, targets)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = adamw_losses(model, ids, targets, steps=8)
     assert losses[-1] < 0.8 * losses[0]
 
 
@@ -125,14 +118,7 @@ def test_the_medium_model_trains(medium):
     _, model = medium_pair(medium, seed=3)
     ids = torch.randint(0, 300, (2, 32))
     targets = torch.roll(ids, -1, dims=1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(6):
-        optimizer.zero_grad()
-        loss = model.loss(ids, targets)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = adamw_losses(model, ids, targets, steps=6)
     assert losses[-1] < 0.9 * losses[0]
 
 

@@ -62,22 +62,26 @@ register(
 )
 
 
-def _linspace(a, ctx):
-    return b.call(
-        "torch.linspace",
-        ctx.attrs["start"],
-        ctx.attrs["end"],
-        ctx.attrs["steps"],
-        dtype=b.dotted(ctx.tensor_dtype),
-        device=b.attr(a[0], "device"),
-    )
+def _on_device(function: str, *keys: str):
+    """`torch.linspace(...)`, `torch.arange(...)`: the op's numbers, in the dtype it computes
+    in, on LIKE's device."""
+
+    def emit(a, ctx):
+        return b.call(
+            function,
+            *(ctx.attrs[key] for key in keys),
+            dtype=b.dotted(ctx.tensor_dtype),
+            device=b.attr(a[0], "device"),
+        )
+
+    return emit
 
 
 register(
     Op(
         "linspace",
         (LIKE, Arg("start", "number"), Arg("end", "number"), Arg("steps", "int")),
-        _linspace,
+        _on_device("torch.linspace", "start", "end", "steps"),
         grad=lambda t, n, g: [None],
         doc=(
             "STEPS evenly spaced values from START to END (torch.linspace), on LIKE's device; "
@@ -88,22 +92,11 @@ register(
 )
 
 
-def _arange(a, ctx):
-    return b.call(
-        "torch.arange",
-        ctx.attrs["start"],
-        ctx.attrs["end"],
-        ctx.attrs["step"],
-        dtype=b.dotted(ctx.tensor_dtype),
-        device=b.attr(a[0], "device"),
-    )
-
-
 register(
     Op(
         "arange",
         (LIKE, Arg("start", "int"), Arg("end", "int"), Arg("step", "int")),
-        _arange,
+        _on_device("torch.arange", "start", "end", "step"),
         grad=lambda t, n, g: [None],
         doc=(
             "START, START + STEP, ... up to END excluded (torch.arange), on LIKE's device: "
