@@ -185,6 +185,11 @@ class _Backward:
             return self._if(node, g)
         if node.kind is Kind.ITEM:
             return [(node.inputs[0], (node.attrs["index"], g))]
+        if "at" in node.attrs:
+            raise SourceError(
+                node.span,
+                "gradient through one layer of a stack (nth) is not supported yet",
+            )
         if node.attrs.get("loop") is not None:
             raise SourceError(
                 node.span,

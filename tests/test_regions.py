@@ -179,6 +179,7 @@ def test_a_for_with_one_carried_value_and_no_index(build):
             "loop over 'layers' was traced outside the gradient form",
             "(l h)",
         ),
+        ("(gradient (sum (nth layers 1 x)) x)", "(nth) is not supported yet", "(nth"),
         ("(and 1 true)", "takes conditions", "(and"),
         ("(l x)", "unknown op or function 'l'", "l x"),
     ],
