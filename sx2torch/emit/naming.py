@@ -300,6 +300,11 @@ class _LocalNaming:
     def _temporary_name(self, node: Node) -> str:
         if node.kind in CALLS:
             return node.attrs["target"]
+        if node.kind is Kind.IF:  # named as the value its first branch gives
+            given = next(
+                (o for r in node.regions for o in r.outputs if isinstance(o, Node))
+            )
+            return given.name or self._temporary_name(given)
         word = node.label or (
             REGISTRY[node.op].word if node.kind is Kind.OP else node.what
         )

@@ -153,3 +153,19 @@ def test_a_carried_value_rebound_in_the_body_keeps_its_source_name(build):
         x = (x + 0.5 * skip) @ block.w
         skip = x if i == 1 else skip
     assert torch.equal(model(x0), x - skip)
+
+
+def test_an_if_statement_is_named_as_its_first_branchs_value(build):
+    source = """
+(defparam w (normal [4 4]))
+(defun forward (x &key (gated true))
+  (let ((h (matmul x w)))
+    (if gated (let ((r (relu h))) (* r 2.0)) (exp h))))
+"""
+    module, code = build(source)
+    assert "if_" not in code and "mul_r = r * 2.0" in code
+    model = module.Model()
+    x = torch.randn(2, 4)
+    h = x @ model.w
+    assert torch.equal(model(x), torch.relu(h) * 2.0)
+    assert torch.equal(model(x, gated=False), torch.exp(h))
