@@ -424,6 +424,9 @@ def _label(node: Node) -> str:
         return node.name
     if node.kind is Kind.ITEM:
         return _word(node)
+    if node.kind is Kind.IF:  # as the value its first branch gives
+        given = [o for r in node.regions for o in r.outputs if isinstance(o, Node)]
+        return _label(given[0])
     first = next((i for i in node.inputs if isinstance(i, Node)), None)
     return (
         _word(node) if first is None else f"{_word(node)}-{first.name or _word(first)}"
