@@ -424,19 +424,23 @@ def _label(node: Node) -> str:
         return node.name
     if node.kind is Kind.ITEM:
         return _word(node)
-    if node.kind is Kind.IF:  # as the value its first branch gives
-        given = [o for r in node.regions for o in r.outputs if isinstance(o, Node)]
-        return _label(given[0])
+    if node.kind is Kind.IF:
+        return _label(_given(node))
     first = next((i for i in node.inputs if isinstance(i, Node)), None)
     return (
         _word(node) if first is None else f"{_word(node)}-{first.name or _word(first)}"
     )
 
 
+def _given(node: Node) -> Node:
+    """What an IF is named as: the value its first branch gives."""
+    return next(o for r in node.regions for o in r.outputs if isinstance(o, Node))
+
+
 def _word(node: Node) -> str:
-    if (
-        node.kind is Kind.ITEM
-    ):  # a value a loop gives: named by its form, `chain` or `for`
+    if node.kind is Kind.IF:
+        return _word(_given(node))
+    if node.kind is Kind.ITEM:  # a value a loop gives: named by its form, chain or for
         return node.form.items[0].name
     return REGISTRY[node.op].word if node.kind is Kind.OP else node.what
 
