@@ -23,7 +23,7 @@ AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 def render(typed: Typed, naming: Naming, target: Target, source_lines=None) -> str:
     """A method's code, under the method names `naming` gives so far."""
     ctx = ClassContext(target, naming, naming.attrs[typed.model], source_lines)
-    return cst.Module([]).code_for_node(_method(typed, "method", ctx))
+    return b.code(_method(typed, "method", ctx))
 
 
 def run(
