@@ -147,7 +147,8 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
         params=[cst.Param(cst.Name("self"))] + [cst.Param(cst.Name(a)) for a in args],
         star_arg=cst.ParamStar() if keys else cst.MaybeSentinel.DEFAULT,
         kwonly_params=[
-            cst.Param(cst.Name(k), default=d) for k, d in zip(keys, defaults)
+            cst.Param(cst.Name(k), default=d, equal=b.KEYWORD_EQUAL)
+            for k, d in zip(keys, defaults)
         ],
     )
     body = (
@@ -204,6 +205,7 @@ def _init(
         cst.Param(
             cst.Name(names[c.name]),
             default=b.number(c.value.value) if c.value.op == "lit" else b.name("None"),
+            equal=b.KEYWORD_EQUAL,
         )
         for c in consts
     ]

@@ -1,14 +1,15 @@
-"""The format pass's cache: black's result kept by content hash, never a different result."""
+"""The format pass: black's bytes, by way of a guess black keeps as is, and cached."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import black
 import pytest
 
 from sx2torch import format
-from sx2torch.compiler import compile_source
+from sx2torch.compiler import Options, compile_source
 
 SOURCE = """(defparam w (normal [4 4] :std 0.02))
 (defun forward (x) (matmul x w))
@@ -24,14 +25,15 @@ def cache(tmp_path, monkeypatch):
 
 
 def counting_black(monkeypatch) -> list:
+    """The modules the format pass has black format (through the guess or not)."""
     calls = []
-    real = black.format_str
+    real = format.formatted
 
-    def format_str(code, *, mode):
+    def formatted(code):
         calls.append(code)
-        return real(code, mode=mode)
+        return real(code)
 
-    monkeypatch.setattr(black, "format_str", format_str)
+    monkeypatch.setattr(format, "formatted", formatted)
     return calls
 
 
@@ -86,3 +88,60 @@ def test_the_default_folder_is_under_the_user_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert format.cache_dir() == tmp_path / "home" / ".cache" / "sx2torch"
+
+
+def emitted(source: str, **options) -> str:
+    """The module the compiler hands the format pass."""
+    handed = []
+    real = format.run
+    try:
+        format.run = lambda code: handed.append(code) or real(code)
+        compile_source(source, "m.lisp", Options(**options))
+    finally:
+        format.run = real
+    return handed[0]
+
+
+GOLDEN = sorted((Path(__file__).parent.parent / "golden").glob("*.lisp"))
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda path: path.stem)
+@pytest.mark.parametrize(
+    "options", [{}, {"target": "cpu"}, {"source_lines": True}], ids=str
+)
+def test_the_guess_is_blacks_formatting_of_each_golden_module(path, options):
+    """Each golden module takes the fast way: black formats the guess once and keeps it."""
+    code = emitted(path.read_text(), **options)
+    assert format.guess(code) == black.format_str(code, mode=black.Mode())
+
+
+WRONG_GUESSES = [
+    # spaced as black does not space it: black changes the guess, so it formats the code
+    "def f(x):\n    return g(x, dim = -1)\n",
+    "x = y[a+1:]\n",
+    "x = a ** 2\n",
+    # a string black re-quotes; a line black joins; a method without its blank line
+    "x = 'a'\n",
+    "class A:\n    def f(self):\n        return 1\n    def g(self):\n        return (\n            2)\n",
+    # an expression over several lines, and a string over several lines
+    'x = f(\n    1)\ny = """a\nb"""\n',
+    # a long def, a long with, a long statement, a long comment
+    "class A:\n    def f(self, "
+    + ", ".join(f"argument_{i}" for i in range(12))
+    + "):\n        with torch.autocast(device_type_of_a_long_name, enabled=False, dtype=torch.bfloat16):\n"
+    "            return "
+    + " + ".join(f"term_{i}" for i in range(20))
+    + "\n# "
+    + "c" * 100
+    + "\n",
+]
+
+
+@pytest.mark.parametrize("code", WRONG_GUESSES)
+def test_the_result_is_blacks_whatever_the_guess(code):
+    assert format.formatted(code) == black.format_str(code, mode=black.Mode())
+
+
+def test_long_lines_are_formatted_as_black_formats_them_in_place():
+    code = WRONG_GUESSES[-1]
+    assert format.guess(code) == black.format_str(code, mode=black.Mode())
