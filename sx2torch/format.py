@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -74,8 +75,8 @@ def guess(code: str) -> Optional[str]:
         if line.count('"""') % 2 or line.rstrip().endswith("\\"):
             return None
         # Black also re-quotes strings with quotes or escapes in them, and measures
-        # width, not length: such a line is left to it too.
-        if (
+        # width, not length: such a line is left to it too. It leaves comments be.
+        if not line.lstrip(" ").startswith("#") and (
             len(line) > MODE.line_length
             or not line.isascii()
             or "'" in line
@@ -102,7 +103,7 @@ def _split(lines: list) -> Optional[list]:
         chunks.append(MARK + "\n")
         chunks += ["    " * level + "if _:\n" for level in range(depth)]
         chunks.append(line + "\n")
-        if line.rstrip().endswith(":"):
+        if _opens_block(line):
             chunks.append("    " * (depth + 1) + "pass\n")
     try:
         written = black.format_str("".join(chunks), mode=MODE)
@@ -119,10 +120,18 @@ def _split(lines: list) -> Optional[list]:
     split = []
     for line, part in zip(lines, parts):
         part = part[_depth(line) :]  # the `if _:` lines
-        if line.rstrip().endswith(":"):
+        if _opens_block(line):
             part = part[:-1]  # the `pass`
         split.append("\n".join(part))
     return split
+
+
+def _opens_block(line: str) -> bool:
+    """Whether a statement line ends in `:`, before a comment such as --source-lines adds."""
+    return OPENS_BLOCK.search(line) is not None
+
+
+OPENS_BLOCK = re.compile(r":(  #[^'\"]*)?$")
 
 
 def _blank_lines(lines: list) -> list:

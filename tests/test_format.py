@@ -120,28 +120,34 @@ WRONG_GUESSES = [
     "def f(x):\n    return g(x, dim = -1)\n",
     "x = y[a+1:]\n",
     "x = a ** 2\n",
-    # a string black re-quotes; a line black joins; a method without its blank line
-    "x = 'a'\n",
+    # a line black joins; a method without its blank line
     "class A:\n    def f(self):\n        return 1\n    def g(self):\n        return (\n            2)\n",
     # an expression over several lines, and a string over several lines
     'x = f(\n    1)\ny = """a\nb"""\n',
-    # a long def, a long with, a long statement, a long comment
-    "class A:\n    def f(self, "
-    + ", ".join(f"argument_{i}" for i in range(12))
+]
+
+
+LONG = ", ".join(f"argument_{i}" for i in range(12))
+RIGHT_GUESSES = [
+    # a long def, a long with, a long statement, a long comment after a class
+    f"class A:\n    def f(self, {LONG}"
     + "):\n        with torch.autocast(device_type_of_a_long_name, enabled=False, dtype=torch.bfloat16):\n"
     "            return "
     + " + ".join(f"term_{i}" for i in range(20))
     + "\n# "
     + "c" * 100
     + "\n",
+    # a block opened on a long line with a comment after it (--source-lines)
+    f"class A:\n    def f(self):\n        with g({LONG}):  # m.lisp:3\n"
+    "            return 1  # m.lisp:4\n",
+    # a long comment in a method; a string black re-quotes, in a line that fits
+    f"class A:\n    def f(self):\n        # {LONG} {LONG}\n        return 'a'\n",
 ]
 
 
-@pytest.mark.parametrize("code", WRONG_GUESSES)
+@pytest.mark.parametrize("code", WRONG_GUESSES + RIGHT_GUESSES)
 def test_the_result_is_blacks_whatever_the_guess(code):
+    """Long lines are formatted in place as black formats them; a wrong guess costs time."""
+    wrong = code in WRONG_GUESSES
+    assert (format.guess(code) != black.format_str(code, mode=black.Mode())) == wrong
     assert format.formatted(code) == black.format_str(code, mode=black.Mode())
-
-
-def test_long_lines_are_formatted_as_black_formats_them_in_place():
-    code = WRONG_GUESSES[-1]
-    assert format.guess(code) == black.format_str(code, mode=black.Mode())
