@@ -198,7 +198,7 @@ def number(value: int | float | bool | str) -> Expr:
         return neg(number(-value))
     if isinstance(value, int):
         return cst.Integer(str(value))
-    return cst.Float(repr(value))
+    return cst.Float(repr(value).replace("e+", "e"))  # black drops an exponent's plus
 
 
 def string(value: str) -> cst.SimpleString:
