@@ -83,8 +83,9 @@ def run(
             ]
         ),
     ]
+    by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
-        body.append(_class(program, model, lowered, contexts[model.name]))
+        body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
     if chosen is not None and chosen.loss is not None:
         loss = next(
             name
@@ -105,12 +106,13 @@ def _import(name: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name))])])
 
 
-def _class(program, model: Model, lowered: Lowered, ctx: ClassContext) -> cst.ClassDef:
+def _class(
+    program, model: Model, lowered: Lowered, by_defun: dict, ctx: ClassContext
+) -> cst.ClassDef:
     body: list = []
     if model.doc is not None:
         body.append(_docstring(model.doc))
     body.append(_init(program, model, lowered, ctx))
-    by_defun = defuns(lowered)
     emitted = set()
     for defun in model.defuns:
         specs = by_defun.get((model.name, defun), [])
