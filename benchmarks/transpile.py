@@ -11,7 +11,7 @@ measured in a fresh subprocess; then the 16x/1x ratio of the times per 1,000 lin
 linear; the whole-process one also spreads the start-up over more lines), and the peak RSS
 added per 1,000 lines from 1x to 4x and from 4x to 16x (equal: linear).
 
-P1 compares, at the largest attention source (~3,800 lines at 16x), the whole-process
+P1 compares, at the largest attention source (~4,000 lines at 16x), the whole-process
 compile with black formatting the same output in-process as one module
 (`black.format_str`, default mode), interleaved, best of the reps each; goal <= 1.3.
 Every compile runs without the format pass's cache (SX2TORCH_NO_CACHE), but for the last

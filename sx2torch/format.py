@@ -5,7 +5,7 @@ write, it parses and formats it twice (a second pass settles the trailing commas
 one adds), whatever the shape of its input; given one it wrote, once, and returns it as is.
 So this pass first writes the module black would write, `guess`, and has black format
 that: when black returns it unchanged, it is black's formatting of the emitted module too,
-at half the cost; when not, black formats the emitted module as before.
+at about half the cost; when not, black formats the emitted module as before.
 
 Black's output depends on its input's tokens, comments, blank lines and magic trailing
 commas, not on where its lines break. The emitted module has one line per statement,
@@ -64,6 +64,10 @@ def formatted(code: str) -> str:
 
 
 MARK = "# sx2torch: one statement"
+# Black's first pass alone, where this black has it: the long lines need not be settled
+# by a second one, since black formats the whole guess after (a line the second pass
+# would change makes black change the guess).
+_format_once = getattr(black, "_format_str_once", black.format_str)
 
 
 def guess(code: str) -> Optional[str]:
@@ -106,7 +110,7 @@ def _split(lines: list) -> Optional[list]:
         if _opens_block(line):
             chunks.append("    " * (depth + 1) + "pass\n")
     try:
-        written = black.format_str("".join(chunks), mode=MODE)
+        written = _format_once("".join(chunks), mode=MODE)
     except black.InvalidInput:
         return None
     parts: list = []
