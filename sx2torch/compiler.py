@@ -11,6 +11,7 @@ from pathlib import PurePath
 from typing import Optional
 
 from sx2torch import __version__, dump, format, policy, ranks, read, resolve, trace
+from sx2torch.emit import build as b
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
@@ -77,7 +78,7 @@ def _compile(text: str, filename: str, options: Options) -> str:
         return dump.names(names)
     header = _header(filename, chosen.name if chosen else None, precision, options)
     tree = module.run(program, lowered, names, header, target, shown, chosen)
-    return format.run(tree.code)
+    return format.run(b.code(tree))
 
 
 def choose_run(program: resolve.Program, name: Optional[str]):

@@ -1,7 +1,224 @@
-"""Pass 7, format: the emitted module's text -> black's formatting of it."""
+"""Pass 7, format: the emitted module's text -> black's formatting of it.
+
+Black is the formatter of record, and most of a compile's time. Given a module it did not
+write, it parses and formats it twice (a second pass settles the trailing commas the first
+one adds), whatever the shape of its input; given one it wrote, once, and returns it as is.
+So this pass first writes the module black would write, `guess`, and has black format
+that: when black returns it unchanged, it is black's formatting of the emitted module too,
+at about half the cost; when not, black formats the emitted module as before.
+
+Black's output depends on its input's tokens, comments, blank lines and magic trailing
+commas, not on where its lines break. The emitted module has one line per statement,
+spaced as black spaces them (sx2torch/emit/build.py). The guess keeps each line that fits
+in black's width; has black format the others, one copy of each, all in one small module;
+and adds the blank lines black requires (after the imports, before a method): so its
+tokens, comments and blank lines are black's own.
+
+Black's result depends only on the text, black's version and its mode, so it is kept in
+a user-level cache by content hash, and compiling or `check`ing an unchanged model again
+skips black. The cache is the folder $SX2TORCH_CACHE_DIR, else
+$XDG_CACHE_HOME/sx2torch, else ~/.cache/sx2torch; SX2TORCH_NO_CACHE=1 turns it off. An
+entry that cannot be read or written is as if absent: the cache never fails a compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Optional
 
 import black
 
+MODE = black.Mode()
+KEPT = 256  # entries kept; the oldest beyond that are removed when one is added
+
 
 def run(code: str) -> str:
-    return black.format_str(code, mode=black.Mode())
+    folder = cache_dir()
+    if folder is None:
+        return formatted(code)
+    key = hashlib.sha256(
+        f"{black.__version__}\0{MODE!r}\0{code}".encode("utf-8", "surrogatepass")
+    )
+    entry = folder / f"{key.hexdigest()}.py"
+    try:
+        cached = entry.read_text(encoding="utf-8")
+        os.utime(entry)  # pruning removes the least recently used
+        return cached
+    except (OSError, UnicodeDecodeError):
+        pass
+    result = formatted(code)
+    _store(folder, entry, result)
+    return result
+
+
+def formatted(code: str) -> str:
+    """`black.format_str(code)`, by way of `guess(code)` where black keeps that as is."""
+    written = guess(code)
+    if written is not None and black.format_str(written, mode=MODE) == written:
+        return written
+    return black.format_str(code, mode=MODE)
+
+
+MARK = "# sx2torch: one statement"
+# Black's first pass alone, where this black has it: the long lines need not be settled
+# by a second one, since black formats the whole guess after (a line the second pass
+# would change makes black change the guess).
+_format_once = getattr(black, "_format_str_once", black.format_str)
+
+
+def guess(code: str) -> Optional[str]:
+    """The module black would write for `code`, one statement a line; None where a line
+    is not one whole statement (a string over several lines)."""
+    lines = code.split("\n")
+    long: dict = {}  # line -> its indices
+    for index, line in enumerate(lines):
+        if line.count('"""') % 2 or line.rstrip().endswith("\\"):
+            return None
+        # Black also re-quotes strings with quotes or escapes in them, and measures
+        # width, not length: such a line is left to it too. It leaves comments be.
+        if not line.lstrip(" ").startswith("#") and (
+            len(line) > MODE.line_length
+            or not line.isascii()
+            or "'" in line
+            or "\\" in line
+        ):
+            long.setdefault(line, []).append(index)
+    if long:
+        split = _split(list(long))
+        if split is None:
+            return None
+        for line, written in zip(long, split):
+            for index in long[line]:
+                lines[index] = written
+    return "\n".join(_blank_lines(lines))
+
+
+def _split(lines: list) -> Optional[list]:
+    """Black's formatting of each statement line, at its depth, all in one module: each
+    behind a marker, inside `if _:` blocks to its depth, with a body when it opens one.
+    """
+    chunks = []
+    for line in lines:
+        depth = _depth(line)
+        chunks.append(MARK + "\n")
+        chunks += ["    " * level + "if _:\n" for level in range(depth)]
+        chunks.append(line + "\n")
+        if _opens_block(line):
+            chunks.append("    " * (depth + 1) + "pass\n")
+    try:
+        written = _format_once("".join(chunks), mode=MODE)
+    except (
+        black.InvalidInput,
+        TypeError,
+    ):  # TypeError: a black whose private pass differs
+        return None
+    parts: list = []
+    for line in written.split("\n"):
+        if line.strip() == MARK:
+            parts.append([])
+        elif line.strip() and parts:
+            parts[-1].append(line)
+    if len(parts) != len(lines):
+        return None
+    split = []
+    for line, part in zip(lines, parts):
+        part = part[_depth(line) :]  # the `if _:` lines
+        if _opens_block(line):
+            part = part[:-1]  # the `pass`
+        split.append("\n".join(part))
+    return split
+
+
+def _opens_block(line: str) -> bool:
+    """Whether a statement line ends in `:`, before a comment such as --source-lines adds."""
+    return OPENS_BLOCK.search(line) is not None
+
+
+OPENS_BLOCK = re.compile(r":(  #[^'\"]*)?$")
+
+
+def _blank_lines(lines: list) -> list:
+    """The lines with the blank lines black requires and the emitted module lacks: one
+    after the imports, two after a class, and one before each method but the first after
+    its class line (before the comments right above it)."""
+    written: list = []
+    top = ""  # the last line at depth 0
+    for index, line in enumerate(lines):
+        depth, text = _depth(line), line.lstrip(" ")
+        before = written[-1] if written else ""
+        if depth == 0 and text and before.strip() and _depth(before) > 0:
+            if top.startswith(("class ", "def ")):
+                written += ["", ""]
+        elif (
+            depth == 0
+            and text
+            and not text.startswith(("import ", "from "))
+            and before.startswith(("import ", "from "))
+        ):
+            written.append("")
+        elif (
+            depth >= 1
+            and _opens_method(lines, index, depth)
+            and before.strip()
+            and not (before.lstrip(" ").startswith("#") and _depth(before) == depth)
+            and not (before.lstrip(" ").startswith("class ") and _depth(before) < depth)
+        ):
+            written.append("")
+        written.append(line)
+        if depth == 0 and text:
+            top = text
+    return written
+
+
+def _opens_method(lines: list, index: int, depth: int) -> bool:
+    """Whether line `index` is a `def` at `depth`, or a comment right above one."""
+    while index < len(lines) and lines[index].startswith("    " * depth + "#"):
+        index += 1
+    return index < len(lines) and lines[index].startswith("    " * depth + "def ")
+
+
+def _depth(line: str) -> int:
+    return (len(line) - len(line.lstrip(" "))) // 4
+
+
+def cache_dir() -> Optional[Path]:
+    """The cache's folder, or None when it is turned off."""
+    if os.environ.get("SX2TORCH_NO_CACHE"):
+        return None
+    if os.environ.get("SX2TORCH_CACHE_DIR"):
+        return Path(os.environ["SX2TORCH_CACHE_DIR"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "sx2torch"
+    try:
+        return Path.home() / ".cache" / "sx2torch"
+    except RuntimeError:  # no home directory to be found
+        return None
+
+
+def _store(folder: Path, entry: Path, text: str) -> None:
+    """Write `entry` whole or not at all (a reader never sees half of one), then prune."""
+    temporary = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, entry)
+        temporary = None
+        entries = sorted(folder.glob("*.py"), key=_age)
+        for old in entries[:-KEPT]:
+            old.unlink(missing_ok=True)
+    except (OSError, UnicodeError):
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+
+
+def _age(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

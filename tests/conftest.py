@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -16,6 +17,14 @@ def pytest_addoption(parser):
         action="store_true",
         help="rewrite golden/*.py from golden/*.lisp",
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _format_cache(tmp_path_factory):
+    """Compiles (in-process and in the CLI's subprocesses) keep black's results in a
+    temporary folder, never in the user's home."""
+    os.environ["SX2TORCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("format-cache"))
+    os.environ.pop("SX2TORCH_NO_CACHE", None)
 
 
 def load_module(code: str, name: str = "generated") -> types.ModuleType:

@@ -1,8 +1,11 @@
-"""Small constructors for libcst expressions that parenthesize by precedence."""
+"""Small constructors for libcst expressions that parenthesize by precedence, spaced as
+black spaces them, so that a statement that fits on its line is already black's (see
+sx2torch/format.py)."""
 
 from __future__ import annotations
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 
 Expr = cst.BaseExpression
 
@@ -25,6 +28,9 @@ COMPARE = {
     "in": cst.In,
 }
 ATOM = 20
+NO_SPACE = cst.SimpleWhitespace("")
+SPACE = cst.SimpleWhitespace(" ")
+KEYWORD_EQUAL = cst.AssignEqual(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE)
 UNARY = 14
 COMPARISON = 7
 NOT, AND, OR, CONDITIONAL = 4, 3, 2, 1
@@ -73,7 +79,9 @@ def dotted(path: str) -> Expr:
 def call(func: Expr | str, *args: Expr, **kwargs: Expr) -> cst.Call:
     func = dotted(func) if isinstance(func, str) else func
     arguments = [cst.Arg(a) for a in args]
-    arguments += [cst.Arg(v, keyword=cst.Name(k)) for k, v in kwargs.items()]
+    arguments += [
+        cst.Arg(v, keyword=cst.Name(k), equal=KEYWORD_EQUAL) for k, v in kwargs.items()
+    ]
     return cst.Call(func, arguments)
 
 
@@ -89,7 +97,25 @@ def binop(left: Expr, op: str, right: Expr) -> Expr:
         left, right = at_least(left, ATOM), at_least(right, UNARY)
     else:
         left, right = at_least(left, level), at_least(right, level + 1)
+    if op == "**" and _simple_power_operand(left) and _simple_power_operand(right):
+        return cst.BinaryOperation(
+            left, kind(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE), right
+        )
     return cst.BinaryOperation(left, kind(), right)
+
+
+def _simple_power_operand(node: Expr) -> bool:
+    """Black hugs `**` between operands that are each a name, a number or an attribute
+    chain, after at most one unary operator."""
+    if isinstance(node, cst.UnaryOperation) and not node.lpar:
+        if isinstance(node.operator, cst.Not):
+            return False
+        node = node.expression
+    while isinstance(node, cst.Attribute) and not node.lpar:
+        node = node.value
+    return not node.lpar and isinstance(
+        node, (cst.Name, cst.Integer, cst.Float, cst.Imaginary)
+    )
 
 
 def chain(op: str, operands: list) -> Expr:
@@ -172,7 +198,7 @@ def number(value: int | float | bool | str) -> Expr:
         return neg(number(-value))
     if isinstance(value, int):
         return cst.Integer(str(value))
-    return cst.Float(repr(value))
+    return cst.Float(repr(value).replace("e+", "e"))  # black drops an exponent's plus
 
 
 def string(value: str) -> cst.SimpleString:
@@ -215,5 +241,58 @@ def list_(items: list[Expr]) -> cst.List:
     return cst.List([cst.Element(i) for i in items])
 
 
+def slice_(lower: Expr | None, upper: Expr | None) -> cst.Slice:
+    """`lower:upper`; black spaces the colon like a binary operator where either bound is
+    more than a name, a number or a unary operator on one."""
+    if all(_trivial_bound(bound) for bound in (lower, upper)):
+        return cst.Slice(lower, upper)
+    colon = cst.Colon(
+        whitespace_before=SPACE if lower is not None else NO_SPACE,
+        whitespace_after=SPACE if upper is not None else NO_SPACE,
+    )
+    return cst.Slice(lower, upper, first_colon=colon)
+
+
+def _trivial_bound(node: Expr | None) -> bool:
+    while isinstance(node, cst.UnaryOperation) and not isinstance(
+        node.operator, cst.Not
+    ):
+        node = node.expression
+    return node is None or isinstance(
+        node, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+    )
+
+
 def subscript(obj: Expr, index: Expr) -> cst.Subscript:
     return cst.Subscript(at_least(obj, ATOM), [cst.SubscriptElement(cst.Index(index))])
+
+
+def code(node: cst.CSTNode) -> str:
+    """`node`'s code, as libcst's `Module.code` writes it (four-space indents, `\\n`)."""
+    state = _CodegenState(default_indent="    ", default_newline="\n")
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+class _NoPosition:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+_NO_POSITION = _NoPosition()
+
+
+class _CodegenState(CodegenState):
+    """libcst's codegen records each node's position through a generator-based context
+    manager, a third of its time on a module of thousands of lines; nothing here reads
+    positions."""
+
+    __slots__ = ()
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        return _NO_POSITION

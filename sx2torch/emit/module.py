@@ -23,7 +23,7 @@ AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 def render(typed: Typed, naming: Naming, target: Target, source_lines=None) -> str:
     """A method's code, under the method names `naming` gives so far."""
     ctx = ClassContext(target, naming, naming.attrs[typed.model], source_lines)
-    return cst.Module([]).code_for_node(_method(typed, "method", ctx))
+    return b.code(_method(typed, "method", ctx))
 
 
 def run(
@@ -83,8 +83,9 @@ def run(
             ]
         ),
     ]
+    by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
-        body.append(_class(program, model, lowered, contexts[model.name]))
+        body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
     if chosen is not None and chosen.loss is not None:
         loss = next(
             name
@@ -105,12 +106,13 @@ def _import(name: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name))])])
 
 
-def _class(program, model: Model, lowered: Lowered, ctx: ClassContext) -> cst.ClassDef:
+def _class(
+    program, model: Model, lowered: Lowered, by_defun: dict, ctx: ClassContext
+) -> cst.ClassDef:
     body: list = []
     if model.doc is not None:
         body.append(_docstring(model.doc))
     body.append(_init(program, model, lowered, ctx))
-    by_defun = defuns(lowered)
     emitted = set()
     for defun in model.defuns:
         specs = by_defun.get((model.name, defun), [])
@@ -147,7 +149,8 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
         params=[cst.Param(cst.Name("self"))] + [cst.Param(cst.Name(a)) for a in args],
         star_arg=cst.ParamStar() if keys else cst.MaybeSentinel.DEFAULT,
         kwonly_params=[
-            cst.Param(cst.Name(k), default=d) for k, d in zip(keys, defaults)
+            cst.Param(cst.Name(k), default=d, equal=b.KEYWORD_EQUAL)
+            for k, d in zip(keys, defaults)
         ],
     )
     body = (
@@ -204,6 +207,7 @@ def _init(
         cst.Param(
             cst.Name(names[c.name]),
             default=b.number(c.value.value) if c.value.op == "lit" else b.name("None"),
+            equal=b.KEYWORD_EQUAL,
         )
         for c in consts
     ]

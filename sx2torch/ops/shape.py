@@ -106,8 +106,8 @@ register(
 def _slice(a, ctx):
     axis = ctx.values["axis"]
     start, end = ctx.attrs["start"], ctx.attrs["end"]
-    span = cst.Slice(lower=None if ctx.values["start"] == 0 else start, upper=end)
-    whole = cst.Slice(lower=None, upper=None)
+    span = b.slice_(None if ctx.values["start"] == 0 else start, end)
+    whole = b.slice_(None, None)
     if axis >= 0:
         index = [whole] * axis + [span]
     else:
