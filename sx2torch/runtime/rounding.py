@@ -42,10 +42,30 @@ def round_bits(x: Tensor) -> Tensor:
 
 def _round(x: Tensor) -> Tensor:
     if x.device.type == "cpu" and not torch.compiler.is_compiling():
-        # The same bits (checked on all 2^32 patterns) in one fused pass instead of
-        # about ten; compiled code keeps the integer form, which inductor cannot drop.
+        # The same bits (checked on all 2^32 patterns) in one pass instead of about ten.
         return x.to(torch.bfloat16).float()
     return round_bits(x)
+
+
+@torch.library.custom_op("sx2torch::round_to_bf16", mutates_args=())
+def rounding_op(x: Tensor) -> Tensor:
+    """The rounding as compiled code calls it, forward and backward.
+
+    Dynamo and AOTAutograd take an op whole, where they trace an autograd Function
+    as two subgraphs (its forward and its backward) and AOTAutograd's cache takes it
+    only behind a flag. Inductor replaces the op by ``round_bits`` (compiling.py),
+    fused with its neighbours: integer operations, which it cannot drop, where a
+    ``.to(torch.bfloat16).float()`` round trip in a fused kernel keeps the f32 value.
+    """
+    return _round(x)
+
+
+@rounding_op.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+rounding_op.register_autograd(lambda ctx, grad: rounding_op(grad))
 
 
 class _RoundToBf16(torch.autograd.Function):
@@ -84,6 +104,8 @@ def round_to_bf16(x: Tensor) -> Tensor:
         raise TypeError(
             f"round_to_bf16 takes a float32 or bfloat16 tensor, got {x.dtype}"
         )
+    if torch.compiler.is_compiling():
+        return rounding_op(x)
     return _RoundToBf16.apply(x)
 
 
@@ -182,4 +204,7 @@ def as_f32(x: Tensor) -> Tensor:
     to bf16, as the backward of cuda's cast rounds it, before autograd sums it
     with the gradients of the value's bf16 reads.
     """
+    if torch.compiler.is_compiling():
+        # The value holds a bf16 value already, so rounding it leaves it as it is.
+        return rounding_op(x)
     return _AsF32.apply(x)
