@@ -5,6 +5,10 @@ casts. The rounding is integer arithmetic on the f32 bit pattern rather than
 ``x.to(torch.bfloat16)``, so it gives the same bits on every device (bf16
 support on MPS is patchy) and equals torch's own cast, round-to-nearest-even,
 on every one of the 2^32 patterns (NaN payloads aside).
+
+In eager mode the roundings are autograd Functions (and hooks on backward nodes);
+code that torch.compile traces calls them as an op, ``torch.ops.sx2torch.round_to_bf16``,
+which inductor computes in the integer form (``compiling.py``).
 """
 
 import torch
@@ -12,9 +16,6 @@ from torch import Tensor
 
 __all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16"]
 
-_SIGN = -0x80000000  # 0x80000000 as an int32
-_MAGNITUDE = 0x7FFFFFFF
-_INF = 0x7F800000
 _QUIET_NAN = 0x7FC00000
 _HIGH_HALF = -0x10000  # 0xFFFF0000 as an int32
 _HALF_ULP_BELOW = 0x7FFF  # half a bf16 ulp, less one: ties go to the even side
@@ -23,25 +24,23 @@ _HALF_ULP_BELOW = 0x7FFF  # half a bf16 ulp, less one: ties go to the even side
 def round_bits(x: Tensor) -> Tensor:
     """Round ``x`` to bf16 in its bits: add half an ulp (ties to even), truncate.
 
-    The sign is set aside and the magnitude rounded, so the int32 addition
-    never overflows: a magnitude is at most 0x7FC00000 when the bias is added.
-    A NaN is replaced by a quiet NaN first, because adding the bias to a NaN
-    with a small payload (0x7F800001) would carry into inf, and one with a
-    large payload past the sign bit. A finite value past the largest bf16
-    carries into the exponent and becomes inf, as the cast does; subnormals
-    need no special case.
+    The int32 addition never overflows: a negative value's bits are a negative
+    int32, and a positive one's reach the sign bit only from a NaN. A NaN is
+    replaced by a quiet NaN first, because adding the bias to a NaN with a small
+    payload (0x7F800001) would carry into inf, and one with a large payload past
+    the sign bit. A finite value past the largest bf16 carries into the exponent
+    and becomes inf, as the cast does; subnormals need no special case. Nine
+    operations, since inductor writes code for each of them in every kernel that
+    rounds.
     """
-    bits = x.view(torch.int32)
-    sign = bits & _SIGN
-    magnitude = bits & _MAGNITUDE
-    magnitude = torch.where(magnitude > _INF, _QUIET_NAN, magnitude)
-    lsb = (magnitude >> 16) & 1
-    rounded = (magnitude + _HALF_ULP_BELOW + lsb) & _HIGH_HALF
-    return (rounded | sign).view(torch.float32)
+    bits = torch.where(torch.isnan(x), _QUIET_NAN, x.view(torch.int32))
+    lsb = (bits >> 16) & 1
+    return ((bits + _HALF_ULP_BELOW + lsb) & _HIGH_HALF).view(torch.float32)
 
 
 def _round(x: Tensor) -> Tensor:
-    if x.device.type == "cpu" and not torch.compiler.is_compiling():
+    """The rounding on eager kernels (compiled code has ``round_bits`` inlined)."""
+    if x.device.type == "cpu":
         # The same bits (checked on all 2^32 patterns) in one pass instead of about ten.
         return x.to(torch.bfloat16).float()
     return round_bits(x)
