@@ -16,8 +16,15 @@ a forward and a backward subgraph each, and which AOTAutograd's cache takes only
 behind a process-wide flag (``autograd_cache_allow_custom_autograd_functions``).
 An op is one node, which that cache takes as it is; inductor is given its
 decomposition, so that it fuses the op's plain operations with their neighbours
-instead of calling the op. Both registrations name only the runtime's own ops:
+instead of calling the op. The registrations name only the runtime's own ops:
 nothing else compiles differently.
+
+The rounding is inlined in its integer form, which inductor keeps whatever its
+settings. Its code is what makes a held target's cold compile slower than cuda's
+(nine operations for each rounding in every kernel, where cuda's bf16 code stores
+with one cast). Where the user has set ``emulate_precision_casts``, inductor keeps a
+``.to(torch.bfloat16).float()`` round trip as eager computes it, and on the CPU that
+cast gives the same bits (all 2^32 patterns), so the rounding is inlined as the cast.
 """
 
 import torch
@@ -35,9 +42,15 @@ def prepare_compiling() -> None:
     for name in _AUTOCAST:
         marked.setdefault(f"torch.amp.autocast_mode.{name}", torch.__version__)
     inductor = torch._inductor.decomposition
-    # The integer form: inductor keeps every operation of it (LANGUAGE.md 7).
-    inductor.decompositions[torch.ops.sx2torch.round_to_bf16.default] = round_bits
+    inductor.decompositions[torch.ops.sx2torch.round_to_bf16.default] = _rounding
+    inductor.decompositions[torch.ops.sx2torch.as_f32.default] = torch.clone
     inductor.decompositions[torch.ops.sx2torch.gemm_f32_out.default] = gemm_forward
     # The table with the extra random-number decompositions is built once, at the
     # first compile: rebuilt with ours where that compile came before this import.
     inductor.fast_random_decomps.cache_clear()
+
+
+def _rounding(x: torch.Tensor) -> torch.Tensor:
+    if torch._inductor.config.emulate_precision_casts and x.device.type == "cpu":
+        return x.to(torch.bfloat16).float()
+    return round_bits(x)

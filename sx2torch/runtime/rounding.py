@@ -204,6 +204,20 @@ def as_f32(x: Tensor) -> Tensor:
     with the gradients of the value's bf16 reads.
     """
     if torch.compiler.is_compiling():
-        # The value holds a bf16 value already, so rounding it leaves it as it is.
-        return rounding_op(x)
+        return reading_op(x)
     return _AsF32.apply(x)
+
+
+@torch.library.custom_op("sx2torch::as_f32", mutates_args=())
+def reading_op(x: Tensor) -> Tensor:
+    """``as_f32`` as compiled code calls it (see ``rounding_op``): a copy, which
+    inductor elides, and a rounding backward."""
+    return x.clone()
+
+
+@reading_op.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+reading_op.register_autograd(lambda ctx, grad: rounding_op(grad))

@@ -781,20 +781,30 @@ COMPILED = {
 }
 
 
-@pytest.mark.parametrize("case", COMPILED)
+@pytest.mark.parametrize(
+    "case, emulate",
+    [("gradient-regions", False), ("bf16-params", False), ("gradient-regions", True)],
+)
 def test_held_code_under_torch_compile_gives_the_bits_of_its_ops(
-    case, tmp_path, monkeypatch
+    case, emulate, tmp_path, monkeypatch
 ):
     """Inductor computes the held form's values and gradients bit for bit: every
-    rounding, forward and backward, is kept where it fuses with its neighbours.
+    rounding, forward and backward, is kept where it fuses with its neighbours, as
+    the integer form, or as the cast where the user has set `emulate_precision_casts`.
 
     Compiled code calls the runtime's ops (`torch.ops.sx2torch.*`) and leaves out
     `sx.store_bf16`'s hooks on backward nodes, which dynamo cannot trace, so the
     reference is the same code run eagerly with `torch.compiler.is_compiling()`
     true: the same ops, on PyTorch's eager kernels. Normal data, so that a rounding
-    that inductor dropped (say a `.to(torch.bfloat16).float()` in a fused kernel,
-    which keeps the f32 value) would show in the last bits.
+    that inductor dropped (say a `.to(torch.bfloat16).float()` in a fused kernel
+    without `emulate_precision_casts`, which keeps the f32 value) would show in the
+    last bits.
     """
+    with torch._inductor.config.patch(emulate_precision_casts=emulate):
+        compare_compiled(case, tmp_path, monkeypatch)
+
+
+def compare_compiled(case: str, tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / f"{case.replace('-', '_')}_cpu_compiled.py"
     path.write_text(golden(case, "cpu").code, encoding="utf-8")
     torch._dynamo.reset()
@@ -802,14 +812,9 @@ def test_held_code_under_torch_compile_gives_the_bits_of_its_ops(
         net = construct(import_file(path, path.stem))
         for name in COMPILED[case]:
             fn = method(net, name)
+            generator = torch.Generator().manual_seed(3)
             args = [
-                (
-                    a.normal_(generator=torch.Generator().manual_seed(3))
-                    .to(BF16)
-                    .float()
-                    if a.is_floating_point()
-                    else a
-                )
+                randn_bf16(a.shape, generator) if a.is_floating_point() else a
                 for a in arguments(case, name, "cpu")
             ]
             compiled = values_and_gradients(
@@ -824,6 +829,10 @@ def test_held_code_under_torch_compile_gives_the_bits_of_its_ops(
     finally:
         sys.modules.pop(path.stem, None)
         torch._dynamo.reset()
+
+
+def randn_bf16(shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape, generator=generator).to(BF16).float()
 
 
 def values_and_gradients(net: torch.nn.Module, fn, args: list) -> list[torch.Tensor]:
