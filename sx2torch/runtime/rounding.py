@@ -54,7 +54,8 @@ def rounding_op(x: Tensor) -> Tensor:
     as two subgraphs (its forward and its backward) and AOTAutograd's cache takes it
     only behind a flag. Inductor replaces the op by ``round_bits`` (compiling.py),
     fused with its neighbours: integer operations, which it cannot drop, where a
-    ``.to(torch.bfloat16).float()`` round trip in a fused kernel keeps the f32 value.
+    ``.to(torch.bfloat16).float()`` round trip in a fused kernel keeps the f32 value
+    (unless the user has set ``emulate_precision_casts``: then by that cast).
     """
     return _round(x)
 
