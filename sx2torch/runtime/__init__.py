@@ -2,7 +2,7 @@
 
 from sx2torch.runtime.attention import causal_mask, window_mask
 from sx2torch.runtime.checks import expect_scalar
-from sx2torch.runtime.compiling import allow_cached_graphs
+from sx2torch.runtime.compiling import prepare_compiling
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
@@ -42,4 +42,4 @@ __all__ = [
     "window_mask",
 ]
 
-allow_cached_graphs()
+prepare_compiling()

@@ -1,4 +1,4 @@
-"""Let inductor's AOTAutograd cache keep the graphs of generated modules.
+"""What torch.compile needs to compile generated modules well, scoped to the runtime.
 
 An f32 island is a ``torch.autocast(..., enabled=False)`` block, which dynamo traces
 into ``_enter_autocast``/``_exit_autocast`` calls. PyTorch 2.13 leaves both off the
@@ -10,25 +10,47 @@ arguments (device, dtype, enabled), which are constants in the graph and so part
 its cache key. Inductor's own hook for this, ``unsafe_marked_cacheable_functions``,
 marks them, keyed by the torch version.
 
-The runtime's custom autograd functions (``matmul_f32_out``, the held targets'
-roundings) are traced as ``autograd_function_apply``, which the cache takes only with
-``autograd_cache_allow_custom_autograd_functions`` (off by default in 2.13 while PyTorch
-tests it; the op was checked pure in pytorch/pytorch#149751). It is switched on unless
-its environment variable, TORCHINDUCTOR_AUTOGRAD_CACHE_ALLOW_CUSTOM_AUTOGRAD, is set.
+Compiled code calls the runtime's roundings and f32-out GEMM as custom ops
+(``torch.ops.sx2torch.*``), not as autograd Functions, which dynamo would trace as
+a forward and a backward subgraph each, and which AOTAutograd's cache takes only
+behind a process-wide flag (``autograd_cache_allow_custom_autograd_functions``).
+An op is one node, which that cache takes as it is; inductor is given its
+decomposition, so that it fuses the op's plain operations with their neighbours
+instead of calling the op. The registrations name only the runtime's own ops:
+nothing else compiles differently.
+
+The rounding is inlined in its integer form, which inductor keeps whatever its
+settings. Its code is what makes a held target's cold compile slower than cuda's
+(nine operations for each rounding in every kernel, where cuda's bf16 code stores
+with one cast). Where the user has set ``emulate_precision_casts``, inductor keeps a
+``.to(torch.bfloat16).float()`` round trip as eager computes it, and on the CPU that
+cast gives the same bits (all 2^32 patterns), so the rounding is inlined as the cast.
 """
 
-import os
-
 import torch
-import torch._functorch.config
 import torch._inductor.config
+import torch._inductor.decomposition
+
+from sx2torch.runtime.matmul import gemm_forward
+from sx2torch.runtime.rounding import round_bits
 
 _AUTOCAST = ("_enter_autocast", "_exit_autocast")
 
 
-def allow_cached_graphs() -> None:
-    if "TORCHINDUCTOR_AUTOGRAD_CACHE_ALLOW_CUSTOM_AUTOGRAD" not in os.environ:
-        torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
+def prepare_compiling() -> None:
     marked = torch._inductor.config.unsafe_marked_cacheable_functions
     for name in _AUTOCAST:
         marked.setdefault(f"torch.amp.autocast_mode.{name}", torch.__version__)
+    inductor = torch._inductor.decomposition
+    inductor.decompositions[torch.ops.sx2torch.round_to_bf16.default] = _rounding
+    inductor.decompositions[torch.ops.sx2torch.as_f32.default] = torch.clone
+    inductor.decompositions[torch.ops.sx2torch.gemm_f32_out.default] = gemm_forward
+    # The table with the extra random-number decompositions is built once, at the
+    # first compile: rebuilt with ours where that compile came before this import.
+    inductor.fast_random_decomps.cache_clear()
+
+
+def _rounding(x: torch.Tensor) -> torch.Tensor:
+    if torch._inductor.config.emulate_precision_casts and x.device.type == "cpu":
+        return x.to(torch.bfloat16).float()
+    return round_bits(x)

@@ -17,11 +17,12 @@ gradient of a broadcast operand back to its shape.
 
 import contextlib
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from sx2torch.runtime.rounding import round_to_bf16
+from sx2torch.runtime.rounding import round_to_bf16, rounding_op
 
 __all__ = ["matmul_f32_out"]
 
@@ -58,35 +59,72 @@ class _GemmF32Out(torch.autograd.Function):
     ) -> Tensor:
         ctx.save_for_backward(a, b)
         ctx.held = held
-        with _no_autocast(a):
-            return torch.matmul(a, b) if held else _gemm_f32_out(a, b)
+        return gemm_forward(a, b, held)
 
     @staticmethod
     def backward(
         ctx: torch.autograd.function.FunctionCtx, grad: Tensor
     ) -> tuple[Tensor | None, Tensor | None, None]:
-        a, b = ctx.saved_tensors
-        # Held: bf16 values in f32, each product rounded on store as a bf16 GEMM stores it.
-        store = _stored_gemm if ctx.held else _unchanged
-        grad = round_to_bf16(grad) if ctx.held else grad.to(torch.bfloat16)
-        grad_a = grad_b = None
-        with _no_autocast(grad):
-            if ctx.needs_input_grad[0]:
-                grad_a = store(torch.matmul(grad, b.transpose(-2, -1)))
-            if ctx.needs_input_grad[1]:
-                grad_b = store(torch.matmul(a.transpose(-2, -1), grad))
-        return grad_a, grad_b, None
+        return _backward(ctx, grad, round_to_bf16)
 
 
-def _stored_gemm(x: Tensor) -> Tensor:
-    """A bf16 GEMM's result as it stores it: its accumulator starts at +0, so it
-    never returns -0.0, which an f32 GEMM of one term can (-0.0 + 0.0 is +0.0)."""
-    return round_to_bf16(x + 0.0)
+def gemm_forward(a: Tensor, b: Tensor, held: bool) -> Tensor:
+    with _no_autocast(a):
+        return torch.matmul(a, b) if held else _gemm_f32_out(a, b)
 
 
-def _unchanged(x: Tensor) -> Tensor:
-    """A native bf16 GEMM rounds on store by itself."""
-    return x
+def _backward(
+    ctx: torch.autograd.function.FunctionCtx,
+    grad: Tensor,
+    rounding: Callable[[Tensor], Tensor],
+) -> tuple[Tensor | None, Tensor | None, None]:
+    a, b = ctx.saved_tensors
+    # Held: bf16 values in f32, the products emulating bf16 GEMMs.
+    grad = rounding(grad) if ctx.held else grad.to(torch.bfloat16)
+    grad_a = grad_b = None
+    with _no_autocast(grad):
+        if ctx.needs_input_grad[0]:
+            grad_a = torch.matmul(grad, b.transpose(-2, -1))
+        if ctx.needs_input_grad[1]:
+            grad_b = torch.matmul(a.transpose(-2, -1), grad)
+    if ctx.held:
+        # Rounded on store, as a bf16 GEMM stores its result. Its accumulator starts at
+        # +0, so it never returns -0.0, which an f32 GEMM of one term can (-0.0 + 0.0
+        # is +0.0); a native bf16 GEMM rounds on store by itself.
+        grad_a, grad_b = (
+            None if g is None else rounding(g + 0.0) for g in (grad_a, grad_b)
+        )
+    return grad_a, grad_b, None
+
+
+@torch.library.custom_op("sx2torch::gemm_f32_out", mutates_args=())
+def gemm_op(a: Tensor, b: Tensor, held: bool) -> Tensor:
+    """``_GemmF32Out`` as compiled code calls it: an op, as ``rounding_op`` is, for
+    the same reasons; inductor replaces it by its GEMM (compiling.py)."""
+    return gemm_forward(a, b, held)
+
+
+@gemm_op.register_fake
+def _(a: Tensor, b: Tensor, held: bool) -> Tensor:
+    return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=torch.float32)
+
+
+def _setup_gemm(
+    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: Tensor
+) -> None:
+    a, b, ctx.held = inputs
+    ctx.save_for_backward(a, b)
+
+
+gemm_op.register_autograd(
+    lambda ctx, grad: _backward(ctx, grad, rounding_op), setup_context=_setup_gemm
+)
+
+
+def _gemm(a: Tensor, b: Tensor, held: bool) -> Tensor:
+    if torch.compiler.is_compiling():
+        return gemm_op(a, b, held)
+    return _GemmF32Out.apply(a, b, held)
 
 
 def matmul_f32_out(a: Tensor, b: Tensor, held: bool = False) -> Tensor:
@@ -138,9 +176,9 @@ def _batched(a: Tensor, b: Tensor, held: bool) -> Tensor:
     """
     if b.dim() == 2:
         rows = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
-        return _GemmF32Out.apply(rows, b, held).reshape(*a.shape[:-1], b.shape[-1])
+        return _gemm(rows, b, held).reshape(*a.shape[:-1], b.shape[-1])
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     size = math.prod(batch)
     a3 = a.expand(*batch, *a.shape[-2:]).reshape(size, *a.shape[-2:])
     b3 = b.expand(*batch, *b.shape[-2:]).reshape(size, *b.shape[-2:])
-    return _GemmF32Out.apply(a3, b3, held).reshape(*batch, a.shape[-2], b.shape[-1])
+    return _gemm(a3, b3, held).reshape(*batch, a.shape[-2], b.shape[-1])

@@ -5,6 +5,10 @@ casts. The rounding is integer arithmetic on the f32 bit pattern rather than
 ``x.to(torch.bfloat16)``, so it gives the same bits on every device (bf16
 support on MPS is patchy) and equals torch's own cast, round-to-nearest-even,
 on every one of the 2^32 patterns (NaN payloads aside).
+
+In eager mode the roundings are autograd Functions (and hooks on backward nodes);
+code that torch.compile traces calls them as an op, ``torch.ops.sx2torch.round_to_bf16``,
+which inductor computes in the integer form (``compiling.py``).
 """
 
 import torch
@@ -12,9 +16,6 @@ from torch import Tensor
 
 __all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16"]
 
-_SIGN = -0x80000000  # 0x80000000 as an int32
-_MAGNITUDE = 0x7FFFFFFF
-_INF = 0x7F800000
 _QUIET_NAN = 0x7FC00000
 _HIGH_HALF = -0x10000  # 0xFFFF0000 as an int32
 _HALF_ULP_BELOW = 0x7FFF  # half a bf16 ulp, less one: ties go to the even side
@@ -23,29 +24,48 @@ _HALF_ULP_BELOW = 0x7FFF  # half a bf16 ulp, less one: ties go to the even side
 def round_bits(x: Tensor) -> Tensor:
     """Round ``x`` to bf16 in its bits: add half an ulp (ties to even), truncate.
 
-    The sign is set aside and the magnitude rounded, so the int32 addition
-    never overflows: a magnitude is at most 0x7FC00000 when the bias is added.
-    A NaN is replaced by a quiet NaN first, because adding the bias to a NaN
-    with a small payload (0x7F800001) would carry into inf, and one with a
-    large payload past the sign bit. A finite value past the largest bf16
-    carries into the exponent and becomes inf, as the cast does; subnormals
-    need no special case.
+    The int32 addition never overflows: a negative value's bits are a negative
+    int32, and a positive one's reach the sign bit only from a NaN. A NaN is
+    replaced by a quiet NaN first, because adding the bias to a NaN with a small
+    payload (0x7F800001) would carry into inf, and one with a large payload past
+    the sign bit. A finite value past the largest bf16 carries into the exponent
+    and becomes inf, as the cast does; subnormals need no special case. Nine
+    operations, since inductor writes code for each of them in every kernel that
+    rounds.
     """
-    bits = x.view(torch.int32)
-    sign = bits & _SIGN
-    magnitude = bits & _MAGNITUDE
-    magnitude = torch.where(magnitude > _INF, _QUIET_NAN, magnitude)
-    lsb = (magnitude >> 16) & 1
-    rounded = (magnitude + _HALF_ULP_BELOW + lsb) & _HIGH_HALF
-    return (rounded | sign).view(torch.float32)
+    bits = torch.where(torch.isnan(x), _QUIET_NAN, x.view(torch.int32))
+    lsb = (bits >> 16) & 1
+    return ((bits + _HALF_ULP_BELOW + lsb) & _HIGH_HALF).view(torch.float32)
 
 
 def _round(x: Tensor) -> Tensor:
-    if x.device.type == "cpu" and not torch.compiler.is_compiling():
-        # The same bits (checked on all 2^32 patterns) in one fused pass instead of
-        # about ten; compiled code keeps the integer form, which inductor cannot drop.
+    """The rounding on eager kernels (compiled code has ``round_bits`` inlined)."""
+    if x.device.type == "cpu":
+        # The same bits (checked on all 2^32 patterns) in one pass instead of about ten.
         return x.to(torch.bfloat16).float()
     return round_bits(x)
+
+
+@torch.library.custom_op("sx2torch::round_to_bf16", mutates_args=())
+def rounding_op(x: Tensor) -> Tensor:
+    """The rounding as compiled code calls it, forward and backward.
+
+    Dynamo and AOTAutograd take an op whole, where they trace an autograd Function
+    as two subgraphs (its forward and its backward) and AOTAutograd's cache takes it
+    only behind a flag. Inductor replaces the op by ``round_bits`` (compiling.py),
+    fused with its neighbours: integer operations, which it cannot drop, where a
+    ``.to(torch.bfloat16).float()`` round trip in a fused kernel keeps the f32 value
+    (unless the user has set ``emulate_precision_casts``: then by that cast).
+    """
+    return _round(x)
+
+
+@rounding_op.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+rounding_op.register_autograd(lambda ctx, grad: rounding_op(grad))
 
 
 class _RoundToBf16(torch.autograd.Function):
@@ -84,6 +104,8 @@ def round_to_bf16(x: Tensor) -> Tensor:
         raise TypeError(
             f"round_to_bf16 takes a float32 or bfloat16 tensor, got {x.dtype}"
         )
+    if torch.compiler.is_compiling():
+        return rounding_op(x)
     return _RoundToBf16.apply(x)
 
 
@@ -182,4 +204,21 @@ def as_f32(x: Tensor) -> Tensor:
     to bf16, as the backward of cuda's cast rounds it, before autograd sums it
     with the gradients of the value's bf16 reads.
     """
+    if torch.compiler.is_compiling():
+        return reading_op(x)
     return _AsF32.apply(x)
+
+
+@torch.library.custom_op("sx2torch::as_f32", mutates_args=())
+def reading_op(x: Tensor) -> Tensor:
+    """``as_f32`` as compiled code calls it (see ``rounding_op``): a copy, which
+    inductor elides, and a rounding backward."""
+    return x.clone()
+
+
+@reading_op.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+reading_op.register_autograd(lambda ctx, grad: rounding_op(grad))

@@ -1,18 +1,27 @@
-"""Graphs with an f32 island and a runtime autograd function keep the AOTAutograd cache."""
+"""Graphs with an f32 island and the runtime's ops keep the AOTAutograd cache, and
+importing the runtime changes no setting for the rest of the process."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 from torch._dynamo.utils import counters
 
 from sx2torch import runtime as sx
 
+ROOT = Path(__file__).parents[2]
+
 
 def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     h = sx.matmul_f32_out(x, w)
     with torch.autocast("cpu", enabled=False):
-        return torch.softmax(h, dim=-1).sum()
+        return torch.softmax(sx.round_to_bf16(h), dim=-1).sum()
 
 
-def test_an_island_and_a_custom_function_are_cached(tmp_path, monkeypatch):
+def test_an_island_and_the_runtimes_ops_are_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     x = torch.randn(4, 8)
     w = torch.randn(8, 8, requires_grad=True)
@@ -25,3 +34,37 @@ def test_an_island_and_a_custom_function_are_cached(tmp_path, monkeypatch):
     torch._dynamo.reset()
     assert "autograd_cache_bypass" not in seen[0], seen
     assert seen[1].get("autograd_cache_hit") == 1, seen
+
+
+def test_importing_the_runtime_changes_no_other_compile_setting():
+    """The runtime's ops are cached as ops and rounded as integers: no process-wide
+    switch (``autograd_cache_allow_custom_autograd_functions``,
+    ``emulate_precision_casts``) changes for the user's other code. The one setting
+    added to is the list of cacheable functions, by the two autocast calls."""
+    script = """
+import json
+import torch._functorch.config as functorch
+import torch._inductor.config as inductor
+
+def settings():
+    return {**functorch.get_config_copy(), **inductor.get_config_copy()}
+
+before = settings()
+import sx2torch.runtime
+after = settings()
+print(json.dumps({k: after[k] for k in after if after[k] != before[k]}, default=repr))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH")}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout
+    changed = json.loads(out.strip().splitlines()[-1])
+    assert list(changed) == ["unsafe_marked_cacheable_functions"], changed
+    assert set(changed["unsafe_marked_cacheable_functions"]) == {
+        "torch.amp.autocast_mode._enter_autocast",
+        "torch.amp.autocast_mode._exit_autocast",
+    }

@@ -775,6 +775,79 @@ def compile_and_compare(net: torch.nn.Module) -> None:
     assert torch.equal(bits(normed.to(BF16).float()), bits(normed))
 
 
+COMPILED = {
+    "gradient-regions": ("forward", "blocks.0.forward_bf16"),
+    "bf16-params": ("forward",),
+}
+
+
+@pytest.mark.parametrize(
+    "case, emulate",
+    [("gradient-regions", False), ("bf16-params", False), ("gradient-regions", True)],
+)
+def test_held_code_under_torch_compile_gives_the_bits_of_its_ops(
+    case, emulate, tmp_path, monkeypatch
+):
+    """Inductor computes the held form's values and gradients bit for bit: every
+    rounding, forward and backward, is kept where it fuses with its neighbours, as
+    the integer form, or as the cast where the user has set `emulate_precision_casts`.
+
+    Compiled code calls the runtime's ops (`torch.ops.sx2torch.*`) and leaves out
+    `sx.store_bf16`'s hooks on backward nodes, which dynamo cannot trace, so the
+    reference is the same code run eagerly with `torch.compiler.is_compiling()`
+    true: the same ops, on PyTorch's eager kernels. Normal data, so that a rounding
+    that inductor dropped (say a `.to(torch.bfloat16).float()` in a fused kernel
+    without `emulate_precision_casts`, which keeps the f32 value) would show in the
+    last bits.
+    """
+    with torch._inductor.config.patch(emulate_precision_casts=emulate):
+        compare_compiled(case, tmp_path, monkeypatch)
+
+
+def compare_compiled(case: str, tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / f"{case.replace('-', '_')}_cpu_compiled.py"
+    path.write_text(golden(case, "cpu").code, encoding="utf-8")
+    torch._dynamo.reset()
+    try:
+        net = construct(import_file(path, path.stem))
+        for name in COMPILED[case]:
+            fn = method(net, name)
+            generator = torch.Generator().manual_seed(3)
+            args = [
+                randn_bf16(a.shape, generator) if a.is_floating_point() else a
+                for a in arguments(case, name, "cpu")
+            ]
+            compiled = values_and_gradients(
+                net, torch.compile(fn, fullgraph=True), args
+            )
+            with monkeypatch.context() as patch:
+                patch.setattr(torch.compiler, "is_compiling", lambda: True)
+                eager = values_and_gradients(net, fn, args)
+            assert len(compiled) == len(eager) > 1
+            for c, e in zip(compiled, eager):
+                assert torch.equal(bits(c), bits(e)), name
+    finally:
+        sys.modules.pop(path.stem, None)
+        torch._dynamo.reset()
+
+
+def randn_bf16(shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape, generator=generator).to(BF16).float()
+
+
+def values_and_gradients(net: torch.nn.Module, fn, args: list) -> list[torch.Tensor]:
+    """fn's output and the gradients of the trained parameters and float arguments
+    for a normal upstream gradient."""
+    leaves = [a.clone().requires_grad_() if a.is_floating_point() else a for a in args]
+    out = fn(*leaves)
+    wrt = [p for p in net.parameters() if p.requires_grad]
+    wrt += [a for a in leaves if a.requires_grad]
+    generator = torch.Generator().manual_seed(5)
+    upstream = torch.randn(out.shape, generator=generator)
+    grads = torch.autograd.grad(out, wrt, upstream, allow_unused=True)
+    return [out] + [g for g in grads if g is not None]
+
+
 # --- sx2torch.metal ----------------------------------------------------------
 
 
