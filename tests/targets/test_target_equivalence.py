@@ -43,6 +43,7 @@ from sx2torch.compiler import Options, compile_source
 from sx2torch.emit.targets import Target
 
 from cases import SOURCES, lisp
+from conftest import adamw_losses
 
 BF16, F32 = torch.bfloat16, torch.float32
 CASES = [p.stem for p in SOURCES]
@@ -686,18 +687,6 @@ def test_loading_an_f32_state_rounds_a_bf16_stored_parameter_once(target):
 
 
 # --- Training -------------------------------------------------------------
-
-
-def adamw_losses(net: torch.nn.Module, x, labels, steps: int) -> list[float]:
-    optimizer = torch.optim.AdamW(net.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = net.loss(x, labels)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
 
 
 def test_metal_rms_mlp_trains_on_cpu_like_the_cuda_target():
