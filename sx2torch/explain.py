@@ -19,6 +19,7 @@ from sx2torch.echo import echo
 from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
+from sx2torch.ops import REGISTRY
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.scalars import ARITHMETIC, COMPARISONS
 
@@ -162,16 +163,9 @@ def _warnings(program, lowered, source_lines: list) -> list:
                     f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "
                     f"keeps only 8 bits of precision; {ISLAND_FIX}"
                 )
-            if node.op in ("sum", "mean"):
-                messages.append(
-                    f"{form} reduces in bf16, which loses the small terms of a long sum; "
-                    f"{ISLAND_FIX}"
-                )
-            if node.op in ("exp", "log"):
-                messages.append(
-                    f"{form} computes in bf16 outside an f32 island, where its rounding "
-                    f"errors grow; {ISLAND_FIX}"
-                )
+            risk = REGISTRY[node.op].bf16_risk
+            if risk:
+                messages.append(f"{form} {risk}; {ISLAND_FIX}")
             for message in messages:
                 found.setdefault((node.span.line, message), None)
     return [

@@ -244,6 +244,7 @@ def _silu_grad(t, n, g):
 
 
 EXACT = ("abs", "relu")
+GROWING = "computes in bf16 outside an f32 island, where its rounding errors grow"
 
 
 def _function(name: str, torch_name: str, result: str, grad) -> None:
@@ -254,6 +255,7 @@ def _function(name: str, torch_name: str, result: str, grad) -> None:
         result=result,
         grad=grad,
         exact=name in EXACT,
+        bf16_risk=GROWING if name in ("exp", "log") else "",
     )
     _register(op)
 

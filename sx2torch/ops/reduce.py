@@ -69,6 +69,11 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
             grad=GRADS[name],
             exact=exact,
             rank=REDUCED,
+            bf16_risk=(
+                ""
+                if exact
+                else "reduces in bf16, which loses the small terms of a long sum"
+            ),
         )
     )
 

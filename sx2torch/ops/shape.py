@@ -143,6 +143,7 @@ register(
         result="keep",
         exact=True,
         rank=AT,
+        zero_d=True,
         doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
         "an element of a vector is a 0-d tensor, which never decides a dtype (torch's type "
         "promotion): it is read as it is, f32 beside bf16, and torch rounds as it does for "

@@ -350,7 +350,7 @@ class _Policy:
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         tensors = [i for i in node.inputs if isinstance(i, Node)]
-        if node.op == "at" or (
+        if op.zero_d or (
             op.rank in (BROADCAST, SAME) and all(i in typed.zero_d for i in tensors)
         ):
             typed.zero_d.add(node)
