@@ -282,9 +282,15 @@ class _Backward:
         attrs = dict(loop.attrs, index=loop.attrs["index"] or "i", reverse=loop)
         loop.attrs["recorded"] = True
         backward = Node(
-            Kind.FOR, None, tuple(starts), attrs, loop.span, loop.form, t.frames,
+            Kind.FOR,
+            None,
+            tuple(starts),
+            attrs,
+            loop.span,
+            loop.form,
+            t.frames,
             regions=(region,),
-        )  # fmt: skip
+        )
         with t.region(region):
             copies = dict(zip(body.inputs, recorded))
             self.depends.update(
@@ -311,11 +317,20 @@ class _Backward:
             region.outputs = outputs
         t.add(backward)
         items = [
-            t.add(Node(Kind.ITEM, None, (backward,), {"index": k}, loop.span, loop.form, t.frames))
-            for k in range(len(region.outputs))
-        ]  # fmt: skip
-        for item, carried in zip(items, grads_in + sums):
-            item.name = carried.name
+            t.add(
+                Node(
+                    Kind.ITEM,
+                    None,
+                    (backward,),
+                    {"index": k},
+                    loop.span,
+                    loop.form,
+                    t.frames,
+                    name=carried.name,
+                )
+            )
+            for k, carried in enumerate(grads_in + sums)
+        ]
         return list(zip([*loop.inputs, *outer], items))
 
     @contextmanager
@@ -346,8 +361,8 @@ class _Copier:
 
     def __init__(self, backward: "_Backward", loop: Node, adjoint: Node, copies: dict):
         self.backward = backward
-        self.loops = {loop: adjoint}
         self.copies = copies  # forward value -> its copy
+        self.copies[loop] = adjoint  # what the layer and the index are read through
 
     def block(self, nodes: list) -> None:
         for node in nodes:
@@ -357,45 +372,37 @@ class _Copier:
         copy = Node(
             node.kind,
             node.op,
-            tuple(self.operand(i) for i in node.inputs),
-            {k: self.attr(v) for k, v in node.attrs.items()},
+            tuple(self.value(i) for i in node.inputs),
+            {k: self.value(v) for k, v in node.attrs.items()},
             node.span,
             node.form,
             node.frames,
             name=node.name,
             label=node.label,
         )
-        if node.kind is Kind.FOR:
-            self.loops[node] = copy
-        if node.regions:
-            copy.regions = tuple(self.region(r) for r in node.regions)
         self.copies[node] = copy
+        copy.regions = tuple(self.region(r) for r in node.regions)
         if node in self.backward.depends:
             self.backward.depends.add(copy)
         return copy
 
     def region(self, region: Region) -> Region:
-        inputs = [self.node(i) for i in region.inputs]
-        copy = Region(inputs)
+        copy = Region([self.node(i) for i in region.inputs])
         with self.backward.t.region(copy):
             self.block(region.nodes)
-        copy.outputs = [self.operand(o) for o in region.outputs]
+        copy.outputs = [self.value(o) for o in region.outputs]
         return copy
 
-    def operand(self, value):
+    def value(self, value):
+        """An operand or attribute, reading the copies: in a scalar too (the index)."""
         if isinstance(value, Node):
             return self.copies.get(value, value)
-        return self.attr(value)
-
-    def attr(self, value):
-        if isinstance(value, Node):
-            return self.loops.get(value, self.copies.get(value, value))
         if isinstance(value, Scalar):
             return Scalar(
-                value.op, tuple(self.attr(a) for a in value.args), value.value
+                value.op, tuple(self.value(a) for a in value.args), value.value
             )
         if isinstance(value, tuple):
-            return tuple(self.attr(v) for v in value)
+            return tuple(self.value(v) for v in value)
         return value
 
 
