@@ -111,10 +111,8 @@ def _split(lines: list) -> Optional[list]:
             chunks.append("    " * (depth + 1) + "pass\n")
     try:
         written = _format_once("".join(chunks), mode=MODE)
-    except (
-        black.InvalidInput,
-        TypeError,
-    ):  # TypeError: a black whose private pass differs
+    # TypeError: a black whose private pass differs
+    except (black.InvalidInput, TypeError):
         return None
     parts: list = []
     for line in written.split("\n"):

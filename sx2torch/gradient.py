@@ -100,9 +100,8 @@ class _Backward:
             contributions = grads.get(node)
             if not contributions or node is stop:
                 continue
-            if (
-                node.kind is Kind.FOR
-            ):  # (carried value's index, its gradient) from ITEMs
+            # (carried value's index, its gradient) from ITEMs
+            if node.kind is Kind.FOR:
                 found = self._for(node, contributions)
             else:
                 with self._stamped(node):

@@ -119,9 +119,8 @@ class _Analysis:
         (body,) = node.regions
         count = known(self.program.model(model).params[node.attrs["stack"]].init.count)
         forward = node.attrs.get("reverse")
-        if (
-            forward is not None
-        ):  # an adjoint loop: the forward's carried values, recorded
+        # an adjoint loop: the forward's carried values, recorded
+        if forward is not None:
             found.update(zip(body.inputs[len(inputs) :], found.get(forward) or ()))
         carried = inputs
         for _ in range(2 if count else 1):
@@ -148,9 +147,8 @@ class _Analysis:
             key = (model, target)
         else:
             param = self.program.model(model).params.get(target)
-            if (
-                param is None
-            ):  # a stack chained inside an inlined sub-model: not followed
+            # a stack chained inside an inlined sub-model: not followed
+            if param is None:
                 return None
             key = (param.init.model, "forward")
         callee = self.graphs.get(key)

@@ -91,9 +91,8 @@ def method(obj: Expr, method_name: str, *args: Expr, **kwargs: Expr) -> cst.Call
 
 def binop(left: Expr, op: str, right: Expr) -> Expr:
     kind, level = BINARY[op]
-    if (
-        op == "**"
-    ):  # right-associative, and binds tighter than a unary minus on its left
+    # right-associative, and binds tighter than a unary minus on its left
+    if op == "**":
         left, right = at_least(left, ATOM), at_least(right, UNARY)
     else:
         left, right = at_least(left, level), at_least(right, level + 1)

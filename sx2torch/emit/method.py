@@ -144,9 +144,8 @@ class MethodEmitter:
             for record, name in zip(records, names)
         ]
         forward = node.attrs.get("reverse")
-        if (
-            forward is not None
-        ):  # an adjoint loop: the layers in reverse, and each one's inputs
+        # an adjoint loop: the layers in reverse, and each one's inputs
+        if forward is not None:
             stack = b.call("reversed", b.call("list", stack))
             recorded = body.inputs[len(node.inputs) :]
             first = [

@@ -288,9 +288,8 @@ class _Policy:
         (body,) = node.regions
         carried = [_data_dtype(typed, init) for init in node.inputs]
         forward = node.attrs.get("reverse")
-        if (
-            forward is not None
-        ):  # an adjoint loop: the forward's carried values, recorded
+        # an adjoint loop: the forward's carried values, recorded
+        if forward is not None:
             recorded = body.inputs[len(carried) :]
             typed.dtype.update(zip(recorded, typed.dtype[forward]))
         while True:
