@@ -11,11 +11,12 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__, check, dump, explain, output
-from sx2torch import report as report_page
+from sx2torch import __version__, output
+from sx2torch.tools import check, dump, explain
+from sx2torch.tools import report as report_page
 from sx2torch.compiler import STDIN, TARGETS, Options, compile_source
 from sx2torch.errors import SourceError, UsageError
-from sx2torch.read import decode
+from sx2torch.syntax.read import decode
 
 MAX_SOURCE = 16 << 20  # bytes; a model is a few KiB, and /dev/zero never ends
 

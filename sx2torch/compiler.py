@@ -10,11 +10,14 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Optional
 
-from sx2torch import __version__, dump, format, policy, ranks, read, resolve, trace
+from sx2torch import __version__, format, policy, ranks, resolve, trace
+from sx2torch.syntax import read
+from sx2torch.tools import dump
 from sx2torch.emit import build as b
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
+from sx2torch.syntax.program import Program
 
 TARGETS = ("cuda", "metal", "cpu")
 STDIN = "<stdin>"  # the file name of a source read from standard input
@@ -81,7 +84,7 @@ def _compile(text: str, filename: str, options: Options) -> str:
     return format.run(b.code(tree))
 
 
-def choose_run(program: resolve.Program, name: Optional[str]):
+def choose_run(program: Program, name: Optional[str]):
     if name is None:
         return program.runs[0] if program.runs else None
     for run in program.runs:

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from typing import Optional
 
 from sx2torch import ranks
-from sx2torch.echo import echo
+from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import Kind, Node, Operand, Region, Scalar, reads, walk
 from sx2torch.ops import REGISTRY
-from sx2torch.read import Datum, List, Symbol
+from sx2torch.syntax.read import Datum, List, Symbol
 
 
 def run(t, datum: List, env: dict) -> Operand:

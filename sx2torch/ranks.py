@@ -18,7 +18,7 @@ from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import Dims, ShapeError, known
 
 if TYPE_CHECKING:  # resolve reads the special forms, whose gradient handler reads ranks
-    from sx2torch.resolve import Program
+    from sx2torch.syntax.program import Program
 
 
 def shapes(

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from sx2torch import read, resolve, trace
+from sx2torch import resolve, trace
+from sx2torch.syntax import read
 from sx2torch.errors import SourceError
 
 

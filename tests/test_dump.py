@@ -2,7 +2,8 @@
 
 import pytest
 
-from sx2torch import policy, read, resolve, trace
+from sx2torch import policy, resolve, trace
+from sx2torch.syntax import read
 from sx2torch.policy import rules
 from sx2torch.cli import main
 from sx2torch.ir import verify

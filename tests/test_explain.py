@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sx2torch import explain
+from sx2torch.tools import explain
 from sx2torch.cli import main
 
 from cases import EXAMPLES, GOLDEN, lisp

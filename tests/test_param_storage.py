@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from sx2torch import explain, runtime as sx
+from sx2torch import runtime as sx
+from sx2torch.tools import explain
 
 EMBEDDING = """
 (defconst vocab 32)

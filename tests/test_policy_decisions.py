@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sx2torch import policy, read, resolve, trace
+from sx2torch import policy, resolve, trace
+from sx2torch.syntax import read
 from sx2torch.ir import Kind, walk
 from sx2torch.policy.rules import ParamRef, Why
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sx2torch import ranks, read, resolve, runtime, trace
+from sx2torch import ranks, resolve, runtime, trace
+from sx2torch.syntax import read
 from sx2torch.emit import build as b
 from sx2torch.ir import Kind, Scalar
 from sx2torch.ops import REGISTRY, EmitContext

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sx2torch import read
+from sx2torch.syntax import read
 from sx2torch.errors import SourceError, Span
-from sx2torch.read import Boolean, Keyword, List, Number, String, Symbol, Vector
+from sx2torch.syntax.read import Boolean, Keyword, List, Number, String, Symbol, Vector
 
 
 def one(text: str):

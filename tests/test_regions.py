@@ -13,7 +13,7 @@ from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
 from sx2torch.ir import Kind, verify, walk
 from sx2torch.ops import REGISTRY
-from sx2torch.read import run as read
+from sx2torch.syntax.read import run as read
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 

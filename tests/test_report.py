@@ -3,7 +3,7 @@
 import re
 
 
-from sx2torch import explain, report
+from sx2torch.tools import explain, report
 from sx2torch.cli import main
 from cases import SOURCES, lisp
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sx2torch import explain, report
+from sx2torch.tools import explain, report
 from sx2torch.cli import main
 from cases import lisp
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sx2torch import read, resolve
+from sx2torch import resolve
+from sx2torch.syntax import read
 from sx2torch.errors import SourceError
+from sx2torch.syntax.program import Program
 
 
-def program(text: str, top: str = "net") -> resolve.Program:
+def program(text: str, top: str = "net") -> Program:
     return resolve.run(read.run(text), top)
 
 

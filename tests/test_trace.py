@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sx2torch import read, resolve, trace
+from sx2torch import resolve, trace
+from sx2torch.syntax import read
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import ISLAND, REGION, Node, Scalar
 

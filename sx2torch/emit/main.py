@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from sx2torch.resolve import Model, Optimizer, Program, Run
+from sx2torch.syntax.program import Model, Optimizer, Program, Run
 
 # torch's own defaults, written into the settings so that every value the run uses is visible
 DEFAULTS = {

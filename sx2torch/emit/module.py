@@ -16,7 +16,7 @@ from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
-from sx2torch.resolve import Model, Param, Program, Run
+from sx2torch.syntax.program import Model, Param, Program, Run
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 

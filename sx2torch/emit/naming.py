@@ -22,7 +22,7 @@ from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
-from sx2torch.resolve import Model, Program
+from sx2torch.syntax.program import Model, Program
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Ops that derivative rules build the backward from (they are ordinary ops, usable in source too)."""
 
 from sx2torch.emit import build as b
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import CONCAT_PART, SCALAR, like
 
 G, LIKE = Arg("g"), Arg("like", "like")

@@ -7,7 +7,7 @@ and no gradient flows through them.
 """
 
 from sx2torch.emit import build as b
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import RankRule, known
 
 ARANGE_OF = RankRule(

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from sx2torch.emit import build as b
 from sx2torch.ir import Node, Scalar
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import BROADCAST
 
 X, Y = Arg("x"), Arg("y")

@@ -13,7 +13,7 @@ import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, SAME, RankRule, product
 
 LINEAR = RankRule(

@@ -2,7 +2,7 @@
 
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import MATMUL
 
 

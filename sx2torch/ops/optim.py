@@ -8,7 +8,7 @@ module runs, so the iteration itself lives in the runtime
 """
 
 from sx2torch.emit import build as b
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import SAME
 
 STEPS = Key("steps", "int", 5)

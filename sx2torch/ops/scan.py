@@ -6,7 +6,7 @@ into f32 and their output stays f32 until it meets a bf16 value.
 """
 
 from sx2torch.emit import build as b
-from sx2torch.ops import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import BROADCAST, MATRIX_SCAN, OUTER, SAME, like
 
 TIME_AXIS = Key("axis", "int", 1)

@@ -1,6 +1,6 @@
 """The op table of docs/OPS.md, made from the registry: `python -m sx2torch.ops.table > docs/OPS.md`."""
 
-from sx2torch.ops import REGISTRY, Op
+from sx2torch.ops.registry import REGISTRY, Op
 
 
 def signature(op: Op) -> str:

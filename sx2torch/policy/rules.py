@@ -33,7 +33,7 @@ from sx2torch.ir import (
 )
 from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.ops.rank import BROADCAST, SAME
-from sx2torch.resolve import Program
+from sx2torch.syntax.program import Program
 
 DATA_KINDS = (
     ArgKind.TENSOR,

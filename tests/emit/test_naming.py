@@ -6,7 +6,8 @@ from functools import partial
 
 import torch
 
-from sx2torch import policy, read, resolve, trace
+from sx2torch import policy, resolve, trace
+from sx2torch.syntax import read
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, walk

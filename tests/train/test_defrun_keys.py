@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sx2torch import read, resolve
+from sx2torch import resolve
+from sx2torch.syntax import read
 from sx2torch.compiler import compile_source
 from sx2torch.errors import SourceError
+from sx2torch.syntax.program import Program
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MLP = """\
@@ -27,7 +29,7 @@ MLP = """\
 """
 
 
-def program(text: str) -> resolve.Program:
+def program(text: str) -> Program:
     return resolve.run(read.run(text), "net")
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Optional
 
-from sx2torch import scalars
-from sx2torch.echo import echo
+from sx2torch.syntax import scalars
+from sx2torch.syntax.echo import echo
 from sx2torch.ir import (
     ISLAND,
     REGION,
@@ -21,7 +21,7 @@ from sx2torch.ir import (
     Scalar,
 )
 from sx2torch.ops import REGISTRY, Result
-from sx2torch.read import Datum
+from sx2torch.syntax.read import Datum
 
 
 class Builder:

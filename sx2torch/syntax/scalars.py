@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 from sx2torch.errors import SourceError, suggest
 from sx2torch.ir import Scalar
-from sx2torch.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
+from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
 
 ARITHMETIC: dict[str, tuple[str, Callable]] = {
     "+": ("+", operator.add),

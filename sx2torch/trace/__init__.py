@@ -2,8 +2,8 @@
 
 Names resolve here (locals, arguments, &key arguments, consts, params, sub-models, defuns,
 ops); calls are checked against their defun's signature and ops against their registry
-signature (sx2torch/arguments.py); special forms are traced by their handlers
-(sx2torch/forms.py); nodes are made by the builder (sx2torch/builder.py), which stamps the
+signature (sx2torch/trace/arguments.py); special forms are traced by their handlers
+(sx2torch/trace/forms.py); nodes are made by the builder (sx2torch/trace/builder.py), which stamps the
 `with-numerics` frames on every node traced inside them.
 """
 
@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sx2torch import calls, scalars
-from sx2torch.arguments import apply
-from sx2torch.calling import Caller
+from sx2torch.syntax import scalars
+from sx2torch.trace import calls
+from sx2torch.trace.arguments import apply
+from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
-from sx2torch.forms import FORMS, Layer
+from sx2torch.trace.forms import FORMS, Layer
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, reads
 from sx2torch.ops import REGISTRY
-from sx2torch.read import (
+from sx2torch.syntax.read import (
     Boolean,
     Datum,
     Keyword,
@@ -30,7 +31,7 @@ from sx2torch.read import (
     Vector,
     shown,
 )
-from sx2torch.resolve import Defun, Model, Program
+from sx2torch.syntax.program import Defun, Model, Program
 
 HINTS = {  # forms from other Lisps, and what to write instead
     "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",

@@ -2,7 +2,7 @@
 are checked against the callee's signature; under `gradient` they are traced in place, so
 the backward can see into them, else each is one CALL or SUBMODEL node.
 
-`Caller` is the part of the tracer that follows calls; the tracer (sx2torch/trace.py)
+`Caller` is the part of the tracer that follows calls; the tracer (sx2torch/trace/__init__.py)
 gives it `expr`, `body`, `scalar` and `_const`.
 """
 
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from sx2torch import calls, scalars
-from sx2torch.arguments import split, unknown_keyword
-from sx2torch.builder import Builder
+from sx2torch.syntax import scalars
+from sx2torch.trace import calls
+from sx2torch.trace.arguments import split, unknown_keyword
+from sx2torch.trace.builder import Builder
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar
-from sx2torch.read import List
-from sx2torch.resolve import Defun
+from sx2torch.syntax.read import List
+from sx2torch.syntax.program import Defun
 
 
 class Caller(Builder):

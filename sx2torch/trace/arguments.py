@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import difflib
 
-from sx2torch import scalars
-from sx2torch.builder import default
+from sx2torch.syntax import scalars
+from sx2torch.trace.builder import default
 from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
 from sx2torch.ops import ArgKind, Op, Result
-from sx2torch.read import Datum, Keyword, List, String, Vector, shown
+from sx2torch.syntax.read import Datum, Keyword, List, String, Vector, shown
 
 SCALAR_KINDS = {
     ArgKind.INT: "an integer",

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch import gradient, scalars
-from sx2torch.echo import echo
+from sx2torch import gradient
+from sx2torch.syntax import scalars
+from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import (
     ISLAND,
@@ -21,7 +22,7 @@ from sx2torch.ir import (
     Region,
     Scalar,
 )
-from sx2torch.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
 
 
 def let(t, datum: List, env: dict, tail=None) -> Operand:

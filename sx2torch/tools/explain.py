@@ -14,14 +14,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sx2torch import policy, ranks, read, resolve, trace
-from sx2torch.echo import echo
+from sx2torch import policy, ranks, resolve, trace
+from sx2torch.syntax import read
+from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, choose_run, top_model_name
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy.rules import Why, is_param
-from sx2torch.scalars import ARITHMETIC, COMPARISONS
+from sx2torch.syntax.scalars import ARITHMETIC, COMPARISONS
 
 BYTES = {"f32": 4, "bf16": 2}
 MAX_LISTED = (

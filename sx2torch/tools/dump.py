@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from sx2torch.echo import show
+from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
 from sx2torch.ir import Graph, Node, Scalar
 from sx2torch.policy import Lowered, Typed
-from sx2torch.resolve import Init
+from sx2torch.syntax.program import Init
 
 PASSES = ("read", "resolve", "trace", "policy", "names")
 

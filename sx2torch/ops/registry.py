@@ -1,0 +1,175 @@
+"""The op registry: one entry per op holds its signature, torch emission,
+derivative rule and precision marks. The op modules beside it register their entries.
+
+Argument kinds (positional `args` and `keys`) are an `ArgKind`, and what an op produces a
+`Result`; an entry may write either as its string, which registration checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Callable, Optional, Union
+
+from sx2torch.ops.rank import RankRule
+
+
+class ArgKind(str, Enum):
+    TENSOR = "tensor"  # a tensor or a scalar
+    MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
+    IDS = "ids"  # an integer tensor (indices, labels)
+    BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
+    LIKE = (
+        "like"  # a tensor read only for its shape: it decides no dtype, is never cast
+    )
+    TENSORS = "tensors"  # a vector of tensors, e.g. `[x y]`
+    INT = "int"  # a compile-time integer
+    NUMBER = "number"  # a compile-time number
+    BOOL = "bool"  # a compile-time boolean
+    INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
+    OUT = "out"  # :f32 (the f32-out matmul)
+    REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
+
+    @property
+    def is_tensor(self) -> bool:
+        """One tensor input of the node."""
+        return self in TENSOR_KINDS
+
+
+TENSOR_KINDS = frozenset(
+    {ArgKind.TENSOR, ArgKind.MATRIX, ArgKind.IDS, ArgKind.BOOL_TENSOR, ArgKind.LIKE}
+)
+
+
+class Result(str, Enum):
+    FLOAT = "float"  # computes in the policy's dtype
+    BOOL = "bool"  # compares in that dtype
+    KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
+    ARITH = "arith"  # as KEEP, and compile-time scalars fold
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: ArgKind = ArgKind.TENSOR
+    static: bool = False  # decides the result's rank or layout: written as a literal
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ArgKind(self.kind))
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    kind: ArgKind
+    default: object = None
+    static: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ArgKind(self.kind))
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple
+    emit: Optional[Callable] = None
+    keys: tuple = ()
+    result: Result = Result.FLOAT
+    arity: Optional[tuple] = (
+        None  # (least, most) arguments, most None for "any"; default: exactly args
+    )
+    sensitive: bool = False  # library mark (6.8): an f32 island wherever it is called
+    expand: Optional[Callable] = None  # defined by other ops, traced in their place
+    grad: Optional[Callable] = None
+    name_inputs: bool = (
+        False  # the emission reads an input twice, so it must be a local
+    )
+    rank: Optional[RankRule] = (
+        None  # the output's shape from the inputs' (sx2torch/ops/rank.py)
+    )
+    folds: bool = (
+        False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
+    )
+    # bf16 inputs give bf16 values, so held-in-f32 targets need not round the output: True,
+    # or a test of the operands (a product with a power of two)
+    exact: Union[bool, Callable] = False
+    doc: str = ""
+    # made by the compiler (a derivative rule, a definition); from source, an unknown op
+    internal: bool = False
+    # its value is a 0-d tensor, which decides no dtype beside tensors with axes (torch's
+    # type promotion)
+    zero_d: bool = False
+    # what computing it in bf16 costs, for explain's warning (after the op's form)
+    bf16_risk: str = ""
+
+    def is_exact(self, operands: tuple) -> bool:
+        return self.exact(operands) if callable(self.exact) else self.exact
+
+    @property
+    def word(self) -> str:
+        """The op in identifiers: `rms_norm`, and `add` for `+`."""
+        return WORDS.get(self.name) or self.name.replace("-", "_")
+
+    @property
+    def bounds(self) -> tuple:
+        return self.arity or (len(self.args), len(self.args))
+
+    def key(self, name: str) -> Optional[Key]:
+        return next((k for k in self.keys if k.name == name), None)
+
+
+REGISTRY: dict[str, Op] = {}
+SYMBOLIC = type("Symbolic", (), {"__repr__": lambda self: "SYMBOLIC"})()
+WORDS = {
+    "+": "add",
+    "-": "sub",
+    "*": "mul",
+    "/": "div",
+    "//": "floordiv",
+    "<": "lt",
+    "<=": "le",
+    ">": "gt",
+    ">=": "ge",
+    "=": "eq",
+}
+
+# A derivative rule `grad(t, node, g)` sees the forward node (its inputs, attrs and output) and
+# the gradient `g` of its output, and returns one gradient (or None) per input, built with the
+# tracer `t` as other ops: `t.op("*", [g, x])`. See sx2torch/gradient.py.
+
+
+def register(op: Op) -> Op:
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name!r} registered twice")
+    if (op.emit is None) == (op.expand is None):
+        raise ValueError(f"op {op.name!r} needs exactly one of emit and expand")
+    if op.rank is None:
+        raise ValueError(f"op {op.name!r} needs a rank rule")
+    op = replace(op, result=Result(op.result))  # an unknown result is refused here
+    REGISTRY[op.name] = op
+    return op
+
+
+@dataclass
+class EmitContext:
+    """What an op's emission may depend on besides its operands."""
+
+    target: str  # "cuda", "metal" or "cpu"
+    compute: Optional[str] = None
+    attrs: dict = field(default_factory=dict)  # as Python expressions
+    # as compile-time values where the source wrote literals; SYMBOLIC where a const or a
+    # &key argument takes part, since the caller can change it
+    values: dict = field(default_factory=dict)
+    scalars: (
+        tuple
+    ) = ()  # for each operand, whether it is a compile-time number rather than a tensor
+
+    @property
+    def tensor_dtype(self) -> str:
+        """The torch dtype a new tensor of the compute dtype has: metal and cpu hold bf16 in f32."""
+        return (
+            "torch.bfloat16"
+            if self.compute == "bf16" and self.target == "cuda"
+            else "torch.float32"
+        )

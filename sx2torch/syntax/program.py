@@ -1,0 +1,149 @@
+"""The program's types: what resolve makes of the top-level forms and every later pass reads
+(models with their consts, params and defuns; runs with their optimizers and inputs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sx2torch.errors import Span
+from sx2torch.ir import Scalar
+from sx2torch.syntax.read import Datum, Symbol
+
+PRECISIONS = ("f32", "bf16")
+RUN_KEYS = (
+    "precision",
+    "loss",
+    "optimizer",
+    "steps",
+    "batch-size",
+    "seq-len",
+    "schedule",
+    "grad-clip",
+    "inputs",
+)
+OPTIMIZER_KEYS = {
+    "adamw": ("lr", "betas", "weight-decay", "eps"),
+    "muon": ("lr", "momentum", "weight-decay", "nesterov", "ns-steps", "adamw"),
+}
+INITIALIZERS = {
+    # name: (positional args, keyword defaults)
+    "zeros": (("shape",), {}),
+    "ones": (("shape",), {}),
+    "full": (("shape", "value"), {}),
+    "normal": (("shape",), {"mean": 0, "std": 1}),
+    "uniform": (("shape",), {"low": 0, "high": 1}),
+    "eye": (("n",), {}),
+    "linspace": (("n",), {"start": 0, "end": 1}),
+}
+
+
+@dataclass
+class Const:
+    name: str
+    value: Scalar
+    span: Span
+
+
+@dataclass
+class Init:
+    kind: str  # an INITIALIZERS name, "model" or "stack"
+    args: dict  # name -> Scalar, or a tuple of Scalars for shape
+    model: Optional[str] = None
+    count: Optional[Scalar] = None
+    span: Optional[Span] = None  # a sub-model instance's form, for diagnostics about it
+    index: Optional[str] = None  # a stack's layer index, `i` of (stack (i n) ...)
+
+
+@dataclass
+class Param:
+    name: str
+    init: Init
+    span: Span
+    numerics_high: bool = False
+    trainable: bool = True
+    dtype: Optional[str] = None  # `:dtype`: the stored dtype, whatever the readers read
+    # `:when`: a condition on the consts; else always made
+    when: Optional[Scalar] = None
+
+    @property
+    def is_module(self) -> bool:
+        return self.init.kind in ("model", "stack")
+
+
+@dataclass
+class Defun:
+    name: str
+    args: list  # [Symbol]
+    keys: list  # [(Symbol, Datum default)]
+    doc: Optional[str]
+    body: tuple
+    span: Span
+
+
+@dataclass
+class Model:
+    name: str
+    span: Span
+    doc: Optional[str] = None
+    consts: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    defuns: dict = field(default_factory=dict)
+    is_top: bool = False
+
+    def lookup_const(self, name: str) -> Optional[Scalar]:
+        const = self.consts.get(name)
+        if const and const.value.op == "layer":
+            return const.value
+        return Scalar("const", (name,), const.value.value) if const else None
+
+    def names(self) -> set:
+        """The names defined so far in this model."""
+        return {*self.consts, *self.params, *self.defuns}
+
+
+@dataclass
+class Optimizer:
+    kind: str  # an OPTIMIZER_KEYS name
+    settings: dict  # Python names (weight_decay) -> numbers, a tuple for betas
+    rest: Optional["Optimizer"] = None  # muon's AdamW, for what Muon does not take
+
+
+@dataclass
+class Input:
+    """A synthetic batch argument: normal floats, or integers in [0, high)."""
+
+    name: Symbol
+    shape: tuple  # data until _check_run evaluates it, then ints
+    high: Optional[Datum]  # then an int
+
+
+@dataclass
+class Run:
+    name: str
+    precision: str
+    span: Span
+    # the defun whose scalar is trained; None: not trainable
+    loss: Optional[Symbol] = None
+    optimizer: Optional[Optimizer] = None
+    steps: Optional[int] = None
+    batch_size: Optional[int] = None
+    seq_len: Optional[int] = None
+    warmup: float = 0.0  # fractions of the steps
+    cooldown: float = 0.0
+    grad_clip: Optional[float] = None
+    inputs: Optional[list] = None  # [Input]: synthetic batches instead of token data
+    keys: dict = field(default_factory=dict)  # key -> its datum, for later diagnostics
+
+
+@dataclass
+class Program:
+    top: Model
+    models: dict  # sub-models by name, in source order
+    runs: list
+
+    def model(self, name: str) -> Model:
+        return self.top if name == self.top.name else self.models[name]
+
+    def all_models(self) -> list:
+        return list(self.models.values()) + [self.top]

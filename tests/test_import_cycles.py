@@ -1,0 +1,93 @@
+"""No module of sx2torch imports itself back, through any chain of imports: deferred imports
+inside functions and type-only imports count too, since they are cycles all the same."""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "sx2torch"
+
+
+def _name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _owner(name: str):
+    """The module an imported dotted name lives in (a module, or the package defining it)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(module: str) -> set:
+    path = MODULES[module]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}".rstrip(".")
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found |= {_owner(name) for name in names} - {None, module}
+    return found
+
+
+def cycles() -> list:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    graph = {module: imports(module) for module in MODULES}
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    assert cycles() == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sx2torch.b import thing\n",
+        "def late():\n    from sx2torch import b\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sx2torch.b import T\n",
+    ],
+)
+def test_the_check_sees_every_kind_of_import(tmp_path, monkeypatch, source):
+    (tmp_path / "a.py").write_text(source)
+    (tmp_path / "b.py").write_text("from sx2torch.a import other\n")
+    monkeypatch.setitem(MODULES, "sx2torch.a", tmp_path / "a.py")
+    monkeypatch.setitem(MODULES, "sx2torch.b", tmp_path / "b.py")
+    assert ["sx2torch.a", "sx2torch.b"] in cycles()
