@@ -14,7 +14,7 @@ from typing import Optional
 from sx2torch import __version__, output
 from sx2torch.tools import check, dump, explain
 from sx2torch.tools import report as report_page
-from sx2torch.compiler import STDIN, TARGETS, Options, compile_source
+from sx2torch.compiler import DUMPS, PASSES, STDIN, TARGETS, Options, compile_source
 from sx2torch.errors import SourceError, UsageError
 from sx2torch.syntax.read import decode
 
@@ -33,7 +33,10 @@ commands:
   check       exit 1 with a unified diff when GENERATED.py (default: NAME.py beside
               NAME.lisp; every NAME.lisp under a DIRECTORY) is not what its source
               compiles to with the flags its header records
-  explain     say where the precision policy keeps f32, and list parameter sizes"""
+  explain     say where the precision policy keeps f32, and list parameter sizes
+
+A compile runs these passes in order (--dump-after prints the output of one):
+  {passes}"""
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -78,7 +81,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sx2torch" if command == "compile" else f"sx2torch {command}",
         usage=USAGE,
-        description=DESCRIPTION,
+        description=DESCRIPTION.format(passes=" -> ".join(p.name for p in PASSES)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     if command == "check":
@@ -119,7 +122,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "compile":
         parser.add_argument(
             "--dump-after",
-            choices=dump.PASSES,
+            choices=DUMPS,
             help="print that pass's output instead of the module, for debugging",
         )
     parser.add_argument(

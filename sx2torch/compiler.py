@@ -1,23 +1,29 @@
-"""The pipeline: read, resolve, trace (with gradient), ranks, policy, naming, emit, format."""
+"""The pipeline: one table of passes, each with what it does, how its output is checked and
+how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
+
+    read -> resolve -> trace (with gradient) -> ranks -> policy -> names -> emit -> format
+"""
 
 from __future__ import annotations
 
 import gc
 import shlex
 from contextlib import contextmanager
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from pathlib import PurePath
-from typing import Optional
+from typing import Callable, Optional
 
-from sx2torch import __version__, format, policy, ranks, resolve, trace
-from sx2torch.syntax import read
-from sx2torch.tools import dump
+from sx2torch import __version__, format, ir, policy, ranks, resolve, trace
 from sx2torch.emit import build as b
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
-from sx2torch.syntax.program import Program
+from sx2torch.ops import REGISTRY
+from sx2torch.policy import Lowered
+from sx2torch.syntax import read
+from sx2torch.syntax.program import Program, Run
+from sx2torch.tools import dump
 
 TARGETS = ("cuda", "metal", "cpu")
 STDIN = "<stdin>"  # the file name of a source read from standard input
@@ -28,19 +34,147 @@ class Options:
     run: Optional[str] = None
     target: str = "cuda"
     source_lines: bool = False  # `# file.lisp:LINE` after each statement, for debugging
-    dump_after: Optional[str] = (
-        None  # one of dump.PASSES: print that pass's output instead
+    dump_after: Optional[str] = None  # a pass's name: print its output instead
+
+
+@dataclass
+class Unit:
+    """One source on its way through the passes: each pass reads what the passes before it
+    left here and sets its own part."""
+
+    text: str
+    filename: str
+    options: Options
+    data: Optional[list] = None  # read
+    program: Optional[Program] = None  # resolve
+    chosen: Optional[Run] = None  # trace: the defrun compiled for
+    graphs: Optional[dict] = None  # trace
+    lowered: Optional[Lowered] = None  # policy
+    names: Optional[naming.Naming] = None  # names
+    code: Optional[str] = None  # emit, then format
+
+    @property
+    def precision(self) -> str:
+        return self.chosen.precision if self.chosen else "f32"
+
+    @property
+    def target(self) -> Target:
+        return Target(self.options.target)
+
+    @property
+    def shown(self) -> Optional[str]:
+        """The file name the `--source-lines` comments give, when they are asked for."""
+        return _shown(self.filename) if self.options.source_lines else None
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Unit], None]
+    verify: Optional[Callable[[Unit], None]] = (
+        None  # the output's invariants (tests run it)
     )
+    dump: Optional[Callable[[Unit], str]] = None  # what `--dump-after NAME` prints
+
+
+def _read(unit: Unit) -> None:
+    unit.data = read.run(unit.text)
+
+
+def _resolve(unit: Unit) -> None:
+    unit.program = resolve.run(unit.data, top_model_name(unit.filename))
+
+
+def _trace(unit: Unit) -> None:
+    unit.chosen = choose_run(unit.program, unit.options.run)
+    unit.graphs = trace.run(unit.program)
+
+
+def _verify_graphs(unit: Unit) -> None:
+    for graph in unit.graphs.values():
+        ir.verify(graph, REGISTRY)
+
+
+def _ranks(unit: Unit) -> None:
+    ranks.check(unit.program, unit.graphs)
+
+
+def _policy(unit: Unit) -> None:
+    unit.lowered = policy.run(unit.program, unit.graphs, unit.precision)
+
+
+def _verify_lowered(unit: Unit) -> None:
+    for typed in unit.lowered.specializations:
+        policy.verify(typed)
+
+
+def _names(unit: Unit) -> None:
+    render = partial(module.render, target=unit.target, source_lines=unit.shown)
+    unit.names = naming.run(unit.program, unit.lowered, unit.target, render)
+
+
+def _emit(unit: Unit) -> None:
+    header = _header(unit)
+    tree = module.run(
+        unit.program,
+        unit.lowered,
+        unit.names,
+        header,
+        unit.target,
+        unit.shown,
+        unit.chosen,
+    )
+    unit.code = b.code(tree)
+
+
+def _verify_code(unit: Unit) -> None:
+    compile(unit.code, unit.filename, "exec")
+
+
+def _format(unit: Unit) -> None:
+    unit.code = format.run(unit.code)
+
+
+PASSES = (
+    Pass("read", _read, dump=lambda unit: dump.data(unit.data)),
+    Pass("resolve", _resolve, dump=lambda unit: dump.program(unit.program)),
+    Pass("trace", _trace, _verify_graphs, lambda unit: dump.graphs(unit.graphs)),
+    Pass("ranks", _ranks),
+    Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
+    Pass("names", _names, dump=lambda unit: dump.names(unit.names)),
+    Pass("emit", _emit, _verify_code, lambda unit: unit.code),
+    Pass("format", _format, _verify_code),
+)
+DUMPS = tuple(p.name for p in PASSES if p.dump)  # the choices of `--dump-after`
+
+
+def run(unit: Unit, until: Optional[str] = None, verify: bool = False) -> Unit:
+    """Run the passes over `unit`, through the one named `until` (default: all of them),
+    checking each one's output after it when `verify` is set."""
+    with _no_cycle_collection():
+        for step in PASSES:
+            step.run(unit)
+            if verify and step.verify:
+                step.verify(unit)
+            if step.name == until:
+                break
+    return unit
 
 
 def top_model_name(filename: str) -> str:
     return "model" if filename == STDIN else PurePath(filename).stem or "model"
 
 
-def compile_source(text: str, filename: str, options: Optional[Options] = None) -> str:
-    """Compile one SexpGPU source text to a formatted Python module."""
-    with _no_cycle_collection():
-        return _compile(text, filename, options or Options())
+def compile_source(
+    text: str, filename: str, options: Optional[Options] = None, verify: bool = False
+) -> str:
+    """Compile one SexpGPU source text to a formatted Python module, or print the output
+    of the pass `options.dump_after` names."""
+    options = options or Options()
+    unit = run(Unit(text, filename, options), until=options.dump_after, verify=verify)
+    if options.dump_after:
+        return next(p for p in PASSES if p.name == options.dump_after).dump(unit)
+    return unit.code
 
 
 @contextmanager
@@ -55,33 +189,6 @@ def _no_cycle_collection():
     finally:
         if enabled:
             gc.enable()
-
-
-def _compile(text: str, filename: str, options: Options) -> str:
-    data = read.run(text)
-    if options.dump_after == "read":
-        return dump.data(data)
-    program = resolve.run(data, top_model_name(filename))
-    if options.dump_after == "resolve":
-        return dump.program(program)
-    chosen = choose_run(program, options.run)
-    precision = chosen.precision if chosen else "f32"
-    graphs = trace.run(program)
-    ranks.check(program, graphs)
-    if options.dump_after == "trace":
-        return dump.graphs(graphs)
-    lowered = policy.run(program, graphs, precision)
-    if options.dump_after == "policy":
-        return dump.lowered(lowered)
-    target = Target(options.target)
-    shown = _shown(filename) if options.source_lines else None
-    render = partial(module.render, target=target, source_lines=shown)
-    names = naming.run(program, lowered, target, render)
-    if options.dump_after == "names":
-        return dump.names(names)
-    header = _header(filename, chosen.name if chosen else None, precision, options)
-    tree = module.run(program, lowered, names, header, target, shown, chosen)
-    return format.run(b.code(tree))
 
 
 def choose_run(program: Program, name: Optional[str]):
@@ -111,10 +218,12 @@ def flags(run: Optional[str], target: str, source_lines: bool) -> list:
     ]
 
 
-def _header(filename: str, run: Optional[str], precision: str, options: Options) -> str:
+def _header(unit: Unit) -> str:
     """Says what was compiled and how; `sx2torch check` reads the flags back."""
+    run = unit.chosen.name if unit.chosen else None
+    options = unit.options
     again = shlex.join(flags(run, options.target, options.source_lines))
     return (
-        f"Generated by sx2torch {__version__} from {_shown(filename)}: run {run or '(none)'}, precision {precision}, target {options.target}.\n"
+        f"Generated by sx2torch {__version__} from {_shown(unit.filename)}: run {run or '(none)'}, precision {unit.precision}, target {options.target}.\n"
         f"Do not edit: change the source and compile it again (flags: {again})."
     )

@@ -1,4 +1,4 @@
-"""Pass 8, format: the emitted module's text -> black's formatting of it.
+"""The format pass: the emitted module's text -> black's formatting of it.
 
 Black is the formatter of record, and most of a compile's time. Given a module it did not
 write, it parses and formats it twice (a second pass settles the trailing commas the first

@@ -1,5 +1,6 @@
-"""Pass 4, gradient: `(gradient Y X)` appends the backward of Y with respect to X to the
-graph being traced, before the policy runs, so the policy lowers it like the forward (6.9).
+"""Gradient, part of the trace pass: `(gradient Y X)` appends the backward of Y with respect
+to X to the graph being traced, before the policy runs, so the policy lowers it like the
+forward (6.9).
 
 Each backward node carries the frames of the forward node it differentiates, then the frames
 of the `with-numerics` forms wrapped directly around the `gradient` form, which are innermost

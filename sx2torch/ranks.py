@@ -1,4 +1,5 @@
-"""Ranks, and shapes where known, of every node of a traced graph; the mismatches they prove.
+"""The ranks pass: ranks, and shapes where known, of every node of a traced graph; the
+mismatches they prove.
 
 One pass over the nodes in trace order, each op's shape from its inputs' by the op's rank
 rule (sx2torch/ops/rank.py). A parameter's shape is its initializer's, a size written with

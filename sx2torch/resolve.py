@@ -1,4 +1,4 @@
-"""Pass 2, resolve: top-level data -> a Program of models, consts, params, defuns and runs.
+"""The resolve pass: top-level data -> a Program of models, consts, params, defuns and runs.
 
 Checks what can be checked without tracing bodies: the shape of every
 definition, duplicates, defrun keys, recursion, and that `forward` exists.

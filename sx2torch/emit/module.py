@@ -1,4 +1,4 @@
-"""Pass 7, emit: typed specializations and their names -> one libcst Module (header,
+"""The emit pass: typed specializations and their names -> one libcst Module (header,
 imports, one class per model)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pass 6, naming: a Python name for every class, attribute, method and local, before emission.
+"""The names pass: a Python name for every class, attribute, method and local, before emission.
 
 Each scope is a `Namespace`: the module's classes; a class's constructor arguments,
 attributes and methods; a method's arguments, `&key` arguments, locals, cast temporaries

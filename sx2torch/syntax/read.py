@@ -1,4 +1,4 @@
-"""Pass 1, read: UTF-8 text -> a list of data, each with its line and column.
+"""The read pass: UTF-8 text -> a list of data, each with its line and column.
 
 sexpdata parses the atoms and strings; the brackets, comments and positions are
 walked here, iteratively, so that deep nesting cannot exhaust Python's stack and

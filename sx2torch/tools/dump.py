@@ -8,8 +8,6 @@ from sx2torch.ir import Graph, Node, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.program import Init
 
-PASSES = ("read", "resolve", "trace", "policy", "names")
-
 
 def data(items: list) -> str:
     return "".join(f"{d.span.line}:{d.span.col} {show(d)}\n" for d in items)

@@ -14,10 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sx2torch import policy, ranks, resolve, trace
-from sx2torch.syntax import read
+from sx2torch import compiler, ranks
 from sx2torch.syntax.echo import echo
-from sx2torch.compiler import Options, choose_run, top_model_name
+from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
 from sx2torch.ops import REGISTRY
@@ -41,11 +40,13 @@ class Line:
 
 def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     """The report as plain data; `render` and `json.dumps` turn it into text."""
-    options = options or Options()
-    program = resolve.run(read.run(text), top_model_name(filename))
-    chosen = choose_run(program, options.run)
-    precision = chosen.precision if chosen else "f32"
-    lowered = policy.run(program, trace.run(program), precision)
+    unit = compiler.run(Unit(text, filename, options or Options()), until="names")
+    program, lowered, chosen, precision = (
+        unit.program,
+        unit.lowered,
+        unit.chosen,
+        unit.precision,
+    )
     source_lines = text.splitlines()
     lines: dict[int, Line] = {}
     for typed in lowered.specializations:

@@ -1,10 +1,10 @@
-"""Pass 3, trace: each defun's body -> a Graph of nodes, before any dtype is known.
+"""The trace pass: each defun's body -> a Graph of nodes, before any dtype is known.
 
 Names resolve here (locals, arguments, &key arguments, consts, params, sub-models, defuns,
 ops); calls are checked against their defun's signature and ops against their registry
-signature (sx2torch/trace/arguments.py); special forms are traced by their handlers
-(sx2torch/trace/forms.py); nodes are made by the builder (sx2torch/trace/builder.py), which stamps the
-`with-numerics` frames on every node traced inside them.
+signature (trace/arguments.py); special forms are traced by their handlers (trace/forms.py);
+nodes are made by the builder (trace/builder.py), which stamps the `with-numerics` frames on
+every node traced inside them.
 """
 
 from __future__ import annotations
