@@ -204,9 +204,10 @@ class _Backward:
             )
         op = REGISTRY[node.op]
         if op.grad is None:
+            why = op.no_grad or "the compiler made it, and takes no second derivative"
             raise SourceError(
                 node.span,
-                f"'{node.op}' has no gradient, and (gradient ...) needs one here",
+                f"'{node.op}' has no gradient ({why}), and (gradient ...) needs one here",
             )
         with self._stamped(node):
             return list(zip(node.inputs, op.grad(self.t, node, g)))
@@ -450,10 +451,3 @@ def _word(node: Node) -> str:
     if node.kind is Kind.ITEM:  # a value a loop gives: named by its form, chain or for
         return node.form.items[0].name
     return REGISTRY[node.op].word if node.kind is Kind.OP else node.what
-
-
-def unbroadcast(t, gradient: Operand, operand) -> Operand:
-    """The gradient of a broadcast operand: summed back to its shape (a scalar has none)."""
-    if isinstance(operand, Scalar):
-        return None
-    return t.op("sum-to", [gradient, operand])

@@ -6,7 +6,7 @@ import pytest
 
 from sx2torch.ops import REGISTRY, Arg, ArgKind, Op, Result, register
 from sx2torch.ops.rank import SAME
-from sx2torch.ops.table import markdown
+from sx2torch.tools.ops_table import markdown
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "OPS.md"
 
@@ -14,7 +14,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "OPS.md"
 def test_the_committed_op_table_is_current():
     assert (
         DOC.read_text() == markdown()
-    ), "regenerate it: python -m sx2torch.ops.table > docs/OPS.md"
+    ), "regenerate it: python -m sx2torch.tools.ops_table > docs/OPS.md"
 
 
 def test_every_op_has_a_signature_an_emission_and_marks_in_one_entry():
@@ -28,7 +28,7 @@ def test_every_op_has_a_signature_an_emission_and_marks_in_one_entry():
 def test_an_entry_with_an_unknown_kind_or_result_is_refused():
     with pytest.raises(ValueError):
         Arg("x", "tensr")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="flaot"):
         register(
             Op(
                 "no-such-op",
@@ -36,6 +36,19 @@ def test_an_entry_with_an_unknown_kind_or_result_is_refused():
                 emit=lambda a, c: a[0],
                 result="flaot",
                 rank=SAME,
+                no_grad="a test entry",
             )
         )
+    assert "no-such-op" not in REGISTRY
+
+
+def test_every_op_has_a_derivative_or_says_why_not():
+    for name, op in REGISTRY.items():
+        assert op.grad or op.expand or op.no_grad or op.internal, name
+        assert not (op.grad and op.no_grad), name
+
+
+def test_an_entry_without_a_derivative_or_a_reason_is_refused():
+    with pytest.raises(ValueError, match="derivative rule"):
+        register(Op("no-such-op", (Arg("x"),), emit=lambda a, c: a[0], rank=SAME))
     assert "no-such-op" not in REGISTRY

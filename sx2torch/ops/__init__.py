@@ -1,5 +1,6 @@
 """Every op: the registry (sx2torch/ops/registry.py) filled by the op modules beside it, each
-of which registers its entries when imported. Importing this package imports them all."""
+of which registers its entries when imported. Importing this package imports them all.
+"""
 
 import importlib
 import pkgutil

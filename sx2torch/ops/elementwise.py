@@ -30,7 +30,7 @@ def unbroadcast(t, g, n, index: int):
 
 
 def _binary(
-    name: str, python_op: str, grad, arity=None, doc: str = "", exact=False
+    name: str, python_op: str, grad, arity=None, doc="", exact=False, no_grad=""
 ) -> None:
     def emit(a, ctx):
         return b.binop(a[0], python_op, a[1])
@@ -43,6 +43,7 @@ def _binary(
             result="arith",
             arity=arity,
             grad=grad,
+            no_grad=no_grad,
             folds=arity is not None,
             exact=exact,
             doc=doc,
@@ -91,7 +92,13 @@ _binary(
     exact=_scales_by_a_power_of_two,
 )
 _binary("/", "/", _divide_grad)
-_binary("//", "//", None, doc="floor division (for constants, as `(// d h)`)")
+_binary(
+    "//",
+    "//",
+    None,
+    doc="floor division (for constants, as `(// d h)`)",
+    no_grad="floor division is piecewise constant",
+)
 
 
 def _minus(a, ctx):
@@ -138,76 +145,6 @@ def _one_minus(t, value):
     return t.op("-", [ONE, value])
 
 
-DERIVATIVES = {
-    # name: (torch function, result, rule)
-    "exp": ("torch.exp", "float", lambda t, n, g: [_times(t, g, n)]),
-    "log": ("torch.log", "float", lambda t, n, g: [t.op("/", [g, n.inputs[0]])]),
-    "sqrt": (
-        "torch.sqrt",
-        "float",
-        lambda t, n, g: [t.op("/", [g, t.op("*", [TWO, n])])],
-    ),
-    "rsqrt": (
-        "torch.rsqrt",
-        "float",
-        lambda t, n, g: [
-            _times(t, g, Scalar.lit(-0.5), t.op("pow", [n, Scalar.lit(3)]))
-        ],
-    ),
-    "tanh": (
-        "torch.tanh",
-        "float",
-        lambda t, n, g: [_times(t, g, _one_minus(t, t.op("square", [n])))],
-    ),
-    "sigmoid": (
-        "torch.sigmoid",
-        "float",
-        lambda t, n, g: [_times(t, g, n, _one_minus(t, n))],
-    ),
-    "sin": (
-        "torch.sin",
-        "float",
-        lambda t, n, g: [_times(t, g, t.op("cos", [n.inputs[0]]))],
-    ),
-    "cos": (
-        "torch.cos",
-        "float",
-        lambda t, n, g: [t.op("neg", [_times(t, g, t.op("sin", [n.inputs[0]]))])],
-    ),
-    "erf": (
-        "torch.erf",
-        "float",
-        lambda t, n, g: [
-            _times(
-                t, g, Scalar.lit(2 / math.sqrt(math.pi)), _gauss(t, n.inputs[0], 1.0)
-            )
-        ],
-    ),
-    "abs": (
-        "torch.abs",
-        "keep",
-        lambda t, n, g: [
-            _where(
-                t,
-                _compare(t, ">", n.inputs[0]),
-                g,
-                _where(t, _compare(t, "<", n.inputs[0]), t.op("neg", [g]), ZERO),
-            )
-        ],
-    ),
-    "relu": (
-        "torch.relu",
-        "keep",
-        lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, ZERO)],
-    ),
-    "square": (
-        "torch.square",
-        "keep",
-        lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))],
-    ),
-}
-
-
 def _compare(t, op: str, x):
     return t.op(op, [x, ZERO])
 
@@ -243,25 +180,102 @@ def _silu_grad(t, n, g):
     return [_times(t, g, s, t.op("+", [ONE, t.op("*", [x, _one_minus(t, s)])]))]
 
 
-EXACT = ("abs", "relu")
 GROWING = "computes in bf16 outside an f32 island, where its rounding errors grow"
 
 
-def _function(name: str, torch_name: str, result: str, grad) -> None:
+def _function(
+    name: str, torch_name: str, result: str, grad, exact=False, bf16_risk=""
+) -> None:
     op = Op(
         name,
         (X,),
         lambda a, ctx: b.call(torch_name, a[0]),
         result=result,
         grad=grad,
-        exact=name in EXACT,
-        bf16_risk=GROWING if name in ("exp", "log") else "",
+        exact=exact,
+        bf16_risk=bf16_risk,
     )
     _register(op)
 
 
-for _name, (_torch_name, _result, _grad) in DERIVATIVES.items():
-    _function(_name, _torch_name, _result, _grad)
+_function(
+    "exp", "torch.exp", "float", lambda t, n, g: [_times(t, g, n)], bf16_risk=GROWING
+)
+_function(
+    "log",
+    "torch.log",
+    "float",
+    lambda t, n, g: [t.op("/", [g, n.inputs[0]])],
+    bf16_risk=GROWING,
+)
+_function(
+    "sqrt", "torch.sqrt", "float", lambda t, n, g: [t.op("/", [g, t.op("*", [TWO, n])])]
+)
+_function(
+    "rsqrt",
+    "torch.rsqrt",
+    "float",
+    lambda t, n, g: [_times(t, g, Scalar.lit(-0.5), t.op("pow", [n, Scalar.lit(3)]))],
+)
+_function(
+    "tanh",
+    "torch.tanh",
+    "float",
+    lambda t, n, g: [_times(t, g, _one_minus(t, t.op("square", [n])))],
+)
+_function(
+    "sigmoid",
+    "torch.sigmoid",
+    "float",
+    lambda t, n, g: [_times(t, g, n, _one_minus(t, n))],
+)
+_function(
+    "sin",
+    "torch.sin",
+    "float",
+    lambda t, n, g: [_times(t, g, t.op("cos", [n.inputs[0]]))],
+)
+_function(
+    "cos",
+    "torch.cos",
+    "float",
+    lambda t, n, g: [t.op("neg", [_times(t, g, t.op("sin", [n.inputs[0]]))])],
+)
+_function(
+    "erf",
+    "torch.erf",
+    "float",
+    lambda t, n, g: [
+        _times(t, g, Scalar.lit(2 / math.sqrt(math.pi)), _gauss(t, n.inputs[0], 1.0))
+    ],
+)
+_function(
+    "abs",
+    "torch.abs",
+    "keep",
+    lambda t, n, g: [
+        _where(
+            t,
+            _compare(t, ">", n.inputs[0]),
+            g,
+            _where(t, _compare(t, "<", n.inputs[0]), t.op("neg", [g]), ZERO),
+        )
+    ],
+    exact=True,
+)
+_function(
+    "relu",
+    "torch.relu",
+    "keep",
+    lambda t, n, g: [_where(t, _compare(t, ">", n.inputs[0]), g, ZERO)],
+    exact=True,
+)
+_function(
+    "square",
+    "torch.square",
+    "keep",
+    lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))],
+)
 _function("gelu", "F.gelu", "float", _gelu_grad)
 _function("silu", "F.silu", "float", _silu_grad)
 
@@ -364,6 +378,7 @@ def _comparison(name: str, python_op: str) -> None:
             lambda a, ctx: b.compare(a[0], python_op, a[1]),
             result="bool",
             exact=True,
+            no_grad="a comparison gives booleans, which carry no gradient",
         )
     )
 

@@ -144,6 +144,7 @@ register(
             Key("enable-gqa", "bool", False),
         ),
         name_inputs=True,
+        no_grad="no derivative rule yet: under gradient, write the attention out by hand",
         doc=(
             "F.scaled_dot_product_attention on [..., T, D]: one kernel, its softmax and "
             "sums f32 inside, the output rounded once to the dtype it computes in. :scale "

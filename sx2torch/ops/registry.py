@@ -19,9 +19,8 @@ class ArgKind(str, Enum):
     MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
     IDS = "ids"  # an integer tensor (indices, labels)
     BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
-    LIKE = (
-        "like"  # a tensor read only for its shape: it decides no dtype, is never cast
-    )
+    # a tensor read only for its shape: it decides no dtype, is never cast
+    LIKE = "like"
     TENSORS = "tensors"  # a vector of tensors, e.g. `[x y]`
     INT = "int"  # a compile-time integer
     NUMBER = "number"  # a compile-time number
@@ -76,21 +75,20 @@ class Op:
     emit: Optional[Callable] = None
     keys: tuple = ()
     result: Result = Result.FLOAT
-    arity: Optional[tuple] = (
-        None  # (least, most) arguments, most None for "any"; default: exactly args
-    )
+    # (least, most) arguments, most None for "any"; default: exactly args
+    arity: Optional[tuple] = None
     sensitive: bool = False  # library mark (6.8): an f32 island wherever it is called
     expand: Optional[Callable] = None  # defined by other ops, traced in their place
     grad: Optional[Callable] = None
-    name_inputs: bool = (
-        False  # the emission reads an input twice, so it must be a local
-    )
-    rank: Optional[RankRule] = (
-        None  # the output's shape from the inputs' (sx2torch/ops/rank.py)
-    )
-    folds: bool = (
-        False  # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
-    )
+    # why it has no derivative rule, where it has neither a rule nor a definition (an op the
+    # compiler makes, `internal`, needs no reason: only a derivative rule makes one)
+    no_grad: str = ""
+    # the emission reads an input twice, so it must be a local
+    name_inputs: bool = False
+    # the output's shape from the inputs' (sx2torch/ops/rank.py)
+    rank: Optional[RankRule] = None
+    # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
+    folds: bool = False
     # bf16 inputs give bf16 values, so held-in-f32 targets need not round the output: True,
     # or a test of the operands (a product with a power of two)
     exact: Union[bool, Callable] = False
@@ -146,6 +144,10 @@ def register(op: Op) -> Op:
         raise ValueError(f"op {op.name!r} needs exactly one of emit and expand")
     if op.rank is None:
         raise ValueError(f"op {op.name!r} needs a rank rule")
+    if not (op.grad or op.expand or op.no_grad or op.internal):
+        raise ValueError(
+            f"op {op.name!r} needs a derivative rule, a definition, or no_grad saying why"
+        )
     op = replace(op, result=Result(op.result))  # an unknown result is refused here
     REGISTRY[op.name] = op
     return op
@@ -161,9 +163,8 @@ class EmitContext:
     # as compile-time values where the source wrote literals; SYMBOLIC where a const or a
     # &key argument takes part, since the caller can change it
     values: dict = field(default_factory=dict)
-    scalars: (
-        tuple
-    ) = ()  # for each operand, whether it is a compile-time number rather than a tensor
+    # for each operand, whether it is a compile-time number rather than a tensor
+    scalars: tuple = ()
 
     @property
     def tensor_dtype(self) -> str:

@@ -55,6 +55,7 @@ register(
         result="keep",
         exact=True,
         rank=SAME,
+        no_grad="no derivative rule yet",
         doc="h_{t-1} along :axis, h_{-1} = 0",
     )
 )
@@ -68,6 +69,7 @@ register(
             b.method(a[1], "unsqueeze", b.number(-2)),
         ),
         rank=OUTER,
+        no_grad="no derivative rule yet",
         doc="the outer product of the last axes: [..., n] and [..., m] -> [..., n, m]",
     )
 )

@@ -144,6 +144,7 @@ register(
         exact=True,
         rank=AT,
         zero_d=True,
+        no_grad="no derivative rule yet",
         doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
         "an element of a vector is a 0-d tensor, which never decides a dtype (torch's type "
         "promotion): it is read as it is, f32 beside bf16, and torch rounds as it does for "

@@ -1,4 +1,4 @@
-"""The op table of docs/OPS.md, made from the registry: `python -m sx2torch.ops.table > docs/OPS.md`."""
+"""The op table of docs/OPS.md, made from the registry: `python -m sx2torch.tools.ops_table > docs/OPS.md`."""
 
 from sx2torch.ops.registry import REGISTRY, Op
 
@@ -40,7 +40,7 @@ def markdown() -> str:
     lines = [
         "# Ops",
         "",
-        "Made from the registry (`sx2torch/ops/`) by `python -m sx2torch.ops.table`; a test keeps it current.",
+        "Made from the registry (`sx2torch/ops/`) by `python -m sx2torch.tools.ops_table`; a test keeps it current.",
         "",
         "The rank column is the output's rank (sx2torch/ops/rank.py); `sx2torch/ranks.py` follows it",
         "through each graph, with the sizes written as literals, to prove shape mismatches.",
@@ -67,7 +67,13 @@ def markdown() -> str:
 
 def _row(op: Op) -> str:
     derivative = (
-        "rule" if op.grad else ("through its definition" if op.expand else "none")
+        "rule"
+        if op.grad
+        else (
+            "through its definition"
+            if op.expand
+            else f"none: {op.no_grad or 'internal'}"
+        )
     )
     cell = signature(op).replace("|", "\\|")
     return f"| `{cell}` | {op.rank.doc} | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
