@@ -1,6 +1,6 @@
 """The command line: compile, check, explain. Exit 0 on success, 1 on a diagnostic
 about the source (or a stale or missing module for `check`), 2 on bad command-line usage
-or a file that cannot be read or written."""
+or a file that cannot be read or written, 3 on an internal compiler error."""
 
 from __future__ import annotations
 
@@ -58,9 +58,8 @@ def main(argv: Optional[list] = None) -> int:
     except SourceError as error:
         print(error.render(args.name, args.text), file=sys.stderr)
         return 1
-    except (
-        Exception
-    ) as error:  # anything else is a bug in the compiler, not in the source
+    # anything else is a bug in the compiler, not in the source
+    except Exception as error:
         if args.traceback:
             traceback.print_exc()
         else:
@@ -69,7 +68,7 @@ def main(argv: Optional[list] = None) -> int:
                 "(a bug in sx2torch: please report it with the source file; --traceback shows where)",
                 file=sys.stderr,
             )
-        return 1
+        return 3
 
 
 def _one_line(text: str, width: int = 200) -> str:

@@ -71,9 +71,8 @@ class Unit:
 class Pass:
     name: str
     run: Callable[[Unit], None]
-    verify: Optional[Callable[[Unit], None]] = (
-        None  # the output's invariants (tests run it)
-    )
+    # the output's invariants (tests run it)
+    verify: Optional[Callable[[Unit], None]] = None
     dump: Optional[Callable[[Unit], str]] = None  # what `--dump-after NAME` prints
 
 

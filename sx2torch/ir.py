@@ -96,15 +96,14 @@ class Node:
     span: Span
     form: object
     frames: tuple = ()
-    name: Union[str, None] = None
-    note: Union[str, None] = None  # a comment for the statement that computes this node
-    label: Union[str, None] = (
-        None  # the library op a node computes the result of, for its name
-    )
+    name: Optional[str] = None
+    note: Optional[str] = None  # a comment for the statement that computes this node
+    # the library op a node computes the result of, for its name
+    label: Optional[str] = None
     regions: tuple = ()  # an IF's (then, else), a FOR's (body,)
 
     @property
-    def mode(self) -> Union[str, None]:
+    def mode(self) -> Optional[str]:
         return self.frames[-1].mode if self.frames else None
 
     @property
@@ -127,10 +126,10 @@ class Graph:
     name: str
     inputs: list
     keys: list  # [(name, Scalar default)]
-    doc: Union[str, None]
+    doc: Optional[str]
     nodes: list = field(default_factory=list)
-    output: Union[Operand, None] = None
-    span: Union[Span, None] = None
+    output: Optional[Operand] = None
+    span: Optional[Span] = None
 
 
 def walk(nodes: list):

@@ -583,7 +583,7 @@ def test_a_compiler_bug_is_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(trace, "run", broken)
     rc, out, err, _ = compile_file(tmp_path, capsys, b"(defun forward (x) x)\n")
-    assert (rc, out) == (1, "")
+    assert (rc, out) == (3, "")
     assert err == (
         "sx2torch: internal compiler error: KeyError: 'the tracer lost its way\\nsecond line' "
         "(a bug in sx2torch: please report it with the source file; --traceback shows where)\n"
@@ -598,6 +598,6 @@ def test_traceback_flag_shows_a_compiler_bug(tmp_path, capsys, monkeypatch):
     rc, _, err, _ = compile_file(
         tmp_path, capsys, b"(defun forward (x) x)\n", "--traceback"
     )
-    assert rc == 1
+    assert rc == 3
     assert err.startswith("Traceback (most recent call last):\n")
     assert "in broken" in err and err.endswith("KeyError: 'the tracer lost its way'\n")

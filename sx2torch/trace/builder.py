@@ -4,6 +4,7 @@ their nodes with it, through `op`, `cast`, `library_island` and `library_region`
 
 from __future__ import annotations
 
+import itertools
 from contextlib import contextmanager
 from typing import Optional
 
@@ -29,11 +30,12 @@ class Builder:
         self.graph = graph
         self.nodes = graph.nodes  # where new nodes go: the graph's, or a region's
         self.open: list = [graph.nodes]  # the blocks being traced, outermost first
+        self._serials = itertools.count(1)
+        self.block = 0  # the serial number of the block new nodes go to
         self.frames: tuple = ()  # the with-numerics frames around the nodes made now
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
-        self.stamps: (
-            tuple
-        ) = ()  # frames that mark the backward of the gradient being traced
+        # frames that mark the backward of the gradient being traced
+        self.stamps: tuple = ()
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
@@ -66,12 +68,13 @@ class Builder:
     @contextmanager
     def region(self, region: Region):
         """Nodes made inside go to `region`."""
-        outer, self.nodes = self.nodes, region.nodes
+        outer = self.nodes, self.block
+        self.nodes, self.block = region.nodes, next(self._serials)
         self.open.append(region.nodes)
         try:
             yield region
         finally:
-            self.nodes = outer
+            self.nodes, self.block = outer
             self.open.pop()
 
     def visible(self) -> list:

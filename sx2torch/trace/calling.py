@@ -26,9 +26,8 @@ class Caller(Builder):
         # (what, inputs, keys, scope) -> the value of a call traced in place, which a second
         # such call reuses, so a call DAG under `gradient` traces in time linear in its size
         self.inlined: dict = {}
-        self.via: (
-            tuple
-        ) = ()  # (model, sub-model param) pairs down to an inlined sub-model
+        # (model, sub-model param) pairs down to an inlined sub-model
+        self.via: tuple = ()
         self.inline = False
         self.loop = None  # the FOR whose layer's forward is traced in place, if any
         self.path = [
@@ -76,7 +75,7 @@ class Caller(Builder):
             self.loop,
             self.frames,
             self.stamps,
-            id(self.nodes),
+            self.block,
         )
         key = (callee.name, tuple(inputs), tuple(sorted(keys.items())), scope)
         if key not in self.inlined:
