@@ -12,7 +12,7 @@ from typing import Optional
 
 from sx2torch import __version__, format, policy, ranks, resolve, trace
 from sx2torch.syntax import read
-from sx2torch.tools import dump
+from sx2torch.tools import dump, lint
 from sx2torch.emit import build as b
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
@@ -37,8 +37,21 @@ def top_model_name(filename: str) -> str:
     return "model" if filename == STDIN else PurePath(filename).stem or "model"
 
 
+@dataclass(frozen=True)
+class Compiled:
+    code: str
+    warnings: list  # lint.Finding, in source order
+
+
 def compile_source(text: str, filename: str, options: Optional[Options] = None) -> str:
     """Compile one SexpGPU source text to a formatted Python module."""
+    return compile_module(text, filename, options).code
+
+
+def compile_module(
+    text: str, filename: str, options: Optional[Options] = None
+) -> Compiled:
+    """The module and the warnings about its source (none for a dump)."""
     with _no_cycle_collection():
         return _compile(text, filename, options or Options())
 
@@ -57,31 +70,31 @@ def _no_cycle_collection():
             gc.enable()
 
 
-def _compile(text: str, filename: str, options: Options) -> str:
+def _compile(text: str, filename: str, options: Options) -> Compiled:
     data = read.run(text)
     if options.dump_after == "read":
-        return dump.data(data)
+        return Compiled(dump.data(data), [])
     program = resolve.run(data, top_model_name(filename))
     if options.dump_after == "resolve":
-        return dump.program(program)
+        return Compiled(dump.program(program), [])
     chosen = choose_run(program, options.run)
     precision = chosen.precision if chosen else "f32"
     graphs = trace.run(program)
     ranks.check(program, graphs)
     if options.dump_after == "trace":
-        return dump.graphs(graphs)
+        return Compiled(dump.graphs(graphs), [])
     lowered = policy.run(program, graphs, precision)
     if options.dump_after == "policy":
-        return dump.lowered(lowered)
+        return Compiled(dump.lowered(lowered), [])
     target = Target(options.target)
     shown = _shown(filename) if options.source_lines else None
     render = partial(module.render, target=target, source_lines=shown)
     names = naming.run(program, lowered, target, render)
     if options.dump_after == "names":
-        return dump.names(names)
+        return Compiled(dump.names(names), [])
     header = _header(filename, chosen.name if chosen else None, precision, options)
     tree = module.run(program, lowered, names, header, target, shown, chosen)
-    return format.run(b.code(tree))
+    return Compiled(format.run(b.code(tree)), lint.find(program, lowered, data))
 
 
 def choose_run(program: Program, name: Optional[str]):
