@@ -6,23 +6,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__, output
-from sx2torch.tools import check, dump, explain
+from sx2torch import output
+from sx2torch.tools import check, explain
 from sx2torch.tools import report as report_page
-from sx2torch.compiler import DUMPS, PASSES, STDIN, TARGETS, Options, compile_source
-from sx2torch.errors import SourceError, UsageError
+from sx2torch.compiler import (
+    DUMPS,
+    PASSES,
+    STDIN,
+    TARGETS,
+    Options,
+    compile_module,
+    compile_source,
+)
+from sx2torch.errors import SourceError, UsageError, terminal_safe
+from sx2torch.version import __version__
 from sx2torch.syntax.read import decode
 
 MAX_SOURCE = 16 << 20  # bytes; a model is a few KiB, and /dev/zero never ends
 
 USAGE = """\
 sx2torch FILE.lisp [-o OUT.py] [--run NAME] [--target cuda|metal|cpu]
-       sx2torch check FILE.lisp [GENERATED.py] | DIRECTORY ... [--run NAME] [--target ...]
+       sx2torch check [FILE.lisp [GENERATED.py] | FILE.lisp:GENERATED.py | DIRECTORY ...]
        sx2torch explain FILE.lisp [--run NAME] [--json | --html OUT.html]
 FILE.lisp may be - for standard input."""
 DESCRIPTION = """\
@@ -30,9 +40,11 @@ Compile a SexpGPU model into a readable PyTorch module.
 
 commands:
   (default)   compile FILE.lisp and print the module (or write it with -o)
-  check       exit 1 with a unified diff when GENERATED.py (default: NAME.py beside
-              NAME.lisp; every NAME.lisp under a DIRECTORY) is not what its source
-              compiles to with the flags its header records
+  check       exit 1 with a unified diff when GENERATED.py (default: the module
+              pyproject.toml's [tool.sx2torch] modules names, else NAME.py beside
+              NAME.lisp; every NAME.lisp under a DIRECTORY; with no paths, those
+              modules names) is not what its source compiles to with the flags
+              its header records
   explain     say where the precision policy keeps f32, and list parameter sizes
 
 A compile runs these passes in order (--dump-after prints the output of one):
@@ -53,22 +65,26 @@ def main(argv: Optional[list] = None) -> int:
     try:
         return COMMANDS[command](args)
     except UsageError as error:
-        print(f"sx2torch: error: {error}", file=sys.stderr)
+        _say(f"sx2torch: error: {error}")
         return 2
     except SourceError as error:
-        print(error.render(args.name, args.text), file=sys.stderr)
+        _say(error.render(args.name, args.text))
         return 1
     # anything else is a bug in the compiler, not in the source
     except Exception as error:
         if args.traceback:
             traceback.print_exc()
         else:
-            print(
+            _say(
                 f"sx2torch: internal compiler error: {type(error).__name__}: {_one_line(str(error))} "
-                "(a bug in sx2torch: please report it with the source file; --traceback shows where)",
-                file=sys.stderr,
+                "(a bug in sx2torch: please report it with the source file; --traceback shows where)"
             )
         return 3
+
+
+def _say(message: str) -> None:
+    """A message on stderr, each line safe for a terminal (a file name may hold an ESC)."""
+    print("\n".join(map(terminal_safe, message.split("\n"))), file=sys.stderr)
 
 
 def _one_line(text: str, width: int = 200) -> str:
@@ -86,13 +102,19 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "check":
         parser.add_argument(
             "paths",
-            nargs="+",
+            nargs="*",
             help="sources (each optionally followed by its module) and directories",
         )
     else:
         parser.add_argument("file", help="the SexpGPU source file (- reads stdin)")
     if command == "compile":
         parser.add_argument("-o", "--output", help="write the module here, atomically")
+        parser.add_argument(
+            "--warn",
+            choices=("all", "error", "none"),
+            default="all",
+            help="print warnings (all, the default), make them errors, or print none",
+        )
     if command == "explain":
         parser.add_argument(
             "--json", action="store_true", help="machine-readable output"
@@ -171,19 +193,40 @@ def _compile_command(args) -> int:
         source_lines=args.source_lines,
         dump_after=args.dump_after,
     )
-    code = compile_source(_source(args, args.file), args.name, options)
+    _refuse_own_source(args.file, args.output, "-o")
+    compiled = compile_module(_source(args, args.file), args.name, options)
+    severity = "error" if args.warn == "error" else "warning"
+    if args.warn != "none":
+        for found in compiled.warnings:
+            error = SourceError(found.span, found.message)
+            _say(error.render(args.name, args.text, severity))
+    if compiled.warnings and args.warn == "error":
+        return 1
     if args.output is None:
-        output.to_stdout(code)
+        output.to_stdout(compiled.code)
     else:
-        output.to_file(args.output, code)
+        output.to_file(args.output, compiled.code)
     return 0
+
+
+def _refuse_own_source(source: str, out: Optional[str], option: str) -> None:
+    try:
+        same = out is not None and source != "-" and os.path.samefile(source, out)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return
+    if same:
+        raise UsageError(f"{option} {out}: that is the source file; name another")
 
 
 def _check_command(args) -> int:
     given = {"run": args.run, "target": args.target, "source_lines": args.source_lines}
+    found = check.pairs(args.paths)
+    if not found:
+        raise UsageError(
+            "check: give sources or directories, or name the pairs in pyproject.toml's [tool.sx2torch] modules"
+        )
     return max(
-        _check_pair(args, source, generated, given)
-        for source, generated in check.pairs(args.paths)
+        _check_pair(args, source, generated, given) for source, generated in found
     )
 
 
@@ -202,15 +245,15 @@ def _check_pair(args, source: Path, generated: Path, given: dict) -> int:
             options = dataclasses.replace(options, run=None)
             code = compile_source(text, str(source), options)
     except UsageError as error:
-        print(f"sx2torch: error: {error}", file=sys.stderr)
+        _say(f"sx2torch: error: {error}")
         return 2
     except SourceError as error:
-        print(error.render(args.name, args.text), file=sys.stderr)
+        _say(error.render(args.name, args.text))
         return 1
     found = check.verdict(source, generated, committed, code, options)
     output.to_stdout(found.diff)
     if found.message:
-        print(f"sx2torch check: {found.message}", file=sys.stderr)
+        _say(f"sx2torch check: {found.message}")
     return found.status
 
 
@@ -225,13 +268,11 @@ def _committed(generated: Path) -> Optional[str]:
 
 
 def _explain_command(args) -> int:
+    _refuse_own_source(args.file, args.html, "--html")
     text = _source(args, args.file)
     report = explain.run(text, args.name, Options(run=args.run, target=args.target))
     if args.html:
-        try:
-            Path(args.html).write_text(report_page.render(report, text), "utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot write {args.html}: {error.strerror}") from None
+        output.to_file(args.html, report_page.render(report, text))
         return 0
     output.to_stdout(explain.to_json(report) if args.json else explain.render(report))
     return 0

@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import PurePath
 from typing import Callable, Optional
 
-from sx2torch import __version__, format, ir, policy, ranks, resolve, trace
+from sx2torch import format, ir, policy, ranks, resolve, trace
 from sx2torch.emit import build as b
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
@@ -23,7 +23,8 @@ from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered
 from sx2torch.syntax import read
 from sx2torch.syntax.program import Program, Run
-from sx2torch.tools import dump
+from sx2torch.tools import dump, lint
+from sx2torch.version import __version__
 
 TARGETS = ("cuda", "metal", "cpu")
 STDIN = "<stdin>"  # the file name of a source read from standard input
@@ -164,16 +165,30 @@ def top_model_name(filename: str) -> str:
     return "model" if filename == STDIN else PurePath(filename).stem or "model"
 
 
+@dataclass(frozen=True)
+class Compiled:
+    code: str
+    warnings: list  # lint.Finding, in source order
+
+
 def compile_source(
     text: str, filename: str, options: Optional[Options] = None, verify: bool = False
 ) -> str:
     """Compile one SexpGPU source text to a formatted Python module, or print the output
     of the pass `options.dump_after` names."""
+    return compile_module(text, filename, options, verify).code
+
+
+def compile_module(
+    text: str, filename: str, options: Optional[Options] = None, verify: bool = False
+) -> Compiled:
+    """The module and the warnings about its source (none for a dump)."""
     options = options or Options()
     unit = run(Unit(text, filename, options), until=options.dump_after, verify=verify)
     if options.dump_after:
-        return next(p for p in PASSES if p.name == options.dump_after).dump(unit)
-    return unit.code
+        dumped = next(p for p in PASSES if p.name == options.dump_after).dump(unit)
+        return Compiled(dumped, [])
+    return Compiled(unit.code, lint.find(unit.program, unit.lowered, unit.data))
 
 
 @contextmanager

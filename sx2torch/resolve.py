@@ -188,6 +188,7 @@ def _defparam(model: Model, datum: List) -> Param:
         "defparam",
     )
     param = Param(name.name, _init(model, datum.items[2]), name.span)
+    _check_size(param.init, datum.items[2])
     if "when" in options:
         when = options.pop("when")
         param.when = _evaluate(model, when)
@@ -215,6 +216,31 @@ def _defparam(model: Model, datum: List) -> Param:
             "a sub-model parameter takes no :numerics, :trainable or :dtype",
         )
     return param
+
+
+# What one machine can hold, with the consts at their defaults: a larger model would grow in
+# memory while it is built until it is killed (2**36 f32 elements are 256 GiB).
+MAX_ELEMENTS = 2**36
+MAX_LAYERS = 2**16
+
+
+def _check_size(init: Init, datum: Datum) -> None:
+    if init.kind == "stack" and init.count.value > MAX_LAYERS:
+        raise SourceError(
+            datum.span,
+            f"a stack has at most {MAX_LAYERS:,} layers, got {init.count.value:,}",
+        )
+    if init.kind in ("model", "stack"):
+        return
+    sizes = init.args["shape"] if "shape" in init.args else (init.args["n"],) * 2
+    elements = 1
+    for size in sizes:
+        elements *= size.value
+    if elements > MAX_ELEMENTS:
+        raise SourceError(
+            datum.span,
+            f"a parameter has at most {MAX_ELEMENTS:,} elements, got {elements:,}",
+        )
 
 
 def _init(model: Model, datum: Datum) -> Init:

@@ -274,7 +274,6 @@ def test_version(capsys):
         [],
         ["--frobnicate", "x.lisp"],
         ["x.lisp", "y.lisp"],
-        ["check"],
         ["x.lisp", "-o", ""],
         ["x.lisp", "--target", "tpu"],
     ],
@@ -454,4 +453,56 @@ def test_output_removes_temporaries_of_killed_runs(capsys, source, tmp_path):
     assert run(capsys, source, "-o", tmp_path / "model.py") == (0, "", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [alive.name, ".sx2torch-notes.tmp", "model.py", "tiny-net.lisp"]
+    )
+
+
+def test_check_takes_explicit_pairs(capsys, tmp_path, source, monkeypatch):
+    generated = tmp_path / "tiny_net.py"
+    fresh = compile_source(SOURCE, str(source), Options())
+    generated.write_text(fresh)
+    assert run(capsys, "check", f"{source}:{generated}") == (0, "", "")
+    generated.write_text(fresh.replace("torch.relu", "torch.tanh"))
+    rc, out, err = run(capsys, "check", f"{source}:{generated}")
+    assert rc == 1 and err == (
+        f"sx2torch check: {generated} is stale; regenerate it: "
+        f"sx2torch {source} --run train --target cuda -o {generated}\n"
+    )
+
+
+def test_check_reads_its_pairs_from_pyproject(capsys, tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny-net.lisp").write_text(SOURCE)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.sx2torch]\nmodules = { "models/tiny-net.lisp" = "tiny_net.py" }\n'
+    )
+    monkeypatch.chdir(
+        tmp_path / "models"
+    )  # found from a folder below, as black finds its
+    rc, _, err = run(capsys, "check")
+    module = tmp_path.resolve() / "tiny_net.py"
+    assert rc == 1 and err == (
+        f"sx2torch check: {module} does not exist; generate it: "
+        f"sx2torch tiny-net.lisp --target cuda -o {module}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "models/tiny-net.lisp", "-o", "tiny_net.py")[0] == 0
+    assert run(capsys, "check") == (0, "", "")
+    assert run(capsys, "check", "models/tiny-net.lisp") == (0, "", "")
+    assert run(capsys, "check", "models") == (0, "", "")
+    rc, _, err = run(capsys, "check", "models/tiny-net.lisp", "--run", "eval")
+    assert rc == 1 and "tiny_net.py is stale" in err
+    (tmp_path / "pyproject.toml").write_text("[tool.sx2torch]\nmodules = 3\n")
+    rc, _, err = run(capsys, "check")
+    assert rc == 2 and "[tool.sx2torch] modules maps each NAME.lisp" in err
+
+
+def test_check_with_no_paths_and_no_configuration_is_a_usage_error(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "check") == (
+        2,
+        "",
+        "sx2torch: error: check: give sources or directories, or name the pairs in "
+        "pyproject.toml's [tool.sx2torch] modules\n",
     )

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sx2torch import resolve
 from sx2torch.tools import explain
 from sx2torch.cli import main
 
@@ -132,9 +133,9 @@ def test_a_long_stack_is_counted_not_enumerated(build):
     ]
 
 
-def test_explain_of_a_billion_layers_reports_the_totals():
-    report = explain.run(STACKED.replace("N", "1000000000"), "model.lisp")
-    n = 10**9
+def test_explain_of_the_most_layers_a_stack_takes_reports_the_totals():
+    n = resolve.MAX_LAYERS
+    report = explain.run(STACKED.replace("N", str(n)), "model.lisp")
     assert len(report["params"]) == 8
     assert report["totals"] == {
         "trainable": 24 + n * (16 + 3 * 16),

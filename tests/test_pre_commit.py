@@ -91,3 +91,60 @@ def test_the_hook_refuses_a_commit_with_a_stale_module(tmp_path):
     run("git", "add", ".")
     assert run("git", "commit", "-q", "-m", "compiled").returncode == 0
     assert run("git", "rev-list", "--count", "HEAD").stdout == "2\n"
+
+
+BLOCK_TORCH = """\
+import runpy, sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "numpy", "tqdm"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+
+sys.meta_path.insert(0, NoTorch())
+sys.argv[0] = "sx2torch"
+runpy.run_module("sx2torch", run_name="__main__")
+"""
+
+
+def test_check_and_compile_run_with_torch_absent(tmp_path):
+    """What the hook installs has no torch (it is in the `runtime` extra), and needs none."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(
+        d.startswith(("torch", "numpy", "tqdm")) for d in project["dependencies"]
+    )
+    assert project["optional-dependencies"]["runtime"][0].startswith("torch")
+    (tmp_path / "no_torch.py").write_text(BLOCK_TORCH)
+    for name in ("tiny-gpt", "rms-mlp"):
+        for suffix in (".lisp", ".py"):
+            (tmp_path / f"{name}{suffix}").write_bytes(
+                (ROOT / "examples" / f"{name}{suffix}").read_bytes()
+            )
+
+    def sx2torch(*argv) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "no_torch.py", *argv],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    blocked = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH.split("sys.argv")[0] + "import torch"],
+        capture_output=True,
+        text=True,
+    )
+    assert "(blocked)" in blocked.stderr
+    assert sx2torch("check", ".").returncode == 0
+    (tmp_path / "rms-mlp.py").write_text("stale\n")
+    stale = sx2torch("check", "rms-mlp.lisp")
+    assert stale.returncode == 1 and "rms-mlp.py is stale" in stale.stderr
+    compiled = sx2torch("rms-mlp.lisp", "-o", "rms-mlp.py")
+    assert compiled.returncode == 0, compiled.stderr
+    assert (tmp_path / "rms-mlp.py").read_bytes() == (
+        ROOT / "examples" / "rms-mlp.py"
+    ).read_bytes()

@@ -107,11 +107,12 @@ def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
     """Attribute names for consts, params and sub-models; and the class namespace for methods.
 
     A const is also a constructor argument, which must not shadow a class the constructor builds.
+    Parameters are named first: their names are state_dict keys, which no const may change.
     """
     names = Namespace(MODULE_ATTRIBUTES)
+    params = {name: names.fresh(name) for name in model.params}
     attrs = {name: names.fresh(name, avoid=classes) for name in model.consts}
-    attrs.update((name, names.fresh(name)) for name in model.params)
-    return attrs, names
+    return {**attrs, **params}, names
 
 
 def argument_names(typed: Typed) -> tuple:

@@ -95,6 +95,10 @@ def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
                 span, f"arithmetic needs numbers, got {_shown(operand.value)}"
             )
     function = next(f for op, f in ARITHMETIC.values() if op == python_op)
+    if python_op == "**" and _too_big(left.value, right.value):
+        raise SourceError(
+            span, "number out of range (with the consts at their defaults)"
+        )
     try:
         value = function(left.value, right.value)
     except ZeroDivisionError:
@@ -148,7 +152,7 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
         if found is None:
             raise _not_constant(datum, known)
         return found
-    if _head_is(datum, "in") and len(datum.items) == 3:
+    if head_is(datum, "in") and len(datum.items) == 3:
         options = datum.items[2]
         if isinstance(options, Vector):
             return member(
@@ -177,7 +181,8 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
     )
 
 
-def _head_is(datum: Datum, name: str) -> bool:
+def head_is(datum: Datum, name: str) -> bool:
+    """Whether `datum` is a list `(name ...)`."""
     return (
         isinstance(datum, List)
         and bool(datum.items)
@@ -206,6 +211,14 @@ def expect_int(scalar: Scalar, span, what: str) -> Scalar:
             span, f"{what} must be an integer, got {_shown(scalar.value)}"
         )
     return scalar
+
+
+def _too_big(base, exponent) -> bool:
+    """Whether an integer power would leave 64 bits: known from the sizes of its operands,
+    before computing it (`(** 3 9223372036854775807)` would take memory without end)."""
+    if not isinstance(base, int) or not isinstance(exponent, int) or exponent < 0:
+        return False
+    return abs(base) > 1 and exponent * (abs(base).bit_length() - 1) > 64
 
 
 def _in_range(value) -> bool:

@@ -14,12 +14,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sx2torch import compiler, ranks
+from sx2torch import compiler, errors
+from sx2torch.tools import lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax.scalars import ARITHMETIC, COMPARISONS
 
@@ -41,15 +41,16 @@ class Line:
 def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     """The report as plain data; `render` and `json.dumps` turn it into text."""
     unit = compiler.run(Unit(text, filename, options or Options()), until="names")
-    program, lowered, chosen, precision = (
+    data, program, lowered, chosen, precision = (
+        unit.data,
         unit.program,
         unit.lowered,
         unit.chosen,
         unit.precision,
     )
-    source_lines = text.splitlines()
+    source_lines = errors.source_lines(text)
     lines: dict[int, Line] = {}
-    for typed in lowered.specializations:
+    for typed in lint.reached_specializations(program, lowered):
         for node in walk(typed.graph.nodes):
             reason = _reason(typed, node, precision)
             if reason is None:
@@ -61,7 +62,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
             _add(entry.reasons, reason)
             for cast in _casts(typed, node, lowered):
                 _add(entry.casts, cast)
-    warnings = _warnings(program, lowered, source_lines)
+    warnings = _warnings(program, lowered, data, source_lines)
     contagion = _contagion(lowered, precision, source_lines)
     params = _params(program, lowered)
     totals = {
@@ -144,35 +145,15 @@ def _contagion(lowered, precision: str, source_lines: list) -> list:
     ]
 
 
-ISLAND_FIX = "wrap it in (with-numerics (:sensitivity :high) ...)"
-
-
-def _warnings(program, lowered, source_lines: list) -> list:
-    """Where bf16 is likely to hurt: a scalar result (a loss) in bf16, a sum or mean in bf16,
-    a bf16 exp or log outside an island. Each with its line, what is wrong and the fix.
-    """
-    found: dict = {}
-    for typed in lowered.specializations:
-        output = typed.graph.output
-        rank = ranks.ranks(typed.graph, program)
-        for node in walk(typed.graph.nodes):
-            if node.kind is not Kind.OP or typed.compute.get(node) != "bf16":
-                continue
-            form = echo(node.form)
-            messages = []
-            if node is output and rank.get(node) == 0 and typed.dtype[node] == "bf16":
-                messages.append(
-                    f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "
-                    f"keeps only 8 bits of precision; {ISLAND_FIX}"
-                )
-            risk = REGISTRY[node.op].bf16_risk
-            if risk:
-                messages.append(f"{form} {risk}; {ISLAND_FIX}")
-            for message in messages:
-                found.setdefault((node.span.line, message), None)
+def _warnings(program, lowered, data, source_lines: list) -> list:
     return [
-        {"line": line, "source": source_lines[line - 1].strip(), "message": message}
-        for line, message in sorted(found)
+        {
+            "line": found.span.line,
+            "column": found.span.col,
+            "source": source_lines[found.span.line - 1].strip(),
+            "message": found.message,
+        }
+        for found in lint.find(program, lowered, data)
     ]
 
 
@@ -279,7 +260,7 @@ CONDITIONS = (
 
 def render(report: dict) -> str:
     """The report for people: source lines quoted, columns aligned."""
-    head = f"{report['file']}: run {report['run'] or '(none)'}, precision {report['precision']}"
+    head = f"{errors.terminal_safe(report['file'])}: run {report['run'] or '(none)'}, precision {report['precision']}"
     out = [head, ""]
     kept = "Where the policy keeps f32" if report["kept"] == "f32" else "bf16 regions"
     out.append(f"{kept}:" if report["lines"] else f"{kept}: none")

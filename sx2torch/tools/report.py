@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from html import escape
 
+from sx2torch.errors import source_lines
+
 # (kind, legend label, what it means), in the order a line's colour is chosen.
 KINDS = (
     ("gemm", ":out :f32 GEMM", "a bf16 GEMM that stores its f32 accumulator"),
@@ -103,7 +105,7 @@ def _source(report: dict, text: str, warnings: list) -> str:
         if isinstance(warning, dict) and warning.get("line"):
             warned.setdefault(warning["line"], []).append(warning["message"])
     rows = []
-    for number, source in enumerate(text.splitlines(), start=1):
+    for number, source in enumerate(source_lines(text), start=1):
         entry = marked.get(number)
         kinds = [] if entry is None else [kind(r) for r in entry["reasons"]]
         shown = [k for k, _, _ in KINDS if k in kinds]

@@ -1,0 +1,94 @@
+"""The Python API: compile a source to a module's text, load it as a module, explain it.
+
+Errors in the source raise `SourceError`, whose `str()` is the command line's diagnostic;
+warnings are issued as `SourceWarning`s (`warnings.simplefilter("error", SourceWarning)`
+makes them errors, as `--warn error` does). Importing this costs nothing: the compiler is
+imported by the first call, so a generated module's `from sx2torch import runtime` stays light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from sx2torch.errors import SourceError
+from sx2torch.version import __version__
+
+
+class SourceWarning(UserWarning):
+    """A located warning about the source: `str()` is `FILE:LINE:COL: warning: ...`."""
+
+
+_loaded: dict = {}  # (source text, run, target) digest -> module
+_folder: list = []  # the temporary folder of the loaded modules' files, made once
+
+
+def compile_string(
+    text: str, filename: str = "<string>", run: Optional[str] = None, target="cuda"
+) -> str:
+    """The module `text` compiles to, as `sx2torch FILE` prints it."""
+    from sx2torch.compiler import Options, compile_module
+
+    try:
+        compiled = compile_module(text, filename, Options(run=run, target=target))
+    except SourceError as error:
+        raise error.located(filename, text) from None
+    for found in compiled.warnings:
+        error = SourceError(found.span, found.message)
+        warnings.warn(error.render(filename, text, "warning"), SourceWarning, 2)
+    return compiled.code
+
+
+def compile_file(path, run: Optional[str] = None, target="cuda") -> str:
+    """The module the file at `path` compiles to."""
+    return compile_string(_text(path), str(path), run, target)
+
+
+def load(path, run: Optional[str] = None, target="cuda"):
+    """The file at `path` compiled and imported, as a module whose classes you build
+    (`load("rms-mlp.lisp").RmsMlp()`); a source whose text is unchanged is loaded once.
+    """
+    text = _text(path)
+    key = hashlib.sha256(
+        "\0".join([__version__, text, run or "", target]).encode()
+    ).hexdigest()[:16]
+    if key not in _loaded:
+        code = compile_string(text, str(path), run, target)
+        name = f"sx2torch_loaded_{key}"
+        if not _folder:
+            _folder.append(tempfile.TemporaryDirectory(prefix="sx2torch-"))
+        file = Path(_folder[0].name) / f"{name}.py"
+        file.write_text(code, "utf-8")
+        spec = importlib.util.spec_from_file_location(name, file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # so that pickling a model finds its class
+        spec.loader.exec_module(module)
+        _loaded[key] = module
+    return _loaded[key]
+
+
+def explain(path, run: Optional[str] = None, target="cuda") -> dict:
+    """`sx2torch explain --json`'s report, as data."""
+    from sx2torch.compiler import Options
+    from sx2torch.tools import explain as explained
+
+    text = _text(path)
+    try:
+        return explained.run(text, str(path), Options(run=run, target=target))
+    except SourceError as error:
+        raise error.located(str(path), text) from None
+
+
+def _text(path) -> str:
+    from sx2torch.syntax.read import decode
+
+    data = Path(path).read_bytes()
+    try:
+        return decode(data)
+    except SourceError as error:
+        raise error.located(str(path), data.decode("utf-8", "replace")) from None

@@ -1,0 +1,180 @@
+"""Warnings: what compiles but is likely a mistake, each with its place and its fix.
+
+Where bf16 is likely to hurt (a scalar result, a loss, in bf16; a sum or exp in bf16 outside
+an island), an island that reaches into a call (the callee is compiled again, all in f32),
+`:out :f32` on f32 operands (it changes nothing), and consts and &key arguments nothing reads.
+The compiler prints them (`--warn`); `explain` lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sx2torch import ranks
+from sx2torch.errors import Span
+from sx2torch.ir import CALLS, ISLAND, Kind, Node, walk
+from sx2torch.ops import REGISTRY
+from sx2torch.syntax.echo import echo
+from sx2torch.syntax.read import Datum, List, Symbol, Vector
+from sx2torch.syntax.scalars import head_is
+
+ISLAND_FIX = "wrap it in (with-numerics (:sensitivity :high) ...)"
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    span: Span
+    message: str
+
+
+def find(program, lowered, data: list) -> list:
+    """Every warning, in source order, each once."""
+    found = set(_unused(data))
+    reached = reached_specializations(program, lowered)
+    for typed in reached:
+        found.update(_precision(program, typed, lowered.precision))
+    found.update(_useless_out_f32(reached))
+    return sorted(found)
+
+
+def reached_specializations(program, lowered) -> list:
+    """The specializations a run computes: the top model's defuns that no defun calls (its
+    entry points), and what they call. The f32 method of a defun that is only called with
+    bf16 arguments is not one: its f32 lines are not what a run computes."""
+    called = {
+        (callee.model, callee.graph.name)
+        for typed in lowered.specializations
+        for callee in typed.callee.values()
+    }
+    todo = [
+        typed
+        for key, typed in lowered.natural.items()
+        if typed is not None and key[0] == program.top.name and key not in called
+    ]
+    reached: set = set()
+    while todo:
+        typed = todo.pop()
+        if id(typed) not in reached:
+            reached.add(id(typed))
+            todo.extend(typed.callee.values())
+    return [t for t in lowered.specializations if id(t) in reached]
+
+
+def _precision(program, typed, precision: str):
+    output = typed.graph.output
+    rank = ranks.ranks(typed.graph, program)
+    for node in walk(typed.graph.nodes):
+        if node.kind in CALLS and precision == "bf16" and _in_user_island(node):
+            yield Finding(
+                node.span,
+                f"the island around {echo(node.form)} reaches into the call: "
+                f"{node.attrs.get('target')} is compiled again, all in f32, "
+                "for it; bind the call's result with let outside the island",
+            )
+        if node.kind is not Kind.OP or typed.compute.get(node) != "bf16":
+            continue
+        form = echo(node.form)
+        if node is output and rank.get(node) == 0 and typed.dtype[node] == "bf16":
+            yield Finding(
+                node.span,
+                f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "
+                f"keeps only 8 bits of precision; {_island_fix(node)}",
+            )
+        risk = REGISTRY[node.op].bf16_risk
+        if risk:
+            yield Finding(node.span, f"{form} {risk}; {_island_fix(node)}")
+
+
+def _in_user_island(node: Node) -> bool:
+    return any(f.mode == ISLAND and not f.library for f in node.frames)
+
+
+def _island_fix(node: Node) -> str:
+    """Wrapping a form that calls a defun would take the call into the island too."""
+    calls = [n for n in _operands(node) if n.kind in CALLS]
+    if not calls:
+        return ISLAND_FIX
+    return (
+        f"bind {echo(calls[0].form)} with let first, then wrap the rest in "
+        "(with-numerics (:sensitivity :high) ...)"
+    )
+
+
+def _operands(node: Node) -> list:
+    seen, todo, found = set(), [node], []
+    while todo:
+        current = todo.pop()
+        for operand in current.inputs:
+            if isinstance(operand, Node) and id(operand) not in seen:
+                seen.add(id(operand))
+                found.append(operand)
+                if operand.kind not in CALLS:
+                    todo.append(operand)
+    return found
+
+
+def _useless_out_f32(reached: list):
+    """`:out :f32` where no specialization computes the matmul in bf16."""
+    computes: dict = {}
+    for typed in reached:
+        for node in walk(typed.graph.nodes):
+            if node.kind is Kind.OP and node.attrs.get("out") == "f32":
+                computes.setdefault(node.span, []).append(typed.compute.get(node))
+    for span, dtypes in computes.items():
+        if "bf16" not in dtypes:
+            yield Finding(
+                span,
+                ":out :f32 does nothing here: the matmul's operands are f32, so it is a "
+                "plain f32 GEMM; remove it, or make an operand bf16",
+            )
+
+
+def _unused(data: list):
+    """Consts, model keys and defun &key arguments whose name nothing after them reads."""
+    top = [d for d in data if not head_is(d, "defmodel")]
+    for scope in [top, *([d] for d in data if head_is(d, "defmodel"))]:
+        for name in _defined(scope):
+            if _uses(scope, name.name, name) == 0:
+                yield Finding(
+                    name.span, f"'{name.name}' is defined and never read; remove it"
+                )
+
+
+def _defined(scope: list):
+    for datum in scope:
+        if head_is(datum, "defconst") and isinstance(_item(datum, 1), Symbol):
+            yield datum.items[1]
+        if head_is(datum, "defmodel") and isinstance(_item(datum, 2), List):
+            yield from _keys(datum.items[2])
+            yield from _defined(list(datum.items[3:]))
+        if head_is(datum, "defun") and isinstance(_item(datum, 2), List):
+            yield from _keys(datum.items[2])
+
+
+def _keys(arguments: List):
+    """The names after `&key`: `(k default)` pairs or bare symbols."""
+    names = [
+        i.items[0] if isinstance(i, List) and i.items else i for i in arguments.items
+    ]
+    at = next(
+        (n for n, s in enumerate(names) if isinstance(s, Symbol) and s.name == "&key"),
+        None,
+    )
+    if at is not None:
+        yield from (s for s in names[at + 1 :] if isinstance(s, Symbol))
+
+
+def _uses(scope, name: str, definition: Symbol) -> int:
+    """How many symbols called `name` there are, other than its definition."""
+    count, todo = 0, list(scope)
+    while todo:
+        datum = todo.pop()
+        if isinstance(datum, Symbol):
+            count += datum.name == name and datum is not definition
+        elif isinstance(datum, (List, Vector)):
+            todo.extend(datum.items)
+    return count
+
+
+def _item(datum: Datum, index: int):
+    return datum.items[index] if len(datum.items) > index else None
