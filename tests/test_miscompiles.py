@@ -249,3 +249,38 @@ def test_an_f32_0_d_operand_of_a_bf16_op_is_read_in_bf16(build, target):
     assert torch.equal(model.gate_first(x).float(), expected)
     if target != "cuda":
         assert torch.equal(model.gate_second(x).float(), _gated(model, x, first=False))
+
+
+@pytest.mark.parametrize(
+    "source, read",
+    [
+        (
+            """
+(defparam w (normal [4 4]) :trainable false)
+(defun f (x) (matmul x w))
+(defun forward (x) (with-numerics (:precision :bf16) (f x)))
+""",
+            lambda model: (model.w, model.f),
+        ),
+        (
+            """
+(defmodel sub ()
+  (defparam w (normal [4 4]) :trainable false)
+  (defun forward (x) (matmul x w)))
+(defparam s (sub))
+(defun forward (x) (with-numerics (:precision :bf16) (s x)))
+""",
+            lambda model: (model.s.w, model.s.forward),
+        ),
+    ],
+    ids=["defun", "sub-model"],
+)
+def test_a_frozen_parameter_a_public_method_reads_in_f32_stays_f32(build, source, read):
+    """Only the region's specialization was counted as a reader, so `w` was stored bf16:
+    the public method read it as `self.w.float()`, 1.0 for a loaded 1 + 2^-8."""
+    module, _ = build(source)
+    model = module.Model()
+    model.load_state_dict({k: torch.full((4, 4), 1 + 2**-8) for k in model.state_dict()})
+    weight, method = read(model)
+    assert weight.dtype == torch.float32
+    assert torch.equal(method(torch.ones(1, 4)), torch.full((1, 4), 4.015625))

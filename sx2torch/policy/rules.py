@@ -159,8 +159,8 @@ class Reason:
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
     """Specialize from the entry points: the top model's forward and every defun of it that no
     other defun calls, at f32 (and integer) arguments; what they call is specialized on the way.
-    Parameters are stored as those read them. Then every defun of every model gets its
-    specialization at f32 (and integer) arguments too: the public method of its name.
+    Then every defun of every model gets its specialization at f32 (and integer) arguments
+    too: the public method of its name. Parameters are stored as all of those read them.
     """
     policy = _Policy(program, graphs, precision)
     top = program.top.name
@@ -185,12 +185,13 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         seen = len(policy.order)
         if model.name not in with_forward:
             policy.natural(graphs[model.name, "forward"])
-    storage = policy.storage(list(policy.order))
     natural = {
         (model.name, defun): policy.natural(graphs[model.name, defun])
         for model in program.all_models()
         for defun in model.defuns
     }
+    # after the public methods, which read parameters too
+    storage = policy.storage(list(policy.order))
     return Lowered(precision, list(policy.order), storage, natural)
 
 
