@@ -262,10 +262,8 @@ class _Backward:
             seeds.setdefault(index, []).append(gradient)
         outer = [
             value
-            for value in dict.fromkeys(_reads_around(loop))
-            if isinstance(value, Node)
-            and value in self.depends
-            and value not in loop.inputs
+            for value in dict.fromkeys(_read_in_regions(loop))
+            if isinstance(value, Node) and value in self.depends
         ]
         with self._stamped(loop):
             starts = [
@@ -409,8 +407,15 @@ class _Copier:
 
 def _reads_around(node: Node) -> list:
     """The values a node reads, its regions' nodes reading from around them included."""
+    return [*node.inputs, *_read_in_regions(node)]
+
+
+def _read_in_regions(node: Node) -> list:
+    """The values a node's regions read from around them, what they give included: a
+    loop's body may read (or give) the value a carried one starts as, and that read has
+    a contribution of its own, apart from the start's."""
     inside = {value for region in node.regions for value in region.inputs}
-    found = list(reads(node))
+    found = [out for region in node.regions for out in region.outputs]
     for inner in walk([r for region in node.regions for r in region.nodes]):
         inside.add(inner)
         inside.update(value for region in inner.regions for value in region.inputs)

@@ -147,13 +147,16 @@ def reads(node: Node) -> list:
 
 def verify(graph: Graph, known_ops) -> None:
     """Check a graph's invariants (tests run it after trace, gradient and policy): every
-    value a node reads is made before it, in its region or around it; every op is known;
-    the output is one of the graph's values."""
+    value a node reads is made before it, in its region or around it, or in the same
+    branch of an earlier IF of the same block on the same condition (the backward of an
+    IF reads what its forward branch made, as Python's flat scope lets it); every op is
+    known; the output is one of the graph's values."""
     _verify_block(graph.nodes, [graph.output], set(graph.inputs), known_ops)
 
 
 def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
     made = set(made)
+    branches: dict = {}  # (condition, branch) -> what the IFs so far made in it
     for node in nodes:
         assert (node.kind is Kind.OP) == (
             node.op in known_ops
@@ -161,10 +164,16 @@ def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
         assert len(node.regions) == {Kind.IF: 2, Kind.FOR: 1}.get(node.kind, 0)
         for operand in node.inputs:
             _assert_made(operand, made, node)
-        for region in node.regions:
+        for k, region in enumerate(node.regions):
+            key = (node.attrs.get("condition"), k) if node.kind is Kind.IF else None
+            seen = branches.setdefault(key, set()) if key else set()
             _verify_block(
-                region.nodes, region.outputs, made | set(region.inputs), known_ops
+                region.nodes,
+                region.outputs,
+                made | seen | set(region.inputs),
+                known_ops,
             )
+            seen.update(walk(region.nodes))
         made.add(node)
     for output in outputs:
         _assert_made(output, made, "the output")

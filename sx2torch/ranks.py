@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads
+from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import Dims, ShapeError, known
 
@@ -57,6 +57,14 @@ def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
     return None if dims is None else len(dims)
 
 
+def zero_d(program: Program, graphs: dict) -> set:
+    """The nodes of every graph that are 0-d tensors: an element of a vector, a full
+    reduction, elementwise ops on such (not a row of a matrix). A defun's argument has
+    the rank every call in the file passes it, where they agree; else it is unknown."""
+    found = _Analysis(program, graphs).as_called()
+    return {node for node, dims in found.items() if dims == ()}
+
+
 def check(program: Program, graphs: dict) -> None:
     """Raise the first provable shape mismatch in the source, if any."""
     analysis = _Analysis(program, graphs)
@@ -82,6 +90,46 @@ class _Analysis:
             self.done[graph] = {}  # resolve rejects recursion; this only guards
             self.done[graph] = self.graph(graph, {})
         return self.done[graph]
+
+    def as_called(self) -> dict:
+        """{node: shape} of every graph, its arguments shaped as its callers pass them."""
+        passed: dict = {}  # graph -> [the shapes of its arguments at one call]
+        found: dict = {}
+        for graph in self._callers_first():
+            calls = passed.get(graph)
+            given = {
+                node: _agreed([call[k] for call in calls]) if calls else None
+                for k, node in enumerate(graph.inputs)
+            }
+            shapes = self.nodes(graph.model, graph.nodes, given)
+            found.update(shapes)
+            for node in walk(graph.nodes):
+                callee = self._callee(node, graph.model)
+                if callee is not None:
+                    passed.setdefault(callee, []).append(
+                        [
+                            () if isinstance(i, Scalar) else shapes.get(i)
+                            for i in node.inputs
+                        ]
+                    )
+        return found
+
+    def _callers_first(self) -> list:
+        """The graphs, each after every graph that calls it (resolve rejects recursion)."""
+        done, order = set(), []
+
+        def visit(graph: Graph) -> None:
+            if graph not in done:
+                done.add(graph)
+                for node in walk(graph.nodes):
+                    callee = self._callee(node, graph.model)
+                    if callee is not None:
+                        visit(callee)
+                order.append(graph)
+
+        for graph in self.graphs.values():
+            visit(graph)
+        return order[::-1]
 
     def graph(self, graph: Graph, inputs: dict) -> dict:
         given = {node: inputs.get(node.name) for node in graph.inputs}
@@ -143,16 +191,26 @@ class _Analysis:
         return tuple(known(size) for size in init.args["shape"])
 
     def _called(self, node: Node, model: str) -> Dims:
-        target = node.attrs["target"]
-        if node.kind is Kind.CALL:
-            key = (model, target)
-        else:
-            param = self.program.model(model).params.get(target)
-            # a stack chained inside an inlined sub-model: not followed
-            if param is None:
-                return None
-            key = (param.init.model, "forward")
-        callee = self.graphs.get(key)
+        callee = self._callee(node, model)
         if callee is None or not isinstance(callee.output, Node):
             return None
         return self.alone(callee).get(callee.output)
+
+    def _callee(self, node: Node, model: str) -> Optional[Graph]:
+        """The graph a call node calls, if it is known."""
+        if node.kind not in CALLS:
+            return None
+        target = node.attrs["target"]
+        if node.kind is Kind.CALL:
+            return self.graphs.get((model, target))
+        param = self.program.model(model).params.get(target)
+        # a stack chained inside an inlined sub-model: not followed
+        return None if param is None else self.graphs.get((param.init.model, "forward"))
+
+
+def _agreed(shapes: list) -> Dims:
+    """The shape all of `shapes` have, a size unknown where they differ; None where their
+    ranks differ or one is unknown."""
+    if any(dims is None for dims in shapes) or len({len(d) for d in shapes}) > 1:
+        return None
+    return tuple(sizes[0] if len(set(sizes)) == 1 else None for sizes in zip(*shapes))

@@ -164,3 +164,123 @@ def test_a_cast_written_in_one_branch_is_not_read_in_the_other(build):
     y = torch.exp(x).bfloat16()
     assert torch.equal(model(x, c=False), (y @ w).float())
     assert torch.equal(model(x), ((y @ w) * (y @ w)).float())
+
+
+ZERO_D = """
+(defparam w (normal [4 4]))
+(defparam v (normal [4]))
+(defparam vh (normal [4]) :numerics :high)
+(defun forward (x) (+ x (at w 0)))
+(defun mixed (x) (matmul (- (* x v) (at (* x x) 0)) w))
+(defun cast-element (x) (* (cast (at v 3) :bf16) x))
+(defun cast-high-element (x) (* (cast (at vh 3) :bf16) x))
+(defun gate-first (x) (* (sigmoid (at vh 2)) (linear x w)))
+(defun gate-second (x) (* (linear x w) (sigmoid (at vh 2))))
+(defrun train :precision :bf16)
+"""
+
+
+def _zero_d_model(build, target):
+    module, _ = build(ZERO_D, target=target)
+    model = module.Model()
+    with torch.no_grad():
+        model.w.fill_(0.75)
+        model.v.copy_(torch.tensor([0.3, -1.1, 2.2, 1 + 2**-8]))
+        model.vh.copy_(torch.tensor([0.1, 0.2, 0.3, 1 + 2**-8]))
+    return model
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_a_row_of_a_matrix_is_a_tensor_with_axes(build, target):
+    """`(at w 0)` of a [4 4] matrix is a row, rank 1: contagion applies (bf16), where it
+    was taken as a 0-d element and the sum stayed f32."""
+    model = _zero_d_model(build, target)
+    x = torch.randn(3, 4)
+    w = model.w.detach().bfloat16()
+    result = model(x)
+    assert result.dtype == (torch.bfloat16 if target == "cuda" else torch.float32)
+    assert torch.equal(result.float(), (x.bfloat16() + w[0]).float())
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_a_row_of_an_argument_is_cast_for_the_matmul(build, target):
+    """The row (at (* x x) 0) beside a bf16 product: cast down, so the matmul's operands
+    agree (a RuntimeError about m1 and m2's dtypes before)."""
+    model = _zero_d_model(build, target)
+    x = torch.randn(3, 4)
+    v, w = model.v.detach().bfloat16(), model.w.detach().bfloat16()
+    expected = (x.bfloat16() * v - (x * x)[0].bfloat16()) @ w
+    assert torch.equal(model.mixed(x).float(), expected.float())
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_a_cast_of_an_element_to_its_own_dtype_keeps_it_0_d(build, target):
+    """`(cast (at v 3) :bf16)` is the identity on the bf16 element: still 0-d, it decides
+    no dtype, so the product with an f32 x is f32 (it was bf16)."""
+    model = _zero_d_model(build, target)
+    x = torch.full((2, 4), 1 + 2**-8)
+    for method, vector in (
+        (model.cast_element, model.v),
+        (model.cast_high_element, model.vh),
+    ):
+        result = method(x)
+        assert result.dtype == torch.float32
+        element = vector.detach()[3].bfloat16().float()  # 1.0
+        assert torch.equal(result, element * x)
+        assert not torch.equal(result, (element * x).bfloat16().float())
+
+
+def _gated(model, x, first: bool):
+    """The rule: the bf16 product reads the f32 0-d gate in bf16, as a GPU's kernel does."""
+    gate = torch.sigmoid(model.vh.detach()[2]).bfloat16()
+    linear = torch.nn.functional.linear(x.bfloat16(), model.w.detach().bfloat16())
+    return (gate * linear if first else linear * gate).float()
+
+
+@pytest.mark.parametrize("target", ["cpu", "metal", "cuda"])
+def test_an_f32_0_d_operand_of_a_bf16_op_is_read_in_bf16(build, target):
+    """sigmoid(0.3) * 3: 1.71875 when the gate is rounded first, 1.7265625 when only the
+    product is; the held targets rounded only the product. The cuda module leaves the
+    rounding to torch, whose CPU kernel rounds a first 0-d operand, not a second."""
+    model = _zero_d_model(build, target)
+    x = torch.ones(2, 4)
+    expected = _gated(model, x, first=True)
+    assert expected[0, 0].item() == 1.71875
+    assert torch.equal(model.gate_first(x).float(), expected)
+    if target != "cuda":
+        assert torch.equal(model.gate_second(x).float(), _gated(model, x, first=False))
+
+
+@pytest.mark.parametrize(
+    "source, read",
+    [
+        (
+            """
+(defparam w (normal [4 4]) :trainable false)
+(defun f (x) (matmul x w))
+(defun forward (x) (with-numerics (:precision :bf16) (f x)))
+""",
+            lambda model: (model.w, model.f),
+        ),
+        (
+            """
+(defmodel sub ()
+  (defparam w (normal [4 4]) :trainable false)
+  (defun forward (x) (matmul x w)))
+(defparam s (sub))
+(defun forward (x) (with-numerics (:precision :bf16) (s x)))
+""",
+            lambda model: (model.s.w, model.s.forward),
+        ),
+    ],
+    ids=["defun", "sub-model"],
+)
+def test_a_frozen_parameter_a_public_method_reads_in_f32_stays_f32(build, source, read):
+    """Only the region's specialization was counted as a reader, so `w` was stored bf16:
+    the public method read it as `self.w.float()`, 1.0 for a loaded 1 + 2^-8."""
+    module, _ = build(source)
+    model = module.Model()
+    model.load_state_dict({k: torch.full((4, 4), 1 + 2**-8) for k in model.state_dict()})
+    weight, method = read(model)
+    assert weight.dtype == torch.float32
+    assert torch.equal(method(torch.ones(1, 4)), torch.full((1, 4), 4.015625))

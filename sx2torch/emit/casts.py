@@ -15,6 +15,8 @@ from sx2torch.ir import Kind, Node, Scalar, walk
 class Casts:
     def conversion(self, node: Node, index: int) -> Optional[tuple]:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
+        if not self.target.held and self.lowered.promoted(self.typed, node, index):
+            return None  # the GPU's kernel converts it as it loads it
         want = self.lowered.read_dtype(self.typed, node, index)
         return self.conversion_of(node.inputs[index], want)
 

@@ -95,9 +95,6 @@ class Op:
     doc: str = ""
     # made by the compiler (a derivative rule, a definition); from source, an unknown op
     internal: bool = False
-    # its value is a 0-d tensor, which decides no dtype beside tensors with axes (torch's
-    # type promotion)
-    zero_d: bool = False
     # what computing it in bf16 costs, for explain's warning (after the op's form)
     bf16_risk: str = ""
 

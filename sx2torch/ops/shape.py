@@ -143,12 +143,13 @@ register(
         result="keep",
         exact=True,
         rank=AT,
-        zero_d=True,
         no_grad="no derivative rule yet",
         doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
-        "an element of a vector is a 0-d tensor, which never decides a dtype (torch's type "
-        "promotion): it is read as it is, f32 beside bf16, and torch rounds as it does for "
-        "those operands (on CPU, `lam * x` rounds an f32 lam to bf16 first; `x * lam` does not)",
+        "an element of a vector is a 0-d tensor (a row of a matrix is not), which decides no "
+        "dtype beside a tensor with axes (torch's type promotion) and is read in the dtype "
+        "its op computes in: cuda writes an f32 one as it is, which a GPU's kernel rounds to "
+        "bf16 as it loads it, either operand (torch's CPU kernel rounds it in `lam * x`, not "
+        "in `x * lam`); metal and cpu round it with sx.round_to_bf16",
     )
 )
 register(

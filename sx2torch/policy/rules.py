@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch import ir
+from sx2torch import ir, ranks
 from sx2torch.ir import (
     CALLS,
     ISLAND,
@@ -32,7 +32,6 @@ from sx2torch.ir import (
     walk,
 )
 from sx2torch.ops import REGISTRY, ArgKind, Result
-from sx2torch.ops.rank import BROADCAST, SAME
 from sx2torch.syntax.program import Program
 
 DATA_KINDS = (
@@ -57,8 +56,8 @@ class Typed:
     )  # node -> the dtype its float inputs are read in
     callee: dict = field(default_factory=dict)  # call node -> Typed
     reason: dict = field(default_factory=dict)  # node -> why it computes as it does
-    # 0-d values (an element of a vector, and elementwise ops on such): as torch's type
-    # promotion has it, they never decide the dtype of an op that reads a tensor with axes
+    # 0-d values, by rank (ranks.zero_d): as torch's type promotion has it, they never
+    # decide the dtype of an op that reads a tensor with axes
     zero_d: set = field(default_factory=set)
 
     @property
@@ -108,9 +107,12 @@ class Lowered:
             return node.attrs["dtype"]
         if _kind(REGISTRY[node.op], index) is ArgKind.LIKE:
             return None  # read only for its shape
-        if node.inputs[index] in typed.zero_d and node not in typed.zero_d:
-            return None  # a 0-d tensor is read as it is: torch computes from its value
         return typed.compute[node]
+
+    def promoted(self, typed: Typed, node: Node, index: int) -> bool:
+        """Whether input `index` is a 0-d tensor beside a tensor with axes, which torch
+        converts to the dtype of the op as it loads it: cuda reads it as it is."""
+        return node.kind is Kind.OP and _promoted(typed, node)[index]
 
 
 def output_dtype(typed: Typed, node: Node, index: int) -> Optional[str]:
@@ -157,8 +159,8 @@ class Reason:
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
     """Specialize from the entry points: the top model's forward and every defun of it that no
     other defun calls, at f32 (and integer) arguments; what they call is specialized on the way.
-    Parameters are stored as those read them. Then every defun of every model gets its
-    specialization at f32 (and integer) arguments too: the public method of its name.
+    Then every defun of every model gets its specialization at f32 (and integer) arguments
+    too: the public method of its name. Parameters are stored as all of those read them.
     """
     policy = _Policy(program, graphs, precision)
     top = program.top.name
@@ -183,12 +185,13 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         seen = len(policy.order)
         if model.name not in with_forward:
             policy.natural(graphs[model.name, "forward"])
-    storage = policy.storage(list(policy.order))
     natural = {
         (model.name, defun): policy.natural(graphs[model.name, defun])
         for model in program.all_models()
         for defun in model.defuns
     }
+    # after the public methods, which read parameters too
+    storage = policy.storage(list(policy.order))
     return Lowered(precision, list(policy.order), storage, natural)
 
 
@@ -200,6 +203,7 @@ class _Policy:
         self.done: dict = {}
         self.order: list = []
         self.int_inputs: dict = {}
+        self.zero_d = ranks.zero_d(program, graphs)
 
     def natural(self, graph: Graph) -> Optional[Typed]:
         """The specialization at f32 (and integer) arguments, which only names methods.
@@ -246,7 +250,7 @@ class _Policy:
         key = (graph.model, graph.name, signature, ambient)
         if key in self.done:
             return self.done[key]
-        typed = Typed(graph, signature, ambient)
+        typed = Typed(graph, signature, ambient, zero_d=self.zero_d)
         for node, dtype in zip(graph.inputs, signature):
             typed.dtype[node] = dtype
         self._block(typed, graph.nodes)
@@ -348,15 +352,8 @@ class _Policy:
         ]
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
-        tensors = [i for i in node.inputs if isinstance(i, Node)]
-        if op.zero_d or (
-            op.rank in (BROADCAST, SAME) and all(i in typed.zero_d for i in tensors)
-        ):
-            typed.zero_d.add(node)
-        else:  # a 0-d value decides a dtype only where no tensor with axes does
-            dtypes = [
-                None if i in typed.zero_d else d for i, d in zip(node.inputs, dtypes)
-            ]
+        # a 0-d value decides a dtype only where no tensor with axes does
+        dtypes = [None if p else d for p, d in zip(_promoted(typed, node), dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed.ambient, floats)
         if reason.why is Why.NOT_YET and any(
@@ -460,6 +457,19 @@ def _data_dtype(typed: Typed, operand) -> Optional[str]:
         return None
     dtype = typed.dtype[operand]
     return DType.F32 if is_param(dtype) else dtype
+
+
+def _promoted(typed: Typed, node: Node) -> list:
+    """For each input of an op, whether it is a 0-d tensor that another data input with
+    axes (or of a rank not known) decides the dtype beside."""
+    op = REGISTRY[node.op]
+    data = [
+        isinstance(i, Node) and _kind(op, index) is not ArgKind.LIKE
+        for index, i in enumerate(node.inputs)
+    ]
+    zero = [d and i in typed.zero_d for d, i in zip(data, node.inputs)]
+    axes = any(d and not z for d, z in zip(data, zero))
+    return [axes and z for z in zero]
 
 
 def _kind(op, index: int) -> str:

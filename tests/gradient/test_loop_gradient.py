@@ -1,0 +1,98 @@
+"""Gradients through loops whose layers branch, and through values a loop reads from around
+it, against torch.autograd.grad of the same computation written in plain PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+BLOCK = """
+(defmodel blk (&key (d 4))
+  (defparam w (normal [d d]))
+  (defun forward (x) (if (= d 4) x {other})))
+(defparam blocks (stack 2 (blk :d 4)))
+(defun forward (x) (gradient (sum (chain blocks x)) x))
+"""
+TRANSPOSED = "(matmul x (transpose w [1 0]))"
+HALVES = "(concat [(slice x :axis 1 :end 2) (slice x :axis 1 :start 2)] :axis 1)"
+
+
+def autograd(f, x):
+    x = x.detach().requires_grad_()
+    (grad,) = torch.autograd.grad(f(x), x)
+    return grad
+
+
+@pytest.mark.parametrize("d", [4, 5])
+def test_gradient_through_a_branching_layers_matmul(build, d):
+    """The backward `if` reads the transpose its forward branch made; in the adjoint loop
+    that branch's value is dead, and the transpose was dropped with it (a KeyError)."""
+    module, _ = build(BLOCK.format(other=TRANSPOSED))
+    model = module.Model()
+    for block in model.blocks:
+        block.d = d  # the else branch, on the 4x4 weights made with d = 4
+    x = torch.randn(3, 4)
+
+    def reference(x):
+        for block in model.blocks:
+            x = x if d == 4 else x @ block.w.detach().T
+        return x.sum()
+
+    assert torch.allclose(model(x), autograd(reference, x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("d", [4, 5])
+def test_gradient_through_a_branching_layers_concat_of_slices(build, d):
+    module, _ = build(BLOCK.format(other=HALVES))
+    model = module.Model()
+    for block in model.blocks:
+        block.d = d
+    x = torch.randn(3, 4)
+    assert torch.equal(model(x), torch.ones(3, 4))
+
+
+def test_gradient_through_a_branch_on_a_const_in_a_for(build):
+    source = """
+(defconst flag true)
+(defparam w (normal [4 4]))
+(defmodel blk (&key (d 4)) (defparam w (normal [d d])) (defun forward (x) x))
+(defparam blocks (stack 2 (blk :d 4)))
+(defun forward (x y)
+  (gradient (sum (for (layer blocks) ((h y)) (if flag h (matmul h (transpose w [1 0]))))) y))
+"""
+    module, _ = build(source)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    model = module.Model(flag=False)
+    w = model.w.detach()
+    expected = autograd(lambda y: (y @ w.T @ w.T).sum(), y)
+    assert torch.allclose(model(x, y), expected, rtol=1e-6, atol=1e-6)
+    assert torch.equal(module.Model()(x, y), torch.ones(3, 4))
+
+
+LOOP = """
+(defmodel blk (&key (d 4)) (defparam w (normal [d d])) (defun forward (x) x))
+(defparam blocks (stack 2 (blk :d 4)))
+(defun forward (x) (gradient (sum (for (layer blocks) ((h x)) (* h x))) x))
+(defun given (x) (gradient (mean (for (layer blocks) ((h x)) x)) x))
+"""
+
+
+def test_a_value_read_around_a_loop_and_carried_from_it_gives_both_contributions(
+    build,
+):
+    """x * x * x: the gradient is 3x^2; the read of x around the loop was lost when the
+    carried h started as that same x, which left x^2."""
+    module, _ = build(LOOP)
+    model = module.Model()
+    x = torch.full((2, 4), 1 + 2**-8)
+    assert torch.equal(model(x), 3 * x * x)
+    x = torch.randn(2, 4)
+    assert torch.allclose(model(x), autograd(lambda x: (x * x * x).sum(), x))
+
+
+def test_a_loop_that_gives_a_value_read_around_it(build):
+    """The body gives x itself: the mean's gradient 1/8 reaches x through the loop, not 0."""
+    module, _ = build(LOOP)
+    assert torch.equal(
+        module.Model().given(torch.randn(2, 4)), torch.full((2, 4), 1 / 8)
+    )
