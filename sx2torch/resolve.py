@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from sx2torch.syntax import scalars
+from sx2torch.emit.names import mangle
 from sx2torch.errors import SourceError, Span
 from sx2torch.trace.forms import FORMS
 from sx2torch.syntax.program import (
@@ -103,13 +104,28 @@ def _model_form(model: Model, datum: List, head: str) -> None:
     if head == "defconst":
         _define(model, _defconst(model, datum), model.consts)
     elif head == "defparam":
-        _define(model, _defparam(model, datum), model.params)
+        param = _defparam(model, datum)
+        _check_key(model, param)
+        _define(model, param, model.params)
     elif head == "defun":
         _define(model, _defun(datum), model.defuns)
     elif head in ("defmodel", "defrun", "require") and not model.is_top:
         raise SourceError(datum.span, f"'{head}' belongs at the top level of the file")
     else:
         raise SourceError(datum.items[0].span, f"unknown definition form '{head}'")
+
+
+def _check_key(model: Model, param: Param) -> None:
+    """A parameter's state_dict key is its name as an identifier, so two names that
+    meet in one identifier (`a-b`, `a_b`) cannot both be parameters."""
+    key = mangle(param.name)
+    for other in model.params.values():
+        if mangle(other.name) == key and other.name != param.name:
+            raise SourceError(
+                param.span,
+                f"'{param.name}' and '{other.name}' (line {other.span.line}) would both "
+                f"have the state_dict key '{key}': rename one",
+            )
 
 
 def _define(model: Model, definition, table: dict) -> None:
