@@ -6,6 +6,7 @@ definition, duplicates, defrun keys, recursion, and that `forward` exists.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from sx2torch.syntax import scalars
@@ -66,6 +67,8 @@ def run(data: list, top_name: str) -> Program:
         else:
             _model_form(top, datum, head)
     program = Program(top, models, runs)
+    for model in models.values():
+        _share_defuns(top, model)
     for model in program.all_models():
         _check_params(program, model)
     for each in runs:
@@ -77,6 +80,31 @@ def run(data: list, top_name: str) -> Program:
             "the file defines no 'forward' defun: expected (defun forward (x ...) ...)",
         )
     return program
+
+
+def _share_defuns(top: Model, model: Model) -> None:
+    """The top-level defuns a sub-model calls (and those they call) become its own, unless
+    it defines the name itself."""
+    pending = list(model.defuns.values())
+    while pending:
+        for name in _heads(pending.pop().body):
+            if name in top.defuns and name not in model.names():
+                model.defuns[name] = replace(top.defuns[name], shared=True)
+                pending.append(model.defuns[name])
+
+
+def _heads(data) -> set:
+    """The names a body calls: the heads of its lists, at any depth."""
+    found: set = set()
+    pending = list(data)
+    while pending:
+        datum = pending.pop()
+        if isinstance(datum, (List, Vector)):
+            items = datum.items
+            if isinstance(datum, List) and items and isinstance(items[0], Symbol):
+                found.add(items[0].name)
+            pending.extend(items)
+    return found
 
 
 def _head(datum: Datum, what: str) -> str:

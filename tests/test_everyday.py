@@ -56,3 +56,51 @@ def test_two_parameters_with_one_key_are_a_diagnostic():
         11,
         "'a_b' and 'a-b' (line 1) would both have the state_dict key 'a_b': rename one",
     )
+
+
+def test_a_top_level_defun_is_seen_by_every_model(build):
+    module, _ = build(lisp("shared-defuns").read_text(), "shared-defuns.lisp")
+    torch.manual_seed(0)
+    model = module.SharedDefuns()
+    x = torch.randn(3, 4)
+
+    def gelu_new(v):  # transformers' NewGELUActivation
+        return 0.5 * v * (1.0 + torch.tanh(0.7978845608 * (v + 0.044715 * v * v * v)))
+
+    h = x
+    for block in model.blocks:
+        h = gelu_new(gelu_new(h @ block.w))
+    assert torch.equal(model(x), gelu_new(h))
+
+
+SHARED = """(defconst scale 2.0)
+(defparam w (ones [4]))
+(defun helper (x) (* x {}))
+(defmodel block (&key (d 4)) (defun forward (x) (helper x)))
+(defparam b (block))
+(defun forward (x) (b x))
+"""
+
+
+@pytest.mark.parametrize("read", ["scale", "w"])
+def test_a_top_level_defun_reading_the_top_model_is_out_of_reach_in_a_sub_model(read):
+    assert error(SHARED.format(read)) == (
+        3,
+        24,
+        f"'{read}' is out of reach in 'helper': a top-level defun called from model "
+        "'block' sees only its arguments, its let locals and other top-level defuns; "
+        "pass it as an argument",
+    )
+
+
+def test_a_defun_of_another_model_is_named_as_out_of_reach():
+    source = """(defmodel a (&key (d 4)) (defun f (x) x) (defun forward (x) (f x)))
+(defmodel b (&key (d 4)) (defun forward (x) (f x)))
+(defparam m (b))
+(defun forward (x) (m x))"""
+    assert error(source) == (
+        2,
+        46,
+        "unknown op or function 'f': it is a defun of model 'a', out of reach in 'b'; "
+        "a defun written at the top level is seen by every model",
+    )
