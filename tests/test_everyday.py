@@ -4,6 +4,8 @@ small ops a port needs."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -103,4 +105,24 @@ def test_a_defun_of_another_model_is_named_as_out_of_reach():
         46,
         "unknown op or function 'f': it is a defun of model 'a', out of reach in 'b'; "
         "a defun written at the top level is seen by every model",
+    )
+
+
+def test_arithmetic_as_people_write_it(build):
+    module, _ = build(lisp("arithmetic").read_text(), "arithmetic.lisp")
+    model = module.Arithmetic(n_layer=5)
+    assert [layer.window for layer in model.layers] == [16, 2, 16, 6, 16]
+    x = torch.randn(3, 4, dtype=torch.float64)
+    chained = x * 16 * 2 * 16 * 6 * 16
+    odd = x * 2 * 6
+    expected = chained - x**2.0 - x**3 - odd * math.log(2.0) - 5**0.5
+    assert torch.equal(model(x), expected)
+
+
+def test_a_function_of_a_const_other_than_a_power_is_a_diagnostic():
+    assert error("(defconst n 4)\n(defun forward (x) (* x (log n)))") == (
+        2,
+        25,
+        "'log' of a const is not known when the file compiles: "
+        "write it with + - * / ** on the const, or on a tensor",
     )

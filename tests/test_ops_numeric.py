@@ -131,9 +131,11 @@ CASES: dict[str, list[Case]] = {
         case("x", "(/ 1.0 x)", X, lambda x: 1.0 / x),
     ],
     "//": [case("x y", "(// x y)", XY, lambda x, y: x // y)],
+    "mod": [case("x y", "(mod x y)", XY, torch.remainder)],
     "-": [
         case("x y", "(- x y)", XY, lambda x, y: x - y),
         case("x", "(- x)", X, lambda x: -x),
+        case("x y", "(- x y x)", XY, lambda x, y: x - y - x),
     ],
     "neg": [case("x", "(neg x)", X, lambda x: -x)],
     "exp": [case("x", "(exp x)", X, torch.exp)],

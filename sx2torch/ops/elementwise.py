@@ -92,6 +92,13 @@ _binary(
 )
 _binary("/", "/", _divide_grad)
 _binary("//", "//", None, doc="floor division (for constants, as `(// d h)`)")
+_binary(
+    "mod",
+    "%",
+    None,
+    doc="the remainder of floor division, Python's `%` (torch.remainder): "
+    "`(= (mod i 2) 0)` on a layer index",
+)
 
 
 def _minus(a, ctx):
@@ -110,9 +117,10 @@ _register(
         (X, Y),
         _minus,
         result="arith",
-        arity=(1, 2),
+        arity=(1, None),
+        folds=True,
         grad=_minus_grad,
-        doc="difference; negation with one argument",
+        doc="n-ary difference, folded left: (- x a b) is (- (- x a) b); negation with one argument",
     )
 )
 _register(

@@ -43,6 +43,9 @@ HINTS = {  # forms from other Lisps, and what to write instead
 }
 
 
+ALIASES = {"**": "pow"}  # consts' spelling, in bodies too
+
+
 def run(program: Program) -> dict:
     """{(model name, defun name): Graph} for every defun of every model."""
     graphs = {}
@@ -248,8 +251,8 @@ class Tracer(Caller):
                 datum,
                 env,
             )
-        if _is_public_op(head.name):
-            return apply(self, REGISTRY[head.name], datum, env)
+        if _is_public_op(head.name) or head.name in ALIASES:
+            return apply(self, REGISTRY[ALIASES.get(head.name, head.name)], datum, env)
         public = [name for name in REGISTRY if _is_public_op(name)]
         known = [*public, *FORMS, *self.model.defuns, *self.model.params]
         hint = f": {HINTS[head.name]}" if head.name in HINTS else self._owner(head.name)

@@ -53,11 +53,10 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
         and all(isinstance(i, Scalar) for i in inputs)
     ):
         return scalars.compare(op.name, *inputs, datum.span)
-    if (
-        op.result is not Result.ARITH
-        and inputs
-        and all(isinstance(i, Scalar) for i in inputs)
-    ):
+    only_numbers = inputs and all(isinstance(i, Scalar) for i in inputs)
+    if only_numbers and (op.name in scalars.FUNCTIONS or op.name == "pow"):
+        return scalars.function(op.name, inputs, datum.span)
+    if op.result is not Result.ARITH and only_numbers:
         raise SourceError(
             datum.span,
             f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
@@ -74,6 +73,8 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
 
 
 def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
+    if len(inputs) == 1:  # (- x)
+        return t.op(op.name, inputs, **attrs)
     result = inputs[0]
     for operand in inputs[1:]:
         result = t.op(op.name, [result, operand], **attrs)
