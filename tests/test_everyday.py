@@ -126,3 +126,21 @@ def test_a_function_of_a_const_other_than_a_power_is_a_diagnostic():
         "'log' of a const is not known when the file compiles: "
         "write it with + - * / ** on the const, or on a tensor",
     )
+
+
+@pytest.mark.parametrize("run, dtype", [("train", torch.bfloat16), ("exact", None)])
+def test_fused_layer_norm_and_tanh_gelu_are_torch_calls_bit_for_bit(build, run, dtype):
+    module, _ = build(
+        lisp("fused-layer-norm").read_text(), "fused-layer-norm.lisp", run
+    )
+    model = module.FusedLayerNorm()
+    with torch.no_grad():
+        model.ln_w.normal_()
+        model.ln_b.normal_()
+    x = torch.randn(2, 5, 8)
+    w, b, h = model.ln_w, model.ln_b, x
+    if dtype is not None:  # as the bf16 module does: everything it reads in bf16
+        w, b, h = w.to(dtype), b.to(dtype), x.to(dtype)
+    expected = F.gelu(F.layer_norm(h, (8,), w, b, eps=1e-5), approximate="tanh")
+    got = model(x)
+    assert got.dtype == expected.dtype and torch.equal(got, expected)

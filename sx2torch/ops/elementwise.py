@@ -270,7 +270,48 @@ def _function(name: str, torch_name: str, result: str, grad) -> None:
 
 for _name, (_torch_name, _result, _grad) in DERIVATIVES.items():
     _function(_name, _torch_name, _result, _grad)
-_function("gelu", "F.gelu", "float", _gelu_grad)
+
+
+def _gelu(a, ctx):
+    if ctx.attrs["approximate"] in (None, "none"):
+        return b.call("F.gelu", a[0])
+    return b.call("F.gelu", a[0], approximate=b.string("tanh"))
+
+
+def _gelu_tanh_grad(t, n, g):
+    """With u = c (x + k x³): d/dx ½x(1 + tanh u) = ½(1 + tanh u) + ½x (1 - tanh² u) c (1 + 3k x²)."""
+    x = n.inputs[0]
+    c, k = Scalar.lit(math.sqrt(2 / math.pi)), 0.044715
+    square = t.op("*", [x, x])
+    tanh = t.op(
+        "tanh", [_times(t, t.op("+", [x, _times(t, square, x, Scalar.lit(k))]), c)]
+    )
+    slope = _times(t, t.op("+", [ONE, t.op("*", [square, Scalar.lit(3 * k)])]), c)
+    rise = _times(t, x, HALF, _one_minus(t, t.op("*", [tanh, tanh])), slope)
+    return [
+        t.op("*", [g, t.op("+", [t.op("*", [HALF, t.op("+", [ONE, tanh])]), rise])])
+    ]
+
+
+_register(
+    Op(
+        "gelu",
+        (X,),
+        _gelu,
+        keys=(Key("approximate", "approximate"),),
+        grad=lambda t, n, g: (
+            _gelu_tanh_grad(t, n, g)
+            if n.attrs["approximate"] == "tanh"
+            else _gelu_grad(t, n, g)
+        ),
+        doc=(
+            "F.gelu: x Φ(x), Φ the normal CDF; :approximate :tanh is its tanh form, "
+            '½x(1 + tanh(√(2/π)(x + 0.044715x³))), F.gelu(x, approximate="tanh") '
+            "(GPT-2's gelu_new, Gemma's gelu_pytorch_tanh). One kernel: on bf16 input it "
+            "computes in f32 and rounds once"
+        ),
+    )
+)
 _function("silu", "F.silu", "float", _silu_grad)
 
 
