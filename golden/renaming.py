@@ -12,15 +12,15 @@ class Renaming(nn.Module):
     def __init__(self, *, class_=4):
         super().__init__()
         self.class_ = class_
-        self.self_ = nn.Parameter(torch.normal(0.0, 1.0, size=(class_, class_)))
-        self.torch_ = nn.Parameter(torch.ones(class_))
+        self.self = nn.Parameter(torch.normal(0.0, 1.0, size=(class_, class_)))
+        self.torch = nn.Parameter(torch.ones(class_))
 
     def lambda_(self, sx_, nn_):
         'Docstrings stay inert: """ and \\ and \'quotes\'.'
         super_ = sx_ + nn_
-        is_ok_p = super_ * self.torch_
-        is_ok_p_2 = super_ - self.torch_
-        return is_ok_p @ self.self_ + is_ok_p_2
+        is_ok_p = super_ * self.torch
+        is_ok_p_2 = super_ - self.torch
+        return is_ok_p @ self.self + is_ok_p_2
 
     def forward(self, x):
         return self.lambda_(x, x)

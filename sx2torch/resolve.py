@@ -6,9 +6,11 @@ definition, duplicates, defrun keys, recursion, and that `forward` exists.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from sx2torch.syntax import scalars
+from sx2torch.emit.names import mangle
 from sx2torch.errors import SourceError, Span
 from sx2torch.trace.forms import FORMS
 from sx2torch.syntax.program import (
@@ -65,6 +67,8 @@ def run(data: list, top_name: str) -> Program:
         else:
             _model_form(top, datum, head)
     program = Program(top, models, runs)
+    for model in models.values():
+        _share_defuns(top, model)
     for model in program.all_models():
         _check_params(program, model)
     for each in runs:
@@ -76,6 +80,31 @@ def run(data: list, top_name: str) -> Program:
             "the file defines no 'forward' defun: expected (defun forward (x ...) ...)",
         )
     return program
+
+
+def _share_defuns(top: Model, model: Model) -> None:
+    """The top-level defuns a sub-model calls (and those they call) become its own, unless
+    it defines the name itself."""
+    pending = list(model.defuns.values())
+    while pending:
+        for name in _heads(pending.pop().body):
+            if name in top.defuns and name not in model.names():
+                model.defuns[name] = replace(top.defuns[name], shared=True)
+                pending.append(model.defuns[name])
+
+
+def _heads(data) -> set:
+    """The names a body calls: the heads of its lists, at any depth."""
+    found: set = set()
+    pending = list(data)
+    while pending:
+        datum = pending.pop()
+        if isinstance(datum, (List, Vector)):
+            items = datum.items
+            if isinstance(datum, List) and items and isinstance(items[0], Symbol):
+                found.add(items[0].name)
+            pending.extend(items)
+    return found
 
 
 def _head(datum: Datum, what: str) -> str:
@@ -103,13 +132,28 @@ def _model_form(model: Model, datum: List, head: str) -> None:
     if head == "defconst":
         _define(model, _defconst(model, datum), model.consts)
     elif head == "defparam":
-        _define(model, _defparam(model, datum), model.params)
+        param = _defparam(model, datum)
+        _check_key(model, param)
+        _define(model, param, model.params)
     elif head == "defun":
         _define(model, _defun(datum), model.defuns)
     elif head in ("defmodel", "defrun", "require") and not model.is_top:
         raise SourceError(datum.span, f"'{head}' belongs at the top level of the file")
     else:
         raise SourceError(datum.items[0].span, f"unknown definition form '{head}'")
+
+
+def _check_key(model: Model, param: Param) -> None:
+    """A parameter's state_dict key is its name as an identifier, so two names that
+    meet in one identifier (`a-b`, `a_b`) cannot both be parameters."""
+    key = mangle(param.name)
+    for other in model.params.values():
+        if mangle(other.name) == key and other.name != param.name:
+            raise SourceError(
+                param.span,
+                f"'{param.name}' and '{other.name}' (line {other.span.line}) would both "
+                f"have the state_dict key '{key}': rename one",
+            )
 
 
 def _define(model: Model, definition, table: dict) -> None:

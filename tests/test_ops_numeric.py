@@ -131,9 +131,11 @@ CASES: dict[str, list[Case]] = {
         case("x", "(/ 1.0 x)", X, lambda x: 1.0 / x),
     ],
     "//": [case("x y", "(// x y)", XY, lambda x, y: x // y)],
+    "mod": [case("x y", "(mod x y)", XY, torch.remainder)],
     "-": [
         case("x y", "(- x y)", XY, lambda x, y: x - y),
         case("x", "(- x)", X, lambda x: -x),
+        case("x y", "(- x y x)", XY, lambda x, y: x - y - x),
     ],
     "neg": [case("x", "(neg x)", X, lambda x: -x)],
     "exp": [case("x", "(exp x)", X, torch.exp)],
@@ -144,7 +146,6 @@ CASES: dict[str, list[Case]] = {
     "tanh": [case("x", "(tanh x)", X, torch.tanh)],
     "sigmoid": [case("x", "(sigmoid x)", X, torch.sigmoid)],
     "relu": [case("x", "(relu x)", X, torch.relu)],
-    "gelu": [case("x", "(gelu x)", X, F.gelu)],
     "silu": [case("x", "(silu x)", X, F.silu)],
     "sin": [case("x", "(sin x)", X, torch.sin)],
     "cos": [case("x", "(cos x)", X, torch.cos)],
@@ -250,6 +251,24 @@ CASES: dict[str, list[Case]] = {
         ),
     ],
     "softcap": [case("x", "(softcap x 2.0)", X, lambda x: 2.0 * torch.tanh(x / 2.0))],
+    "gelu": [
+        case("x", "(gelu x)", X, F.gelu),
+        case(
+            "x",
+            "(gelu x :approximate :tanh)",
+            X,
+            lambda x: F.gelu(x, approximate="tanh"),
+        ),
+    ],
+    "fused-layer-norm": [
+        case("x", "(fused-layer-norm x)", X, lambda x: F.layer_norm(x, (4,))),
+        case(
+            "x y",
+            "(fused-layer-norm x (sum y :axes [0]) (amax y :axes [0]) :eps 1e-3)",
+            XY,
+            lambda x, y: F.layer_norm(x, (4,), y.sum(0), y.amax(0), eps=1e-3),
+        ),
+    ],
     "fused-rms-norm": [
         case("x", "(fused-rms-norm x)", X, lambda x: F.rms_norm(x, (4,))),
         case(

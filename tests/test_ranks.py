@@ -83,6 +83,12 @@ CASES = [
         {"x": [4, 5], "labels": [4]},
     ),
     ("fused-rms-norm", "(fused-rms-norm x w)", {"x": [2, 3, 4], "w": [4]}),
+    (
+        "fused-layer-norm",
+        "(fused-layer-norm x w b)",
+        {"x": [2, 3, 4], "w": [4], "b": [4]},
+    ),
+    ("mod", "(mod x y)", {"x": [2, 3], "y": [3]}),
     ("linear", "(linear x w b)", {"x": [2, 3, 4], "w": [5, 4], "b": [5]}),
     (
         "attention",

@@ -4,6 +4,8 @@ sx2torch/format.py)."""
 
 from __future__ import annotations
 
+import keyword
+
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
@@ -69,6 +71,17 @@ def attr(obj: Expr, *names: str) -> Expr:
     for part in names:
         node = cst.Attribute(node, cst.Name(part))
     return node
+
+
+def member(obj: Expr, key: str, store: str | None = None) -> Expr:
+    """`obj.key`; a member whose key is a Python keyword is read with `getattr(obj, "key")`,
+    one whose key is nn.Module's own attribute (`type`, `to`) from its store:
+    `obj._parameters["type"]`."""
+    if store is None:
+        return attr(obj, key)
+    if keyword.iskeyword(key):
+        return call("getattr", obj, string(key))
+    return subscript(attr(obj, f"_{store}"), string(key))
 
 
 def dotted(path: str) -> Expr:

@@ -126,7 +126,7 @@ class MethodEmitter:
             if self.py.get(init) != name or self.layout.conversion(node, k)
         ]
         index, layer = self.locals.loops[node]
-        stack = b.attr(b.name("self"), self.ctx.attrs[node.attrs["stack"]])
+        stack = self.member(node.attrs["stack"])
         target = b.name(layer)
         if index is not None:
             target = cst.Tuple(
@@ -237,7 +237,7 @@ class MethodEmitter:
             module = (
                 b.name(self.locals.loops[loop][1])
                 if loop is not None
-                else b.attr(b.name("self"), self.ctx.attrs[node.attrs["target"]])
+                else self.member(node.attrs["target"])
             )
             if "at" in node.attrs:  # (nth STACK I ...)
                 module = b.subscript(module, self.scalar(node.attrs["at"]))
@@ -266,10 +266,12 @@ class MethodEmitter:
     ) -> b.Expr:
         """`self.name`; `self.enc.name` for a sub-model's member read where its forward is
         inlined, `layer.name` for a loop's layer's."""
-        path = [self.ctx.naming.attrs[model][param] for model, param in via]
-        attrs = self.ctx.naming.attrs[owner] if owner else self.ctx.attrs
-        root = "self" if loop is None else self.locals.loops[loop][1]
-        return b.attr(b.name(root), *path, attrs[name])
+        naming = self.ctx.naming
+        node = b.name("self" if loop is None else self.locals.loops[loop][1])
+        for model, member in (*via, (owner or self.typed.model, name)):
+            store = naming.stores.get(model, {}).get(member)
+            node = b.member(node, naming.attrs[model][member], store)
+        return node
 
     def scalar(self, scalar: Scalar) -> b.Expr:
         if scalar.op == "lit":

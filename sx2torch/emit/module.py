@@ -3,6 +3,7 @@ imports, one class per model)."""
 
 from __future__ import annotations
 
+import keyword
 from typing import Optional
 
 import libcst as cst
@@ -11,7 +12,7 @@ from sx2torch.emit import build as b
 from sx2torch.emit import main
 from sx2torch.emit.method import ClassContext, MethodEmitter
 from sx2torch.emit.names import mangle
-from sx2torch.emit.naming import Naming, defuns
+from sx2torch.emit.naming import Naming, defuns, store as store_of
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
@@ -247,7 +248,6 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
 
 def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
     names = ctx.attrs
-    target = b.attr(b.name("self"), names[param.name])
     init = param.init
 
     def scalar(s):
@@ -258,27 +258,37 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
         kwargs = {sub_names[k]: scalar(v) for k, (_, v) in init.args.items()}
         instance = b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
         if init.kind == "model":
-            return _when(param, _assign_name(target, instance), scalar)
+            return _when(param, _register(model, param, instance, ctx), scalar)
         loop = cst.CompFor(
             target=cst.Name(mangle(init.index) if init.index else "_"),
             iter=b.call("range", scalar(init.count)),
         )
-        return _when(
-            param,
-            _assign_name(target, b.call("nn.ModuleList", cst.ListComp(instance, loop))),
-            scalar,
-        )
+        instances = b.call("nn.ModuleList", cst.ListComp(instance, loop))
+        return _when(param, _register(model, param, instances, ctx), scalar)
     value = _initializer(init, scalar)
     if lowered.storage[model.name, param.name] == "bf16":
         value = b.method(value, "to", b.dotted("torch.bfloat16"))
-    if not param.trainable:
-        call = b.call(
-            b.attr(b.name("self"), "register_buffer"),
-            b.string(names[param.name]),
-            value,
-        )
-        return _when(param, cst.SimpleStatementLine([cst.Expr(call)]), scalar)
-    return _when(param, _assign_name(target, b.call("nn.Parameter", value)), scalar)
+    if param.trainable:
+        value = b.call("nn.Parameter", value)
+    return _when(param, _register(model, param, value, ctx), scalar)
+
+
+REGISTER = {"parameters": "register_parameter", "modules": "add_module"}
+
+
+def _register(model: Model, param: Param, value, ctx: ClassContext):
+    """`self.w = ...` (a buffer: `self.register_buffer("w", ...)`); a key that is a Python
+    keyword is registered by name (`self.add_module("class", ...)`), one that is nn.Module's
+    own attribute straight into its store (`self._parameters["type"] = ...`)."""
+    key, store = ctx.attrs[param.name], store_of(param)
+    attribute = ctx.naming.stores[model.name].get(param.name) is None
+    if (store == "buffers" and attribute) or keyword.iskeyword(key):
+        register = REGISTER.get(store, "register_buffer")
+        call = b.call(b.attr(b.name("self"), register), b.string(key), value)
+        return cst.SimpleStatementLine([cst.Expr(call)])
+    return _assign_name(
+        b.member(b.name("self"), key, None if attribute else store), value
+    )
 
 
 def _when(param: Param, statement, scalar):

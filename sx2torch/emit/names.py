@@ -46,6 +46,11 @@ RESERVED = (
 )
 
 
+def plain_attribute(key: str) -> bool:
+    """Whether `self.KEY` reads the member registered under KEY."""
+    return not keyword.iskeyword(key) and key not in MODULE_ATTRIBUTES
+
+
 def mangle(name: str) -> str:
     """`rms-norm*` -> `rms_norm_star`; a leading digit or underscore gets a `v` in front."""
     text = "".join(

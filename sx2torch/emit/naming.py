@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from sx2torch.emit.casts import is_local_param
 from sx2torch.emit.layout import RETURN, TOP, Layout
-from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle
+from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
 from sx2torch.ops import REGISTRY
@@ -50,6 +50,8 @@ class Naming:
     locals: dict  # Typed -> Locals
     methods: dict = field(default_factory=dict)  # Typed -> method name
     specialized: set = field(default_factory=set)  # the Typed named with their dtypes
+    # model -> {param or sub-model whose key is no plain attribute -> its store}
+    stores: dict = field(default_factory=dict)
 
 
 def run(
@@ -76,6 +78,9 @@ def run(
         layouts,
         {typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
     )
+    naming.stores = {
+        model.name: _stores(model, attrs[model.name]) for model in program.all_models()
+    }
     naming.methods, naming.specialized = _method_names(
         program, lowered, namespaces, naming, render
     )
@@ -106,13 +111,31 @@ def _built_classes(model: Model, classes: dict) -> frozenset:
 def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
     """Attribute names for consts, params and sub-models; and the class namespace for methods.
 
-    A const is also a constructor argument, which must not shadow a class the constructor builds.
-    Parameters are named first: their names are state_dict keys, which no const may change.
+    A parameter's or sub-model's name is its `state_dict` key, kept exactly (a checkpoint
+    names it); a const is also a constructor argument, which must not shadow a class the
+    constructor builds, nor a Python name.
     """
     names = Namespace(MODULE_ATTRIBUTES)
-    params = {name: names.fresh(name) for name in model.params}
-    attrs = {name: names.fresh(name, avoid=classes) for name in model.consts}
-    return {**attrs, **params}, names
+    attrs = {name: mangle(name) for name in model.params}
+    names.taken.update(attrs.values())
+    attrs.update((name, names.fresh(name, avoid=classes)) for name in model.consts)
+    return attrs, names
+
+
+def _stores(model: Model, attrs: dict) -> dict:
+    """The store (`parameters`, `buffers`, `modules`) of each member whose key is no plain
+    attribute: a Python keyword, or one of nn.Module's own attributes."""
+    return {
+        name: store(param)
+        for name, param in model.params.items()
+        if not plain_attribute(attrs[name])
+    }
+
+
+def store(param) -> str:
+    if param.is_module:
+        return "modules"
+    return "parameters" if param.trainable else "buffers"
 
 
 def argument_names(typed: Typed) -> tuple:
@@ -135,7 +158,12 @@ def _method_names(
     by_defun = defuns(lowered)
     group: dict = {}  # Typed -> its group's stand-in name
     stand_ins = Naming(
-        naming.classes, naming.attrs, naming.layouts, naming.locals, group
+        naming.classes,
+        naming.attrs,
+        naming.layouts,
+        naming.locals,
+        group,
+        stores=naming.stores,
     )
     members: dict = {}  # (model, defun) -> {code: stand-in}
     for typed in lowered.specializations:

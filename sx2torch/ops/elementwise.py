@@ -99,6 +99,14 @@ _binary(
     doc="floor division (for constants, as `(// d h)`)",
     no_grad="floor division is piecewise constant",
 )
+_binary(
+    "mod",
+    "%",
+    None,
+    doc="the remainder of floor division, Python's `%` (torch.remainder): "
+    "`(= (mod i 2) 0)` on a layer index",
+    no_grad="no derivative rule yet",
+)
 
 
 def _minus(a, ctx):
@@ -117,9 +125,10 @@ _register(
         (X, Y),
         _minus,
         result="arith",
-        arity=(1, 2),
+        arity=(1, None),
+        folds=True,
         grad=_minus_grad,
-        doc="difference; negation with one argument",
+        doc="n-ary difference, folded left: (- x a b) is (- (- x a) b); negation with one argument",
     )
 )
 _register(
@@ -276,7 +285,48 @@ _function(
     "keep",
     lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))],
 )
-_function("gelu", "F.gelu", "float", _gelu_grad)
+
+
+def _gelu(a, ctx):
+    if ctx.attrs["approximate"] in (None, "none"):
+        return b.call("F.gelu", a[0])
+    return b.call("F.gelu", a[0], approximate=b.string("tanh"))
+
+
+def _gelu_tanh_grad(t, n, g):
+    """With u = c (x + k x³): d/dx ½x(1 + tanh u) = ½(1 + tanh u) + ½x (1 - tanh² u) c (1 + 3k x²)."""
+    x = n.inputs[0]
+    c, k = Scalar.lit(math.sqrt(2 / math.pi)), 0.044715
+    square = t.op("*", [x, x])
+    tanh = t.op(
+        "tanh", [_times(t, t.op("+", [x, _times(t, square, x, Scalar.lit(k))]), c)]
+    )
+    slope = _times(t, t.op("+", [ONE, t.op("*", [square, Scalar.lit(3 * k)])]), c)
+    rise = _times(t, x, HALF, _one_minus(t, t.op("*", [tanh, tanh])), slope)
+    return [
+        t.op("*", [g, t.op("+", [t.op("*", [HALF, t.op("+", [ONE, tanh])]), rise])])
+    ]
+
+
+_register(
+    Op(
+        "gelu",
+        (X,),
+        _gelu,
+        keys=(Key("approximate", "approximate"),),
+        grad=lambda t, n, g: (
+            _gelu_tanh_grad(t, n, g)
+            if n.attrs["approximate"] == "tanh"
+            else _gelu_grad(t, n, g)
+        ),
+        doc=(
+            "F.gelu: x Φ(x), Φ the normal CDF; :approximate :tanh is its tanh form, "
+            '½x(1 + tanh(√(2/π)(x + 0.044715x³))), F.gelu(x, approximate="tanh") '
+            "(GPT-2's gelu_new, Gemma's gelu_pytorch_tanh). One kernel: on bf16 input it "
+            "computes in f32 and rounds once"
+        ),
+    )
+)
 _function("silu", "F.silu", "float", _silu_grad)
 
 

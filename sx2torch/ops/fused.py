@@ -75,6 +75,61 @@ register(
 )
 
 
+def _layer_norm(a, ctx):
+    x = a[0]
+    # the last axis: the weight's shape where there is one, so x is read once
+    shape = (
+        b.attr(a[1], "shape")
+        if len(a) > 1
+        else b.subscript(b.attr(x, "shape"), b.slice_(b.number(-1), None))
+    )
+    extra = {"eps": ctx.attrs["eps"]} if ctx.values["eps"] != 1e-5 else {}
+    return b.call("F.layer_norm", x, shape, *a[1:], **extra)
+
+
+def _layer_norm_grad(t, n, g):
+    """With r = rsqrt(var(x) + eps), n = (x - mean x)·r and u = g·w:
+    dx = r·(u - mean(u) - n·mean(u·n)), dw = Σ g·n, db = Σ g."""
+    x = n.inputs[0]
+    with t.library_island():
+        centered = t.op("-", [x, t.op("mean", [x], axes=LAST, keepdims=TRUE)])
+        variance = t.op(
+            "mean", [t.op("*", [centered, centered])], axes=LAST, keepdims=TRUE
+        )
+        inverse_std = t.op("rsqrt", [t.op("+", [variance, n.attrs["eps"]])])
+    normed = t.op("*", [centered, inverse_std])
+    u = g if len(n.inputs) == 1 else t.op("*", [g, n.inputs[1]])
+    mean_u = t.op("mean", [u], axes=LAST, keepdims=TRUE)
+    along = t.op("mean", [t.op("*", [u, normed])], axes=LAST, keepdims=TRUE)
+    inner = t.op("-", [t.op("-", [u, mean_u]), t.op("*", [normed, along])])
+    grads = [t.op("*", [inverse_std, inner])]
+    if len(n.inputs) > 1:
+        grads.append(t.op("sum-to", [t.op("*", [g, normed]), n.inputs[1]]))
+    if len(n.inputs) > 2:
+        grads.append(t.op("sum-to", [g, n.inputs[2]]))
+    return grads
+
+
+register(
+    Op(
+        "fused-layer-norm",
+        (Arg("x"), Arg("weight"), Arg("bias")),
+        _layer_norm,
+        keys=(Key("eps", "number", 1e-5),),
+        arity=(1, 3),
+        name_inputs=True,
+        grad=_layer_norm_grad,
+        doc=(
+            "F.layer_norm over the last axis, times WEIGHT and plus BIAS if given: one "
+            "kernel, mean, variance, scale and shift in f32 inside, rounded once to the "
+            "dtype it computes in (a :bf16 run reads bf16 and stores bf16, as nn.LayerNorm "
+            "on bf16 does). :eps defaults to torch's 1e-5"
+        ),
+        rank=SAME,
+    )
+)
+
+
 def _linear(a, ctx):
     return b.call("F.linear", *a)
 

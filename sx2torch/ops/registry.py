@@ -28,6 +28,7 @@ class ArgKind(str, Enum):
     INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
     OUT = "out"  # :f32 (the f32-out matmul)
     REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
+    APPROXIMATE = "approximate"  # :none or :tanh (gelu's)
 
     @property
     def is_tensor(self) -> bool:

@@ -79,6 +79,8 @@ class Defun:
     doc: Optional[str]
     body: tuple
     span: Span
+    # a top-level defun a sub-model calls, copied into it: it sees only its arguments
+    shared: bool = False
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Callable, Optional
 
@@ -16,6 +17,21 @@ ARITHMETIC: dict[str, tuple[str, Callable]] = {
     "/": ("/", operator.truediv),
     "//": ("//", operator.floordiv),
     "**": ("**", operator.pow),
+    "mod": ("%", operator.mod),
+}
+
+# Functions of one number, folded on literals as Python computes them (in f64).
+FUNCTIONS: dict[str, Callable] = {
+    "exp": math.exp,
+    "log": math.log,
+    "sqrt": math.sqrt,
+    "rsqrt": lambda v: 1.0 / math.sqrt(v),
+    "tanh": math.tanh,
+    "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)),
+    "sin": math.sin,
+    "cos": math.cos,
+    "erf": math.erf,
+    "abs": abs,
 }
 
 COMPARISONS: dict[str, tuple[str, Callable]] = {
@@ -128,6 +144,32 @@ def _operands(python_op: str, left: Scalar, right: Scalar, span) -> tuple:
     return left.args + (right,)
 
 
+def function(name: str, operands: list, span) -> Scalar:
+    """An op of the library applied to numbers alone: `(log 2.0)`, `(pow d 0.5)`, `(sqrt d)`.
+    A literal's is folded; a const's is a power, the one function Python's operators write.
+    """
+    if name == "pow":
+        return fold("**", *operands, span)
+    (operand,) = operands
+    if operand.op != "lit" and name == "sqrt":
+        return fold("**", operand, Scalar.lit(0.5), span)
+    if operand.op != "lit":
+        raise SourceError(
+            span,
+            f"'{name}' of a const is not known when the file compiles: "
+            "write it with + - * / ** on the const, or on a tensor",
+        )
+    if not _is_number(operand.value):
+        raise SourceError(span, f"'{name}' needs a number, got {_shown(operand.value)}")
+    try:
+        value = FUNCTIONS[name](operand.value)
+    except (ValueError, OverflowError, ZeroDivisionError):
+        raise SourceError(
+            span, f"'{name}' is not defined at {operand.value!r}"
+        ) from None
+    return Scalar.lit(value)
+
+
 def negate(operand: Scalar, span) -> Scalar:
     if not _is_number(operand.value):
         raise SourceError(
@@ -173,6 +215,8 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
             return result
         if head in COMPARISONS and len(operands) == 2:
             return compare(head, *operands, datum.span)
+        if head == "if" and len(operands) == 3:
+            return choose(*operands, datum.span)
         if head in ("and", "or", "not") and operands:
             return logic(head, operands, datum.span)
     raise SourceError(

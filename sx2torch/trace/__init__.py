@@ -43,6 +43,9 @@ HINTS = {  # forms from other Lisps, and what to write instead
 }
 
 
+ALIASES = {"**": "pow"}  # consts' spelling, in bodies too
+
+
 def run(program: Program) -> dict:
     """{(model name, defun name): Graph} for every defun of every model."""
     graphs = {}
@@ -138,6 +141,8 @@ class Tracer(Caller):
             )
         if name in env:
             return env[name]
+        if self.defun.shared and name not in self.keys:
+            raise self._out_of_reach(symbol)
         scalar = self.keys.get(name) or self._const(name)
         if scalar is not None:
             if isinstance(scalar.value, str):
@@ -164,6 +169,14 @@ class Tracer(Caller):
         raise SourceError(
             symbol.span,
             f"unknown name '{name}': expected an argument, a let local, a const or a param{_suggest(name, known)}",
+        )
+
+    def _out_of_reach(self, symbol: Symbol) -> SourceError:
+        return SourceError(
+            symbol.span,
+            f"'{symbol.name}' is out of reach in '{self.defun.name}': a top-level defun "
+            f"called from model '{self.model.name}' sees only its arguments, its let "
+            "locals and other top-level defuns; pass it as an argument",
         )
 
     def param_read(self, name: str, symbol: Symbol) -> Node:
@@ -234,6 +247,8 @@ class Tracer(Caller):
         if head.name in self.model.defuns:
             return self._call(datum, env)
         param = self.model.params.get(head.name)
+        if param is not None and self.defun.shared:
+            raise self._out_of_reach(head)
         if param is not None and param.is_module:
             if param.init.kind == "stack":
                 raise SourceError(
@@ -247,14 +262,26 @@ class Tracer(Caller):
                 datum,
                 env,
             )
-        if _is_public_op(head.name):
-            return apply(self, REGISTRY[head.name], datum, env)
+        if _is_public_op(head.name) or head.name in ALIASES:
+            return apply(self, REGISTRY[ALIASES.get(head.name, head.name)], datum, env)
         public = [name for name in REGISTRY if _is_public_op(name)]
         known = [*public, *FORMS, *self.model.defuns, *self.model.params]
-        hint = f": {HINTS[head.name]}" if head.name in HINTS else None
+        hint = f": {HINTS[head.name]}" if head.name in HINTS else self._owner(head.name)
         raise SourceError(
             head.span,
             f"unknown op or function '{head.name}'{hint or _suggest(head.name, known)}",
+        )
+
+    def _owner(self, name: str) -> Optional[str]:
+        """Where a defun of another model is, and how to share it."""
+        owner = next(
+            (m for m in self.program.models.values() if name in m.defuns), None
+        )
+        if owner is None:
+            return None
+        return (
+            f": it is a defun of model '{owner.name}', out of reach in "
+            f"'{self.model.name}'; a defun written at the top level is seen by every model"
         )
 
     def body(self, forms: tuple, env: dict) -> Operand:

@@ -18,6 +18,12 @@ SCALAR_KINDS = {
     ArgKind.BOOL: "true or false",
 }
 
+CHOICES = {  # the keyword-valued kinds, and the keywords each takes
+    ArgKind.OUT: ("f32",),
+    ArgKind.REDUCTION: ("mean", "sum", "none"),
+    ArgKind.APPROXIMATE: ("none", "tanh"),
+}
+
 
 def apply(t, op: Op, datum: List, env: dict) -> Operand:
     positional, keywords = split(datum.items[1:])
@@ -53,11 +59,10 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
         and all(isinstance(i, Scalar) for i in inputs)
     ):
         return scalars.compare(op.name, *inputs, datum.span)
-    if (
-        op.result is not Result.ARITH
-        and inputs
-        and all(isinstance(i, Scalar) for i in inputs)
-    ):
+    only_numbers = inputs and all(isinstance(i, Scalar) for i in inputs)
+    if only_numbers and (op.name in scalars.FUNCTIONS or op.name == "pow"):
+        return scalars.function(op.name, inputs, datum.span)
+    if op.result is not Result.ARITH and only_numbers:
         raise SourceError(
             datum.span,
             f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
@@ -74,6 +79,8 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
 
 
 def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
+    if len(inputs) == 1:  # (- x)
+        return t.op(op.name, inputs, **attrs)
     result = inputs[0]
     for operand in inputs[1:]:
         result = t.op(op.name, [result, operand], **attrs)
@@ -113,15 +120,11 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             scalars.expect_int(t.scalar(i, env), i.span, f"each of {what}")
             for i in item.items
         )
-    if kind is ArgKind.OUT:
-        if not (isinstance(item, Keyword) and item.name == "f32"):
-            raise SourceError(item.span, f"{what} must be :f32, got {shown(item)}")
-        return "f32"
-    if kind is ArgKind.REDUCTION:
-        if not (isinstance(item, Keyword) and item.name in ("mean", "sum", "none")):
-            raise SourceError(
-                item.span, f"{what} must be :mean, :sum or :none, got {shown(item)}"
-            )
+    if kind in CHOICES:
+        if not (isinstance(item, Keyword) and item.name in CHOICES[kind]):
+            *rest, last = (f":{c}" for c in CHOICES[kind])
+            options = f"{', '.join(rest)} or {last}" if rest else last
+            raise SourceError(item.span, f"{what} must be {options}, got {shown(item)}")
         return item.name
     if kind in SCALAR_KINDS and isinstance(item, (String, Vector, Keyword)):
         raise SourceError(

@@ -30,6 +30,11 @@ UNARY = {
     "abs": ("(abs x)", torch.abs, False),
     "relu": ("(relu x)", torch.relu, False),
     "gelu": ("(gelu x)", F.gelu, False),
+    "gelu-tanh": (
+        "(gelu x :approximate :tanh)",
+        lambda x: F.gelu(x, approximate="tanh"),
+        False,
+    ),
     "silu": ("(silu x)", F.silu, False),
     "square": ("(square x)", torch.square, False),
     "pow": ("(pow x 3.0)", lambda x: x**3.0, False),
@@ -78,6 +83,11 @@ UNARY = {
     ),
     "layer-norm": ("(layer-norm x)", lambda x: F.layer_norm(x, (4,), eps=1e-5), False),
     "fused-rms-norm": ("(fused-rms-norm x)", lambda x: F.rms_norm(x, (4,)), False),
+    "fused-layer-norm": (
+        "(fused-layer-norm x)",
+        lambda x: F.layer_norm(x, (4,)),
+        False,
+    ),
     "causal-attention": (
         "(causal-attention (reshape x [1 3 4]) (reshape (exp x) [1 3 4]) (reshape (sin x) [1 3 4]))",
         lambda x: F.scaled_dot_product_attention(
@@ -125,6 +135,10 @@ BINARY = {
     "fused-rms-norm": (
         "(fused-rms-norm x (sum y :axes [0]) :eps 1e-3)",
         lambda x, y: F.rms_norm(x, (4,), weight=y.sum(0), eps=1e-3),
+    ),
+    "fused-layer-norm": (
+        "(fused-layer-norm x (sum y :axes [0]) (amax y :axes [0]) :eps 1e-3)",
+        lambda x, y: F.layer_norm(x, (4,), y.sum(0), y.amax(0), eps=1e-3),
     ),
 }
 
