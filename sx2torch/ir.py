@@ -102,6 +102,7 @@ class Node:
         None  # the library op a node computes the result of, for its name
     )
     regions: tuple = ()  # an IF's (then, else), a FOR's (body,)
+    aliases: tuple = ()  # the other names a `let` binds this value to, in order
 
     @property
     def mode(self) -> Union[str, None]:

@@ -38,6 +38,10 @@ class Locals:
     loops: dict = field(default_factory=dict)  # FOR -> (index name or None, layer name)
     # a FOR whose adjoint loop reads the carried values of each layer -> their lists' names
     records: dict = field(default_factory=dict)
+    # a value the source binds to several names -> the name its statement assigns, and
+    # the other names, assigned from it right after (`values` holds the last)
+    targets: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -284,7 +288,16 @@ class _LocalNaming:
 
     def _bind(self, node: Node) -> None:
         base = node.name or self._temporary_name(node)
-        self.values[node] = self._fresh(base, node, self.layout.order[node])
+        at = self.layout.order[node]
+        self.values[node] = self._fresh(base, node, at)
+        if node.aliases:
+            first = self.locals.targets[node] = self.values[node]
+            # readers read the last alias, so the first name is free for a new value
+            self.holder[first] = (node, "assigned")
+            self.locals.aliases[node] = [
+                self._fresh(alias, node, at) for alias in node.aliases
+            ]
+            self.values[node] = self.locals.aliases[node][-1]
 
     def _fresh(self, base: str, value, at: int) -> str:
         """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
