@@ -27,11 +27,7 @@ class LinearLayer(nn.Module):
         )
 
     def forward(self, x):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        return F.linear(x.to(torch.bfloat16), weight_bf16)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         return F.linear(x, weight_bf16)
 
@@ -58,16 +54,7 @@ class LlamaRmsNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            mul_x = x * torch.rsqrt(
-                torch.mean(torch.square(x), dim=-1, keepdim=True) + self.eps
-            )
-        return weight_bf16 * mul_x.to(torch.bfloat16)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
@@ -99,42 +86,19 @@ class LlamaAttention(nn.Module):
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
     def apply_rotary_pos_emb(self, x, cos, sin):
-        return x * cos + self.rotate_half(x) * sin
-
-    # apply-rotary-pos-emb for x: bf16, cos: f32, sin: f32
-    def apply_rotary_pos_emb_bf16_f32_f32(self, x, cos, sin):
+        x = x.to(torch.bfloat16)
         return x * cos.to(torch.bfloat16) + self.rotate_half(x) * sin.to(torch.bfloat16)
 
     def forward(self, x, cos, sin):
-        q = self.apply_rotary_pos_emb_bf16_f32_f32(
-            self.split_heads(self.q_proj(x)), cos, sin
-        )
-        k = self.apply_rotary_pos_emb_bf16_f32_f32(
-            self.split_heads(self.k_proj(x)), cos, sin
-        )
+        x = x.to(torch.bfloat16)
+        q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
+        k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
         split_heads = self.split_heads(self.v_proj(x))
         y = F.scaled_dot_product_attention(
             q, k, split_heads, is_causal=True, enable_gqa=True
         )
         transpose_y = y.permute(0, 2, 1, 3)
-        return self.o_proj.forward_bf16(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-        )
-
-    # forward for x: bf16, cos: f32, sin: f32
-    def forward_bf16_f32_f32(self, x, cos, sin):
-        q = self.apply_rotary_pos_emb_bf16_f32_f32(
-            self.split_heads(self.q_proj.forward_bf16(x)), cos, sin
-        )
-        k = self.apply_rotary_pos_emb_bf16_f32_f32(
-            self.split_heads(self.k_proj.forward_bf16(x)), cos, sin
-        )
-        split_heads = self.split_heads(self.v_proj.forward_bf16(x))
-        y = F.scaled_dot_product_attention(
-            q, k, split_heads, is_causal=True, enable_gqa=True
-        )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return self.o_proj.forward_bf16(
+        return self.o_proj(
             transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
         )
 
@@ -149,13 +113,8 @@ class LlamaMlp(nn.Module):
         self.down_proj = LinearLayer(in_features=hidden, out_features=dim)
 
     def forward(self, x):
-        return self.down_proj.forward_bf16(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        return self.down_proj.forward_bf16(
-            F.silu(self.gate_proj.forward_bf16(x)) * self.up_proj.forward_bf16(x)
-        )
+        x = x.to(torch.bfloat16)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -177,17 +136,9 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16) + self.self_attn.forward_bf16_f32_f32(
-            self.input_layernorm(x), cos, sin
-        )
-        return x + self.mlp.forward_bf16(self.post_attention_layernorm.forward_bf16(x))
-
-    # forward for x: bf16, cos: f32, sin: f32
-    def forward_bf16_f32_f32(self, x, cos, sin):
-        x = x + self.self_attn.forward_bf16_f32_f32(
-            self.input_layernorm.forward_bf16(x), cos, sin
-        )
-        return x + self.mlp.forward_bf16(self.post_attention_layernorm.forward_bf16(x))
+        x = x.to(torch.bfloat16)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class LlamaModel(nn.Module):
@@ -243,8 +194,8 @@ class LlamaModel(nn.Module):
         cos_emb = torch.cos(emb)
         sin_emb = torch.sin(emb)
         for layer in self.layers:
-            x = layer.forward_bf16_f32_f32(x, cos_emb, sin_emb)
-        return self.norm.forward_bf16(x)
+            x = layer(x, cos_emb, sin_emb)
+        return self.norm(x)
 
 
 class Llama(nn.Module):
@@ -289,7 +240,7 @@ class Llama(nn.Module):
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
 
     def forward(self, input_ids):
-        return self.lm_head.forward_bf16(self.model(input_ids))
+        return self.lm_head(self.model(input_ids))
 
     def loss(self, input_ids, targets):
         forward = self.forward(input_ids)

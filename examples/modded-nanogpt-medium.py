@@ -189,15 +189,7 @@ class Mlp(nn.Module):
         self.c_proj = nn.Parameter(torch.zeros(4 * dim, dim))
 
     def forward(self, x):
-        c_fc_bf16 = self.c_fc.to(torch.bfloat16)
-        c_proj_bf16 = self.c_proj.to(torch.bfloat16)
-        return F.linear(
-            torch.square(torch.relu(F.linear(x.to(torch.bfloat16), c_fc_bf16))),
-            c_proj_bf16.permute(1, 0),
-        )
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         c_fc_bf16 = self.c_fc.to(torch.bfloat16)
         c_proj_bf16 = self.c_proj.to(torch.bfloat16)
         return F.linear(
@@ -227,7 +219,7 @@ class Block(nn.Module):
             window=window,
             key_offset=key_offset,
         )
-        return x + self.mlp.forward_bf16(F.rms_norm(x, (x.size(-1),)))
+        return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
 
     # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
     def forward_bf16_bf16_f32_bf16_bf16(
@@ -242,7 +234,7 @@ class Block(nn.Module):
             window=window,
             key_offset=key_offset,
         )
-        return x + self.mlp.forward_bf16(F.rms_norm(x, (x.size(-1),)))
+        return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
 
 
 class ModdedNanogptMedium(nn.Module):

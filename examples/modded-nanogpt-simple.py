@@ -24,13 +24,7 @@ class Norm(nn.Module):
         self.gains = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        gains_bf16 = self.gains.to(torch.bfloat16)
-        return F.rms_norm(
-            x.to(torch.bfloat16), (x.to(torch.bfloat16).size(-1),), weight=gains_bf16
-        )
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         gains_bf16 = self.gains.to(torch.bfloat16)
         return F.rms_norm(x, (x.size(-1),), weight=gains_bf16)
 
@@ -46,12 +40,7 @@ class LinearLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features))
 
     def forward(self, x):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.linear(x.to(torch.bfloat16), weight_bf16, bias_bf16)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
         return F.linear(x, weight_bf16, bias_bf16)
@@ -73,25 +62,7 @@ class Rotary(nn.Module):
 
     def forward(self, x):
         """x [batch time head dim], rotated in f32"""
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            outer_x = torch.arange(
-                x.shape[1], dtype=torch.float32, device=x.device
-            ).unsqueeze(-1) * self.angular_freq.unsqueeze(-2)
-            theta = outer_x.reshape(1, -1, 1, self.dim // 2)
-            x1 = x[..., : self.dim // 2]
-            x2 = x[..., self.dim // 2 :]
-            return torch.cat(
-                [
-                    x1 * torch.cos(theta) + x2 * torch.sin(theta),
-                    x1 * -torch.sin(theta) + x2 * torch.cos(theta),
-                ],
-                dim=3,
-            )
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        """x [batch time head dim], rotated in f32"""
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             outer_x = torch.arange(
@@ -125,12 +96,13 @@ class AttentionLayer(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         q = self.q(x)
         reshape_q = q.reshape(q.shape[0], q.shape[1], -1, self.head_dim)
-        qs = self.rotary.forward_bf16(F.rms_norm(reshape_q, (reshape_q.size(-1),)))
+        qs = self.rotary(F.rms_norm(reshape_q, (reshape_q.size(-1),)))
         k = self.k(x)
         reshape_k = k.reshape(k.shape[0], k.shape[1], -1, self.head_dim)
-        ks = self.rotary.forward_bf16(F.rms_norm(reshape_k, (reshape_k.size(-1),)))
+        ks = self.rotary(F.rms_norm(reshape_k, (reshape_k.size(-1),)))
         transpose_qs = qs.permute(0, 2, 1, 3)
         transpose_ks = ks.permute(0, 2, 1, 3)
         heads = self.heads(self.v(x))
@@ -142,30 +114,7 @@ class AttentionLayer(nn.Module):
             is_causal=True,
         )
         transpose_y = y.permute(0, 2, 1, 3)
-        return self.proj.forward_bf16(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-        )
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        q = self.q.forward_bf16(x)
-        reshape_q = q.reshape(q.shape[0], q.shape[1], -1, self.head_dim)
-        qs = self.rotary.forward_bf16(F.rms_norm(reshape_q, (reshape_q.size(-1),)))
-        k = self.k.forward_bf16(x)
-        reshape_k = k.reshape(k.shape[0], k.shape[1], -1, self.head_dim)
-        ks = self.rotary.forward_bf16(F.rms_norm(reshape_k, (reshape_k.size(-1),)))
-        transpose_qs = qs.permute(0, 2, 1, 3)
-        transpose_ks = ks.permute(0, 2, 1, 3)
-        heads = self.heads(self.v.forward_bf16(x))
-        y = F.scaled_dot_product_attention(
-            transpose_qs.to(torch.bfloat16),
-            transpose_ks.to(torch.bfloat16),
-            heads,
-            scale=0.12,
-            is_causal=True,
-        )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return self.proj.forward_bf16(
+        return self.proj(
             transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
         )
 
@@ -178,11 +127,8 @@ class Mlp(nn.Module):
         self.proj = LinearLayer(in_features=4 * dim, out_features=dim)
 
     def forward(self, x):
-        return self.proj.forward_bf16(torch.square(torch.relu(self.fc(x))))
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        return self.proj.forward_bf16(torch.square(torch.relu(self.fc.forward_bf16(x))))
+        x = x.to(torch.bfloat16)
+        return self.proj(torch.square(torch.relu(self.fc(x))))
 
 
 class Block(nn.Module):
@@ -195,13 +141,9 @@ class Block(nn.Module):
         self.norm2 = Norm(dim=dim)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16) + self.attn.forward_bf16(self.norm1(x))
-        return x + self.mlp.forward_bf16(self.norm2.forward_bf16(x))
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        x = x + self.attn.forward_bf16(self.norm1.forward_bf16(x))
-        return x + self.mlp.forward_bf16(self.norm2.forward_bf16(x))
+        x = x.to(torch.bfloat16)
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
 
 
 class Embedding(nn.Module):
@@ -231,10 +173,10 @@ class ModdedNanogptSimple(nn.Module):
         self.norm2 = Norm(dim=model_dim)
 
     def forward(self, inputs):
-        x = self.norm1.forward_bf16(self.embed(inputs))
+        x = self.norm1(self.embed(inputs))
         for layer in self.blocks:
-            x = layer.forward_bf16(x)
-        logits = self.proj.forward_bf16(self.norm2.forward_bf16(x)).float()
+            x = layer(x)
+        logits = self.proj(self.norm2(x)).float()
         return 15 * logits * torch.rsqrt(torch.square(logits) + 225)
 
     def loss(self, inputs, targets):

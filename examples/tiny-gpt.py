@@ -25,42 +25,7 @@ class Block(nn.Module):
         ).permute(0, 2, 1, 3)
 
     def attend(self, x):
-        w_qkv_bf16 = self.w_qkv.to(torch.bfloat16)
-        w_o_bf16 = self.w_o.to(torch.bfloat16)
-        qkv = x.to(torch.bfloat16) @ w_qkv_bf16
-        q = self.heads(qkv[..., : self.d])
-        k = self.heads(qkv[..., self.d : 2 * self.d])
-        v = self.heads(qkv[..., 2 * self.d : 3 * self.d])
-        # (rms-norm q)
-        with torch.autocast("cuda", enabled=False):
-            q_f32 = q.float()
-            rsqrt_q = torch.rsqrt(
-                torch.mean(q_f32 * q_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        rms_norm_q = q * rsqrt_q.to(torch.bfloat16)
-        # (rms-norm k)
-        with torch.autocast("cuda", enabled=False):
-            k_f32 = k.float()
-            rsqrt_k = torch.rsqrt(
-                torch.mean(k_f32 * k_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        scores = (
-            rms_norm_q
-            @ (k * rsqrt_k.to(torch.bfloat16)).transpose(-2, -1)
-            * rms_norm_q.shape[-1] ** -0.5
-        )
-        # (causal-attention (rms-norm q) (rms-norm k) v)
-        with torch.autocast("cuda", enabled=False):
-            weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
-        y = weights.to(torch.bfloat16) @ v
-        transpose_y = y.permute(0, 2, 1, 3)
-        return (
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-            @ w_o_bf16
-        )
-
-    # attend for x: bf16
-    def attend_bf16(self, x):
+        x = x.to(torch.bfloat16)
         w_qkv_bf16 = self.w_qkv.to(torch.bfloat16)
         w_o_bf16 = self.w_o.to(torch.bfloat16)
         qkv = x @ w_qkv_bf16
@@ -96,26 +61,7 @@ class Block(nn.Module):
         )
 
     def forward(self, x):
-        w_up_bf16 = self.w_up.to(torch.bfloat16)
-        w_down_bf16 = self.w_down.to(torch.bfloat16)
-        # (rms-norm x)
-        with torch.autocast("cuda", enabled=False):
-            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-06)
-        x = x.to(torch.bfloat16) + self.attend(x * rsqrt_x)
-        # (rms-norm x)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            rsqrt_x = torch.rsqrt(
-                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        return (
-            x
-            + torch.square(torch.relu(x * rsqrt_x.to(torch.bfloat16) @ w_up_bf16))
-            @ w_down_bf16
-        )
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         w_up_bf16 = self.w_up.to(torch.bfloat16)
         w_down_bf16 = self.w_down.to(torch.bfloat16)
         # (rms-norm x)
@@ -124,7 +70,7 @@ class Block(nn.Module):
             rsqrt_x = torch.rsqrt(
                 torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
             )
-        x = x + self.attend_bf16(x * rsqrt_x.to(torch.bfloat16))
+        x = x + self.attend(x * rsqrt_x.to(torch.bfloat16))
         # (rms-norm x)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()
@@ -161,7 +107,7 @@ class TinyGpt(nn.Module):
             )
         x = take_wte * rsqrt_take_wte.to(torch.bfloat16)
         for layer in self.blocks:
-            x = layer.forward_bf16(x)
+            x = layer(x)
         # (rms-norm x)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()

@@ -15,13 +15,7 @@ class Block(nn.Module):
         self.w = nn.Parameter(torch.normal(0.0, 0.5, size=(d, d)))
 
     def forward(self, x, *, scale=1.0):
-        w_bf16 = sx.round_to_bf16(self.w)
-        x_bf16 = sx.round_to_bf16(x)
-        mul_x = sx.store_bf16(scale * torch.relu(sx.store_bf16(x_bf16 @ w_bf16)))
-        return sx.store_bf16(x_bf16 + mul_x)
-
-    # forward for x: bf16
-    def forward_bf16(self, x, *, scale=1.0):
+        x = sx.round_to_bf16(x)
         w_bf16 = sx.round_to_bf16(self.w)
         mul_x = sx.store_bf16(scale * torch.relu(sx.store_bf16(x @ w_bf16)))
         return sx.store_bf16(x + mul_x)
@@ -39,7 +33,7 @@ class GradientRegions(nn.Module):
         x = sx.round_to_bf16(x0)
         backout = sx.round_to_bf16(x0)
         for i, layer in enumerate(self.blocks):
-            y = layer.forward_bf16(x, scale=1.0 if i < 2 else 0.5)
+            y = layer(x, scale=1.0 if i < 2 else 0.5)
             y = sx.store_bf16(y * gate_bf16) if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
         mul_x = sx.store_bf16(sx.store_bf16(x - backout) * x)

@@ -15,12 +15,7 @@ class Block(nn.Module):
         self.w = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
 
     def forward(self, x, *, scale=1.0):
-        w_bf16 = self.w.to(torch.bfloat16)
-        x_bf16 = x.to(torch.bfloat16)
-        return x_bf16 + scale * torch.relu(x_bf16 @ w_bf16)
-
-    # forward for x: bf16
-    def forward_bf16(self, x, *, scale=1.0):
+        x = x.to(torch.bfloat16)
         w_bf16 = self.w.to(torch.bfloat16)
         return x + scale * torch.relu(x @ w_bf16)
 
@@ -39,7 +34,7 @@ class Regions(nn.Module):
         x = x0.to(torch.bfloat16)
         backout = x0.to(torch.bfloat16)
         for i, layer in enumerate(self.blocks):
-            y = layer.forward_bf16(x, scale=1.0 if i < 2 else 0.5)
+            y = layer(x, scale=1.0 if i < 2 else 0.5)
             y = y * gate_bf16 if self.gated and i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
         return x - backout

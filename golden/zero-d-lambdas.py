@@ -18,10 +18,7 @@ class Head(nn.Module):
         )
 
     def forward(self, x):
-        return F.linear(x.to(torch.bfloat16), self.weight)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         return F.linear(x, self.weight)
 
 
@@ -36,4 +33,4 @@ class ZeroDLambdas(nn.Module):
     def forward(self, ids):
         x = self.head.weight[ids]
         x = (self.lambdas[0] + self.lambdas[1]) * x + torch.sigmoid(self.lambdas[2]) * x
-        return self.head.forward_bf16(x)
+        return self.head(x)

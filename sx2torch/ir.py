@@ -101,6 +101,7 @@ class Node:
     # the library op a node computes the result of, for its name
     label: Optional[str] = None
     regions: tuple = ()  # an IF's (then, else), a FOR's (body,)
+    aliases: tuple = ()  # the other names a `let` binds this value to, in order
 
     @property
     def mode(self) -> Optional[str]:

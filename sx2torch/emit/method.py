@@ -89,11 +89,19 @@ class MethodEmitter:
         elif self.layout.compound(node, self.layout.named):
             statements = [self._if(node)]
         else:
-            statements = [_assign(self.py[node], self.expr(node))]
+            statements = [_assign(self._target(node), self.expr(node))]
+        statements += [
+            _assign(alias, b.name(self._target(node)))
+            for alias in self.locals.aliases.get(node, ())
+        ]
         if node.note:
             comment = cst.EmptyLine(comment=cst.Comment("# " + node.note))
             statements[0] = statements[0].with_changes(leading_lines=[comment])
         return [self._located(s, node) for s in statements]
+
+    def _target(self, node: Node) -> str:
+        """The name a node's statement assigns."""
+        return self.locals.targets.get(node, self.py[node])
 
     def _region_body(self, node: Node, index: int, names: list) -> list:
         """A region's statements, its outputs stored in `names` at its end, nested in the
@@ -156,7 +164,7 @@ class MethodEmitter:
         return statements + [cst.For(target=target, iter=stack, body=loop_body)]
 
     def _if(self, node: Node) -> cst.If:
-        name = self.py[node]
+        name = self._target(node)
         then, otherwise = (self._region_body(node, r, [name]) for r in (0, 1))
         return cst.If(
             self.scalar(node.attrs["condition"]),

@@ -120,8 +120,8 @@ def _class(
         specs = by_defun.get((model.name, defun), [])
         plain = lowered.natural[model.name, defun]
         for typed in ([plain] if plain is not None else []) + specs:
-            name = ctx.naming.methods[typed]
-            if name not in emitted:
+            name = ctx.naming.methods.get(typed)
+            if name is not None and name not in emitted:
                 emitted.add(name)
                 body.append(_method(typed, name, ctx))
     base = b.dotted("nn.Module")
@@ -143,6 +143,10 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
     args, keys = names.args, list(names.keys.values())
     defaults = [_key_default(default) for _, default in typed.graph.keys]
     prologue = [
+        _assign_name(args[i], ctx.target.cast(b.name(args[i]), "f32", "bf16"))
+        for i in ctx.naming.entry.get(typed, ())
+    ]
+    prologue += [
         _if_none(key, emitter.scalar(default))
         for key, (_, default) in zip(keys, typed.graph.keys)
         if default.op != "lit"

@@ -38,6 +38,10 @@ class Locals:
     loops: dict = field(default_factory=dict)  # FOR -> (index name or None, layer name)
     # a FOR whose adjoint loop reads the carried values of each layer -> their lists' names
     records: dict = field(default_factory=dict)
+    # a value the source binds to several names -> the name its statement assigns, and
+    # the other names, assigned from it right after (`values` holds the last)
+    targets: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -52,6 +56,8 @@ class Naming:
     specialized: set = field(default_factory=set)  # the Typed named with their dtypes
     # model -> {param or sub-model whose key is no plain attribute -> its store}
     stores: dict = field(default_factory=dict)
+    # the public Typed that casts f32 arguments down at entry -> those arguments' indices
+    entry: dict = field(default_factory=dict)
 
 
 def run(
@@ -150,8 +156,10 @@ def _method_names(
     program: Program, lowered: Lowered, namespaces: dict, naming: Naming, render
 ):
     """Method names: specializations of a defun whose methods would read the same share one.
-    The one at f32 (and integer) arguments is the public method, named as the source names
-    the defun; the others are named with their dtypes and returned as `specialized`.
+    The public method is named as the source names the defun: the one at f32 (and integer)
+    arguments where the program calls it so, else the one its callers call, which casts
+    f32 arguments at entry (`entry`); a specialization only a public copy would call is
+    left out. The others are named with their dtypes and returned as `specialized`.
 
     The specializations come callees first, so each is compared with its callees already
     grouped: a method's code is rendered with a stand-in name for each group."""
@@ -170,6 +178,13 @@ def _method_names(
         key = (typed.model, typed.graph.name)
         code = render(typed, stand_ins) if len(by_defun[key]) > 1 else None
         group[typed] = members.setdefault(key, {}).setdefault(code, f"m{len(group)}")
+    public, called = _publics(program, lowered, by_defun, group)
+    naming.entry = {
+        typed: _entry(lowered.natural[key], typed)
+        for key, typed in public.items()
+        if typed is not lowered.natural[key]
+    }
+    kept = {key: [t for t in specs if t in called] for key, specs in by_defun.items()}
     names: dict = {}
     specialized: set = set()
     for model in program.all_models():
@@ -177,17 +192,125 @@ def _method_names(
         # Source names first, so that no specialization takes one.
         plain_names = {defun: namespace.fresh(defun) for defun in model.defuns}
         for defun in model.defuns:
-            plain = lowered.natural[model.name, defun]
+            plain = public[model.name, defun]
             chosen: dict = {}  # stand-in -> name
             if plain is not None:
                 chosen[group[plain]] = plain_names[defun]
-            for typed in by_defun.get((model.name, defun), []):
+            for typed in kept.get((model.name, defun), []):
                 if group[typed] not in chosen:
                     chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
                 names[typed] = chosen[group[typed]]
                 if plain is None or group[typed] != group[plain]:
                     specialized.add(typed)
     return names, specialized
+
+
+def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
+    """(model, defun) -> its public specialization, and the specializations emitted: those
+    the program runs, the public ones and what they call. A public method the program
+    does not run may call a natural specialization, which is then public itself."""
+    called = _called(program, lowered)
+    while True:
+        optional = _optional(called)
+        public = {
+            key: _public(natural, by_defun.get(key, []), called, group, optional)
+            for key, natural in lowered.natural.items()
+        }
+        grown = _closure(called | {t for t in public.values() if t is not None})
+        if grown == called:
+            return public, called
+        called = grown
+
+
+def _called(program: Program, lowered: Lowered) -> set:
+    """The specializations the program runs: the top model's public methods (its forward
+    and the defuns it does not call itself) and what they call."""
+    top = [t for t in lowered.specializations if t.model == program.top.name]
+    inner = {c.graph.name for t in top for c in t.callee.values() if c.model == t.model}
+    return _closure(
+        {
+            lowered.natural[program.top.name, defun]
+            for defun in program.top.defuns
+            if defun == "forward" or defun not in inner
+        }
+        - {None}
+    )
+
+
+def _optional(called: set) -> set:
+    """(specialization, argument index) for the arguments a caller may pass None: an
+    `if` with a `none` branch, or an argument of its own that may be None."""
+    found: set = set()
+    grown = True
+    while grown:
+        grown = False
+        for typed in called:
+            for node, callee in typed.callee.items():
+                for index, operand in enumerate(node.inputs):
+                    if (callee, index) not in found and _may_be_none(
+                        operand, typed, found
+                    ):
+                        found.add((callee, index))
+                        grown = True
+    return found
+
+
+def _may_be_none(operand, typed, found: set) -> bool:
+    if operand is None:
+        return True
+    if not isinstance(operand, Node):
+        return False
+    if operand.kind is Kind.IF:
+        outputs = [o for region in operand.regions for o in region.outputs]
+        return any(_may_be_none(o, typed, found) for o in outputs)
+    inputs = typed.graph.inputs
+    return operand in inputs and (typed, inputs.index(operand)) in found
+
+
+def _closure(roots: set) -> set:
+    """`roots` and every specialization they call, directly or not."""
+    seen: set = set()
+    stack = list(roots)
+    while stack:
+        typed = stack.pop()
+        if typed not in seen:
+            seen.add(typed)
+            stack.extend(typed.callee.values())
+    return seen
+
+
+def _public(natural, specs: list, called: set, group: dict, optional: set):
+    """The specialization named as the source names the defun: the natural one, unless
+    the program calls the defun only with bf16 where the natural one takes f32 and other
+    code: then the first of those, which casts its f32 arguments down at entry, serves
+    callers from outside too (not where such an argument may be None)."""
+    if natural is None or any(group[t] == group[natural] for t in specs if t in called):
+        return natural
+    for typed in specs:
+        mates = [t for t in specs if group[t] == group[typed] and t in called]
+        casts = _entry(natural, typed)
+        if (
+            typed in called
+            and casts is not None
+            and all(_entry(natural, t) == casts for t in mates)
+            and not any((typed, i) in optional for i in casts)
+        ):
+            return typed
+    return natural
+
+
+def _entry(natural, typed) -> Optional[list]:
+    """The arguments `typed` casts at entry to serve f32 callers, or None where it cannot."""
+    if typed.ambient != natural.ambient:
+        return None
+    casts = []
+    for index, (have, want) in enumerate(zip(natural.signature, typed.signature)):
+        if have == want:
+            continue
+        if (have, want) != ("f32", "bf16"):
+            return None
+        casts.append(index)
+    return casts
 
 
 def defuns(lowered: Lowered) -> dict:
@@ -313,7 +436,16 @@ class _LocalNaming:
 
     def _bind(self, node: Node) -> None:
         base = node.name or self._temporary_name(node)
-        self.values[node] = self._fresh(base, node, self.layout.order[node])
+        at = self.layout.order[node]
+        self.values[node] = self._fresh(base, node, at)
+        if node.aliases:
+            first = self.locals.targets[node] = self.values[node]
+            # readers read the last alias, so the first name is free for a new value
+            self.holder[first] = (node, "assigned")
+            self.locals.aliases[node] = [
+                self._fresh(alias, node, at) for alias in node.aliases
+            ]
+            self.values[node] = self.locals.aliases[node][-1]
 
     def _fresh(self, base: str, value, at: int) -> str:
         """A local for `value`, first bound at statement `at`: a dead value's name is reused."""

@@ -44,6 +44,11 @@ def let(t, datum: List, env: dict, tail=None) -> Operand:
         operand = t.expr(value, env)
         if isinstance(operand, Node) and operand.name is None:
             operand.name = target.name
+        elif isinstance(operand, Node) and target.name not in (
+            operand.name,
+            *operand.aliases,
+        ):
+            operand.aliases += (target.name,)  # a name bound to another name
         env[target.name] = operand
     *forms, last = datum.items[2:]
     t.body(tuple(forms), env)

@@ -170,3 +170,59 @@ def test_an_if_statement_is_named_as_its_first_branchs_value(build):
     h = x @ model.w
     assert torch.equal(model(x), torch.relu(h) * 2.0)
     assert torch.equal(model(x, gated=False), torch.exp(h))
+
+
+def test_a_name_bound_to_another_name_keeps_its_name(build):
+    """`saved-early` names the first `x`, which `x` is then rebound around: the output
+    assigns it by its name and reads it so, and no temporary takes its place."""
+    model, code = build(
+        """
+(defparam w (normal [4 4]))
+(defun forward (x)
+  (let ((x (matmul x w))
+        (saved-early x)
+        (x (tanh (matmul x w)))
+        (x (+ x saved-early)))
+    x))
+""",
+        run=None,
+    )
+    body = code.split("def forward(self, x):\n")[1].split("\n\n")[0]
+    assert body.splitlines() == [
+        "        x = x @ self.w",
+        "        saved_early = x",
+        "        x = torch.tanh(saved_early @ self.w)",
+        "        x = x + saved_early",
+        "        return x",
+    ]
+    net, x = model.Model(), torch.randn(3, 4)
+    early = x @ net.w
+    torch.testing.assert_close(
+        net(x), torch.tanh(early @ net.w) + early, rtol=0, atol=0
+    )
+
+
+def test_a_sub_model_called_only_with_bf16_is_one_method_casting_at_entry(build):
+    """No f32 copy of the block that nothing calls: its one forward casts f32 from
+    outside at entry, and inside the model reads the bf16 value as it is."""
+    module, code = build(
+        """
+(defmodel block ()
+  (defparam w (normal [4 4]))
+  (defun forward (x) (+ x (relu (matmul x w)))))
+(defparam w0 (normal [4 4]))
+(defparam b (block))
+(defun forward (x) (b (matmul x w0)))
+(defrun train :precision :bf16)
+""",
+        run="train",
+    )
+    methods = [name for name in vars(module.Block) if not name.startswith("__")]
+    assert methods == ["forward"]
+    assert "x = x.to(torch.bfloat16)" in code
+    net, x = module.Model(), torch.randn(3, 4)
+    bf16 = torch.bfloat16
+    h = x.to(bf16) @ net.w0.to(bf16)
+    expected = h + torch.relu(h @ net.b.w.to(bf16))
+    assert torch.equal(net(x), expected) and net(x).dtype == bf16
+    assert torch.equal(net.b(x), net.b(x.to(bf16)))

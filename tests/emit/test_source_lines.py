@@ -17,7 +17,7 @@ def test_statements_name_their_source_line():
         in code
     )
     assert (
-        "return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16)  # rms-mlp.lisp:20"
+        "return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16)  # rms-mlp.lisp:20"
         in code
     )
 
