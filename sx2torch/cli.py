@@ -24,6 +24,7 @@ USAGE = """\
 sx2torch FILE.lisp [-o OUT.py] [--run NAME] [--target cuda|metal|cpu]
        sx2torch check FILE.lisp [GENERATED.py] | DIRECTORY ... [--run NAME] [--target ...]
        sx2torch explain FILE.lisp [--run NAME] [--json | --html OUT.html]
+       sx2torch run FILE.lisp --input NAME=FILE.pt ... [--method NAME] [--params STATE.pt]
 FILE.lisp may be - for standard input."""
 DESCRIPTION = """\
 Compile a SexpGPU model into a readable PyTorch module.
@@ -33,13 +34,16 @@ commands:
   check       exit 1 with a unified diff when GENERATED.py (default: NAME.py beside
               NAME.lisp; every NAME.lisp under a DIRECTORY) is not what its source
               compiles to with the flags its header records
-  explain     say where the precision policy keeps f32, and list parameter sizes"""
+  explain     say where the precision policy keeps f32, and list parameter sizes
+  run         evaluate a defun with the interpreter, without generating code"""
 
 
 def main(argv: Optional[list] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = (
-        argv[0] if argv and argv[0] in ("check", "explain", "compile") else "compile"
+        argv[0]
+        if argv and argv[0] in ("check", "explain", "compile", "run")
+        else "compile"
     )
     rest = argv[1:] if argv and argv[0] == command else argv
     parser = _parser(command)
@@ -91,6 +95,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("file", help="the SexpGPU source file (- reads stdin)")
     if command == "compile":
         parser.add_argument("-o", "--output", help="write the module here, atomically")
+    if command == "run":
+        from sx2torch.interpret import command as run  # imports torch: only for `run`
+
+        run.arguments(parser)
     if command == "explain":
         parser.add_argument(
             "--json", action="store_true", help="machine-readable output"
@@ -235,7 +243,14 @@ def _explain_command(args) -> int:
     return 0
 
 
+def _run_command(args) -> int:
+    from sx2torch.interpret import command  # torch, which compiling never imports
+
+    return command.run(args, _source(args, args.file))
+
+
 COMMANDS = {
+    "run": _run_command,
     "compile": _compile_command,
     "check": _check_command,
     "explain": _explain_command,
