@@ -17,6 +17,7 @@ import torch
 
 from sx2torch import resolve
 from sx2torch.errors import UsageError
+from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
 from sx2torch.interpret.evaluate import EvalError, Evaluator, Lam
 from sx2torch.interpret.model import build, state_dict
 from sx2torch.syntax import read

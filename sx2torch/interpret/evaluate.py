@@ -43,6 +43,11 @@ COMPILE_TIME = {
 }
 
 
+# The special forms, and the ops the library defines by other ops: forms.py fills them.
+FORMS: dict = {}
+DEFINED: dict = {}
+
+
 class EvalError(Exception):
     """A program the interpreter cannot evaluate (a form or an op it does not know)."""
 
@@ -305,9 +310,3 @@ def _rank(v) -> int:
     if isinstance(v, ParamValue):
         return v.tensor.dim()
     return (v.t if isinstance(v, Lam) else v).dim()
-
-
-from sx2torch.interpret.forms import (
-    DEFINED,
-    FORMS,
-)  # noqa: E402  (they call back in here)

@@ -7,6 +7,8 @@ import torch
 
 from sx2torch.interpret.evaluate import (
     BF16,
+    DEFINED,
+    FORMS,
     DTYPES,
     F32,
     F64,
@@ -160,16 +162,18 @@ def _nth(ev, items, frame):
     return ev.call(layers[i], "forward", args, keys, frame.mode)
 
 
-FORMS = {
-    "let": _let,
-    "if": _if,
-    "cast": _cast,
-    "with-numerics": _with_numerics,
-    "gradient": _gradient,
-    "for": _for,
-    "chain": _chain,
-    "nth": _nth,
-}
+FORMS.update(
+    {
+        "let": _let,
+        "if": _if,
+        "cast": _cast,
+        "with-numerics": _with_numerics,
+        "gradient": _gradient,
+        "for": _for,
+        "chain": _chain,
+        "nth": _nth,
+    }
+)
 
 
 # Ops defined by other ops: the statistics in an island, the rest as the policy has it.
@@ -223,10 +227,12 @@ def _newton_schulz(ev, args, keys, frame):
     return (x.mT if tall else x).to(g.dtype)
 
 
-DEFINED = {
-    "rms-norm": _rms_norm,
-    "layer-norm": _normalize([-1]),
-    "batch-norm": _normalize([0]),
-    "causal-attention": _causal_attention,
-    "newton-schulz": _newton_schulz,
-}
+DEFINED.update(
+    {
+        "rms-norm": _rms_norm,
+        "layer-norm": _normalize([-1]),
+        "batch-norm": _normalize([0]),
+        "causal-attention": _causal_attention,
+        "newton-schulz": _newton_schulz,
+    }
+)

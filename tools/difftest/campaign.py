@@ -19,10 +19,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from sx2torch.interpret import forms, ops
+from sx2torch.interpret import evaluate, ops
 from tools.difftest import check, corpus, generate, minimize
 
-KNOWN_OPS = set(ops.OPS) | set(forms.DEFINED) | {"cast", "gradient"}
+KNOWN_OPS = set(ops.OPS) | set(evaluate.DEFINED) | {"cast", "gradient"}
 HEAD = re.compile(r"\(([^\s()\[\]:;]+)")
 
 

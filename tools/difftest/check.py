@@ -141,8 +141,6 @@ def run(
 def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_ops):
     try:
         want = model(method, *args)
-        loose = model.bf16_gradients  # before the f64 evaluation resets it
-        wide = model.evaluate(method, [_wide(a) for a in args], precision="f64")
     except Exception as error:  # noqa: BLE001
         out.note("interpret", method, False, f"{type(error).__name__}: {error}")
         return
@@ -150,7 +148,8 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         out.note("interpret", method, False, f"the result is not a tensor: {want!r}")
         return
     out.note("interpret", method, True)
-    exact = exact_ops and not loose and _exact(model, method, args, wide)
+    loose = model.bf16_gradients  # before _exact's evaluations reset it
+    exact = exact_ops and not loose and _exact(model, method, args)
     out.exact = exact
     results = {}
     for target, module in modules.items():
@@ -188,8 +187,9 @@ def _wide(a):
     return a.double() if a.is_floating_point() else a
 
 
-def _exact(model, method, args, wide) -> bool:
+def _exact(model, method, args) -> bool:
     """The f32 evaluation equals the f64 one: no rounding in f32 arithmetic happened."""
+    wide = model.evaluate(method, [_wide(a) for a in args], precision="f64")
     if model.precision == "f32":
         narrow = model(method, *args)
     else:

@@ -3,6 +3,7 @@
     ;; difftest seed=7 methods=forward(x,ids);helper(x)
     ;; found: value cuda:forward: max |diff| 2 ...
     ;; known: the fix is not on this branch yet (the test expects the failure)
+    ;; expect: no-internal-error       (only the compile oracle counts: a diagnostic is fine)
 
 `replay` runs every oracle on every target with the header's seed; tests/test_difftest.py
 replays each file, a `known:` one as a strict xfail.
@@ -27,6 +28,7 @@ class Case:
     seed: int
     methods: dict
     known: Optional[str]
+    expect: Optional[str]  # "no-internal-error": only the compile oracle counts
 
 
 def header(seed: int, methods: dict, failures: list) -> str:
@@ -44,7 +46,15 @@ def load(path: Path) -> Case:
         name, _, args = part.partition("(")
         methods[name] = [a for a in args.rstrip(")").split(",") if a]
     known = re.search(r";; known: (.*)", text)
-    return Case(path, text, int(match.group(1)), methods, known and known.group(1))
+    expect = re.search(r";; expect: (\S+)", text)
+    return Case(
+        path,
+        text,
+        int(match.group(1)),
+        methods,
+        known and known.group(1),
+        expect and expect.group(1),
+    )
 
 
 def replay(case: Case) -> list:

@@ -1,0 +1,9 @@
+;; difftest seed=100006 methods=forward(x,ids)
+;; Found by the campaign (seed 100006), minimized: (at w2 3) of a matrix is a row, which
+;; decides the dtype: under :bf16, maximum of the f32 input and that bf16 row is bf16.
+;; found: dtype cuda:forward: got torch.float32 (2, 4), want torch.bfloat16 (2, 4)
+;; known: issue 26's known miscompile 2, (at w i) of a matrix read as a 0-d element under :bf16 (fix pending on the compiler helper's branch)
+(defconst d 4)
+(defparam w2 (normal [d d]))
+(defun forward (x ids) (maximum x (at w2 3)))
+(defrun train :precision :bf16)
