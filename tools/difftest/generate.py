@@ -194,13 +194,33 @@ class Gen:
         return f"({self.use('matmul')} {x} {self.leaf(MAT, scope)})"
 
     def library(self, shape, scope, depth):
-        op = self.use(
-            self.pick("softmax", "log-softmax", "rms-norm", "layer-norm", "softcap")
-        )
-        x = self.expr(ROWS, scope, depth)
-        if op == "softcap":
-            return f"(softcap {x} 2.0)"
-        return f"({op} {x})"
+        x, y = self.expr(ROWS, scope, depth), self.expr(ROWS, scope, depth - 1)
+        # no batch-norm: its statistics over the B = 2 rows make gradients ill-conditioned
+        simple = ["softmax", "log-softmax", "rms-norm", "layer-norm"]
+        forms = {
+            "softcap": f"(softcap {x} 2.0)",
+            "/": f"(/ {x} (+ (abs {y}) 1.0))",
+            "log": f"(log (+ (square {x}) 1.0))",
+            "sqrt": f"(sqrt (+ (square {x}) 0.25))",
+            "rsqrt": f"(rsqrt (+ (square {x}) 1.0))",
+            "pow": f"(pow {x} 2)",
+            "fused-rms-norm": f"(fused-rms-norm {x}{self.pick('', ' v')})",
+            "causal-attention": f"(causal-attention {x} {y} {x})",
+            "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
+            "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
+            **{op: f"({op} {x})" for op in simple},
+        }
+        if not scope.smooth:
+            forms["previous"] = f"(previous {x} :axis 1)"
+            forms["attention"] = f"(attention {x} {y} {x} :causal true)"
+        if "v" not in scope.params.get(VEC, []):
+            forms["fused-rms-norm"] = f"(fused-rms-norm {x})"
+        op = self.use(self.rng.choice(sorted(forms)))
+        return forms[op]
+
+    def reduction(self, scope, rough: str) -> str:
+        """sum or mean, or the non-smooth `rough` where no derivative is taken."""
+        return self.pick("sum", "mean", *([] if scope.smooth else [rough]))
 
     def vec(self, shape, scope, depth):
         kind = self.rng.randrange(3)
@@ -211,11 +231,7 @@ class Gen:
             return f"({self.use('at')} {mat} {self.rng.randrange(D)})"
         if kind == 1:
             return f"({self.use('matmul')} {self.expr(VEC, scope, depth)} {self.expr(MAT, scope, depth)})"
-        red = (
-            self.pick("sum", "mean")
-            if scope.smooth
-            else self.pick("sum", "mean", "amin")
-        )
+        red = self.reduction(scope, "amin")
         return f"({self.use(red)} {self.expr(ROWS, scope, depth)} :axes [0])"
 
     def mat(self, shape, scope, depth):
@@ -228,14 +244,12 @@ class Gen:
         return f"({self.use('matmul')} {m} {self.expr(MAT, scope, depth)})"
 
     def zero(self, shape, scope, depth):
+        if scope.ids and not scope.smooth and not self.exact and self.chance(0.15):
+            return f"({self.use('cross-entropy')} {self.expr(ROWS, scope, depth)} ids)"
         if self.chance(0.5) and not scope.smooth:
             vec = self.expr(VEC, scope, depth)
             return f"({self.use('at')} {vec} {self.rng.randrange(D)})"
-        red = (
-            self.pick("sum", "mean")
-            if scope.smooth
-            else self.pick("sum", "mean", "amax")
-        )
+        red = self.reduction(scope, "amax")
         return f"({self.use(red)} {self.expr(self.pick(ROWS, VEC), scope, depth)})"
 
     def form(self, shape, scope, depth):
