@@ -83,3 +83,23 @@ def test_the_minimizer_keeps_what_fails():
 
     small = fuzz.reduce_with(b"(a (b c) (d (e f)))", lambda trial: b"e" in trial)
     assert small == b"e\n"
+
+
+def test_sx2torch_run_evaluates_a_source(tmp_path, capsys):
+    from sx2torch import cli
+
+    source = tmp_path / "m.lisp"
+    source.write_text(
+        "(defparam w (normal [4 4]))\n(defun forward (x) (relu (matmul x w)))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    x = torch.arange(8.0).reshape(2, 4) / 8
+    torch.save(x, tmp_path / "x.pt")
+    out = tmp_path / "y.pt"
+    argv = ["run", str(source), "--input", f"x={tmp_path / 'x.pt'}", "--seed", "5"]
+    assert cli.main(argv + ["-o", str(out)]) == 0
+    torch.manual_seed(5)
+    module = check.instantiate(check.compile_module(source.read_text(), "cuda"))
+    assert torch.equal(torch.load(out), module(x))
+    assert cli.main(argv[:2]) == 2
+    assert "no --input for x" in capsys.readouterr().err
