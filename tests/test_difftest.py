@@ -24,6 +24,8 @@ PROGRAMS = range(100)
 KNOWN = {
     6: "internal compiler error: gradient through a chain of layers whose forward has an if"
     " (tests/difftest_corpus/found-gradient-chain-if.lisp)",
+    82: "issue 26's known miscompile 1: gradient through a for loop that carries and reads x"
+    " (tests/difftest_corpus/found-gradient-for-reads-x.lisp)",
 }
 
 

@@ -63,7 +63,8 @@ def campaign(n: int, seed: int, out: Path, every: bool, reduce: bool) -> int:
         s = seed + tried - 1
         source, methods, outcome = one(s, every)
         counts["programs"] += 1
-        counts["exact" if outcome.exact else "bounded"] += 1
+        counts["methods compared exactly"] += sum(outcome.exact)
+        counts["methods compared to a bound"] += len(outcome.exact) - sum(outcome.exact)
         for (oracle, where), result in outcome.counts.items():
             counts[f"{oracle} {where.split(':')[0]} {result}"] += 1
         real = [f for f in outcome.failures if f[0] != "diagnostic"]

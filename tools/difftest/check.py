@@ -49,7 +49,7 @@ class Outcome:
         default_factory=dict
     )  # (oracle, target) -> "pass" | "fail" | ...
     failures: list = field(default_factory=list)  # (oracle, target, message)
-    exact: bool = False
+    exact: list = field(default_factory=list)  # per method: compared bit for bit
     bound: str = "f32"  # BOUNDS' key: "bf16" where any value may be bf16
 
     def note(self, oracle, target, ok: bool, message: str = "") -> bool:
@@ -150,7 +150,7 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
     out.note("interpret", method, True)
     loose = model.bf16_gradients  # before _exact's evaluations reset it
     exact = exact_ops and not loose and _exact(model, method, args)
-    out.exact = exact
+    out.exact.append(exact)
     results = {}
     for target, module in modules.items():
         try:

@@ -248,7 +248,10 @@ class Gen:
             return f"({self.use('cross-entropy')} {self.expr(ROWS, scope, depth)} ids)"
         if self.chance(0.5) and not scope.smooth:
             vec = self.expr(VEC, scope, depth)
-            return f"({self.use('at')} {vec} {self.rng.randrange(D)})"
+            element = f"({self.use('at')} {vec} {self.rng.randrange(D)})"
+            if self.chance(0.3):  # a cast of a 0-d element, to its own dtype or not
+                return f"(cast {element} {self.pick(':bf16', ':f32')})"
+            return element
         red = self.reduction(scope, "amax")
         return f"({self.use(red)} {self.expr(self.pick(ROWS, VEC), scope, depth)})"
 
@@ -285,6 +288,9 @@ class Gen:
             return self.expr(shape, scope, depth)
         x = self.rng.choice(wrt)
         inner = self.expr(self.pick(ROWS, shape), scope.smooth_in(x), depth)
+        if scope.calls and shape == ROWS and self.chance(0.3):  # a loop reading x too
+            start = self.pick(x, inner)
+            inner = f"(for (layer blocks) ((c {start})) (layer (* c {x})))"
         if not re.search(rf"(?<![\w.-]){x}(?![\w.-])", inner):
             inner = f"(* {inner} {x})" if shape == ROWS else f"(matmul x {x})"
         self.use("gradient")
