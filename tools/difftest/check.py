@@ -10,7 +10,8 @@
     value        and its values: bit-exact where the data make them exact (every op in
                  generate.EXACT and the f32 evaluation equal to an f64 one), else within
                  BOUNDS of it
-    targets      the three targets give the same bits
+    targets      the targets agree: bit for bit where the data make results exact, else
+                 within BOUNDS
     backward     `loss.backward()` on the module (loss = sum(out * r)) gives the parameters'
                  and the input's gradients torch.autograd gives on the interpreter, within
                  BOUNDS
@@ -176,9 +177,10 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
             out.note("value", where, *_close(got, want, exact, out.bound))
     first, *others = list(results)
     for target in others:
-        out.note(
-            "targets", f"{target}:{method}", *_equal(results[target], results[first])
-        )
+        # exact only where the data make results exact: torch's bf16 rsqrt on a CPU
+        # tensor of 8 is not f32 rsqrt rounded (1,956 of 8,192 inputs differ by an ulp)
+        same = _close(results[target], results[first], exact, out.bound)
+        out.note("targets", f"{target}:{method}", *same)
     if "cuda" in results and results["cuda"].requires_grad and want.is_floating_point():
         _backward(out, model, modules["cuda"], method, args, want)
 
