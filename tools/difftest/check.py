@@ -114,7 +114,7 @@ def run(
             return out
         out.note("compile", target, True)
     if twice:
-        target = list(codes)[seed % len(codes)]
+        target = list(codes)[seed // 10 % len(codes)]  # campaigns twice every 10th
         out.note("twice", target, compile_module(source, target) == codes[target])
     rng = random.Random(seed)
     torch.manual_seed(seed)
