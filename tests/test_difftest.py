@@ -105,3 +105,19 @@ def test_sx2torch_run_evaluates_a_source(tmp_path, capsys):
     assert torch.equal(torch.load(out), module(x))
     assert cli.main(argv[:2]) == 2
     assert "no --input for x" in capsys.readouterr().err
+
+
+def test_the_interpreter_gives_tiny_gpts_logits():
+    """The bf16 tiny-gpt, its heads reshaped with 0 (keep that size), run by the
+    interpreter: the compiled module's logits bit for bit."""
+    source = (Path(__file__).parents[1] / "examples" / "tiny-gpt.lisp").read_text()
+    torch.manual_seed(0)
+    module = check.instantiate(check.compile_module(source, "cuda"))
+    for p in module.parameters():
+        torch.nn.init.normal_(
+            p, std=0.05
+        )  # its zeros would hide most of the arithmetic
+    model = interpret.load(source, "tiny-gpt.lisp", state=module.state_dict())
+    ids = torch.randint(0, 512, (2, 16))
+    got, want = model("forward", ids), module(ids)
+    assert got.dtype == want.dtype and torch.equal(got, want)

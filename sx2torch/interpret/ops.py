@@ -42,6 +42,12 @@ def _reduce(fn):
     return apply
 
 
+def _reshape(a, k):
+    """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads)."""
+    x = a[0]
+    return x.reshape(tuple(x.shape[i] if n == 0 else n for i, n in enumerate(a[1])))
+
+
 def _slice(a, k):
     x, axis = a[0], k.get("axis", 0)
     index = [slice(None)] * x.dim()
@@ -169,7 +175,7 @@ OPS = {
     "matmul": Spec(lambda a, k: a[0] @ a[1]),
     "linear": Spec(lambda a, k: F.linear(*a)),
     "outer": Spec(lambda a, k: a[0].unsqueeze(-1) * a[1].unsqueeze(-2)),
-    "reshape": Spec(lambda a, k: a[0].reshape(tuple(a[1])), KEEP),
+    "reshape": Spec(_reshape, KEEP),
     "reshape-as": Spec(lambda a, k: a[0].reshape(a[1].shape), KEEP, skip=(1,)),
     "expand-as": Spec(lambda a, k: a[0].expand_as(a[1]), KEEP, skip=(1,)),
     "transpose": Spec(lambda a, k: a[0].permute(tuple(a[1])), KEEP),
