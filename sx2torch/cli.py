@@ -34,6 +34,7 @@ USAGE = """\
 sx2torch FILE.lisp [-o OUT.py] [--run NAME] [--target cuda|metal|cpu]
        sx2torch check [FILE.lisp [GENERATED.py] | FILE.lisp:GENERATED.py | DIRECTORY ...]
        sx2torch explain FILE.lisp [--run NAME] [--json | --html OUT.html]
+       sx2torch run FILE.lisp --input NAME=FILE.pt ... [--method NAME] [--params STATE.pt]
 FILE.lisp may be - for standard input."""
 DESCRIPTION = """\
 Compile a SexpGPU model into a readable PyTorch module.
@@ -46,6 +47,7 @@ commands:
               modules names) is not what its source compiles to with the flags
               its header records
   explain     say where the precision policy keeps f32, and list parameter sizes
+  run         evaluate a defun with the interpreter, without generating code
 
 A compile runs these passes in order (--dump-after prints the output of one):
   {passes}"""
@@ -54,7 +56,9 @@ A compile runs these passes in order (--dump-after prints the output of one):
 def main(argv: Optional[list] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = (
-        argv[0] if argv and argv[0] in ("check", "explain", "compile") else "compile"
+        argv[0]
+        if argv and argv[0] in ("check", "explain", "compile", "run")
+        else "compile"
     )
     rest = argv[1:] if argv and argv[0] == command else argv
     parser = _parser(command)
@@ -115,6 +119,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
             default="all",
             help="print warnings (all, the default), make them errors, or print none",
         )
+    if command == "run":
+        from sx2torch.interpret import command as run  # imports torch: only for `run`
+
+        run.arguments(parser)
     if command == "explain":
         parser.add_argument(
             "--json", action="store_true", help="machine-readable output"
@@ -278,7 +286,14 @@ def _explain_command(args) -> int:
     return 0
 
 
+def _run_command(args) -> int:
+    from sx2torch.interpret import command  # torch, which compiling never imports
+
+    return command.run(args, _source(args, args.file))
+
+
 COMMANDS = {
+    "run": _run_command,
     "compile": _compile_command,
     "check": _check_command,
     "explain": _explain_command,

@@ -191,24 +191,32 @@ def campaign(n: int, seed: int, crashes: Path, limit_s: float) -> int:
 
 
 def reduce(data: bytes, limit_s: float = 10.0) -> bytes:
-    """A smaller input with the same finding: forms deleted, or replaced by one of their parts."""
+    """A smaller input with the same finding."""
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "input.lisp"
         wanted = _signature(check(path, data, limit_s)[1])
-        parts = [t for t in tokens(data) if not t.isspace() and not t.startswith(b";")]
-        changed = True
-        while changed:
-            changed = False
-            for start, end in sorted(_forms(parts), key=lambda f: f[0] - f[1]):
-                for child in [(start, start)] + [
-                    c for c in _forms(parts) if start < c[0] and c[1] < end
-                ]:
-                    trial = parts[:start] + parts[child[0] : child[1]] + parts[end:]
-                    if _signature(check(path, b" ".join(trial), limit_s)[1]) == wanted:
-                        parts, changed = trial, True
-                        break
-                if changed:
+        return reduce_with(
+            data, lambda trial: _signature(check(path, trial, limit_s)[1]) == wanted
+        )
+
+
+def reduce_with(data: bytes, keeps) -> bytes:
+    """A smaller input that `keeps(input)` still accepts: forms deleted, or replaced by one
+    of their parts, until no such edit is accepted."""
+    parts = [t for t in tokens(data) if not t.isspace() and not t.startswith(b";")]
+    changed = True
+    while changed:
+        changed = False
+        for start, end in sorted(_forms(parts), key=lambda f: f[0] - f[1]):
+            for child in [(start, start)] + [
+                c for c in _forms(parts) if start < c[0] and c[1] < end
+            ]:
+                trial = parts[:start] + parts[child[0] : child[1]] + parts[end:]
+                if keeps(b" ".join(trial)):
+                    parts, changed = trial, True
                     break
+            if changed:
+                break
     return re.sub(rb"([(\[]) | ([)\]])", rb"\1\2", b" ".join(parts)) + b"\n"
 
 

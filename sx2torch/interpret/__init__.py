@@ -1,0 +1,89 @@
+"""The interpreter: evaluates a SexpGPU source on tensors without generating code, each value
+in the dtype the language's rules give it, for checking a model against its compiled module
+(and, in tools/difftest, the compiler against it).
+
+    model = interpret.load(source, "model.lisp", run="train", state=compiled.state_dict())
+    y = model("forward", x)
+
+It shares the reader and resolve (the program's types) with the compiler, nothing after.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Optional
+
+import torch
+
+from sx2torch import resolve
+from sx2torch.errors import UsageError
+from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
+from sx2torch.interpret.evaluate import EvalError, Evaluator, Lam
+from sx2torch.interpret.model import build, state_dict
+from sx2torch.syntax import read
+
+__all__ = ["EvalError", "Interpreted", "load"]
+
+
+class Interpreted:
+    """A model as the interpreter runs it: call a public defun by name on tensors."""
+
+    def __init__(self, program, precision: str, consts: dict, state: Optional[dict]):
+        self.program = program
+        self.precision = precision
+        self.instance = build(program, program.top, consts, state)
+        # the last call took a gradient where bf16 values can be: its dtype is autograd's
+        # (cotangents cast back at each implicit cast), not the rules' symbolic backward's
+        self.bf16_gradients = False
+        for tensor in state_dict(self.instance).values():
+            tensor.requires_grad_(tensor.is_floating_point())
+
+    def __call__(self, method: str, *args, **keys):
+        return self.evaluate(method, args, keys)
+
+    def evaluate(self, method: str, args, keys=None, precision=None, detach=True):
+        """`precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
+        `detach=False` keeps the autograd graph to the parameters (`tensors()`)."""
+        keys = keys or {}
+        evaluator = Evaluator(self.instance, precision or self.precision)
+        with torch.enable_grad():
+            value = evaluator.call(self.instance, method, list(args), keys)
+        self.bf16_gradients = evaluator.gradients
+        if not detach:
+            return value.t if isinstance(value, Lam) else value
+        return _plain(value)
+
+    def tensors(self) -> dict:
+        """The parameters' tensors themselves, which autograd differentiates to."""
+        return state_dict(self.instance)
+
+    def state_dict(self) -> dict:
+        return {k: v.detach() for k, v in state_dict(self.instance).items()}
+
+
+def load(
+    text: str,
+    filename: str = "model.lisp",
+    run: Optional[str] = None,
+    consts: Optional[dict] = None,
+    state: Optional[dict] = None,
+) -> Interpreted:
+    """The top model of `text`, under the chosen defrun's precision (the first; `:f32` without
+    one); parameters from `state` (state_dict keys), else drawn in source order from torch's
+    generator as the generated module draws them."""
+    program = resolve.run(read.run(text), PurePath(filename).stem or "model")
+    runs = {r.name: r for r in program.runs}
+    if run is not None and run not in runs:
+        raise UsageError(f"--run {run}: the file has no defrun of that name")
+    chosen = runs[run] if run else (program.runs[0] if program.runs else None)
+    return Interpreted(
+        program, chosen.precision if chosen else "f32", consts or {}, state
+    )
+
+
+def _plain(value):
+    if isinstance(value, Lam):
+        value = value.t
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return value.detach() if isinstance(value, torch.Tensor) else value

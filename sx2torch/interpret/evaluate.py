@@ -1,0 +1,320 @@
+"""Evaluation of a defun's forms on tensors, each value given the dtype the rules give.
+
+The rules (docs/LANGUAGE.md, "Precision"): under `:bf16` a value stays f32 until it meets a
+parameter or a bf16 value; trained parameters are f32 masters read in the dtype of the op
+that reads them; `:numerics :high` readers compute in f32; an island computes in f32 and a
+region in bf16 under either policy, the innermost winning, and a defun called inside one
+computes as it says; library marks are islands; a 0-d element `(at v i)`, and elementwise
+ops on such, decide no dtype (torch's type promotion). Nothing here reads the compiler's
+trace, policy or emission: this is the oracle they are checked against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from sx2torch.interpret import ops
+from sx2torch.interpret.model import Instance, ParamValue
+from sx2torch.syntax.read import Boolean, Keyword, List, Number, String, Symbol, Vector
+
+F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
+DTYPES = {":f32": F32, ":bf16": BF16}
+ISLAND, REGION = "island", "region"
+COMPILE_TIME = {
+    "+": lambda a: sum(a[1:], a[0]),
+    "-": lambda a: -a[0] if len(a) == 1 else a[0] - a[1],
+    "*": lambda a: math.prod(a[1:], start=a[0]),
+    "/": lambda a: a[0] / a[1],
+    "//": lambda a: a[0] // a[1],
+    "**": lambda a: a[0] ** a[1],
+    "=": lambda a: a[0] == a[1],
+    "<": lambda a: a[0] < a[1],
+    "<=": lambda a: a[0] <= a[1],
+    ">": lambda a: a[0] > a[1],
+    ">=": lambda a: a[0] >= a[1],
+    "and": all,
+    "or": any,
+    "not": lambda a: not a[0],
+    "in": lambda a: a[0] in a[1],
+}
+
+
+# The special forms, and the ops the library defines by other ops: forms.py fills them.
+FORMS: dict = {}
+DEFINED: dict = {}
+
+
+# ops whose 0-d result (a full reduction) is 0-d by rank whatever their inputs are
+ZERO_D_MAKERS = frozenset({"sum", "mean", "amax", "amin"})
+
+
+class EvalError(Exception):
+    """A program the interpreter cannot evaluate (a form or an op it does not know)."""
+
+
+@dataclass(frozen=True)
+class Lam:
+    """A 0-d element `(at v i)`: it decides no dtype beside tensors with axes."""
+
+    t: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Frame:
+    instance: Instance
+    env: dict
+    mode: Optional[str] = None  # ISLAND, REGION or None (the policy)
+
+    def bind(self, names: dict) -> "Frame":
+        return Frame(self.instance, {**self.env, **names}, self.mode)
+
+    def within(self, mode: Optional[str]) -> "Frame":
+        return Frame(self.instance, self.env, mode)
+
+
+def is_float(v) -> bool:
+    if isinstance(v, Lam):
+        return True
+    if isinstance(v, ParamValue):
+        return True
+    return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+
+def dtype_of(v):
+    if isinstance(v, Lam):
+        return v.t.dtype
+    if isinstance(v, ParamValue):
+        return v.tensor.dtype
+    return v.dtype if isinstance(v, torch.Tensor) else None
+
+
+def leaf(v):
+    """A float tensor without history as a leaf that autograd can differentiate to."""
+    if (
+        isinstance(v, torch.Tensor)
+        and v.is_floating_point()
+        and not v.requires_grad
+        and torch.is_grad_enabled()
+    ):
+        return v.detach().requires_grad_()
+    return v
+
+
+class Evaluator:
+    def __init__(self, top: Instance, precision: str):
+        self.top = top
+        self.precision = precision
+        self.readers: dict = {}  # id(tensor) -> (tensor, {dtypes ops read it in})
+        self.gradients = False  # whether a gradient was taken where bf16 can be
+
+    # Dtypes.
+
+    def decide(self, values: list, mode: Optional[str]):
+        """The dtype an op reading `values` computes in; None: torch's promotion of 0-d."""
+        floats = [v for v in values if is_float(v)]
+        if (
+            self.precision == "f64"
+        ):  # every rule's dtype widened: is f32 arithmetic exact?
+            return F64
+        if mode == ISLAND:
+            return F32
+        if any(isinstance(v, ParamValue) and v.high for v in floats):
+            return F32
+        if mode == REGION:
+            return BF16
+        if self.precision == "f32":
+            return F32
+        if any(
+            isinstance(v, ParamValue) or (not isinstance(v, Lam) and v.dtype == BF16)
+            for v in floats
+        ):
+            return BF16
+        if floats and all(isinstance(v, Lam) for v in floats):
+            return None
+        return F32
+
+    def join(self, a, b):
+        """Two dtypes of one value, as an op reading both computes outside any form."""
+        if a is None or a == b:
+            return b
+        if b is None:
+            return a
+        return {"bf16": BF16, "f32": F32}.get(self.precision, F64)
+
+    def cast(self, v, dtype, implicit: bool = True):
+        """`v` read in `dtype`; an implicit read (an op's, not a `cast` form's) is recorded:
+        a gradient to `v` is computed in the dtype of the ops reading it."""
+        if isinstance(v, Lam):
+            return v.t
+        if isinstance(v, ParamValue):
+            if implicit:
+                self._read(v.tensor, dtype or v.tensor.dtype)
+            return v.read(dtype or v.tensor.dtype)
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            if dtype is not None and implicit:
+                self._read(v, dtype)
+            return v if dtype is None or v.dtype == dtype else v.to(dtype)
+        return v
+
+    def _read(self, tensor, dtype):
+        self.readers.setdefault(id(tensor), (tensor, set()))[1].add(dtype)
+
+    # Calls.
+
+    def call(self, instance: Instance, name: str, args: list, keys: dict, mode=None):
+        defun = instance.model.defuns.get(name)
+        if defun is None:
+            raise EvalError(f"model '{instance.model.name}' has no defun '{name}'")
+        if len(args) != len(defun.args):
+            raise EvalError(f"'{name}' takes {len(defun.args)} arguments")
+        frame = Frame(instance, {}, mode)
+        env = {a.name: leaf(v) for a, v in zip(defun.args, args)}
+        for symbol, default in defun.keys:
+            value = keys[symbol.name] if symbol.name in keys else None
+            if symbol.name not in keys:
+                value = self.eval(default, frame.bind(env))
+            env[symbol.name] = leaf(value)
+        unknown = set(keys) - {s.name for s, _ in defun.keys}
+        if unknown:
+            raise EvalError(f"'{name}' has no key {sorted(unknown)}")
+        return self.body(defun.body, frame.bind(env))
+
+    def body(self, forms, frame: Frame):
+        value = None
+        for form in forms:
+            value = self.eval(form, frame)
+        return value
+
+    # Expressions.
+
+    def eval(self, d, frame: Frame):
+        if isinstance(d, (Number, Boolean)):
+            return d.value
+        if isinstance(d, Keyword):
+            return ":" + d.name
+        if isinstance(d, String):
+            return None
+        if isinstance(d, Vector):
+            return [self.eval(item, frame) for item in d.items]
+        if isinstance(d, Symbol):
+            return self.lookup(d.name, frame)
+        if not d.items or not isinstance(d.items[0], Symbol):
+            raise EvalError("a call needs an op or function name")
+        head = d.items[0].name
+        form = FORMS.get(head)
+        if form:
+            return form(self, d.items[1:], frame)
+        args, keys = self.arguments(d.items[1:], frame)
+        return self.apply_call(head, args, keys, frame)
+
+    def arguments(self, items, frame: Frame) -> tuple:
+        args, keys, i = [], {}, 0
+        while i < len(items):
+            if isinstance(items[i], Keyword):
+                keys[items[i].name] = self.eval(items[i + 1], frame)
+                i += 2
+            else:
+                args.append(self.eval(items[i], frame))
+                i += 1
+        return args, keys
+
+    def lookup(self, name: str, frame: Frame):
+        if name in frame.env:
+            return frame.env[name]
+        instance = frame.instance
+        if name in instance.env:
+            return instance.env[name]
+        if name in instance.params:
+            return instance.params[name]
+        if name == "none":
+            return None
+        if "." in name:
+            owner, _, attr = name.partition(".")
+            sub = self.lookup(owner, frame)
+            if isinstance(sub, Instance) and attr in sub.params:
+                return sub.params[attr]
+        raise EvalError(f"unknown name '{name}'")
+
+    def apply_call(self, head: str, args: list, keys: dict, frame: Frame):
+        values = args + list(keys.values())
+        if head in COMPILE_TIME and not any(
+            isinstance(v, (torch.Tensor, Lam, ParamValue)) for v in values
+        ):
+            return COMPILE_TIME[head](args)
+        instance = frame.instance
+        if head in instance.model.defuns:
+            return self.call(instance, head, args, keys, frame.mode)
+        callee = frame.env.get(head, instance.params.get(head))
+        if isinstance(callee, Instance):
+            return self.call(callee, "forward", args, keys, frame.mode)
+        if head in DEFINED:
+            return DEFINED[head](self, args, keys, frame)
+        if head in ("+", "*") and len(args) > 2:  # folded left, each node its own dtype
+            return self.apply_call(
+                head, [self.op(head, args[:2], {}, frame), *args[2:]], keys, frame
+            )
+        if head in ops.OPS:
+            return self.op(head, args, keys, frame)
+        raise EvalError(f"unknown op or function '{head}'")
+
+    def op(self, name: str, args: list, keys: dict, frame: Frame):
+        spec = ops.OPS[name]
+        mode = ISLAND if spec.kind == ops.ISLAND else frame.mode
+        parts = list(args[0]) + args[1:] if spec.lists else args
+        deciding = [v for i, v in enumerate(args) if i not in spec.skip]
+        if spec.lists:
+            deciding = list(args[0]) + args[1:]
+        dtype = self.decide(deciding, mode)
+        if spec.kind == ops.KEEP and not any(is_float(v) for v in deciding):
+            dtype = None
+        elif dtype is None and not any(is_float(v) for v in deciding):
+            dtype = BF16 if mode == REGION else F32
+        cast = [
+            self._uncast(v) if i in spec.skip else self.cast(v, dtype)
+            for i, v in enumerate(args)
+        ]
+        if spec.lists:
+            cast[0] = [self.cast(v, dtype) for v in args[0]]
+        if name == "matmul" and keys.get("out") == ":f32":
+            wide = F64 if self.precision == "f64" else F32
+            result = cast[0].to(wide) @ cast[1].to(wide)
+        else:
+            result = spec.fn(cast, keys)
+        if (
+            spec.kind in (ops.FLOAT, ops.ISLAND)
+            and dtype is not None
+            and result.dtype != torch.bool
+            and not (name == "matmul" and keys.get("out") == ":f32")
+        ):
+            result = result.to(dtype)
+        return self._lam(name, parts, args, result)
+
+    def _uncast(self, v):
+        if isinstance(v, Lam):
+            return v.t
+        return v.tensor if isinstance(v, ParamValue) else v
+
+    def _lam(self, name, parts, args, result):
+        """A 0-d value, which decides no dtype beside tensors with axes: an element of a
+        vector, a full reduction, a cast of one, an elementwise op on such (0-d by rank).
+        """
+        if not isinstance(result, torch.Tensor) or result.dim() != 0:
+            return result
+        if name == "at":
+            return Lam(result) if dtype_of(args[0]) and _rank(args[0]) == 1 else result
+        tensors = [v for v in parts if isinstance(v, (torch.Tensor, Lam, ParamValue))]
+        if tensors and (
+            name in ZERO_D_MAKERS or all(isinstance(v, Lam) for v in tensors)
+        ):
+            return Lam(result)
+        return result
+
+
+def _rank(v) -> int:
+    if isinstance(v, ParamValue):
+        return v.tensor.dim()
+    return (v.t if isinstance(v, Lam) else v).dim()

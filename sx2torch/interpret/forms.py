@@ -1,0 +1,238 @@
+"""The special forms (let, if, for, chain, nth, cast, with-numerics, gradient) and the ops
+the library defines by other ops, evaluated on tensors."""
+
+from __future__ import annotations
+
+import torch
+
+from sx2torch.interpret.evaluate import (
+    BF16,
+    DEFINED,
+    FORMS,
+    DTYPES,
+    F32,
+    F64,
+    ISLAND,
+    REGION,
+    EvalError,
+    Lam,
+    dtype_of,
+    is_float,
+    leaf,
+)
+from sx2torch.interpret.model import ParamValue
+from sx2torch.syntax.read import Vector
+
+FIXED_POINT_ROUNDS = 4
+
+
+def _let(ev, items, frame):
+    for binding in items[0].items:
+        target, expr = binding.items
+        value = ev.eval(expr, frame)
+        if isinstance(target, Vector):
+            names = {t.name: leaf(v) for t, v in zip(target.items, value)}
+        else:
+            names = {target.name: leaf(value)}
+        frame = frame.bind(names)
+    return ev.body(items[1:], frame)
+
+
+def _if(ev, items, frame):
+    condition = ev.eval(items[0], frame)
+    if not isinstance(condition, bool):
+        raise EvalError("if's condition must be known when the module runs")
+    chosen, other = (items[1], items[2]) if condition else (items[2], items[1])
+    value = ev.eval(chosen, frame)
+    if not is_float(value) or isinstance(value, Lam):
+        return value
+    try:
+        other_dtype = dtype_of(ev.eval(other, frame))
+    except (EvalError, KeyError):  # a branch reading a parameter this instance lacks
+        return value
+    joined = ev.join(dtype_of(value), other_dtype)
+    floating = other_dtype is not None and other_dtype.is_floating_point
+    return ev.cast(value, joined) if floating else value
+
+
+def _cast(ev, items, frame):
+    value = ev.eval(items[0], frame)
+    dtype = F64 if ev.precision == "f64" else DTYPES[ev.eval(items[1], frame)]
+    if isinstance(value, Lam):
+        return Lam(value.t.to(dtype))
+    return ev.cast(value, dtype, implicit=False)
+
+
+def _with_numerics(ev, items, frame):
+    marks = items[0].items
+    key, value = marks[0].name, marks[1].name
+    mode = ISLAND if (key, value) == ("sensitivity", "high") else None
+    if (key, value) == ("precision", "bf16"):
+        mode = REGION
+    if mode is None:
+        raise EvalError(f"unknown with-numerics mark :{key} :{value}")
+    return ev.body(items[1:], frame.within(mode))
+
+
+def _gradient(ev, items, frame):
+    target = ev.eval(items[1], frame)
+    tensor = target.tensor if isinstance(target, ParamValue) else target
+    y = ev.eval(items[0], frame)
+    y = y.t if isinstance(y, Lam) else y
+    if y.dim() != 0:
+        raise EvalError("gradient's Y must be a scalar")
+    if y.requires_grad and tensor.requires_grad:
+        (g,) = torch.autograd.grad(y, tensor, create_graph=True, allow_unused=True)
+    else:
+        g = None
+    if g is None:
+        g = torch.zeros_like(tensor)
+    ev.gradients |= ev.precision == "bf16" or frame.mode == REGION
+    read = ev.readers.get(id(tensor), (None, set()))[1]
+    dtype = None
+    for d in sorted(read, key=str):
+        dtype = ev.join(dtype, d)
+    return g.to(dtype) if dtype is not None else g
+
+
+def _layers(ev, stack, frame):
+    layers = ev.eval(stack, frame)
+    if not isinstance(layers, list):
+        raise EvalError("a loop runs over a stack of sub-models")
+    return layers
+
+
+def _loop(ev, layers, carried, step):
+    """Runs `step(i, layer, values)` over the layers, each carried value given the join of
+    its initial dtype and an iteration's, found by iterating to a fixed point."""
+    dtypes = [dtype_of(v) if is_float(v) else None for v in carried]
+    for _ in range(FIXED_POINT_ROUNDS if layers else 0):
+        out = step(0, layers[0], [_to(ev, v, d) for v, d in zip(carried, dtypes)])
+        joined = [
+            ev.join(d, dtype_of(v)) if is_float(v) else d for v, d in zip(out, dtypes)
+        ]
+        if joined == dtypes:
+            break
+        dtypes = joined
+    values = [_to(ev, v, d) for v, d in zip(carried, dtypes)]
+    for i, layer in enumerate(layers):
+        values = [_to(ev, v, d) for v, d in zip(step(i, layer, values), dtypes)]
+    return values
+
+
+def _to(ev, v, dtype):
+    if dtype is None or not is_float(v) or isinstance(v, Lam):
+        return v
+    return leaf(ev.cast(v, dtype))
+
+
+def _for(ev, items, frame):
+    header, bindings, body = items[0].items, items[1].items, items[2:]
+    index = header[0].name if len(header) == 3 else None
+    layer_name, stack = header[-2].name, header[-1]
+    names = [b.items[0].name for b in bindings]
+    carried = [ev.eval(b.items[1], frame) for b in bindings]
+
+    def step(i, layer, values):
+        bound = {layer_name: layer, **dict(zip(names, values))}
+        if index:
+            bound[index] = i
+        out = ev.body(body, frame.bind(bound))
+        return list(out) if len(names) > 1 else [out]
+
+    values = _loop(ev, _layers(ev, stack, frame), carried, step)
+    return values if len(names) > 1 else values[0]
+
+
+def _chain(ev, items, frame):
+    layers = _layers(ev, items[0], frame)
+    x = ev.eval(items[1], frame)
+    args, keys = ev.arguments(items[2:], frame)
+
+    def step(i, layer, values):
+        return [ev.call(layer, "forward", [values[0], *args], keys, frame.mode)]
+
+    return _loop(ev, layers, [x], step)[0]
+
+
+def _nth(ev, items, frame):
+    layers = _layers(ev, items[0], frame)
+    i = ev.eval(items[1], frame)
+    args, keys = ev.arguments(items[2:], frame)
+    return ev.call(layers[i], "forward", args, keys, frame.mode)
+
+
+FORMS.update(
+    {
+        "let": _let,
+        "if": _if,
+        "cast": _cast,
+        "with-numerics": _with_numerics,
+        "gradient": _gradient,
+        "for": _for,
+        "chain": _chain,
+        "nth": _nth,
+    }
+)
+
+
+# Ops defined by other ops: the statistics in an island, the rest as the policy has it.
+
+
+def _rms_norm(ev, args, keys, frame):
+    (x,) = args
+    island = frame.within(ISLAND)
+    square = ev.op("*", [x, x], {}, island)
+    mean = ev.op("mean", [square], {"axes": [-1], "keepdims": True}, island)
+    inverse = ev.op(
+        "rsqrt", [ev.op("+", [mean, keys.get("eps", 1e-6)], {}, island)], {}, island
+    )
+    return ev.op("*", [x, inverse], {}, frame)
+
+
+def _normalize(default_axes):
+    def apply(ev, args, keys, frame):
+        (x,) = args
+        along = {"axes": keys.get("axes", default_axes), "keepdims": True}
+        island = frame.within(ISLAND)
+        mean = ev.op("mean", [x], along, island)
+        centred = ev.op("-", [x, mean], {}, island)
+        var = ev.op("mean", [ev.op("square", [centred], {}, island)], along, island)
+        eps = keys.get("eps", 1e-5)
+        inverse = ev.op("rsqrt", [ev.op("+", [var, eps], {}, island)], {}, island)
+        return ev.op("*", [ev.op("-", [x, mean], {}, frame), inverse], {}, frame)
+
+    return apply
+
+
+def _causal_attention(ev, args, keys, frame):
+    q, k, v = args
+    scores = ev.op("matmul", [q, ev.op("swap-axes", [k, -2, -1], {}, frame)], {}, frame)
+    scores = ev.op("attention-scale", [scores, q], {}, frame)
+    weights = ev.op("softmax", [ev.op("causal-mask", [scores], {}, frame)], {}, frame)
+    return ev.op("matmul", [weights, v], {}, frame)
+
+
+def _newton_schulz(ev, args, keys, frame):
+    """Muon's quintic iteration in bf16 on the normalized G; an f32 result."""
+    g = ev.cast(args[0], F64 if ev.precision == "f64" else F32)
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = g.shape[-2] > g.shape[-1]
+    x = g.mT if tall else g
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    x = x if ev.precision == "f64" else x.to(BF16)
+    for _ in range(keys.get("steps", 5)):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.mT if tall else x).to(g.dtype)
+
+
+DEFINED.update(
+    {
+        "rms-norm": _rms_norm,
+        "layer-norm": _normalize([-1]),
+        "batch-norm": _normalize([0]),
+        "causal-attention": _causal_attention,
+        "newton-schulz": _newton_schulz,
+    }
+)

@@ -1,0 +1,196 @@
+"""The interpreter's model instances: consts evaluated for one instance, parameters held as
+the rules store them, sub-models and stacks built in source order."""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import operator
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from sx2torch.ir import Scalar
+from sx2torch.syntax.program import Model, Param, Program
+
+FOLDS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "**": operator.pow,
+}
+COMPARES = {
+    "==": operator.eq,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+# How a source name is spelled in a state_dict key (docs/LANGUAGE.md, "Names").
+SPELLED = {"-": "_", "*": "_star", "?": "_p", "!": "_bang", "+": "_plus", "/": "_slash"}
+SPELLED.update(
+    {"<": "_lt", ">": "_gt", "=": "_eq", "&": "_and", ".": "_dot", "%": "_pct"}
+)
+
+
+# Names an attribute of the module cannot take, which get a trailing `_`.
+RESERVED = {
+    *keyword.kwlist,
+    *keyword.softkwlist,
+    *dir(builtins),
+    "torch",
+    "nn",
+    "F",
+    "sx",
+}
+RESERVED |= {"self", "super", *(a for a in dir(torch.nn.Module) if a[0] != "_")}
+RESERVED -= {"forward"}
+
+
+def key(name: str) -> str:
+    text = "".join(SPELLED.get(c, c) for c in name)
+    text = "v" + text if text[0].isdigit() or text[0] == "_" else text
+    return text + "_" if text in RESERVED else text
+
+
+def scalar(s: Scalar, env: dict):
+    """A compile-time scalar's value with the consts, keys and layer index of `env`."""
+    if s.op == "lit":
+        return s.value
+    if s.op in ("const", "key", "layer"):
+        return env.get(s.args[0], s.value)
+    values = [scalar(a, env) if isinstance(a, Scalar) else a for a in s.args]
+    if s.op in FOLDS:
+        result = values[0]
+        for v in values[1:]:
+            result = FOLDS[s.op](result, v)
+        return result
+    if s.op in COMPARES:
+        return COMPARES[s.op](*values)
+    if s.op == "and":
+        return values[0] and values[1]
+    if s.op == "or":
+        return values[0] or values[1]
+    if s.op == "not":
+        return not values[0]
+    if s.op == "neg":
+        return -values[0]
+    if s.op == "in":
+        return values[0] in [scalar(o, env) for o in s.args[1]]
+    if s.op == "if":
+        return values[1] if values[0] else values[2]
+    raise ValueError(f"unknown compile-time operation {s.op!r}")
+
+
+@dataclass
+class ParamValue:
+    """A parameter as stored: an f32 master, or bf16 for `:dtype :bf16`."""
+
+    name: str
+    tensor: torch.Tensor
+    high: bool = False
+    trainable: bool = True
+
+    def read(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.tensor if self.tensor.dtype == dtype else self.tensor.to(dtype)
+
+
+@dataclass
+class Instance:
+    model: Model
+    env: dict  # const name -> value
+    prefix: str  # its state_dict keys' prefix: "blocks.0."
+    params: dict = field(
+        default_factory=dict
+    )  # name -> ParamValue | Instance | [Instance]
+
+
+def build(
+    program: Program,
+    model: Model,
+    env: dict,
+    state: Optional[dict] = None,
+    prefix: str = "",
+) -> Instance:
+    """An instance with `env`'s const overrides; parameters from `state` (state_dict keys),
+    else drawn from torch's generator in source order, as the generated module draws them.
+    """
+    consts = {}
+    for const in model.consts.values():
+        consts[const.name] = (
+            env[const.name] if const.name in env else scalar(const.value, consts)
+        )
+    instance = Instance(model, consts, prefix)
+    for param in model.params.values():
+        if param.when is not None and not scalar(param.when, consts):
+            continue
+        instance.params[param.name] = _param(program, instance, param, state)
+    return instance
+
+
+def _param(program: Program, instance: Instance, param: Param, state):
+    init, env = param.init, instance.env
+    name = instance.prefix + key(param.name)
+    if init.kind in ("model", "stack"):
+        model = program.model(init.model)
+        if init.kind == "model":
+            args = {k: scalar(v, env) for k, (_, v) in init.args.items()}
+            return build(program, model, args, state, name + ".")
+        layers = []
+        for i in range(scalar(init.count, env)):
+            layer_env = {**env, init.index: i} if init.index else env
+            args = {k: scalar(v, layer_env) for k, (_, v) in init.args.items()}
+            layers.append(build(program, model, args, state, f"{name}.{i}."))
+        return layers
+    tensor = initial(init, env) if state is None else state[name].detach().float()
+    if param.dtype == "bf16":
+        tensor = tensor.to(torch.bfloat16)
+    return ParamValue(param.name, tensor, param.numerics_high, param.trainable)
+
+
+def initial(init, env: dict) -> torch.Tensor:
+    """An initializer's tensor, drawn as the generated `__init__` draws it."""
+    args = init.args
+
+    def f(name):
+        return float(scalar(args[name], env))
+
+    if init.kind == "concat":
+        return torch.cat([initial(part, env) for part in args["parts"]])
+    if init.kind == "repeat":
+        return initial(args["part"], env).repeat(scalar(args["count"], env))
+    if init.kind == "tensor":
+        return torch.tensor([float(scalar(v, env)) for v in args["values"]])
+    if init.kind == "eye":
+        return torch.eye(scalar(args["n"], env))
+    if init.kind == "linspace":
+        return torch.linspace(f("start"), f("end"), scalar(args["n"], env))
+    if init.kind == "pow":
+        return f("base") ** initial(args["part"], env)
+    shape = tuple(scalar(s, env) for s in args["shape"])
+    if init.kind == "zeros":
+        return torch.zeros(shape)
+    if init.kind == "ones":
+        return torch.ones(shape)
+    if init.kind == "full":
+        return torch.full(shape, f("value"))
+    if init.kind == "normal":
+        return torch.normal(f("mean"), f("std"), size=shape)
+    return torch.empty(shape).uniform_(f("low"), f("high"))
+
+
+def state_dict(instance: Instance) -> dict:
+    """Every parameter's stored tensor by its state_dict key."""
+    found = {}
+    for name, value in instance.params.items():
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, Instance):
+                found.update(state_dict(part))
+            else:
+                found[instance.prefix + key(name)] = part.tensor
+    return found

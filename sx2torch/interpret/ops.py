@@ -1,0 +1,204 @@
+"""The ops as eager torch calls on tensors already cast to the dtype the op computes in.
+
+Each entry says how the op's dtype is chosen (`kind`) and which positions decide no dtype
+and are never cast (`skip`: shape-only LIKE operands, integer ids). Ops defined by other ops
+(rms-norm, layer-norm, causal-attention, ...) are in evaluate.py, built from these.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import reduce
+from typing import Callable
+
+import torch
+from torch.nn import functional as F
+
+FLOAT, KEEP, BOOL, ISLAND = "float", "keep", "bool", "island"
+
+
+@dataclass(frozen=True)
+class Spec:
+    fn: Callable  # (args, keys) -> value
+    kind: str = FLOAT  # FLOAT: the compute dtype; KEEP: moves data (ints pass through);
+    # BOOL: compares in the compute dtype; ISLAND: a library mark, f32 wherever called
+    skip: tuple = ()  # positions that decide no dtype and are not cast
+    lists: bool = False  # the first argument is a vector of tensors
+
+
+def _dims(axes):
+    return None if axes is None else tuple(axes)
+
+
+def _reduce(fn):
+    def apply(a, k):
+        dims = _dims(k.get("axes"))
+        keep = bool(k.get("keepdims", False))
+        if dims is None:
+            dims = tuple(range(a[0].dim()))
+        return fn(a[0], dim=dims, keepdim=keep)
+
+    return apply
+
+
+def _reshape(a, k):
+    """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads)."""
+    x = a[0]
+    return x.reshape(tuple(x.shape[i] if n == 0 else n for i, n in enumerate(a[1])))
+
+
+def _slice(a, k):
+    x, axis = a[0], k.get("axis", 0)
+    index = [slice(None)] * x.dim()
+    index[axis] = slice(k.get("start", 0), k.get("end"))
+    return x[tuple(index)]
+
+
+def _previous(a, k):
+    h, axis = a[0], k.get("axis", 1)
+    n = h.shape[axis]
+    shifted = torch.cat(
+        [torch.zeros_like(h.narrow(axis, 0, 1)), h.narrow(axis, 0, n - 1)], dim=axis
+    )
+    return shifted
+
+
+def _causal_mask(a, k):
+    x = a[0]
+    n, m = x.shape[-2], x.shape[-1]
+    above = torch.ones(n, m, dtype=torch.bool).triu(1)
+    return x.masked_fill(above, k.get("fill", -math.inf))
+
+
+def _linear_scan(a, k):
+    coef, inp = torch.broadcast_tensors(a[0], a[1])
+    axis = k.get("axis", 1) % coef.dim()
+    h, out = torch.zeros_like(inp.select(axis, 0)), []
+    for t in range(inp.shape[axis]):
+        h = coef.select(axis, t) * h + inp.select(axis, t)
+        out.append(h)
+    return torch.stack(out, dim=axis)
+
+
+def _matrix_scan(a, k):
+    coef, inp = a
+    batch = torch.broadcast_shapes(coef.shape[:-2], inp.shape[:-1])
+    coef = coef.expand(*batch, *coef.shape[-2:])
+    inp = inp.expand(*batch, inp.shape[-1])
+    axis = k.get("axis", 1) % len(batch)
+    h, out = torch.zeros_like(inp.select(axis, 0)), []
+    for t in range(inp.shape[axis]):
+        step = coef.select(axis, t)
+        h = (step @ h.unsqueeze(-1)).squeeze(-1) + inp.select(axis, t)
+        out.append(h)
+    return torch.stack(out, dim=axis)
+
+
+def _attention(a, k):
+    q, key, v = a
+    window = k.get("window")
+    mask = None
+    if window is not None:
+        t, s = q.shape[-2], key.shape[-2]
+        i = torch.arange(t).unsqueeze(-1)
+        j = torch.arange(s)
+        mask = (j <= i) & (j >= i - window)
+    return F.scaled_dot_product_attention(
+        q,
+        key,
+        v,
+        attn_mask=mask,
+        is_causal=bool(k.get("causal", False)) and mask is None,
+        scale=k.get("scale"),
+        enable_gqa=bool(k.get("enable-gqa", False)),
+    )
+
+
+def _fused_rms_norm(a, k):
+    x = a[0]
+    weight = a[1] if len(a) > 1 else None
+    return F.rms_norm(x, (x.shape[-1],), weight, k.get("eps"))
+
+
+def _cross_entropy(a, k):
+    reduction = k.get("reduction", ":mean").lstrip(":")
+    return F.cross_entropy(a[0], a[1], reduction=reduction)
+
+
+def _binary(fn):
+    return Spec(lambda a, k: reduce(fn, a))
+
+
+OPS = {
+    "+": _binary(lambda x, y: x + y),
+    "*": _binary(lambda x, y: x * y),
+    "-": Spec(lambda a, k: -a[0] if len(a) == 1 else a[0] - a[1]),
+    "/": Spec(lambda a, k: a[0] / a[1]),
+    "//": Spec(lambda a, k: torch.floor_divide(a[0], a[1])),
+    "<": Spec(lambda a, k: a[0] < a[1], BOOL),
+    "<=": Spec(lambda a, k: a[0] <= a[1], BOOL),
+    "=": Spec(lambda a, k: a[0] == a[1], BOOL),
+    ">": Spec(lambda a, k: a[0] > a[1], BOOL),
+    ">=": Spec(lambda a, k: a[0] >= a[1], BOOL),
+    "abs": Spec(lambda a, k: torch.abs(a[0])),
+    "neg": Spec(lambda a, k: -a[0]),
+    "relu": Spec(lambda a, k: torch.relu(a[0])),
+    "exp": Spec(lambda a, k: torch.exp(a[0])),
+    "log": Spec(lambda a, k: torch.log(a[0])),
+    "sin": Spec(lambda a, k: torch.sin(a[0])),
+    "cos": Spec(lambda a, k: torch.cos(a[0])),
+    "tanh": Spec(lambda a, k: torch.tanh(a[0])),
+    "sigmoid": Spec(lambda a, k: torch.sigmoid(a[0])),
+    "silu": Spec(lambda a, k: F.silu(a[0])),
+    "gelu": Spec(lambda a, k: F.gelu(a[0])),
+    "erf": Spec(lambda a, k: torch.erf(a[0])),
+    "sqrt": Spec(lambda a, k: torch.sqrt(a[0])),
+    "rsqrt": Spec(lambda a, k: torch.rsqrt(a[0])),
+    "square": Spec(lambda a, k: torch.square(a[0])),
+    "pow": Spec(lambda a, k: torch.pow(a[0], a[1])),
+    "maximum": Spec(lambda a, k: torch.maximum(a[0], a[1])),
+    "minimum": Spec(lambda a, k: torch.minimum(a[0], a[1])),
+    "clamp": Spec(lambda a, k: torch.clamp(a[0], k.get("min"), k.get("max"))),
+    "where": Spec(lambda a, k: torch.where(*a), KEEP, skip=(0,)),
+    "sum": Spec(_reduce(torch.sum)),
+    "mean": Spec(_reduce(torch.mean)),
+    "amax": Spec(_reduce(torch.amax), KEEP),
+    "amin": Spec(_reduce(torch.amin), KEEP),
+    "logsumexp": Spec(_reduce(torch.logsumexp), ISLAND),
+    "softmax": Spec(lambda a, k: torch.softmax(a[0], k.get("axis", -1)), ISLAND),
+    "log-softmax": Spec(
+        lambda a, k: torch.log_softmax(a[0], k.get("axis", -1)), ISLAND
+    ),
+    "softcap": Spec(lambda a, k: a[1] * torch.tanh(a[0] / a[1]), ISLAND),
+    "cross-entropy": Spec(_cross_entropy, ISLAND, skip=(1,)),
+    "matmul": Spec(lambda a, k: a[0] @ a[1]),
+    "linear": Spec(lambda a, k: F.linear(*a)),
+    "outer": Spec(lambda a, k: a[0].unsqueeze(-1) * a[1].unsqueeze(-2)),
+    "reshape": Spec(_reshape, KEEP),
+    "reshape-as": Spec(lambda a, k: a[0].reshape(a[1].shape), KEEP, skip=(1,)),
+    "expand-as": Spec(lambda a, k: a[0].expand_as(a[1]), KEEP, skip=(1,)),
+    "transpose": Spec(lambda a, k: a[0].permute(tuple(a[1])), KEEP),
+    "swap-axes": Spec(lambda a, k: a[0].transpose(a[1], a[2]), KEEP),
+    "slice": Spec(_slice, KEEP),
+    "concat": Spec(
+        lambda a, k: torch.cat(a[0], dim=k.get("axis", 0)), KEEP, lists=True
+    ),
+    "at": Spec(lambda a, k: a[0][a[1]], KEEP),
+    "take": Spec(lambda a, k: a[0][a[1]], KEEP, skip=(1,)),
+    "previous": Spec(_previous, KEEP),
+    "causal-mask": Spec(_causal_mask, KEEP),
+    "zeros-like": Spec(lambda a, k: torch.zeros(a[0].shape), skip=(0,)),
+    "ones-like": Spec(lambda a, k: torch.ones(a[0].shape), skip=(0,)),
+    "arange": Spec(lambda a, k: torch.arange(a[1], a[2], a[3]), skip=(0,)),
+    "arange-of": Spec(
+        lambda a, k: torch.arange(a[0].shape[k.get("axis", -1)]), skip=(0,)
+    ),
+    "linspace": Spec(lambda a, k: torch.linspace(a[1], a[2], a[3]), skip=(0,)),
+    "attention-scale": Spec(lambda a, k: a[0] / math.sqrt(a[1].shape[-1]), skip=(1,)),
+    "attention": Spec(_attention),
+    "fused-rms-norm": Spec(_fused_rms_norm),
+    "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
+    "linear-scan": Spec(_linear_scan, ISLAND),
+    "matrix-scan": Spec(_matrix_scan, ISLAND),
+}

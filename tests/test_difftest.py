@@ -1,0 +1,118 @@
+"""The differential tester (tools/difftest) on a small budget: random programs compiled for
+every target against the interpreter (sx2torch.interpret), and every failure it ever found
+(tests/difftest_corpus) replayed. A case marked `;; known:` fails until its fix lands; then
+the strict xfail turns red and the mark must go."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # tools/ is beside the package
+
+from sx2torch import interpret  # noqa: E402
+from tools.difftest import campaign, check, corpus  # noqa: E402
+
+CORPUS = sorted((Path(__file__).parent / "difftest_corpus").glob("*.lisp"))
+PROGRAMS = range(100)
+# Seeds of PROGRAMS that hit a known miscompile, with it: they must fail until it is fixed.
+KNOWN: dict = {}
+
+
+def _failures(outcome) -> list:
+    return [f for f in outcome.failures if f[0] != "diagnostic"]
+
+
+@pytest.mark.parametrize("seed", PROGRAMS)
+def test_random_program(seed):
+    source, methods, outcome = campaign.one(seed, every=seed % 3 == 0)
+    failures = _failures(outcome)
+    if seed in KNOWN:
+        assert failures, f"seed {seed} no longer fails ({KNOWN[seed]}): unmark it"
+        pytest.xfail(KNOWN[seed])
+    assert not failures, (failures, source)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_corpus(path):
+    case = corpus.load(path)
+    failures = corpus.replay(case)
+    if case.known:
+        assert failures, f"{path.name} no longer fails: remove its `;; known:` line"
+        pytest.xfail(case.known)
+    assert not failures, failures
+
+
+def test_the_oracles_see_a_wrong_result():
+    """A module that computes something else is a value failure, not a pass."""
+    source = "(defparam w (normal [4 4]))\n(defun forward (x) (matmul x w))\n"
+    wrong = check.compile_module(source, "cuda").replace("x @ self.w", "x @ self.w * 2")
+    assert "* 2" in wrong
+    model = interpret.load(source, "model.lisp", state={"w": torch.eye(4)})
+    x = torch.ones(2, 4)
+    got = check.instantiate(wrong)
+    got.load_state_dict({"w": torch.eye(4)})
+    assert not check._close(got(x), model("forward", x), True, "f32")[0]
+    assert check._close(x, model("forward", x), True, "f32")[0]
+
+
+def test_the_interpreter_draws_the_modules_parameters():
+    """Without a state_dict it draws in source order, as the generated __init__ does."""
+    source = (Path(__file__).parents[1] / "examples" / "rms-mlp.lisp").read_text()
+    module = check.instantiate(check.compile_module(source, "cuda"))
+    torch.manual_seed(3)
+    module = type(module)()
+    torch.manual_seed(3)
+    model = interpret.load(source, "rms-mlp.lisp")
+    theirs = model.state_dict()
+    assert theirs.keys() == module.state_dict().keys()
+    for k, v in module.state_dict().items():
+        assert torch.equal(v, theirs[k].to(v.dtype))
+
+
+def test_the_minimizer_keeps_what_fails():
+    from tools import fuzz
+
+    small = fuzz.reduce_with(b"(a (b c) (d (e f)))", lambda trial: b"e" in trial)
+    assert small == b"e\n"
+
+
+def test_sx2torch_run_evaluates_a_source(tmp_path, capsys):
+    from sx2torch import cli
+
+    source = tmp_path / "m.lisp"
+    source.write_text(
+        "(defparam w (normal [4 4]))\n(defun forward (x) (relu (matmul x w)))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    x = torch.arange(8.0).reshape(2, 4) / 8
+    torch.save(x, tmp_path / "x.pt")
+    out = tmp_path / "y.pt"
+    argv = ["run", str(source), "--input", f"x={tmp_path / 'x.pt'}", "--seed", "5"]
+    assert cli.main(argv + ["-o", str(out)]) == 0
+    torch.manual_seed(5)
+    module = check.instantiate(check.compile_module(source.read_text(), "cuda"))
+    assert torch.equal(torch.load(out), module(x))
+    assert cli.main(argv[:2]) == 2
+    assert "no --input for x" in capsys.readouterr().err
+
+
+def test_the_interpreter_gives_tiny_gpts_logits():
+    """The bf16 tiny-gpt, its heads reshaped with 0 (keep that size), run by the
+    interpreter: the compiled module's logits bit for bit."""
+    source = (Path(__file__).parents[1] / "examples" / "tiny-gpt.lisp").read_text()
+    torch.manual_seed(0)
+    module = check.instantiate(check.compile_module(source, "cuda"))
+    for p in module.parameters():
+        torch.nn.init.normal_(
+            p, std=0.05
+        )  # its zeros would hide most of the arithmetic
+    model = interpret.load(source, "tiny-gpt.lisp", state=module.state_dict())
+    ids = torch.randint(0, 512, (2, 16))
+    got, want = model("forward", ids), module(ids)
+    assert got.dtype == want.dtype and torch.equal(got, want)

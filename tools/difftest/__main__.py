@@ -1,0 +1,5 @@
+import sys
+
+from tools.difftest.campaign import main
+
+sys.exit(main())

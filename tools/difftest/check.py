@@ -1,0 +1,266 @@
+"""The oracles: one program compiled for every target and run against the interpreter.
+
+    compile      a generated program compiles (a diagnostic on it is counted, not a failure);
+                 no internal error
+    twice        compiling it again gives the same bytes
+    load         the module takes the interpreter's state_dict strictly
+    interpret    the interpreter evaluates it (else a bug of ours, or of the generator)
+    run          every public method of the compiled module runs
+    dtype        each method's result has the interpreter's dtype and shape
+    value        and its values: bit-exact where the data make them exact (every op in
+                 generate.EXACT and the f32 evaluation equal to an f64 one), else within
+                 BOUNDS of it
+    targets      the targets agree: bit for bit where the data make results exact, else
+                 within BOUNDS
+    backward     `loss.backward()` on the module (loss = sum(out * r)) gives the parameters'
+                 and the input's gradients torch.autograd gives on the interpreter, within
+                 BOUNDS
+
+Data are small dyadic numbers: inputs odd multiples of 1/16 in (-2, 2); a parameter k/8 in
+[-1, 1] (exact in bf16) or, one in three, k/1024 (which bf16 rounds), so a parameter
+read in the wrong dtype changes bits.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from sx2torch import compiler, interpret
+from sx2torch.errors import SourceError
+from sx2torch.interpret.model import key
+
+TARGETS = compiler.TARGETS
+HELD = ("metal", "cpu")  # targets that hold bf16 values in f32 tensors
+ORACLES = ("compile", "twice", "load", "interpret", "run", "dtype", "value")
+ORACLES += ("targets", "backward")
+B, D = 2, 4
+# (relative, absolute) error allowed where results are not exact: a result computed in
+# f32 throughout, and one with a bf16 value anywhere (one bf16 rounding flipped upstream
+# moves a result by 2^-8 of its size, and a few ops can double that).
+BOUNDS = {"f32": (1e-4, 1e-5), "bf16": (2**-4, 2**-5)}
+
+
+@dataclass
+class Outcome:
+    counts: dict = field(
+        default_factory=dict
+    )  # (oracle, target) -> "pass" | "fail" | ...
+    failures: list = field(default_factory=list)  # (oracle, target, message)
+    exact: list = field(default_factory=list)  # per method: compared bit for bit
+    bound: str = "f32"  # BOUNDS' key: "bf16" where any value may be bf16
+
+    def note(self, oracle, target, ok: bool, message: str = "") -> bool:
+        self.counts[oracle, target] = "pass" if ok else "fail"
+        if not ok:
+            self.failures.append((oracle, target, message[:400]))
+        return ok
+
+
+def compile_module(source: str, target: str, formatted: bool = False) -> str:
+    """The module's code; unformatted, it is the same code as valid Python, in a fraction
+    of the time (the pipeline through emit, before black)."""
+    options = compiler.Options(target=target)
+    if formatted:
+        return compiler.compile_source(source, "model.lisp", options)
+    return compiler.run(compiler.Unit(source, "model.lisp", options), until="emit").code
+
+
+def instantiate(code: str):
+    namespace: dict = {}
+    exec(compile(code, "<difftest>", "exec"), namespace)
+    return namespace[namespace["__all__"][0]]()
+
+
+def dyadic_state(shapes: dict, rng: random.Random) -> dict:
+    state = {}
+    for name, tensor in shapes.items():
+        fine = rng.random() < 1 / 3
+        scale, top = (1024, 1024) if fine else (8, 8)
+        n = tensor.numel()
+        values = [rng.randint(-top, top) / scale for _ in range(n)]
+        state[name] = torch.tensor(values, dtype=torch.float32).reshape(tensor.shape)
+    return state
+
+
+def inputs(names: list, rng: random.Random) -> list:
+    made = []
+    for name in names:
+        if name == "ids":
+            made.append(torch.tensor([rng.randrange(D) for _ in range(B)]))
+        else:
+            odd = [(2 * rng.randint(-16, 15) + 1) / 16 for _ in range(B * D)]
+            made.append(torch.tensor(odd).reshape(B, D))
+    return made
+
+
+def run(
+    source: str, methods: dict, seed: int, exact_ops: bool, twice: bool, targets=None
+) -> Outcome:
+    """Every oracle on one program; `exact_ops`: it uses only ops whose results the data
+    make exact; `twice`: also compile it a second time (same bytes); `targets`: those to
+    compile for (default: all)."""
+    out = Outcome(bound="bf16" if ":bf16" in source else "f32")
+    codes = {}
+    for target in targets or TARGETS:
+        try:
+            codes[target] = compile_module(source, target)
+        except SourceError as error:
+            out.counts["compile", target] = "diagnostic"
+            out.failures.append(("diagnostic", target, error.message))
+            return out
+        except Exception as error:  # noqa: BLE001: the finding
+            out.note("compile", target, False, f"{type(error).__name__}: {error}")
+            return out
+        out.note("compile", target, True)
+    if twice:
+        target = list(codes)[seed // 10 % len(codes)]  # campaigns twice every 10th
+        out.note("twice", target, compile_module(source, target) == codes[target])
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    try:
+        model = interpret.load(source, "model.lisp")
+        state = dyadic_state(model.state_dict(), rng)
+        model = interpret.load(source, "model.lisp", state=state)
+    except Exception as error:  # noqa: BLE001
+        out.note("interpret", "-", False, f"load: {type(error).__name__}: {error}")
+        return out
+    modules = {}
+    for target, code in codes.items():
+        try:
+            modules[target] = instantiate(code)
+            modules[target].load_state_dict(state, strict=True)
+            out.note("load", target, True)
+        except Exception as error:  # noqa: BLE001
+            out.note("load", target, False, f"{type(error).__name__}: {error}")
+    for method, names in methods.items():
+        args = inputs(names, rng)
+        _method(out, model, modules, method, args, exact_ops)
+    return out
+
+
+def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_ops):
+    try:
+        want = model(method, *args)
+    except Exception as error:  # noqa: BLE001
+        out.note("interpret", method, False, f"{type(error).__name__}: {error}")
+        return
+    if not isinstance(want, torch.Tensor):
+        out.note("interpret", method, False, f"the result is not a tensor: {want!r}")
+        return
+    out.note("interpret", method, True)
+    loose = model.bf16_gradients  # before _exact's evaluations reset it
+    exact = exact_ops and not loose and _exact(model, method, args)
+    out.exact.append(exact)
+    results = {}
+    for target, module in modules.items():
+        try:
+            got = getattr(module, key(method))(*[a.clone() for a in args])
+        except Exception as error:  # noqa: BLE001
+            out.note(
+                "run", f"{target}:{method}", False, f"{type(error).__name__}: {error}"
+            )
+            continue
+        out.note("run", f"{target}:{method}", True)
+        results[target] = got
+        where = f"{target}:{method}"
+        expected = held(want.dtype) if target in HELD or loose else want.dtype
+        same = (held(got.dtype) if loose else got.dtype) == expected
+        same = same and got.shape == want.shape
+        shown = (
+            f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
+        )
+        if same and target in HELD and want.dtype == torch.bfloat16 and not loose:
+            same = torch.equal(got, got.to(torch.bfloat16).float())
+            shown = "a bf16 value held in f32 that is not rounded to bf16"
+        if out.note("dtype", where, same, shown):
+            out.note("value", where, *_close(got, want, exact, out.bound))
+    first, *others = list(results)
+    for target in others:
+        # exact only where the data make results exact: torch's bf16 rsqrt on a CPU
+        # tensor of 8 is not f32 rsqrt rounded (1,956 of 8,192 inputs differ by an ulp)
+        same = _close(results[target], results[first], exact, out.bound)
+        out.note("targets", f"{target}:{method}", *same)
+    if "cuda" in results and results["cuda"].requires_grad and want.is_floating_point():
+        _backward(out, model, modules["cuda"], method, args, want)
+
+
+def _wide(a):
+    return a.double() if a.is_floating_point() else a
+
+
+def _exact(model, method, args) -> bool:
+    """The f32 evaluation equals the f64 one: no rounding in f32 arithmetic happened."""
+    wide = model.evaluate(method, [_wide(a) for a in args], precision="f64")
+    if model.precision == "f32":
+        narrow = model(method, *args)
+    else:
+        narrow = model.evaluate(method, args, precision="f32")
+    return bool(
+        torch.isfinite(wide).all() and torch.equal(narrow.double(), wide.double())
+    )
+
+
+def held(dtype):
+    """The dtype a held-in-f32 target (metal, cpu) keeps a value of `dtype` in."""
+    return torch.float32 if dtype == torch.bfloat16 else dtype
+
+
+def _equal(got, want) -> tuple:
+    same = held(got.dtype) == held(want.dtype) and torch.equal(
+        torch.nan_to_num(got.detach().float()), torch.nan_to_num(want.detach().float())
+    )
+    return same, "" if same else _diff(got, want)
+
+
+def _close(got, want, exact, bound) -> tuple:
+    if exact:
+        return _equal(got, want)
+    a, b = got.detach().double(), want.detach().double()
+    rel, abs_ = BOUNDS[bound]
+    finite = torch.isfinite(b)
+    if not torch.equal(finite, torch.isfinite(a)):
+        return False, "finite in one, not the other: " + _diff(got, want)
+    scale = b[finite].abs().max().item() if finite.any() else 0.0
+    ok = bool(
+        ((a - b).abs()[finite] <= abs_ * (1 + scale) + rel * b.abs()[finite]).all()
+    )
+    return ok, "" if ok else _diff(got, want)
+
+
+def _diff(got, want) -> str:
+    a, b = got.detach().double(), want.detach().double()
+    worst = (a - b).abs().nan_to_num(math.inf).max().item() if a.numel() else 0.0
+    return f"max |diff| {worst:.3g}: got {a.flatten()[:6].tolist()}, want {b.flatten()[:6].tolist()}"
+
+
+def _backward(out: Outcome, model, module, method: str, args: list, want):
+    weights = torch.linspace(-1, 1, want.numel()).reshape(want.shape)
+    params, leaves = dict(module.named_parameters()), model.tensors()
+    names = [k for k in params if k in leaves and leaves[k].requires_grad]
+    x = [_leaf(a) for a in args]
+    module.zero_grad()
+    (getattr(module, key(method))(*x).float() * weights).sum().backward()
+    xi = [_leaf(a) for a in args]
+    value = model.evaluate(method, xi, detach=False)
+    wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
+    loss = (value.float() * weights).sum()
+    grads = torch.autograd.grad(loss, wanted, allow_unused=True)
+    got = [params[k].grad for k in names] + [a.grad for a in x if a.requires_grad]
+    for name, g, w in zip(names + ["input"] * len(args), got, grads):
+        if g is None and w is None:
+            continue
+        g = torch.zeros_like(w) if g is None else g
+        w = torch.zeros_like(g) if w is None else w
+        ok, message = _close(g.float(), w.float(), False, out.bound)
+        if not ok:
+            out.note("backward", f"cuda:{method}", False, f"{name}: {message}")
+            return
+    out.note("backward", f"cuda:{method}", True)
+
+
+def _leaf(a):
+    return a.clone().requires_grad_(a.is_floating_point())

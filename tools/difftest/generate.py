@@ -1,0 +1,366 @@
+"""Random well-formed SexpGPU programs, typed by shape so that every one compiles.
+
+A program has a sub-model `blk` (a parameter, a forward with a `&key`), an instance of it and
+a stack of two, top-level parameters with every storage option, a `helper` defun with a
+`&key` and `forward`; expressions are drawn for a wanted shape from ops, forms and calls.
+The header line records what the checks need: the methods to call and their inputs.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field, replace
+
+B, D = 2, 4  # rows of the input, and the model's width `d`
+ROWS, VEC, MAT, ZERO = (B, D), (D,), (D, D), ()
+ROWS1 = (B, 1)
+UNARY = [
+    "neg",
+    "abs",
+    "relu",
+    "square",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "erf",
+    "sin",
+]
+UNARY += ["cos", "exp"]
+SMOOTH = ["neg", "square", "tanh", "sigmoid", "silu", "gelu", "erf", "sin", "cos"]
+BINARY = ["+", "-", "*", "maximum", "minimum"]
+COMPARE = ["<", "<=", "=", ">", ">="]
+EXACT = {"+", "-", "*", "neg", "abs", "relu", "square", "maximum", "minimum", "matmul"}
+EXACT |= {"linear", "sum", "mean", "amax", "amin", "slice", "concat", "reshape", "at"}
+EXACT |= {
+    "transpose",
+    "swap-axes",
+    "where",
+    "take",
+    "one-hot",
+    "zeros-like",
+    "ones-like",
+}
+EXACT |= {"expand-as", "reshape-as", "clamp", "causal-mask", "cast", "outer"}
+EXACT |= {"<", "<=", "=", ">", ">="}
+
+
+@dataclass
+class Scope:
+    """What an expression may read: names by shape, and where it is drawn."""
+
+    names: dict  # shape -> [name]
+    params: dict  # shape -> [param name]
+    ids: bool = False  # an integer input `ids` of shape [B] is in scope
+    calls: bool = True  # helper and sub-model calls allowed (not inside blk or helper)
+    smooth: bool = False  # inside a gradient's Y: only ops with derivative rules
+    wrt: str = ""  # the gradient's X, which Y must read
+    keys: tuple = ()  # &key numbers in scope, read as operands
+    conditions: tuple = ("flag", "(< d 3)", "(= d 4)", "(not flag)", "(in d [2 4])")
+
+    def with_name(self, name: str, shape: tuple) -> "Scope":
+        names = {s: list(v) for s, v in self.names.items()}
+        names.setdefault(shape, []).append(name)
+        return replace(self, names=names)
+
+    def smooth_in(self, wrt: str) -> "Scope":
+        return replace(self, smooth=True, wrt=wrt)
+
+
+@dataclass
+class Gen:
+    rng: random.Random
+    budget: int = 14  # nodes left in this defun
+    ops: set = field(default_factory=set)
+    exact: bool = False  # only ops whose results the data make exact
+
+    def pick(self, *options):
+        return self.rng.choice(options)
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+    def expr(self, shape: tuple, scope: Scope, depth: int) -> str:
+        self.budget -= 1
+        if depth <= 0 or self.budget <= 0 or self.chance(0.2):
+            return self.leaf(shape, scope)
+        makers = [self.elementwise, self.binary, self.form]
+        makers += {
+            ROWS: [self.rows, self.rows] + ([] if self.exact else [self.library]),
+            VEC: [self.vec],
+            MAT: [self.mat],
+            ZERO: [self.zero],
+        }[shape]
+        return self.rng.choice(makers)(shape, scope, depth - 1)
+
+    def use(self, op: str) -> str:
+        self.ops.add(op)
+        return op
+
+    def leaf(self, shape: tuple, scope: Scope) -> str:
+        names = scope.names.get(shape, []) + scope.params.get(shape, [])
+        if scope.wrt and scope.wrt in names and self.chance(0.5):
+            return scope.wrt
+        if names:
+            return self.rng.choice(names)
+        if shape == ZERO:
+            vec = scope.params.get(VEC) or scope.names.get(VEC)
+            if vec and not scope.smooth:
+                return (
+                    f"({self.use('at')} {self.rng.choice(vec)} {self.rng.randrange(D)})"
+                )
+            return f"({self.use('sum')} {self.leaf(ROWS, scope)})"
+        if shape == VEC:
+            return f"({self.use('sum')} {self.leaf(ROWS, scope)} :axes [0])"
+        if shape == MAT and not scope.smooth:
+            return (
+                f"({self.use('outer')} {self.leaf(VEC, scope)} {self.leaf(VEC, scope)})"
+            )
+        if shape == MAT:
+            return f"({self.use('expand-as')} {self.leaf(VEC, scope)} (ones-like w1))"
+        return f"({self.use('expand-as')} {self.leaf(VEC, scope)} x)"
+
+    def elementwise(self, shape, scope, depth):
+        ops = SMOOTH if scope.smooth else UNARY
+        op = self.use(
+            self.rng.choice([o for o in ops if o in EXACT] if self.exact else ops)
+        )
+        inner = self.expr(shape, scope, depth)
+        if op == "exp":
+            inner = f"({self.use('tanh')} {inner})"
+        return f"({op} {inner})"
+
+    def operand(self, shape, scope, depth) -> str:
+        """An operand broadcasting to `shape`: its own shape, a lower one, or a number."""
+        choice = self.rng.random()
+        if choice < 0.15:
+            return self.pick("2.0", "0.5", "-1.5", "0.25", "3", *scope.keys)
+        if choice < 0.3 and shape == ROWS:
+            red = self.pick("sum", "mean", "amax") if not scope.smooth else "mean"
+            inner = self.expr(ROWS, scope, depth - 1)
+            return f"({self.use(red)} {inner} :axes [-1] :keepdims true)"
+        if choice < 0.45 and shape in (ROWS, MAT):
+            return self.expr(VEC, scope, depth)
+        if choice < 0.55 and shape != ZERO:
+            return self.expr(ZERO, scope, depth)
+        return self.expr(shape, scope, depth)
+
+    def binary(self, shape, scope, depth):
+        op = self.use(self.rng.choice(["+", "-", "*"] if scope.smooth else BINARY))
+        a, b = self.expr(shape, scope, depth), self.operand(shape, scope, depth)
+        if op in ("maximum", "minimum"):
+            if not b.startswith("("):
+                b = f"(* ({self.use('ones-like')} {a}) {b})"
+        elif self.chance(0.3):
+            a, b = b, a
+        if op in ("+", "*") and self.chance(0.15):
+            return f"({op} {a} {b} {self.operand(shape, scope, depth)})"
+        return f"({op} {a} {b})"
+
+    def rows(self, shape, scope, depth):
+        kind = self.rng.randrange(10)
+        x = self.expr(ROWS, scope, depth)
+        if kind == 0:
+            out = " :out :f32" if self.chance(0.4) else ""
+            return f"({self.use('matmul')} {x} {self.expr(MAT, scope, depth)}{out})"
+        if kind == 1:
+            return f"({self.use('linear')} {x} {self.expr(MAT, scope, depth)})"
+        if kind == 2:
+            halves = f"(slice {x} :axis 1 :start 2) (slice {x} :axis 1 :end 2)"
+            self.use("slice")
+            return f"({self.use('concat')} [{halves}] :axis 1)"
+        if kind == 3:
+            self.use("transpose")
+            return f"({self.use('reshape')} (transpose {x} [1 0]) [{B} {D}])"
+        if kind == 4 and not scope.smooth:
+            a, b = x, self.operand(ROWS, scope, depth)
+            cond = f"({self.use(self.rng.choice(COMPARE))} {a} {b})"
+            return f"({self.use('where')} {cond} {x} {self.expr(ROWS, scope, depth)})"
+        if kind == 5 and scope.ids and not scope.smooth:
+            if self.chance(0.5):
+                return f"({self.use('one-hot')} ids {D})"
+            return f"({self.use('take')} {self.pick('table', 'table')} ids)"
+        if kind == 6 and not scope.smooth:
+            return f"({self.use('clamp')} {x} :min -1.0 :max 1.5)"
+        if kind == 7:
+            return (
+                f"({self.use('swap-axes')} ({self.use('reshape')} {x} [{D} {B}]) 0 1)"
+            )
+        if kind == 8:
+            return (
+                f"({self.use('reshape-as')} ({self.use('reshape')} {x} [{B * D}]) {x})"
+            )
+        return f"({self.use('matmul')} {x} {self.leaf(MAT, scope)})"
+
+    def library(self, shape, scope, depth):
+        x, y = self.expr(ROWS, scope, depth), self.expr(ROWS, scope, depth - 1)
+        # no batch-norm: its statistics over the B = 2 rows make gradients ill-conditioned
+        simple = ["softmax", "log-softmax", "rms-norm", "layer-norm"]
+        forms = {
+            "softcap": f"(softcap {x} 2.0)",
+            "/": f"(/ {x} (+ (abs {y}) 1.0))",
+            "log": f"(log (+ (square {x}) 1.0))",
+            "sqrt": f"(sqrt (+ (square {x}) 0.25))",
+            "rsqrt": f"(rsqrt (+ (square {x}) 1.0))",
+            "pow": f"(pow {x} 2)",
+            "fused-rms-norm": f"(fused-rms-norm {x}{self.pick('', ' v')})",
+            "causal-attention": f"(causal-attention {x} {y} {x})",
+            "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
+            "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
+            **{op: f"({op} {x})" for op in simple},
+        }
+        if not scope.smooth:
+            forms["previous"] = f"(previous {x} :axis 1)"
+            forms["attention"] = f"(attention {x} {y} {x} :causal true)"
+        if "v" not in scope.params.get(VEC, []):
+            forms["fused-rms-norm"] = f"(fused-rms-norm {x})"
+        op = self.use(self.rng.choice(sorted(forms)))
+        return forms[op]
+
+    def reduction(self, scope, rough: str) -> str:
+        """sum or mean, or the non-smooth `rough` where no derivative is taken."""
+        return self.pick("sum", "mean", *([] if scope.smooth else [rough]))
+
+    def vec(self, shape, scope, depth):
+        kind = self.rng.randrange(3)
+        if kind == 0:
+            mat = self.expr(MAT, scope, depth)
+            if scope.smooth:
+                return f"({self.use('sum')} {mat} :axes [0])"
+            return f"({self.use('at')} {mat} {self.rng.randrange(D)})"
+        if kind == 1:
+            return f"({self.use('matmul')} {self.expr(VEC, scope, depth)} {self.expr(MAT, scope, depth)})"
+        red = self.reduction(scope, "amin")
+        return f"({self.use(red)} {self.expr(ROWS, scope, depth)} :axes [0])"
+
+    def mat(self, shape, scope, depth):
+        kind = self.rng.randrange(3)
+        m = self.expr(MAT, scope, depth)
+        if kind == 0:
+            return f"({self.use('transpose')} {m} [1 0])"
+        if kind == 1 and not scope.smooth:
+            return f"({self.use('causal-mask')} {m} :fill -2.0)"
+        return f"({self.use('matmul')} {m} {self.expr(MAT, scope, depth)})"
+
+    def zero(self, shape, scope, depth):
+        if scope.ids and not scope.smooth and not self.exact and self.chance(0.15):
+            return f"({self.use('cross-entropy')} {self.expr(ROWS, scope, depth)} ids)"
+        if self.chance(0.5) and not scope.smooth:
+            vec = self.expr(VEC, scope, depth)
+            element = f"({self.use('at')} {vec} {self.rng.randrange(D)})"
+            if self.chance(0.3):  # a cast of a 0-d element, to its own dtype or not
+                return f"(cast {element} {self.pick(':bf16', ':f32')})"
+            return element
+        red = self.reduction(scope, "amax")
+        return f"({self.use(red)} {self.expr(self.pick(ROWS, VEC), scope, depth)})"
+
+    def form(self, shape, scope, depth):
+        kind = self.rng.randrange(10)
+        if kind == 0:
+            name = self.pick("h", "a", "b")
+            bound_shape = self.pick(shape, ROWS)
+            value = self.expr(bound_shape, scope, depth)
+            body = self.expr(shape, scope.with_name(name, bound_shape), depth)
+            return f"(let (({name} {value})) {body})"
+        if kind == 1:
+            cond = self.rng.choice(scope.conditions)
+            return f"(if {cond} {self.expr(shape, scope, depth)} {self.expr(shape, scope, depth)})"
+        if kind == 2:
+            return f"({self.use('cast')} {self.expr(shape, scope, depth)} {self.pick(':bf16', ':f32')})"
+        if kind == 3:
+            return (
+                f"(with-numerics (:sensitivity :high) {self.expr(shape, scope, depth)})"
+            )
+        if kind == 4:
+            return (
+                f"(with-numerics (:precision :bf16) {self.expr(shape, scope, depth)})"
+            )
+        if kind == 5 and not scope.smooth and shape in (ROWS, MAT, VEC):
+            return self.gradient(shape, scope, depth)
+        if shape == ROWS and scope.calls:
+            return self.call(scope, depth)
+        return self.expr(shape, scope, depth)
+
+    def gradient(self, shape, scope, depth):
+        wrt = [n for n in scope.names.get(shape, []) + scope.params.get(shape, [])]
+        if not wrt:
+            return self.expr(shape, scope, depth)
+        x = self.rng.choice(wrt)
+        inner = self.expr(self.pick(ROWS, shape), scope.smooth_in(x), depth)
+        if scope.calls and shape == ROWS and self.chance(0.3):  # a loop reading x too
+            start = self.pick(x, inner)
+            inner = f"(for (layer blocks) ((c {start})) (layer (* c {x})))"
+        if not re.search(rf"(?<![\w.-]){x}(?![\w.-])", inner):
+            inner = f"(* {inner} {x})" if shape == ROWS else f"(matmul x {x})"
+        self.use("gradient")
+        return f"(gradient ({self.pick('sum', 'mean')} {inner}) {x})"
+
+    def call(self, scope, depth):
+        x = self.expr(ROWS, scope, depth)
+        kind = self.rng.randrange(6)
+        if kind == 0:
+            key = f" :k {self.pick('0.5', '2.0', '-1.0')}" if self.chance(0.5) else ""
+            return f"(helper {x}{key})"
+        if kind == 1:
+            key = " :k 3.0" if self.chance(0.5) else ""
+            return f"(sub {x}{key})"
+        if kind == 2:
+            return f"(chain blocks {x})"
+        if kind == 3:
+            return f"(nth blocks {self.rng.randrange(2)} {x})"
+        if kind == 4:
+            return f"(* {x} (sum sub.w :axes [0]))"
+        body = self.expr(ROWS, scope.with_name("c", ROWS), depth)
+        if self.chance(0.5):
+            body = f"(* c {self.pick('x', body)})"
+        return f"(for (i layer blocks) ((c {x})) (layer {body}))"
+
+
+PARAM_OPTIONS = ["", "", "", " :numerics :high", " :trainable false", " :dtype :bf16"]
+
+
+def program(seed: int) -> tuple:
+    """(source, {method: [input names]}) of one random program."""
+    rng = random.Random(seed)
+    g = Gen(rng, exact=seed % 2 == 0)
+    top = Scope({ROWS: ["x"]}, {MAT: ["w1", "w2"], VEC: ["v"]}, ids=True)
+    inner = Scope({ROWS: ["x"]}, top.params, calls=False, smooth=True, keys=("k",))
+    g.budget = 10
+    helper = g.expr(ROWS, inner, 4)
+    g.budget = 16
+    forward = g.rng.choice([g.rows, g.binary, g.form, g.elementwise])(ROWS, top, 5)
+    lines = [f"(defconst d {D})", f"(defconst flag {rng.choice(['true', 'false'])})"]
+    if re.search(r"\b(sub|blocks)\b", forward):
+        lines += [
+            "(defmodel blk (&key (d 4) (idx 0))",
+            f"  (defparam w (normal [d d]){rng.choice(PARAM_OPTIONS)})",
+            f"  (defun forward (x &key (k 1.0)) {_blk_body(g)}))",
+            "(defparam sub (blk :d d))",
+            f"(defparam blocks {rng.choice(STACKS)})",
+        ]
+    for name, shape in (
+        ("w1", "[d d]"),
+        ("w2", "[d d]"),
+        ("v", "[d]"),
+        ("table", "[8 d]"),
+    ):
+        lines.append(f"(defparam {name} (normal {shape}){rng.choice(PARAM_OPTIONS)})")
+    precision = rng.choice([":f32", ":bf16", ":bf16"])
+    lines += [
+        f"(defun helper (x &key (k 0.5)) {helper})",
+        f"(defun forward (x ids) {forward})",
+        f"(defrun train :precision {precision})",
+    ]
+    return "\n".join(lines) + "\n", {"forward": ["x", "ids"], "helper": ["x"]}
+
+
+STACKS = ["(stack 2 (blk :d d))", "(stack (i 2) (blk :d d :idx i))"]
+
+
+def _blk_body(g: Gen) -> str:
+    g.budget = 6
+    scope = Scope({ROWS: ["x"]}, {MAT: ["w"]}, calls=False, smooth=True, keys=("k",))
+    scope.conditions = ("(= idx 1)", "(< idx 1)", "(= d 4)")
+    body = g.expr(ROWS, scope, 3)
+    return f"(if (= idx 1) (* {body} k) {body})" if g.chance(0.2) else body
