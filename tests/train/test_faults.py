@@ -341,3 +341,18 @@ def test_the_final_weights_load_for_inference(work, capfd, reference):
         CheckpointError, match="its parameters differ from this TinyGpt's"
     ):
         load_checkpoint(wrong, work / "reference" / "checkpoints" / "step-6")
+
+
+def test_another_version_of_the_file_resumes_with_a_warning(work, capfd, reference):
+    folder = saved(work, capfd, "edited")
+    shutil.rmtree(folder / "step-6")
+    edited = source().replace(":lr 0.02", ":lr 0.01")  # Muon's: the same parameters
+    (work / "edited.py").write_text(compile_source(edited, "tiny-gpt.lisp"))
+    code, err = run(work, capfd, "--out", "edited", "--resume", script="edited.py")
+    assert code == 0, err
+    assert lines(err)[0] == (
+        "warning: edited/checkpoints/step-3 was saved by another version of TinyGpt's "
+        "file; its parameters match"
+    )
+    edited = losses(work / "edited")
+    assert edited[:3] == reference[:3] and edited[3:] != reference[3:]
