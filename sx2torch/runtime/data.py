@@ -26,7 +26,8 @@ HEADER_BYTES = 256 * 4
 
 
 class DataError(Exception):
-    """A problem with the data or the command line, reported in one line (exit 2)."""
+    """A problem the user can act on (the data, the command line, a run's files), reported in
+    one line (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class TokenShards:
 
 
 def _shard(path: str) -> Shard:
+    if os.path.isdir(path):
+        raise DataError(f"{path}: a directory, expected a token shard")
     size = os.path.getsize(path)
     if size == 0:
         raise DataError(f"{path}: the file is empty, expected a token shard")

@@ -7,49 +7,73 @@
 size and sequence length, schedule, gradient clipping, synthetic inputs, and the optimizers
 with the parameters each one updates. Precision is the generated code's own: the loop never
 casts parameters or wraps the step in autocast.
+
+A failure the user can act on (the data, the command line, a checkpoint, a full disk, a
+non-finite loss) is one line `error: ...` and exit 2; anything else is one line naming the
+exception and exit 1, its traceback shown with --traceback. torch.distributed.checkpoint and
+tqdm are imported when first needed, so that `--help` and the first step come soon.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
+import math
 import os
 import re
-import shutil
 import signal
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from tqdm import tqdm
 
+from sx2torch.runtime import checkpoint
 from sx2torch.runtime.data import DataError, Synthetic, TokenShards
+from sx2torch.runtime.metrics import Metrics, finite_or_null
 
 __all__ = ["main", "train"]
 
 OPTIMIZERS = {"adamw": torch.optim.AdamW, "muon": torch.optim.Muon}
 INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C, as a shell reports it
+FAILED = 2  # a failure reported in one line
 
 
 def main(model_class: type, settings: dict, argv=None) -> None:
     args = _arguments(settings, argv)
+    rank = int(os.environ.get("RANK", 0))
     try:
         sys.exit(train(model_class, settings, args))
     except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        if rank == 0:
+            print(f"error: {error}", file=sys.stderr)
+        sys.exit(FAILED)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop at once, without saving
+        print(
+            "interrupted: stopped at once; nothing saved since the last checkpoint",
+            file=sys.stderr,
+        )
+        sys.exit(INTERRUPTED)
+    except Exception as error:  # one line, the traceback on request
+        if args.traceback:
+            raise
+        print(
+            f"error: {type(error).__name__}: {error} (--traceback shows where)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
 
 
 def _arguments(settings: dict, argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Train the model with the settings of its defrun."
+        description="Train the model with the settings of its defrun.",
+        formatter_class=_Help,
+        epilog="Outputs, in --out DIR: metrics.jsonl (one JSON object a step), "
+        "checkpoints/step-N (the newest --keep, each verified by its manifest.json; "
+        "checkpoints/latest names the newest) and, when the run completes, model.pt "
+        "(the final weights as one state_dict). Errors are one line: exit 2, or 1 for an "
+        "internal one; Ctrl-C saves and exits 130.",
     )
     tokens = "inputs" not in settings
     parser.add_argument(
@@ -59,29 +83,77 @@ def _arguments(settings: dict, argv) -> argparse.Namespace:
         help="token shards (modded-nanogpt's format)"
         + ("" if tokens else "; ignored: this run draws synthetic :inputs"),
     )
-    parser.add_argument("--steps", type=int, default=settings.get("steps"))
-    parser.add_argument("--out", default="run", metavar="DIR")
-    parser.add_argument("--resume", action="store_true", help="continue from DIR")
+    parser.add_argument(
+        "--steps", type=int, default=settings.get("steps"), help="steps to train"
+    )
+    parser.add_argument(
+        "--out",
+        default="run",
+        metavar="DIR",
+        help="the run's folder: metrics, checkpoints and final weights (below)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from DIR's newest checkpoint that verifies",
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the loss")
-    parser.add_argument("--parallel", choices=("ddp", "fsdp2"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--parallel",
+        choices=("ddp", "fsdp2"),
+        help="under torchrun: DistributedDataParallel or FSDP2's fully_shard "
+        "(default: one process)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the initial parameters' seed"
+    )
     parser.add_argument(
         "--save-every",
         type=int,
         default=0,
         metavar="N",
-        help="also checkpoint every N steps (always at the end and on Ctrl-C)",
+        help="also checkpoint every N steps (always at the end and on Ctrl-C; 0: never)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=int,
+        default=2,
+        metavar="N",
+        help="checkpoints kept: a save removes the oldest beyond N",
+    )
+    parser.add_argument(
+        "--on-nan",
+        choices=("stop", "skip"),
+        default="stop",
+        help="a non-finite loss stops the run, or skips that step's update",
+    )
+    parser.add_argument(
+        "--traceback", action="store_true", help="show the traceback of an error"
     )
     args = parser.parse_args(argv)
     if args.steps is None or args.steps < 1:
         parser.error("give --steps N (N >= 1): the defrun has no :steps")
+    if args.keep < 1:
+        parser.error("--keep N needs N >= 1")
     return args
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default, where it has one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default:" in action.help:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and args.parallel is None:
         raise DataError(f"{world} processes: pass --parallel ddp or --parallel fsdp2")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out}: a file, not a folder")
     if "inputs" in settings:
         batches = Synthetic(settings["inputs"], args.seed, rank, world)
         rows = next(iter(settings["inputs"].values()))["shape"][0]
@@ -89,82 +161,215 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
         batch_size, seq_len = settings["batch_size"], settings["seq_len"]
         batches = TokenShards(args.data, batch_size, seq_len, rank, world)
         rows = batch_size * seq_len  # tokens per global batch
-    out = Path(args.out)
-    start = _latest(out) if args.resume else 0
     device = _device()
-    if args.parallel:
-        _init_process_group(device, rank, world)
+    owned = args.parallel and not dist.is_initialized()  # else the caller's group
+    if owned:
+        from sx2torch.runtime.parallel import init_process_group
 
+        init_process_group(device, rank, world)
     torch.manual_seed(args.seed)  # the same initial parameters on every rank
-    model = model_class().to(device)
-    objective = Objective(model, settings["loss"])
-    if args.parallel == "fsdp2":
-        _fully_shard(model)
-    elif args.parallel == "ddp":
-        objective = nn.parallel.DistributedDataParallel(objective)
-    optimizers = _optimizers(model, settings["optimizers"])
-    base_lrs = [[g["lr"] for g in o.param_groups] for o in optimizers]
-    if start:
-        _load(out, start, model, optimizers)
-    if args.compile:
-        objective = torch.compile(objective)
+    run = _Run(model_class(), settings, args, device, rank, world)
+    run.prepare(batches)
+    code = run.loop(batches, rows)
+    if owned:
+        dist.destroy_process_group()
+    return code
 
-    steps, clip = args.steps, settings.get("grad_clip")
-    schedule = settings.get("schedule", {"warmup": 0.0, "cooldown": 0.0})
-    metrics = _metrics(out, start) if rank == 0 else None
-    stop = _StopRequest()
-    bar = tqdm(total=steps, initial=start, disable=rank != 0, unit="step")
-    last, stopping = time.perf_counter(), False
-    for step in range(start, steps):
-        scale = lr_scale(step, steps, **schedule)
-        for optimizer, lrs in zip(optimizers, base_lrs):
+
+class _Run:
+    """One run's model, optimizers and outputs, from its first step to its last."""
+
+    def __init__(self, model, settings, args, device, rank, world):
+        self.model, self.settings, self.args = model.to(device), settings, args
+        self.device, self.rank, self.world = device, rank, world
+        self.out = Path(args.out)
+        self.start, self.checkpoint = 0, None  # the last checkpoint saved or resumed
+        self.tokens = "inputs" not in settings
+        self.bar = None  # tqdm's, on rank 0 while the loop runs
+
+    def warn(self, line: str) -> None:
+        if self.rank == 0:
+            (self.bar.write if self.bar else print)(f"warning: {line}", file=sys.stderr)
+
+    def prepare(self, batches) -> None:
+        self.model_id = checkpoint.identity(self.model)  # before sharding: whole shapes
+        if self.args.resume:
+            self.checkpoint = _agreed(
+                lambda: checkpoint.resume_point(self.out, self.model_id, self.warn)
+            )
+            if checkpoint.source_changed(self.checkpoint, self.model_id):
+                self.warn(
+                    f"{self.checkpoint} was saved by another version of "
+                    f"{type(self.model).__name__}'s file; its parameters match"
+                )
+            self.start = int(self.checkpoint.name.removeprefix("step-"))
+        self.objective = Objective(self.model, self.settings["loss"])
+        if self.args.parallel == "fsdp2":
+            from sx2torch.runtime.parallel import fully_shard_units
+
+            first = self._batch(batches, self.start)
+            fully_shard_units(self.model, lambda: self._forward(first, self.start))
+        elif self.args.parallel == "ddp":
+            self.objective = nn.parallel.DistributedDataParallel(self.objective)
+        self.optimizers = _optimizers(self.model, self.settings["optimizers"])
+        self.base_lrs = [[g["lr"] for g in o.param_groups] for o in self.optimizers]
+        if self.checkpoint:
+            checkpoint.load(self.checkpoint, self.model, self.optimizers)
+        if self.args.compile:
+            self.objective = torch.compile(self.objective)
+
+    def loop(self, batches, rows: int) -> int:
+        args, steps = self.args, self.args.steps
+        clip = self.settings.get("grad_clip")
+        schedule = self.settings.get("schedule", {"warmup": 0.0, "cooldown": 0.0})
+        metrics = None
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            metrics = Metrics(self.out / "metrics.jsonl", self.start, self.warn)
+        bar = self.bar = _bar(steps, self.start) if self.rank == 0 else None
+        stop, last, done, stopping = (
+            _StopRequest(),
+            time.perf_counter(),
+            self.start,
+            False,
+        )
+        try:
+            for step in range(self.start, steps):
+                scale = lr_scale(step, steps, **schedule)
+                loss, stopping = self._step(
+                    self._batch(batches, step), step, scale, clip, stop
+                )
+                now = time.perf_counter()
+                tokens_per_s, last, done = rows / (now - last), now, step + 1
+                record = finite_or_null({"step": step}, "loss", loss)
+                if not math.isfinite(loss):
+                    record["skipped"] = args.on_nan == "skip"
+                record |= {
+                    "lr": scale * self.base_lrs[0][0],
+                    "tokens_per_s": tokens_per_s,
+                }
+                if metrics:
+                    metrics.write(record)
+                if not math.isfinite(loss):
+                    self._nonfinite(step, loss)
+                if bar:
+                    bar.set_postfix(
+                        loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:.0f}", refresh=False
+                    )
+                    bar.update(1)
+                if (
+                    stopping
+                    or done == steps
+                    or (args.save_every and done % args.save_every == 0)
+                ):
+                    self.save(done)
+                if stopping:
+                    break
+        finally:
+            stop.restore()
+            if bar:
+                bar.close()
+                self.bar = None
+            if metrics:
+                metrics.close()
+        if done == steps:
+            checkpoint.export(self.model, self.out / "model.pt")
+        if self.rank == 0:
+            said = "interrupted: saved" if stopping else "done:"
+            print(
+                f"{said} step {done} in {self.checkpoint}"
+                + (
+                    "; --resume continues"
+                    if stopping
+                    else f", the final weights in {self.out / 'model.pt'}"
+                ),
+                file=sys.stderr,
+            )
+        return INTERRUPTED if stopping else 0
+
+    def _step(self, batch, step: int, scale: float, clip, stop) -> tuple:
+        """One step; (the mean loss over the ranks, whether any rank asked to stop). A step
+        whose loss is not finite updates nothing."""
+        for optimizer, lrs in zip(self.optimizers, self.base_lrs):
             for group, lr in zip(optimizer.param_groups, lrs):
                 group["lr"] = lr * scale
-        batch = [t.to(device, non_blocking=True) for t in batches(step)]
-        loss = objective(*batch)
+        loss = self._forward(batch, step)
+        loss.backward()
+        # one reduction per step gives every rank the mean loss and any rank's stop request
+        report = torch.stack([loss.detach().float(), stop.tensor(self.device)])
+        if self.args.parallel:
+            dist.all_reduce(report)
+        mean, stopping = report[0].item() / self.world, report[1].item() > 0
+        if math.isfinite(mean):
+            if clip is not None:
+                nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            for optimizer in self.optimizers:
+                optimizer.step()
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        return mean, stopping
+
+    def _forward(self, batch, step: int) -> torch.Tensor:
+        try:
+            loss = self.objective(*batch)
+        except IndexError as error:  # out of an embedding's rows: the data's doing
+            if not self.tokens:
+                raise
+            raise DataError(
+                f"step {step}: {error} (a token id of --data beyond the model's vocabulary?)"
+            ) from None
         if loss.ndim != 0:
             raise DataError(
                 f"the loss returned shape {tuple(loss.shape)}: it must be a scalar"
             )
-        loss.backward()
-        if clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        for optimizer in optimizers:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        # one reduction per step gives every rank the mean loss and any rank's stop request
-        report = torch.stack([loss.detach().float(), stop.tensor(device)])
-        if args.parallel:
-            dist.all_reduce(report)
-        loss_value, stopping = report[0].item() / world, report[1].item() > 0
-        now = time.perf_counter()
-        tokens_per_s, last = rows / (now - last), now
-        if metrics:
-            record = {"step": step, "loss": loss_value, "lr": scale * base_lrs[0][0]}
-            metrics.write(json.dumps(record | {"tokens_per_s": tokens_per_s}) + "\n")
-            metrics.flush()
-        bar.set_postfix(
-            loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:.0f}", refresh=False
+        return loss
+
+    def _batch(self, batches, step: int) -> list:
+        return [t.to(self.device, non_blocking=True) for t in batches(step)]
+
+    def _nonfinite(self, step: int, loss: float) -> None:
+        if self.args.on_nan == "skip":
+            self.warn(
+                f"step {step}: the loss is {loss}; the step is skipped (--on-nan skip)"
+            )
+            return
+        last = (
+            f"the last good checkpoint is {self.checkpoint}"
+            if self.checkpoint
+            else "no checkpoint was saved"
         )
-        bar.update(1)
-        done = step + 1
-        if (
-            stopping
-            or done == steps
-            or (args.save_every and done % args.save_every == 0)
-        ):
-            _save(out, done, model, optimizers, rank)
-        if stopping:
-            break
-    bar.close()
-    if args.parallel:
-        dist.destroy_process_group()
-    if stopping and rank == 0:
-        print(
-            f"interrupted: saved step {done} in {out}; --resume continues",
-            file=sys.stderr,
+        raise DataError(
+            f"step {step}: the loss is {loss}; the run stops, {last} "
+            "(--on-nan skip skips such steps)"
         )
-    return INTERRUPTED if stopping else 0
+
+    def save(self, step: int) -> None:
+        self.checkpoint = checkpoint.save(
+            self.out, step, self.model, self.optimizers, self.model_id, self.args.keep
+        )
+
+
+def _agreed(find):
+    """`find()` on rank 0, its answer (or its one-line error) given to every rank."""
+    answer = error = None
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        try:
+            answer = find()
+        except DataError as failure:
+            error = failure
+    if dist.is_initialized():
+        shared = [answer, error]
+        dist.broadcast_object_list(shared, src=0)
+        answer, error = shared
+    if error:
+        raise error
+    return answer
+
+
+def _bar(steps: int, start: int):
+    from tqdm import tqdm
+
+    return tqdm(total=steps, initial=start, unit="step")
 
 
 class Objective(nn.Module):
@@ -224,54 +429,20 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def _init_process_group(device: torch.device, rank: int, world: int) -> None:
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if "MASTER_ADDR" in os.environ:  # started by torchrun
-        dist.init_process_group(
-            backend, device_id=device if backend == "nccl" else None
-        )
-    else:  # one process without torchrun: a group of one, for trying --parallel out
-        dist.init_process_group(
-            backend, store=dist.HashStore(), rank=rank, world_size=world
-        )
-
-
-def _fully_shard(model: nn.Module) -> None:
-    """FSDP2 units: each sub-model (each layer of a stack), then the root. A generated module
-    calls its own methods directly (the loss calls `self.forward`; a stack's loop calls a
-    layer's `forward_bf16` for a bf16 input), which bypasses FSDP's hooks on `module(...)`,
-    so every method a generated class defines is registered as a forward."""
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-
-    units = [
-        block
-        for child in model.children()
-        for block in (child if isinstance(child, nn.ModuleList) else [child])
-    ]
-    for unit in [*units, model]:
-        methods = _own_methods(type(unit))  # before fully_shard subclasses it
-        fully_shard(unit)
-        for name in methods:
-            register_fsdp_forward_method(unit, name)
-
-
-def _own_methods(cls: type) -> list:
-    """The methods a generated class defines besides `__init__` and `forward`."""
-    return [
-        name
-        for name, value in vars(cls).items()
-        if callable(value) and not name.startswith("_") and name != "forward"
-    ]
-
-
 class _StopRequest:
     """Ctrl-C (or torchrun's SIGTERM) asks the loop to save and stop after the current step; a
     second Ctrl-C stops at once."""
 
     def __init__(self):
         self.requested = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._request)
+        self.before = {
+            sig: signal.signal(sig, self._request)
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def restore(self) -> None:
+        for sig, handler in self.before.items():
+            signal.signal(sig, handler)
 
     def _request(self, signum, frame):
         self.requested = True
@@ -282,66 +453,3 @@ class _StopRequest:
 
     def tensor(self, device) -> torch.Tensor:
         return torch.tensor(float(self.requested), device=device)
-
-
-def _metrics(out: Path, start: int):
-    """DIR/metrics.jsonl, keeping the records of the steps before `start` (a resumed run
-    rewrites the steps after its checkpoint)."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "metrics.jsonl"
-    kept = []
-    if start and path.exists():
-        kept = [
-            l for l in path.read_text().splitlines() if json.loads(l)["step"] < start
-        ]
-    path.write_text("".join(line + "\n" for line in kept))
-    return path.open("a")
-
-
-def _save(out: Path, step: int, model, optimizers, rank: int) -> None:
-    """A DCP checkpoint in DIR/checkpoints/step-N (each rank writes its own shards), then
-    DIR/checkpoints/latest names it, and older ones are removed."""
-    folder = out / "checkpoints"
-    model_state, optim_state = get_state_dict(model, optimizers)
-    with _quiet_without_group():
-        dcp.save(
-            {"model": model_state, "optim": optim_state},
-            checkpoint_id=folder / f"step-{step}",
-        )
-    if dist.is_initialized():
-        dist.barrier()
-    if rank == 0:
-        (folder / "latest.tmp").write_text(f"step-{step}\n")
-        (folder / "latest.tmp").replace(folder / "latest")
-        for old in folder.glob("step-*"):
-            if old.name != f"step-{step}":
-                shutil.rmtree(old)
-
-
-def _latest(out: Path) -> int:
-    latest = out / "checkpoints" / "latest"
-    if not latest.exists():
-        raise DataError(f"--resume: no checkpoint in {out}")
-    return int(latest.read_text().strip().removeprefix("step-"))
-
-
-def _load(out: Path, step: int, model, optimizers) -> None:
-    model_state, optim_state = get_state_dict(model, optimizers)
-    state = {"model": model_state, "optim": optim_state}
-    with _quiet_without_group():
-        dcp.load(state, checkpoint_id=out / "checkpoints" / f"step-{step}")
-    set_state_dict(
-        model,
-        optimizers,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optim"],
-    )
-
-
-@contextlib.contextmanager
-def _quiet_without_group():
-    """DCP warns when there is no process group that it reads or writes as one process,
-    which is what a run without --parallel means."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled")
-        yield

@@ -1,0 +1,168 @@
+"""The process group, and FSDP2's units over a generated module.
+
+A generated module calls its own methods directly: the loss calls `self.forward`, a block's
+forward calls `self.attend`, a stack's loop calls a layer's `forward_bf16`. FSDP2 gathers a
+unit's parameters before a forward and frees them after it; a method registered with
+`register_fsdp_forward_method` is such a forward wherever it is called from. Registered for
+every method, a call of one method from another of the same unit freed the unit's parameters
+when the inner one returned, and what the outer one read after it was a shard ("aten.mul.Tensor
+got mixed torch.Tensor and DTensor"). So a unit is gathered for the whole of its outermost call
+only: each method is an entry, and calls made while the unit is already running go straight to
+the method.
+
+The units are the root's sub-models (each layer of a stack) and then the root, each holding
+the parameters of everything inside it, except those of a sub-model whose parameters are read
+by code of another module (a tied weight, `self.lm_head.weight`, or a sub-model's forward
+inlined into its parent's): such a sub-model is no unit of its own, and its parameters are
+gathered with its reader's. Which parameters each method reads is seen once, in one call of
+the loss on the first batch, before the model is sharded.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = ["init_process_group", "fully_shard_units"]
+
+
+def init_process_group(device: torch.device, rank: int, world: int) -> None:
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if "MASTER_ADDR" in os.environ:  # started by torchrun
+        dist.init_process_group(
+            backend, device_id=device if backend == "nccl" else None
+        )
+    else:  # one process without torchrun: a group of one, for trying --parallel out
+        dist.init_process_group(
+            backend, store=dist.HashStore(), rank=rank, world_size=world
+        )
+
+
+def fully_shard_units(model: nn.Module, call) -> list:
+    """Shard the units (see the module's docstring) bottom-up, `call()` running the loss once
+    to see what each method reads; the units' names."""
+    from torch.distributed.fsdp import fully_shard
+
+    candidates = _candidates(model)
+    joined = _read_outside(candidates, call)
+    units = [(n, m) for n, m in candidates if m not in joined] + [("", model)]
+    for _, unit in units:
+        methods = _methods(unit)
+        fully_shard(unit)
+        _Entries(unit, methods)
+    return [name for name, _ in units]
+
+
+def _candidates(model: nn.Module) -> list:
+    """The root's sub-models, each layer of a stack counted as one."""
+    found = []
+    for name, child in model.named_children():
+        if isinstance(child, nn.ModuleList):
+            found += [(f"{name}.{i}", layer) for i, layer in enumerate(child)]
+        else:
+            found.append((name, child))
+    return found
+
+
+def _methods(module: nn.Module) -> list:
+    """The methods the generated class defines, `forward` and its specializations among them."""
+    return [
+        name
+        for name, value in vars(type(module)).items()
+        if callable(value) and not name.startswith("_")
+    ]
+
+
+class _Entries:
+    """Counts the calls in progress into one unit, so that FSDP gathers its parameters at the
+    outermost call and frees them when that call returns. `module(...)` enters through
+    FSDP's own hooks; a direct call of a method enters through its registered wrapper.
+    """
+
+    def __init__(self, unit: nn.Module, methods: list):
+        from torch.distributed.fsdp import register_fsdp_forward_method
+
+        self.depth = 0
+        unit.register_forward_pre_hook(self._enter)
+        unit.register_forward_hook(self._leave, always_call=True)
+        for name in methods:
+            if name == "forward":
+                continue  # `module(...)` runs FSDP's hooks; a direct call comes from inside
+            plain = getattr(unit, name)
+            register_fsdp_forward_method(unit, name)
+            setattr(unit, name, self._entry(plain, getattr(unit, name)))
+
+    def _enter(self, *_):
+        self.depth += 1
+
+    def _leave(self, *_):
+        self.depth -= 1
+
+    def _entry(self, plain, gathering):
+        @functools.wraps(plain)
+        def method(*args, **kwargs):
+            if self.depth:
+                return plain(*args, **kwargs)
+            self.depth += 1
+            try:
+                return gathering(*args, **kwargs)
+            finally:
+                self.depth -= 1
+
+        return method
+
+
+def _read_outside(candidates: list, call) -> set:
+    """The candidate units whose parameters `call()` reads while none of their methods runs
+    (only a parent calls a sub-model, so a unit runs while anything inside it runs)."""
+    unit_of = {
+        id(p): unit for _, unit in candidates for p in unit.parameters()
+    }  # a candidate's parameters, its sub-models' included
+    running: list = []
+    outside = set()
+
+    class Reads(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            for value in _flat((*args, *(kwargs or {}).values())):
+                unit = unit_of.get(id(value))
+                if unit is not None and unit not in running:
+                    outside.add(unit)
+            return func(*args, **(kwargs or {}))
+
+    patched = [
+        (m, name) for _, c in candidates for m in c.modules() for name in _methods(m)
+    ]
+    for module, name in patched:
+        setattr(module, name, _tracked(getattr(module, name), module, running))
+    try:
+        with Reads():
+            call()
+    finally:
+        for module, name in patched:
+            delattr(module, name)
+    return outside
+
+
+def _flat(values) -> list:
+    """The operands of a call, those in a list (`torch.cat([...])`) included."""
+    return [
+        v
+        for value in values
+        for v in (value if isinstance(value, (list, tuple)) else [value])
+    ]
+
+
+def _tracked(plain, module: nn.Module, running: list):
+    @functools.wraps(plain)
+    def method(*args, **kwargs):
+        running.append(module)
+        try:
+            return plain(*args, **kwargs)
+        finally:
+            running.pop()
+
+    return method
