@@ -144,3 +144,14 @@ def test_fused_layer_norm_and_tanh_gelu_are_torch_calls_bit_for_bit(build, run, 
     expected = F.gelu(F.layer_norm(h, (8,), w, b, eps=1e-5), approximate="tanh")
     got = model(x)
     assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("length", [3, 8])
+def test_learned_positions_for_any_length(build, length):
+    module, _ = build(lisp("positions").read_text(), "positions.lisp")
+    model = module.Positions()
+    ids = torch.randint(0, 10, (2, length))
+    wte, wpe = model.wte.to(torch.bfloat16), model.wpe.to(torch.bfloat16)
+    expected = (wte[ids] + wpe[torch.arange(length)]) / length
+    got = model(ids)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected)

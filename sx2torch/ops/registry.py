@@ -47,6 +47,7 @@ class Result(str, Enum):
     BOOL = "bool"  # compares in that dtype
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
     ARITH = "arith"  # as KEEP, and compile-time scalars fold
+    INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
 
 
 @dataclass(frozen=True)
