@@ -19,6 +19,9 @@ class ArgKind(str, Enum):
     MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
     IDS = "ids"  # an integer tensor (indices, labels)
     BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
+    MASK = (
+        "mask"  # a boolean tensor (True keeps) or an additive float one (attention's)
+    )
     LIKE = (
         "like"  # a tensor read only for its shape: it decides no dtype, is never cast
     )
@@ -38,7 +41,14 @@ class ArgKind(str, Enum):
 
 
 TENSOR_KINDS = frozenset(
-    {ArgKind.TENSOR, ArgKind.MATRIX, ArgKind.IDS, ArgKind.BOOL_TENSOR, ArgKind.LIKE}
+    {
+        ArgKind.TENSOR,
+        ArgKind.MATRIX,
+        ArgKind.IDS,
+        ArgKind.BOOL_TENSOR,
+        ArgKind.LIKE,
+        ArgKind.MASK,
+    }
 )
 
 
