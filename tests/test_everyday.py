@@ -144,3 +144,46 @@ def test_fused_layer_norm_and_tanh_gelu_are_torch_calls_bit_for_bit(build, run, 
     expected = F.gelu(F.layer_norm(h, (8,), w, b, eps=1e-5), approximate="tanh")
     got = model(x)
     assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("length", [3, 8])
+def test_learned_positions_for_any_length(build, length):
+    module, _ = build(lisp("positions").read_text(), "positions.lisp")
+    model = module.Positions()
+    ids = torch.randint(0, 10, (2, length))
+    wte, wpe = model.wte.to(torch.bfloat16), model.wpe.to(torch.bfloat16)
+    expected = (wte[ids] + wpe[torch.arange(length)]) / length
+    got = model(ids)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected)
+
+
+def test_attention_takes_a_padding_mask_as_one_sdpa_call(build):
+    module, code = build(lisp("attention-mask").read_text(), "attention-mask.lisp")
+    assert code.count("F.scaled_dot_product_attention(") == 3
+    model = module.AttentionMask()
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    keep = attention_mask.reshape(2, 1, 1, 5) > 0.5
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    i, j = torch.arange(5)[:, None], torch.arange(5)[None, :]
+    window = (i - j >= 0) & (i - j <= 2)
+    sdpa = F.scaled_dot_product_attention
+    additive = torch.zeros(2, 1, 1, 5).masked_fill(~keep, float("-inf"))
+    expected = {
+        "padded": sdpa(q, k, v, attn_mask=keep),
+        "causal": sdpa(q, k, v, attn_mask=additive.masked_fill(~causal, -torch.inf)),
+        "windowed": sdpa(q, k, v, attn_mask=keep & window),
+    }
+    for name, value in expected.items():
+        got = getattr(model, name)(q, k, v, attention_mask)
+        assert got.dtype == torch.float32 and torch.equal(got, value), name
+    # the padded keys get no weight: as attention over the first three keys alone
+    short = sdpa(q[1:], k[1:, :, :3], v[1:, :, :3], is_causal=False)
+    torch.testing.assert_close(model.padded(q, k, v, attention_mask)[1:], short)
+
+
+def test_infinities_are_literals(build):
+    module, code = build("(defun forward (x) (maximum (minimum x inf) -inf))")
+    assert "torch.inf" in code
+    x = torch.tensor([float("-inf"), 0.0, float("inf")])
+    assert torch.equal(module.Model()(x), x)

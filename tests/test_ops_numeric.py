@@ -131,6 +131,8 @@ CASES: dict[str, list[Case]] = {
         case("x", "(/ 1.0 x)", X, lambda x: 1.0 / x),
     ],
     "//": [case("x y", "(// x y)", XY, lambda x, y: x // y)],
+    "positions": [case("x", "(positions x :axis 1)", X, lambda x: torch.arange(4))],
+    "size": [case("x", "(* x (size x :axis 0))", X, lambda x: x * 3)],
     "mod": [case("x y", "(mod x y)", XY, torch.remainder)],
     "-": [
         case("x y", "(- x y)", XY, lambda x, y: x - y),

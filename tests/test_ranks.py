@@ -89,6 +89,8 @@ CASES = [
         {"x": [2, 3, 4], "w": [4], "b": [4]},
     ),
     ("mod", "(mod x y)", {"x": [2, 3], "y": [3]}),
+    ("positions", "(positions x :axis 1)", {"x": [2, 3, 4]}),
+    ("size", "(size x :axis 1)", {"x": [2, 3]}),
     ("linear", "(linear x w b)", {"x": [2, 3, 4], "w": [5, 4], "b": [5]}),
     (
         "attention",
@@ -156,8 +158,10 @@ def test_the_analysis_gives_the_shape_torch_returns(case, build):
     text = f"(require sexpgpu/nn)\n(require sexpgpu/optim)\n(defun forward ({arguments}) {expression})\n"
     module, _ = build(text)
     model = module.__dict__[module.__all__[0]]()
-    returned = tuple(
-        model.forward(*(tensor(n, shape) for n, shape in shapes.items())).shape
+    returned = tuple(  # a size is a Python integer, of shape ()
+        torch.as_tensor(
+            model.forward(*(tensor(n, shape) for n, shape in shapes.items()))
+        ).shape
     )
 
     program, graphs, graph = traced(text)

@@ -76,10 +76,18 @@ def test_numbers(text, value):
 
 
 @pytest.mark.parametrize(
-    "text", ["nan", "inf", "-inf", "Infinity", "1_000", "1e", "-", "+", "...", "1+"]
+    "text", ["nan", "Infinity", "1_000", "1e", "-", "+", "...", "1+"]
 )
 def test_not_numbers_are_symbols(text):
     assert one(text) == Symbol(text, Span(1, 1))
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "+inf"])
+def test_infinities_are_numbers(text):
+    datum = one(text)
+    assert (
+        isinstance(datum, Number) and datum.value == float(text) and datum.text == text
+    )
 
 
 @pytest.mark.parametrize(

@@ -210,6 +210,8 @@ def number(value: int | float | bool | str) -> Expr:
         return neg(number(-value))
     if isinstance(value, int):
         return cst.Integer(str(value))
+    if value == float("inf"):
+        return dotted("torch.inf")
     return cst.Float(repr(value).replace("e+", "e"))  # black drops an exponent's plus
 
 

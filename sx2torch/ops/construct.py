@@ -62,6 +62,44 @@ register(
 )
 
 
+def _positions(a, ctx):
+    size = b.subscript(b.attr(a[0], "shape"), ctx.attrs["axis"])
+    return b.call("torch.arange", size, device=b.attr(a[0], "device"))
+
+
+register(
+    Op(
+        "positions",
+        (LIKE,),
+        _positions,
+        keys=(Key("axis", "int", -1),),
+        name_inputs=True,
+        result="int",
+        no_grad="integers carry no gradient",
+        doc=(
+            "0, 1, ..., n-1 as integers (int64), n LIKE's size along :axis when the module "
+            "runs: positions for `take`, as `(take wpe (positions ids :axis 1))`; exact"
+        ),
+        rank=ARANGE_OF,
+    )
+)
+register(
+    Op(
+        "size",
+        (LIKE,),
+        lambda a, ctx: b.subscript(b.attr(a[0], "shape"), ctx.attrs["axis"]),
+        keys=(Key("axis", "int", -1),),
+        result="int",
+        no_grad="integers carry no gradient",
+        doc=(
+            "LIKE's size along :axis when the module runs, `x.shape[1]`: a Python integer, "
+            "which decides no dtype beside a tensor (as a number does)"
+        ),
+        rank=RankRule("0", lambda shapes, attrs: ()),
+    )
+)
+
+
 def _on_device(function: str, *keys: str):
     """`torch.linspace(...)`, `torch.arange(...)`: the op's numbers, in the dtype it computes
     in, on LIKE's device."""

@@ -169,18 +169,34 @@ def _literal_false(flag) -> bool:
 
 
 def _attention(a, ctx):
-    q, k, v = a
+    q, k, v = a[:3]
     extra = {}
+    length = b.subscript(b.attr(q, "shape"), b.number(-2))
+    allowed = None  # the keys each query may see, where a mask is also given
     if ctx.attrs["window"] is not None:
-        length = b.subscript(b.attr(q, "shape"), b.number(-2))
-        mask = b.call(
+        allowed = b.call(
             "sx.window_mask", length, ctx.attrs["window"], b.attr(q, "device")
         )
-        extra["attn_mask"] = mask
+    elif len(a) == 4 and not _literal_false(ctx.attrs["causal"]):
+        # is_causal cannot go with an attn_mask: the same keys, aligned top-left
+        ones = b.call(
+            "torch.ones",
+            length,
+            b.subscript(b.attr(k, "shape"), b.number(-2)),
+            dtype=b.dotted("torch.bool"),
+            device=b.attr(q, "device"),
+        )
+        allowed = b.method(ones, "tril")
+    if len(a) == 4:
+        extra["attn_mask"] = (
+            a[3] if allowed is None else b.call("sx.restrict_mask", a[3], allowed)
+        )
+    elif allowed is not None:
+        extra["attn_mask"] = allowed
     if ctx.attrs["scale"] is not None:
         extra["scale"] = ctx.attrs["scale"]
     # each flag an expression where a const or key decides it, left out where literally false
-    if ctx.attrs["window"] is None and not _literal_false(ctx.attrs["causal"]):
+    if "attn_mask" not in extra and not _literal_false(ctx.attrs["causal"]):
         extra["is_causal"] = ctx.attrs["causal"]
     if not _literal_false(ctx.attrs["enable-gqa"]):
         extra["enable_gqa"] = ctx.attrs["enable-gqa"]
@@ -190,8 +206,14 @@ def _attention(a, ctx):
 register(
     Op(
         "attention",
-        (Arg("q", "matrix"), Arg("k", "matrix"), Arg("v", "matrix")),
+        (
+            Arg("q", "matrix"),
+            Arg("k", "matrix"),
+            Arg("v", "matrix"),
+            Arg("mask", "mask"),
+        ),
         _attention,
+        arity=(3, 4),
         keys=(
             Key("scale", "number"),
             Key("causal", "bool", False),
@@ -206,7 +228,13 @@ register(
             "defaults to 1/sqrt(D); :causal true keeps keys j <= i; :window W (causal) keeps "
             "i - W <= j <= i, flash-attn's window_size=(W, 0), as a mask built from T when "
             "the module runs; :enable-gqa true lets K and V have fewer heads than Q, each "
-            "shared by a group of Q's (grouped-query attention). No derivative rule: "
+            "shared by a group of Q's (grouped-query attention). MASK, if given, is SDPA's "
+            "attn_mask, broadcast against the scores [..., T, S]: booleans (True: the key is "
+            "seen), or a float added to the scores (0 or -inf; cast to the dtype it computes "
+            "in), such as a padding mask from an input [B, S] reshaped to [B 1 1 S]; with "
+            ":causal or :window it is restricted to their keys (sx.restrict_mask), still one "
+            "call. A score soft-cap (Gemma 2) has no SDPA form: write the scores out, "
+            "(softmax (+ (softcap S C) MASK)). No derivative rule: "
             "differentiate causal-attention instead"
         ),
         rank=ATTENTION,

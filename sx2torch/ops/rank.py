@@ -227,7 +227,7 @@ def _matrix_scan(shapes, attrs):
 
 
 def _attention(shapes, attrs):
-    q, k, v = shapes
+    q, k, v = shapes[:3]  # a mask broadcasts against the scores
     if q is None or k is None or v is None or len(k) < 2:
         return None
     gqa = known(attrs.get("enable-gqa", False)) is not False

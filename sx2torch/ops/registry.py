@@ -19,6 +19,8 @@ class ArgKind(str, Enum):
     MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
     IDS = "ids"  # an integer tensor (indices, labels)
     BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
+    # a boolean tensor (True keeps) or an additive float one (attention's)
+    MASK = "mask"
     # a tensor read only for its shape: it decides no dtype, is never cast
     LIKE = "like"
     TENSORS = "tensors"  # a vector of tensors, e.g. `[x y]`
@@ -37,7 +39,14 @@ class ArgKind(str, Enum):
 
 
 TENSOR_KINDS = frozenset(
-    {ArgKind.TENSOR, ArgKind.MATRIX, ArgKind.IDS, ArgKind.BOOL_TENSOR, ArgKind.LIKE}
+    {
+        ArgKind.TENSOR,
+        ArgKind.MATRIX,
+        ArgKind.IDS,
+        ArgKind.BOOL_TENSOR,
+        ArgKind.LIKE,
+        ArgKind.MASK,
+    }
 )
 
 
@@ -46,6 +55,7 @@ class Result(str, Enum):
     BOOL = "bool"  # compares in that dtype
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
     ARITH = "arith"  # as KEEP, and compile-time scalars fold
+    INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
 
 
 @dataclass(frozen=True)

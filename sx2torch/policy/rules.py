@@ -364,6 +364,8 @@ class _Policy:
             reason = Reason(Why.AFTER_OUT_F32)
         if op.result is Result.BOOL:
             out = DType.BOOL
+        elif op.result is Result.INT:
+            out = DType.INT
         elif op.result in (Result.KEEP, Result.ARITH) and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.

@@ -1,6 +1,6 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
-from sx2torch.runtime.attention import causal_mask, window_mask
+from sx2torch.runtime.attention import causal_mask, restrict_mask, window_mask
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
 from sx2torch.runtime.grad import (
@@ -40,6 +40,7 @@ __all__ = [
     "store_bf16",
     "take_backward",
     "window_mask",
+    "restrict_mask",
 ]
 
 prepare_compiling()

@@ -4,7 +4,7 @@
 import torch
 from torch import Tensor
 
-__all__ = ["causal_mask", "window_mask"]
+__all__ = ["causal_mask", "restrict_mask", "window_mask"]
 
 
 def causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
@@ -34,3 +34,13 @@ def window_mask(size: int, window: int, device=None) -> Tensor:
     position = torch.arange(size, device=device)
     distance = position[:, None] - position[None, :]
     return (distance >= 0) & (distance <= window)
+
+
+def restrict_mask(mask: Tensor, allowed: Tensor) -> Tensor:
+    """An ``attn_mask`` (booleans, True where a key is seen, or floats added to the scores)
+    restricted to the keys ``allowed`` sees (booleans ``[T, S]``): a padding mask made
+    causal, as ``is_causal=True`` cannot go with an ``attn_mask``. The choice is by dtype,
+    known when torch.compile traces it, never by values."""
+    if mask.dtype == torch.bool:
+        return mask & allowed
+    return mask.masked_fill(~allowed, float("-inf"))

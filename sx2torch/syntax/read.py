@@ -26,6 +26,7 @@ STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 NUMBER_RE = re.compile(
     r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 )  # else a symbol: nan, inf, 1_0
+INFINITIES = ("inf", "-inf", "+inf")  # the one non-finite literal: a mask's fill
 INT_RANGE = range(-(2**63), 2**63)  # what torch takes as an integer
 CLOSERS = {"(": ")", "[": "]"}
 BOM = "\ufeff"
@@ -214,6 +215,8 @@ def _atom(token: str, value: object, span: Span) -> Datum:
         return Keyword(token[1:], span)
     if token in ("true", "false"):
         return Boolean(token == "true", span)
+    if token in INFINITIES:
+        return Number(float(token), span, token)
     if not NUMBER_RE.fullmatch(token):
         return Symbol(token, span)
     if not _finite(value) or (isinstance(value, int) and value not in INT_RANGE):
