@@ -102,6 +102,8 @@ class Node:
         None  # the library op a node computes the result of, for its name
     )
     regions: tuple = ()  # an IF's (then, else), a FOR's (body,)
+    # the forward node a backward node differentiates, whose marks it carries
+    forward: Optional["Node"] = None
 
     @property
     def mode(self) -> Union[str, None]:

@@ -34,6 +34,7 @@ class Builder:
         self.stamps: (
             tuple
         ) = ()  # frames that mark the backward of the gradient being traced
+        self.of: Optional[Node] = None  # the forward node whose backward is being made
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
@@ -56,6 +57,7 @@ class Builder:
                 self.datum.span,
                 self.datum,
                 frames,
+                forward=self.of,
             )
         )
 
@@ -108,6 +110,7 @@ class Builder:
                 self.datum.span,
                 self.datum,
                 self.frames,
+                forward=self.of,
             )
         )
 

@@ -1,0 +1,29 @@
+"""The dtypes a gradient's backward computes in under :bf16, against plain PyTorch."""
+
+from __future__ import annotations
+
+import torch
+
+
+def test_the_backward_of_a_high_parameters_reader_reads_it_in_f32(build):
+    """The forward (matmul x w1) computes in f32 from w1's master; its backward carries
+    that mark, so grad @ w1^T reads the master too: 0.501953125 with w1 = 1 + 2^-8, where
+    the rounded w1 (1.0) gave 0.5."""
+    source = """
+(defparam w1 (normal [4 4]) :numerics :high)
+(defparam w2 (normal [4 4]))
+(defun grad-x (x) (gradient (mean (matmul (matmul x w1) w2)) x))
+(defun forward (x) (grad-x x))
+(defrun train :precision :bf16)
+"""
+    for target in ("cuda", "cpu"):
+        module, _ = build(source, target=target)
+        model = module.Model()
+        with torch.no_grad():
+            model.w1.fill_(1 + 2**-8)
+            model.w2.copy_(torch.eye(4))
+        x = torch.randn(2, 4)
+        # d mean / dx = (1/8) ones @ w2^T @ w1^T: each entry 4 * (1/8) * (1 + 2^-8)
+        expected = torch.full((2, 4), 1 / 8) @ model.w1.detach().T
+        assert expected[0, 0].item() == 0.501953125
+        assert torch.equal(model(x), expected)
