@@ -27,3 +27,20 @@ def test_the_backward_of_a_high_parameters_reader_reads_it_in_f32(build):
         expected = torch.full((2, 4), 1 / 8) @ model.w1.detach().T
         assert expected[0, 0].item() == 0.501953125
         assert torch.equal(model(x), expected)
+
+
+def test_a_gradient_has_the_dtype_its_backward_computes_in(build):
+    """The golden case gradient-dtype: bf16 through a parameter under :bf16, even for an
+    f32 x; a cast gives f32; without a parameter x's f32 stays."""
+    from pathlib import Path
+
+    source = Path(__file__).parents[2] / "golden" / "gradient-dtype.lisp"
+    module, _ = build(source.read_text(), "gradient-dtype.lisp")
+    model = module.GradientDtype()
+    x = torch.randn(3, 4)
+    w = model.w.detach().bfloat16()
+    expected = torch.ones(3, 4, dtype=torch.bfloat16) @ w.T
+    assert model(x).dtype == torch.bfloat16
+    assert torch.equal(model(x), expected)
+    assert torch.equal(model.as_f32(x), expected.float())
+    assert torch.equal(model.plain(x), 2 * x)
