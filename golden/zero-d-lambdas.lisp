@@ -1,7 +1,7 @@
 ;; Lambdas as the real code keeps them: an element of an f32 vector is a 0-d tensor,
-;; and a 0-d tensor never decides a dtype (torch's type promotion), so it multiplies
-;; bf16 activations unrounded and the product is bf16. `sub.weight` reads a
-;; sub-model's parameter, as a tied embedding does.
+;; and a 0-d tensor never decides a dtype (torch's type promotion), so its product with
+;; bf16 activations is bf16; it is written as it is, and a GPU's kernel rounds it to bf16
+;; as it loads it. `sub.weight` reads a sub-model's parameter, as a tied embedding does.
 (defmodel head (&key (d 8) (v 10))
   (defparam weight (normal [v d]) :dtype :bf16)
   (defun forward (x) (linear x weight)))

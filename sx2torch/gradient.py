@@ -334,14 +334,16 @@ class _Backward:
 
     @contextmanager
     def _stamped(self, node: Node):
-        """Nodes made now carry the forward node's frames, then the frames around `gradient`."""
+        """Nodes made now carry the forward node's frames, then the frames around `gradient`,
+        and know the forward node (the policy reads the marks it has from its parameters).
+        """
         t = self.t
-        outer_frames, outer_datum = t.frames, t.datum
-        t.frames, t.datum = node.frames + t.stamps, node.form
+        outer = t.frames, t.datum, t.of
+        t.frames, t.datum, t.of = node.frames + t.stamps, node.form, node
         try:
             yield
         finally:
-            t.frames, t.datum = outer_frames, outer_datum
+            t.frames, t.datum, t.of = outer
 
     def _note(self, node: Operand) -> Operand:
         if self.first and isinstance(node, Node):

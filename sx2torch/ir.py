@@ -102,6 +102,8 @@ class Node:
     label: Optional[str] = None
     regions: tuple = ()  # an IF's (then, else), a FOR's (body,)
     aliases: tuple = ()  # the other names a `let` binds this value to, in order
+    # the forward node a backward node differentiates, whose marks it carries
+    forward: Optional["Node"] = None
 
     @property
     def mode(self) -> Optional[str]:

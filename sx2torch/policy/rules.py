@@ -355,7 +355,7 @@ class _Policy:
         # a 0-d value decides a dtype only where no tensor with axes does
         dtypes = [None if p else d for p, d in zip(_promoted(typed, node), dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
-        compute, reason = self._compute_dtype(node, typed.ambient, floats)
+        compute, reason = self._compute_dtype(node, typed, floats)
         if reason.why is Why.NOT_YET and any(
             typed.reason.get(i, NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
             for i in node.inputs
@@ -385,11 +385,16 @@ class _Policy:
         typed.dtype[node] = out
         typed.reason[node] = reason
 
-    def _compute_dtype(self, node: Node, ambient: Optional[str], floats: list) -> tuple:
-        """The dtype a node computes in, and why (rules 6.2, 6.3, 6.5, 6.7)."""
+    def _compute_dtype(self, node: Node, typed: Typed, floats: list) -> tuple:
+        """The dtype a node computes in, and why (rules 6.2, 6.3, 6.5, 6.7). A backward
+        node carries its forward node's marks: one of a node that reads a :numerics :high
+        parameter reads in f32 too."""
         frame = node.frames[-1] if node.frames else None
-        mode = node.mode or ambient
+        mode = node.mode or typed.ambient
         high = next((d.name for d in floats if self._is_high(d)), None)
+        inherited = typed.reason.get(node.forward)
+        if high is None and inherited is not None and inherited.why is Why.HIGH:
+            high = inherited.param
         marked = Reason(Why.MARK, frame) if frame else Reason(Why.CALLED_IN)
         if mode == ISLAND:
             return DType.F32, marked

@@ -117,6 +117,8 @@ def scalar(s: Scalar) -> str:
         return repr(s.value)
     if s.op in ("const", "key"):
         return f"{s.args[0]}={s.value!r}"
+    if s.op == "layer":  # a stack's layer index, `i` of (stack (i n) ...)
+        return f"layer {s.args[0]}"
     if s.op == "neg":
         return f"-({scalar(s.args[0])})"
     if s.op == "index":

@@ -36,6 +36,7 @@ class Builder:
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
         # frames that mark the backward of the gradient being traced
         self.stamps: tuple = ()
+        self.of: Optional[Node] = None  # the forward node whose backward is being made
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
@@ -58,6 +59,7 @@ class Builder:
                 self.datum.span,
                 self.datum,
                 frames,
+                forward=self.of,
             )
         )
 
@@ -112,6 +114,7 @@ class Builder:
                 self.datum.span,
                 self.datum,
                 self.frames,
+                forward=self.of,
             )
         )
 

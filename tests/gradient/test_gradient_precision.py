@@ -1,0 +1,46 @@
+"""The dtypes a gradient's backward computes in under :bf16, against plain PyTorch."""
+
+from __future__ import annotations
+
+import torch
+
+
+def test_the_backward_of_a_high_parameters_reader_reads_it_in_f32(build):
+    """The forward (matmul x w1) computes in f32 from w1's master; its backward carries
+    that mark, so grad @ w1^T reads the master too: 0.501953125 with w1 = 1 + 2^-8, where
+    the rounded w1 (1.0) gave 0.5."""
+    source = """
+(defparam w1 (normal [4 4]) :numerics :high)
+(defparam w2 (normal [4 4]))
+(defun grad-x (x) (gradient (mean (matmul (matmul x w1) w2)) x))
+(defun forward (x) (grad-x x))
+(defrun train :precision :bf16)
+"""
+    for target in ("cuda", "cpu"):
+        module, _ = build(source, target=target)
+        model = module.Model()
+        with torch.no_grad():
+            model.w1.fill_(1 + 2**-8)
+            model.w2.copy_(torch.eye(4))
+        x = torch.randn(2, 4)
+        # d mean / dx = (1/8) ones @ w2^T @ w1^T: each entry 4 * (1/8) * (1 + 2^-8)
+        expected = torch.full((2, 4), 1 / 8) @ model.w1.detach().T
+        assert expected[0, 0].item() == 0.501953125
+        assert torch.equal(model(x), expected)
+
+
+def test_a_gradient_has_the_dtype_its_backward_computes_in(build):
+    """The golden case gradient-dtype: bf16 through a parameter under :bf16, even for an
+    f32 x; a cast gives f32; without a parameter x's f32 stays."""
+    from pathlib import Path
+
+    source = Path(__file__).parents[2] / "golden" / "gradient-dtype.lisp"
+    module, _ = build(source.read_text(), "gradient-dtype.lisp")
+    model = module.GradientDtype()
+    x = torch.randn(3, 4)
+    w = model.w.detach().bfloat16()
+    expected = torch.ones(3, 4, dtype=torch.bfloat16) @ w.T
+    assert model(x).dtype == torch.bfloat16
+    assert torch.equal(model(x), expected)
+    assert torch.equal(model.as_f32(x), expected.float())
+    assert torch.equal(model.plain(x), 2 * x)
