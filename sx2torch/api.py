@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__
+from sx2torch.version import __version__
 from sx2torch.errors import SourceError
 
 

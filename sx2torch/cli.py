@@ -12,7 +12,8 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import __version__, output
+from sx2torch import output
+from sx2torch.version import __version__
 from sx2torch.tools import check, dump, explain
 from sx2torch.tools import report as report_page
 from sx2torch.compiler import STDIN, TARGETS, Options, compile_module, compile_source

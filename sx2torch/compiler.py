@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Optional
 
-from sx2torch import __version__, format, policy, ranks, resolve, trace
+from sx2torch import format, policy, ranks, resolve, trace
+from sx2torch.version import __version__
 from sx2torch.syntax import read
 from sx2torch.tools import dump, lint
 from sx2torch.emit import build as b
