@@ -206,3 +206,20 @@ def test_many_consts_never_list_the_names_they_could_have_meant(monkeypatch):
     consts = "".join(f"(defconst c{i} (+ c{i - 1} 1))\n" for i in range(1, 300))
     source = "(defconst c0 0)\n" + consts + "(defun forward (x) (* x c299))\n"
     assert "self.c299 = c299\n" in compile_source(source, "consts.lisp")
+
+
+def test_a_huge_docstring_is_read_in_memory_linear_in_it():
+    """Reading it took 150 bytes per character (re's backtracking); now about one."""
+    import tracemalloc
+
+    from sx2torch.syntax import read
+
+    text = '(defun forward (x)\n  "' + "ab" * (1 << 20) + '\\"c"\n  (relu x))\n'
+    tracemalloc.start()
+    try:
+        (defun,) = read.run(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert defun.items[3].value == "ab" * (1 << 20) + '"c'
+    assert peak < 8 * len(text)
