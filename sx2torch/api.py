@@ -64,6 +64,9 @@ def load(path, run: Optional[str] = None, target="cuda"):
             _folder.append(tempfile.TemporaryDirectory(prefix="sx2torch-"))
         file = Path(_folder[0].name) / f"{name}.py"
         file.write_text(code, "utf-8")
+        from sx2torch.runtime import located
+
+        located.sources[str(file)] = str(Path(path).resolve())
         spec = importlib.util.spec_from_file_location(name, file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # so that pickling a model finds its class

@@ -121,7 +121,7 @@ def _head(datum: Datum, what: str) -> str:
 
 def _evaluate(model: Model, datum: Datum) -> Scalar:
     """A compile-time number read in `model`, whose names are known so far."""
-    return scalars.evaluate(datum, model.lookup_const, model.names())
+    return scalars.evaluate(datum, model.lookup_const, model.names)
 
 
 def _describe(datum: Datum) -> str:
@@ -335,7 +335,7 @@ def _init(model: Model, datum: Datum) -> Init:
     args = {}
     for key, item in zip(positional, items[:n]):
         if key == "shape":
-            args[key] = shape(model.lookup_const, item, model.names())
+            args[key] = shape(model.lookup_const, item, model.names)
         else:
             args[key] = _evaluate(model, item)
     keywords = _keywords(items[n:], defaults, head)

@@ -4,6 +4,7 @@ lines, and state_dict keys that no const renames."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -11,6 +12,9 @@ import time
 import pytest
 
 from sx2torch import cli, resolve
+from sx2torch.compiler import compile_source
+from sx2torch.emit import naming
+from sx2torch.syntax.program import Model
 from sx2torch.errors import source_lines
 from sx2torch.tools import explain
 
@@ -177,3 +181,45 @@ def test_no_traceback_from_a_huge_power_in_a_subprocess(tmp_path):
         timeout=60,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
+
+
+def test_a_wide_sum_compiles_to_code_linear_in_its_size():
+    def compiled(n: int) -> str:
+        operands = " ".join(["x"] * n)
+        source = f"(defparam w (normal [4 4]))\n(defun forward (x) (matmul (+ {operands}) w))\n"
+        return compile_source(source, "wide.lisp")
+
+    small, large = compiled(500), compiled(2000)
+    assert len(large) < 4.4 * len(small)
+    names = re.findall(r"^\s+(\w+) = ", large, flags=re.M)
+    assert max(map(len, names)) <= naming.MAX_DERIVED
+
+
+def test_many_consts_never_list_the_names_they_could_have_meant(monkeypatch):
+    """The known names are made only for an undefined name's diagnostic: made for every const
+    read, they made a file of n consts take time as n squared."""
+
+    def listed(model):
+        raise AssertionError("names listed without an error")
+
+    monkeypatch.setattr(Model, "names", listed)
+    consts = "".join(f"(defconst c{i} (+ c{i - 1} 1))\n" for i in range(1, 300))
+    source = "(defconst c0 0)\n" + consts + "(defun forward (x) (* x c299))\n"
+    assert "self.c299 = c299\n" in compile_source(source, "consts.lisp")
+
+
+def test_a_huge_docstring_is_read_in_memory_linear_in_it():
+    """Reading it took 150 bytes per character (re's backtracking); now about one."""
+    import tracemalloc
+
+    from sx2torch.syntax import read
+
+    text = '(defun forward (x)\n  "' + "ab" * (1 << 20) + '\\"c"\n  (relu x))\n'
+    tracemalloc.start()
+    try:
+        (defun,) = read.run(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert defun.items[3].value == "ab" * (1 << 20) + '"c'
+    assert peak < 8 * len(text)

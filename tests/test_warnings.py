@@ -10,6 +10,7 @@ import pytest
 from sx2torch import cli
 from sx2torch.compiler import Options, compile_module, compile_source
 from sx2torch.tools import explain
+from cases import EXAMPLES
 
 DENOISER = """\
 (defconst d 8)
@@ -141,3 +142,19 @@ def test_an_unused_f32_specialization_is_not_explained_as_f32():
 """
     assert "def helper(" in compile_source(source, "m.lisp")
     assert [line["line"] for line in explain.run(source, "m.lisp")["lines"]] == []
+
+
+def test_the_bundled_examples_warn_as_the_readme_says():
+    found = {
+        path.name: [
+            (w.span.line, w.message.split(" ")[0])
+            for w in compile_module(path.read_text(), path.name).warnings
+        ]
+        for path in sorted(EXAMPLES.glob("*.lisp"))
+    }
+    assert {name: warned for name, warned in found.items() if warned} == {
+        "energy.lisp": [(10, "(sum"), (10, "energy")],
+        "llama.lisp": [(12, "'max-position-embeddings'")],
+        "modded-nanogpt-medium.lisp": [(15, "'max-seq-len'")],
+        "modded-nanogpt-simple.lisp": [(10, "'head-dim'")],
+    }

@@ -173,12 +173,13 @@ class MethodEmitter:
         )
 
     def _located(self, statement, node: Node):
-        """With --source-lines, a trailing `# file.lisp:LINE` comment."""
+        """With --source-lines, a trailing `# file.lisp:LINE:COL` comment."""
         if self.ctx.source_lines is None or not isinstance(
             statement, cst.SimpleStatementLine
         ):
             return statement
-        comment = cst.Comment(f"# {self.ctx.source_lines}:{node.span.line}")
+        span = node.span
+        comment = cst.Comment(f"# {self.ctx.source_lines}:{span.line}:{span.col}")
         return statement.with_changes(
             trailing_whitespace=cst.TrailingWhitespace(
                 cst.SimpleWhitespace("  "), comment

@@ -24,6 +24,8 @@ from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.syntax.program import Model, Program
 
+MAX_DERIVED = 40  # characters of a temporary's name made from its input's
+
 
 @dataclass
 class Locals:
@@ -472,7 +474,10 @@ class _LocalNaming:
         source = next(
             (self._label(i) for i in node.inputs if isinstance(i, Node)), None
         )
-        return f"{word}_{source}" if source else word
+        named = f"{word}_{source}" if source else word
+        # Named after a name derived in turn, a chain's names grew with it: the 5,000th sum
+        # of (+ x x ...) had 20,000 characters, and the module grew as the square of the source.
+        return named if len(named) <= MAX_DERIVED else word
 
     def _label(self, node: Node) -> Optional[str]:
         """The name a value is known by: its local's, or its source name, or its first input's."""

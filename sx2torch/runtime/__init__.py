@@ -3,6 +3,7 @@
 from sx2torch.runtime.attention import causal_mask, restrict_mask, window_mask
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
+from sx2torch.runtime.located import install as _show_source_of_errors
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
@@ -44,3 +45,4 @@ __all__ = [
 ]
 
 prepare_compiling()
+_show_source_of_errors()

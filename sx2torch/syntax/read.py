@@ -22,7 +22,9 @@ WHITESPACE = (
 )
 SYMBOL_RE = re.compile(r"[A-Za-z0-9_*+/<>=!?&.%-]+")
 TOKEN_RE = re.compile(r"[^ \t\n\r\f\v()\[\]\";]+")
-STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# Unrolled (no alternation repeated per character): re kept a backtracking entry for each
+# character of a string, 150 bytes each, so an 8 MB docstring took over 1 GB to read.
+STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 NUMBER_RE = re.compile(
     r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 )  # else a symbol: nan, inf, 1_0

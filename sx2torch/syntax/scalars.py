@@ -183,8 +183,10 @@ def negate(operand: Scalar, span) -> Scalar:
 
 
 def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
-    """A datum that must be known when the file compiles; `known`, when given, holds every
-    name defined where it is read, so that an undefined name is reported as such."""
+    """A datum that must be known when the file compiles; `known`, when given, gives every
+    name defined where it is read (called only for an error: a set of every name made for
+    each const read made many consts quadratic), so that an undefined name is reported as such.
+    """
     if isinstance(datum, (Number, Boolean)):
         return Scalar.lit(datum.value)
     if isinstance(datum, Keyword):
@@ -238,6 +240,7 @@ def head_is(datum: Datum, name: str) -> bool:
 def _not_constant(symbol: Symbol, known) -> SourceError:
     name = symbol.name
     number_like = not name[0].isalpha() or name.lower() in ("nan", "inf", "infinity")
+    known = None if known is None else known()
     if known is None or name in known or number_like:
         return SourceError(
             symbol.span,

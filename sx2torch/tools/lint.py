@@ -8,6 +8,7 @@ The compiler prints them (`--warn`); `explain` lists them.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from sx2torch import ranks
@@ -130,11 +131,12 @@ def _useless_out_f32(reached: list):
 
 
 def _unused(data: list):
-    """Consts, model keys and defun &key arguments whose name nothing after them reads."""
+    """Consts, model keys and defun &key arguments whose name no other symbol has."""
     top = [d for d in data if not head_is(d, "defmodel")]
     for scope in [top, *([d] for d in data if head_is(d, "defmodel"))]:
+        symbols = Counter(_symbols(scope))
         for name in _defined(scope):
-            if _uses(scope, name.name, name) == 0:
+            if symbols[name.name] == 1:  # its definition alone
                 yield Finding(
                     name.span, f"'{name.name}' is defined and never read; remove it"
                 )
@@ -164,16 +166,15 @@ def _keys(arguments: List):
         yield from (s for s in names[at + 1 :] if isinstance(s, Symbol))
 
 
-def _uses(scope, name: str, definition: Symbol) -> int:
-    """How many symbols called `name` there are, other than its definition."""
-    count, todo = 0, list(scope)
+def _symbols(scope: list):
+    """The names of every symbol in the data."""
+    todo = list(scope)
     while todo:
         datum = todo.pop()
         if isinstance(datum, Symbol):
-            count += datum.name == name and datum is not definition
+            yield datum.name
         elif isinstance(datum, (List, Vector)):
             todo.extend(datum.items)
-    return count
 
 
 def _item(datum: Datum, index: int):
