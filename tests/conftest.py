@@ -19,6 +19,14 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker takes its share of the cores for torch's threads:
+    two workers of two threads each on two cores wait on each other."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _format_cache(tmp_path_factory):
     """Compiles (in-process and in the CLI's subprocesses) keep black's results in a

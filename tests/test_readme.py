@@ -25,7 +25,9 @@ def section(title: str) -> str:
 
 def test_the_first_commands_install_compile_and_test_leaving_no_file():
     install, test = blocks("sh")[0].splitlines()
-    assert test == "python -m pytest -q"
+    assert test == "python -m pytest -q -n auto --dist loadfile"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test in ci, "CI runs the README's test command"
     *pip, compile_ = install.split(" && ")
     assert pip == ["pip install torch==2.13.0", 'pip install -e ".[test]"']
     command, *args = shlex.split(compile_)

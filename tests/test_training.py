@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bitwise import HeldSums, assert_same
 from cases import lisp
 
 SMALL_GPT = {"vocab": 128, "d": 64}  # the file's defaults are 512 and 128
@@ -77,7 +78,8 @@ def test_rms_mlp_overfits_a_fixed_batch(build, precision, target):
     model = module.RmsMlp()
     assert_master_weights(model, code, target, precision)
     x, labels = mlp_batch()
-    first, last = train(lambda: model.loss(x, labels), model, steps=40, lr=1e-2)
+    # measured on cuda, bf16: 2.35 -> 0.091 after 4 steps
+    first, last = train(lambda: model.loss(x, labels), model, steps=5, lr=1e-2)
     assert last <= 0.6 * first, (first, last)
 
 
@@ -88,7 +90,8 @@ def test_tiny_gpt_overfits_a_fixed_batch(build, target):
     model = module.TinyGpt(**SMALL_GPT)
     assert_master_weights(model, code, target, "bf16")
     idx, targets = gpt_batch()
-    first, last = train(lambda: model.loss(idx, targets), model, steps=40, lr=1e-2)
+    # measured on cuda: 4.85 -> 2.61 after 6 steps, 0.99 after 10
+    first, last = train(lambda: model.loss(idx, targets), model, steps=10, lr=1e-2)
     assert last <= 0.6 * first, (first, last)
 
 
@@ -108,7 +111,9 @@ def perturbed(model_class, **kwargs):
 )
 def test_the_two_targets_compute_the_same_loss(build, name, precision):
     """The held-in-f32 form rounds where native bf16 rounds, so the two targets give
-    the same loss up to summation order (measured here: equal, bit for bit)."""
+    the same loss, bit for bit, once the native module's GEMMs and sums add in the
+    held form's order (bitwise.HeldSums, which checks the host's own bf16 GEMMs
+    against them to the summation-order bound: their order is the host ISA's)."""
     losses = []
     for target in TARGETS:
         module, _ = build(
@@ -116,13 +121,14 @@ def test_the_two_targets_compute_the_same_loss(build, name, precision):
             f"{name}.lisp",
             target=target,
         )
-        if name == "rms-mlp":
-            model = perturbed(module.RmsMlp)
-            losses.append(model.loss(*mlp_batch()))
-        else:
-            model = perturbed(module.TinyGpt, **SMALL_GPT)
-            losses.append(model.loss(*gpt_batch()))
-    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=0)
+        with HeldSums():
+            if name == "rms-mlp":
+                model = perturbed(module.RmsMlp)
+                losses.append(model.loss(*mlp_batch()))
+            else:
+                model = perturbed(module.TinyGpt, **SMALL_GPT)
+                losses.append(model.loss(*gpt_batch()))
+    assert_same(losses[0], losses[1])
 
 
 @pytest.mark.parametrize("target", TARGETS)
