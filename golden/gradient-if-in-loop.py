@@ -15,7 +15,7 @@ class Blk(nn.Module):
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(d, d)))
 
     def forward(self, x):
-        return x if self.d == 4 else x @ self.w.permute(1, 0)
+        return x * x if self.d == 4 else x @ self.w.permute(1, 0)
 
 
 class GradientIfInLoop(nn.Module):
@@ -27,7 +27,7 @@ class GradientIfInLoop(nn.Module):
         x_per_layer = []
         for layer in self.blocks:
             x_per_layer.append(x)
-            x = x if layer.d == 4 else x @ layer.w.permute(1, 0)
+            x = x * x if layer.d == 4 else x @ layer.w.permute(1, 0)
         # (gradient (sum (chain blocks x)) x)
         grad_sum_chain = torch.ones_like(torch.sum(x), dtype=torch.float32)
         # gradient of (chain blocks x)
@@ -36,12 +36,12 @@ class GradientIfInLoop(nn.Module):
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             if layer.d == 4:
-                x_2 = x
+                mul_x = x * x
             else:
                 transpose_w = layer.w.permute(1, 0)
-                x_2 = x @ transpose_w
+                mul_x = x @ transpose_w
             grad_x = (
-                grad_x
+                (grad_x * x).sum_to_size(x.shape) + (grad_x * x).sum_to_size(x.shape)
                 if layer.d == 4
                 else (grad_x @ transpose_w.transpose(-1, -2)).sum_to_size(x.shape)
             )

@@ -111,6 +111,26 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "loss": (Floats((5, 3)), Floats((5, 3))),
     },
     "frozen-params": {"forward": (Floats((4, 8)),)},
+    "frozen-readers": {
+        "f": (Floats((2, 4)),),
+        "f_f32_region": (Floats((2, 4)),),
+        "forward": (Floats((2, 4)),),
+    },
+    "gradient-around-loop": {
+        "forward": (Floats((2, 4)),),
+        "blocks.0.forward": (Floats((2, 4)),),
+    },
+    "gradient-dtype": {
+        "forward": (Floats((3, 4)),),
+        "as_f32": (Floats((3, 4)),),
+        "plain": (Floats((3, 4)),),
+    },
+    "gradient-high": {"forward": (Floats((2, 4)),)},
+    "gradient-if-in-loop": {
+        "forward": (Floats((2, 4)),),
+        "blocks.0.forward": (Floats((2, 4)),),
+    },
+    "zero-d-rules": {"forward": (Floats((2, 4)),)},
     "integer-ids": {
         "forward": (Ids((2, 5), 16),),
         "loss": (Ids((2, 5), 16), Ids((2, 5), 16)),
