@@ -773,7 +773,7 @@ def compile_and_compare(net: torch.nn.Module) -> None:
 
 
 COMPILED = {
-    "gradient-regions": ("forward", "blocks.0.forward_bf16"),
+    "gradient-regions": ("forward", "blocks.0.forward with bf16"),
     "bf16-params": ("forward",),
 }
 
