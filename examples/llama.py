@@ -93,9 +93,9 @@ class LlamaAttention(nn.Module):
         x = x.to(torch.bfloat16)
         q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
         k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
-        split_heads = self.split_heads(self.v_proj(x))
+        split_heads_x = self.split_heads(self.v_proj(x))
         y = F.scaled_dot_product_attention(
-            q, k, split_heads, is_causal=True, enable_gqa=True
+            q, k, split_heads_x, is_causal=True, enable_gqa=True
         )
         transpose_y = y.permute(0, 2, 1, 3)
         return self.o_proj(
@@ -243,9 +243,9 @@ class Llama(nn.Module):
         return self.lm_head(self.model(input_ids))
 
     def loss(self, input_ids, targets):
-        forward = self.forward(input_ids)
-        reshape_forward = forward.reshape(-1, self.vocab_size)
+        forward_input_ids = self.forward(input_ids)
+        reshape_forward_input_ids = forward_input_ids.reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward.float(), reshape_targets)
+            return F.cross_entropy(reshape_forward_input_ids.float(), reshape_targets)

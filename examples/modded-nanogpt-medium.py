@@ -74,7 +74,7 @@ class CausalSelfAttention(nn.Module):
         return torch.cat([x1 * cos + x2 * sin, x1 * -sin + x2 * cos], dim=3)
 
     # rotary for x: bf16, cos: f32, sin: f32
-    def rotary_bf16_f32_f32(self, x, cos, sin):
+    def rotary_bf16(self, x, cos, sin):
         x1 = x[..., : self.head_dim // 2]
         x2 = x[..., self.head_dim // 2 :]
         cos_bf16 = cos.to(torch.bfloat16)
@@ -108,13 +108,9 @@ class CausalSelfAttention(nn.Module):
             linear_x.shape[0], linear_x.shape[1], 3 * self.num_heads, self.head_dim
         )
         slice_qkv = qkv[:, :, : self.num_heads]
-        q = self.rotary_bf16_f32_f32(
-            F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin
-        )
+        q = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
-        k = self.rotary_bf16_f32_f32(
-            F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin
-        )
+        k = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         k = self.offset_keys(k) if key_offset else k
         v = qkv[:, :, 2 * self.num_heads :]
         v = (
@@ -139,7 +135,7 @@ class CausalSelfAttention(nn.Module):
         return F.linear(y, sa_lambdas[1] * qkvo_w_bf16[3 * self.dim :])
 
     # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
-    def forward_bf16_bf16_f32_bf16_bf16(
+    def forward_bf16(
         self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
     ):
         qkvo_w_bf16 = self.qkvo_w.to(torch.bfloat16)
@@ -222,10 +218,10 @@ class Block(nn.Module):
         return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
 
     # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
-    def forward_bf16_bf16_f32_bf16_bf16(
+    def forward_bf16(
         self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
     ):
-        x = x + self.attn.forward_bf16_bf16_f32_bf16_bf16(
+        x = x + self.attn.forward_bf16(
             F.rms_norm(x, (x.size(-1),)),
             ve,
             sa_lambdas,
@@ -365,7 +361,7 @@ class ModdedNanogptMedium(nn.Module):
                     else None
                 )
             )
-            x = block.forward_bf16_bf16_f32_bf16_bf16(
+            x = block.forward_bf16(
                 x,
                 ve,
                 self.scalars[self.num_layers + 2 * i : self.num_layers + 2 * i + 2],
@@ -385,11 +381,11 @@ class ModdedNanogptMedium(nn.Module):
         return 23 * torch.sigmoid((self.lm_head.forward_bf16(x) + 5) / 7.5)
 
     def loss(self, input_seq, target_seq):
-        forward = self.forward(input_seq)
-        reshape_forward = forward.reshape(-1, self.vocab)
+        forward_input_seq = self.forward(input_seq)
+        reshape_forward_input_seq = forward_input_seq.reshape(-1, self.vocab)
         reshape_target_seq = target_seq.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
         with torch.autocast("cuda", enabled=False):
             return F.cross_entropy(
-                reshape_forward.float(), reshape_target_seq, reduction="sum"
+                reshape_forward_input_seq.float(), reshape_target_seq, reduction="sum"
             )

@@ -105,11 +105,11 @@ class AttentionLayer(nn.Module):
         ks = self.rotary(F.rms_norm(reshape_k, (reshape_k.size(-1),)))
         transpose_qs = qs.permute(0, 2, 1, 3)
         transpose_ks = ks.permute(0, 2, 1, 3)
-        heads = self.heads(self.v(x))
+        heads_x = self.heads(self.v(x))
         y = F.scaled_dot_product_attention(
             transpose_qs.to(torch.bfloat16),
             transpose_ks.to(torch.bfloat16),
-            heads,
+            heads_x,
             scale=0.12,
             is_causal=True,
         )
@@ -180,9 +180,11 @@ class ModdedNanogptSimple(nn.Module):
         return 15 * logits * torch.rsqrt(torch.square(logits) + 225)
 
     def loss(self, inputs, targets):
-        forward = self.forward(inputs)
-        reshape_forward = forward.reshape(-1, self.vocab_size)
+        forward_inputs = self.forward(inputs)
+        reshape_forward_inputs = forward_inputs.reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward, reshape_targets, reduction="sum")
+            return F.cross_entropy(
+                reshape_forward_inputs, reshape_targets, reduction="sum"
+            )

@@ -35,7 +35,7 @@ class RmsMlp(nn.Module):
         return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16)
 
     def loss(self, x, labels):
-        forward = self.forward(x)
+        forward_x = self.forward(x)
         # (cross-entropy (forward x) labels)
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(forward, labels)
+            return F.cross_entropy(forward_x, labels)

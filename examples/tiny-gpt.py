@@ -46,10 +46,8 @@ class Block(nn.Module):
                 torch.mean(k_f32 * k_f32, dim=-1, keepdim=True) + 1e-06
             )
         scores = (
-            rms_norm_q
-            @ (k * rsqrt_k.to(torch.bfloat16)).transpose(-2, -1)
-            * rms_norm_q.shape[-1] ** -0.5
-        )
+            rms_norm_q @ (k * rsqrt_k.to(torch.bfloat16)).transpose(-2, -1)
+        ) * rms_norm_q.shape[-1] ** -0.5
         # (causal-attention (rms-norm q) (rms-norm k) v)
         with torch.autocast("cuda", enabled=False):
             weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
@@ -79,7 +77,7 @@ class Block(nn.Module):
             )
         return (
             x
-            + torch.square(torch.relu(x * rsqrt_x.to(torch.bfloat16) @ w_up_bf16))
+            + torch.square(torch.relu((x * rsqrt_x.to(torch.bfloat16)) @ w_up_bf16))
             @ w_down_bf16
         )
 
@@ -120,12 +118,12 @@ class TinyGpt(nn.Module):
             return 15.0 * torch.tanh(logits / 15.0)
 
     def loss(self, idx, targets):
-        forward = self.forward(idx)
-        reshape_forward = forward.reshape(-1, self.vocab)
+        forward_idx = self.forward(idx)
+        reshape_forward_idx = forward_idx.reshape(-1, self.vocab)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward, reshape_targets)
+            return F.cross_entropy(reshape_forward_idx, reshape_targets)
 
 
 if __name__ == "__main__":

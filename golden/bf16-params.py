@@ -32,4 +32,4 @@ class Bf16Params(nn.Module):
     def forward(self, ids):
         head_bf16 = self.head.to(torch.bfloat16)
         scalars_bf16 = self.scalars.to(torch.bfloat16)
-        return self.wte[ids] @ head_bf16 * scalars_bf16[:1]
+        return (self.wte[ids] @ head_bf16) * scalars_bf16[:1]

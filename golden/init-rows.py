@@ -23,4 +23,4 @@ class InitRows(nn.Module):
         self.pairs = nn.Parameter(torch.tensor([0.5, 1.0]).repeat(2 * d))
 
     def forward(self, x):
-        return x @ self.qkvo.permute(1, 0) * self.pairs
+        return (x @ self.qkvo.permute(1, 0)) * self.pairs

@@ -22,9 +22,9 @@ class IntegerIds(nn.Module):
         return table_bf16[ids] @ head_bf16
 
     def loss(self, ids, labels):
-        forward = self.forward(ids)
-        reshape_forward = forward.reshape(-1, self.vocab)
+        forward_ids = self.forward(ids)
+        reshape_forward_ids = forward_ids.reshape(-1, self.vocab)
         reshape_labels = labels.reshape(-1)
         # (cross-entropy (reshape (forward ids) [-1 vocab]) (reshape labels [-1]))
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward.float(), reshape_labels)
+            return F.cross_entropy(reshape_forward_ids.float(), reshape_labels)

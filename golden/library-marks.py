@@ -52,7 +52,7 @@ class LibraryMarks(nn.Module):
         return (a + b + c + d).to(torch.bfloat16) + e + f + g
 
     def loss(self, x, labels):
-        forward = self.forward(x)
+        forward_x = self.forward(x)
         # (cross-entropy (forward x) labels)
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(forward.float(), labels)
+            return F.cross_entropy(forward_x.float(), labels)

@@ -109,11 +109,26 @@ def binop(left: Expr, op: str, right: Expr) -> Expr:
         left, right = at_least(left, ATOM), at_least(right, UNARY)
     else:
         left, right = at_least(left, level), at_least(right, level + 1)
+        left, right = _unmixed(left, op), _unmixed(right, op)
     if op == "**" and _simple_power_operand(left) and _simple_power_operand(right):
         return cst.BinaryOperation(
             left, kind(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE), right
         )
     return cst.BinaryOperation(left, kind(), right)
+
+
+def _unmixed(operand: Expr, op: str) -> Expr:
+    """`(a @ b) * c`, `(x * r) @ w`: `@` beside `*`, `/` or `**` binds alike or tighter
+    by rules a reader must recall, so the operand is parenthesized."""
+    if op not in ("@", "*", "/") or not isinstance(operand, cst.BinaryOperation):
+        return operand
+    if operand.lpar:
+        return operand
+    inner = isinstance(operand.operator, cst.MatrixMultiply)
+    other = isinstance(operand.operator, (cst.Multiply, cst.Divide, cst.Power))
+    return (
+        parens(operand) if (op == "@" and other) or (op != "@" and inner) else operand
+    )
 
 
 def _simple_power_operand(node: Expr) -> bool:

@@ -324,12 +324,16 @@ def defuns(lowered: Lowered) -> dict:
 
 
 def _suffix(typed: Typed) -> str:
-    tags = [s.name if is_param(s) else s for s in typed.signature]
+    """`bf16` where an argument is bf16, else `f32`; `island` or `region` for a call in a
+    with-numerics form. Never the signature spelled out: two specializations of one
+    dtype are numbered (`ln_bf16`, `ln_bf16_2`)."""
+    floats = {str(s) for s in typed.signature if not is_param(s)}
+    tags = ["bf16" if "bf16" in floats else "f32"]
     if typed.ambient == ISLAND:
         tags.append("island")
     elif typed.ambient == REGION:
         tags.append("region")
-    return "_".join(tags) or "specialized"
+    return "_".join(tags)
 
 
 class _LocalNaming:
@@ -461,7 +465,9 @@ class _LocalNaming:
         return name
 
     def _temporary_name(self, node: Node) -> str:
-        if node.kind in CALLS:
+        if node.kind is Kind.CALL:
+            return self._call_name(node)
+        if node.kind in CALLS:  # a sub-model's: named as its attribute
             return node.attrs["target"]
         if node.kind is Kind.IF:  # named as the value its first branch gives
             given = next(
@@ -478,6 +484,18 @@ class _LocalNaming:
         # Named after a name derived in turn, a chain's names grew with it: the 5,000th sum
         # of (+ x x ...) had 20,000 characters, and the module grew as the square of the source.
         return named if len(named) <= MAX_DERIVED else word
+
+    def _call_name(self, node: Node) -> str:
+        """A method call's value is named as the callee names what it returns, else after
+        the callee and its first argument (`forward_idx`): never the method's own name.
+        """
+        returned = self.layout.typed.callee[node].graph.output
+        if isinstance(returned, Node) and returned.name is not None:
+            return returned.name
+        source = next(
+            (self._label(i) for i in node.inputs if isinstance(i, Node)), None
+        )
+        return f"{node.attrs['target']}_{source or 'out'}"
 
     def _label(self, node: Node) -> Optional[str]:
         """The name a value is known by: its local's, or its source name, or its first input's."""

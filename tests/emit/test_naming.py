@@ -226,3 +226,17 @@ def test_a_sub_model_called_only_with_bf16_is_one_method_casting_at_entry(build)
     expected = h + torch.relu(h @ net.b.w.to(bf16))
     assert torch.equal(net(x), expected) and net(x).dtype == bf16
     assert torch.equal(net.b(x), net.b(x.to(bf16)))
+
+
+def test_mixed_matmul_and_products_are_parenthesized_and_no_local_is_a_method(build):
+    module, code = build(
+        """
+(defparam w (normal [4 4]))
+(defun forward (x) (* (matmul (* x 2.0) w) 3.0))
+(defun loss (x) (sum (reshape (forward x) [-1])))
+""",
+    )
+    assert "return ((x * 2.0) @ self.w) * 3.0" in code
+    assert "forward_x = self.forward(x)" in code and "forward =" not in code
+    net, x = module.Model(), torch.randn(3, 4)
+    assert torch.equal(net(x), ((x * 2.0) @ net.w) * 3.0)

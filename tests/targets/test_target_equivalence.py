@@ -760,7 +760,7 @@ def compile_and_compare(net: torch.nn.Module) -> None:
         assert explanation.graph_count == 1
 
     def both(x, labels):
-        return net(x), net.loss(x, labels), net.rms_norm_star_bf16(torch.relu(x))
+        return net(x), net.loss(x, labels), net.rms_norm_star(torch.relu(x))
 
     compiled = torch.compile(both, fullgraph=True)
     with torch.no_grad():
@@ -777,7 +777,7 @@ def compile_and_compare(net: torch.nn.Module) -> None:
 
 
 COMPILED = {
-    "gradient-regions": ("forward", "blocks.0.forward_bf16"),
+    "gradient-regions": ("forward", "blocks.0.forward with bf16"),
     "bf16-params": ("forward",),
 }
 
