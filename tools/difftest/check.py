@@ -178,7 +178,7 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
             out.note("value", where, *_close(got, want, exact, out.bound))
-    first, *others = list(results)
+    first, *others = list(results) or [None]
     for target in others:
         # exact only where the data make results exact: torch's bf16 rsqrt on a CPU
         # tensor of 8 is not f32 rsqrt rounded (1,956 of 8,192 inputs differ by an ulp)
