@@ -16,8 +16,8 @@ class AttentionMask(nn.Module):
         return attention_mask.reshape(2, 1, 1, 5) > 0.5
 
     def padded(self, q, k, v, attention_mask):
-        keep = self.keep(attention_mask)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        keep_attention_mask = self.keep(attention_mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_attention_mask)
 
     def causal(self, q, k, v, attention_mask):
         where_attention_mask = torch.where(
@@ -36,12 +36,14 @@ class AttentionMask(nn.Module):
         )
 
     def windowed(self, q, k, v, attention_mask):
-        keep = self.keep(attention_mask)
+        keep_attention_mask = self.keep(attention_mask)
         return F.scaled_dot_product_attention(
             q,
             k,
             v,
-            attn_mask=sx.restrict_mask(keep, sx.window_mask(q.shape[-2], 2, q.device)),
+            attn_mask=sx.restrict_mask(
+                keep_attention_mask, sx.window_mask(q.shape[-2], 2, q.device)
+            ),
         )
 
     def forward(self, q, k, v, attention_mask):

@@ -27,14 +27,13 @@ HOSTILE = (
     "(defparam self (normal [class import] :std 0.1))\n"
     "(defparam torch (zeros [import]))\n"
     "(defparam w-1 (ones [import]))\n"
-    "(defparam w_1 (ones [import]))\n"
     "(defparam float (ones [import]))\n"
     "(defun lambda (__import__ os.system)\n"
     f"  \"{Q * 3}; import os; os.system('touch pwned'); {Q * 3} \\\\ NUL:\x00 LS:\u2028 CR:\r ''' {{}} %s\"\n"
     "  (let ((print (matmul __import__ self))\n"
     "        (exec (+ print torch))\n"
     "        (eval (* exec os.system)))\n"
-    "    (+ eval w-1 w_1 float)))\n"
+    "    (+ eval w-1 float)))\n"
     "(defun to (x-y x_y)\n"
     "  (- x-y x_y))\n"
     "(defun super (F nn sx)\n"
@@ -188,8 +187,8 @@ def test_docstrings_keep_their_text(compiled, name):
 
 def test_names_are_renamed_predictably(compiled):
     code = compiled["hostile.lisp"][1]
-    for renamed in ["class_=3", "import_=3", "training_=1", "self.self_ =", "self.torch_ =", "self.w_1 =",
-                    "self.w_1_2 =", "self.float_ =", "def lambda_(self, v__import__, os_dotsystem):",
+    for renamed in ["class_=3", "import_=3", "training_=1", "self.self =", "self.torch =", "self.w_1 =",
+                    'self._parameters["float"]', "def lambda_(self, v__import__, os_dotsystem):",
                     "def to_(self, x_y, x_y_2):", "def super_(self, F_, nn_, sx_):", "print_ =", "exec_ =",
                     "eval_ =", "v__class__ ="]:  # fmt: skip
         assert renamed in code
@@ -221,10 +220,10 @@ def test_hostile_modules_only_define_their_classes(compiled, tmp_path):
         assert got["names"] == sorted(["torch", "nn", "F", "sx", *got["all"]]), path
     hostile = results[paths[0]]
     assert hostile["all"] == ["Hostile"]
-    assert hostile["state"] == ["float_", "self_", "torch_", "w_1", "w_1_2"]
+    assert hostile["state"] == ["float", "self", "torch", "w_1"]
     sub_models = results[paths[1]]
     assert sub_models["all"] == ["F_", "F__2", "Torch", "VImport", "Sx"]
-    assert sub_models["state"] == ["F_.eval_", "nn_.nn_"]
+    assert sub_models["state"] == ["F.eval", "nn.nn"]
 
 
 def test_no_builtin_is_shadowed_at_module_level(compiled):

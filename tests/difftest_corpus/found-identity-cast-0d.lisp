@@ -3,7 +3,6 @@
 ;; 0-d element; casting it to bf16 changes nothing, so beside the f32 input x it decides no
 ;; dtype and the minimum is f32.
 ;; found: dtype cuda:forward: got torch.bfloat16 (2, 4), want torch.float32 (2, 4)
-;; known: issue 26's known miscompile 3, an identity cast of a 0-d element changes the result's dtype (fix pending on the compiler helper's branch)
 (defconst d 4)
 (defparam v (normal [d]) :dtype :bf16)
 (defun forward (x ids) (minimum x (cast (at v 0) :bf16)))
