@@ -70,7 +70,7 @@ class Kind(Enum):
     CAST = "cast"  # an explicit conversion, `(cast x :bf16)`
     IF = "if"  # two regions, one run, on a condition known when the module runs
     FOR = "for"  # one region run for each layer of a stack, carrying values
-    ITEM = "item"  # one carried value of a `for`, after the loop
+    ITEM = "item"  # one carried value of a `for` after the loop, or one value of a call
 
 
 CALLS = (Kind.CALL, Kind.SUBMODEL)
@@ -131,8 +131,19 @@ class Graph:
     keys: list  # [(name, Scalar default)]
     doc: Optional[str]
     nodes: list = field(default_factory=list)
-    output: Optional[Operand] = None
+    # the value it returns, or a tuple of them where its body ends in a vector `[a b]`
+    output: Union[Operand, tuple, None] = None
     span: Optional[Span] = None
+
+    @property
+    def arity(self) -> int:
+        return len(self.output) if isinstance(self.output, tuple) else 1
+
+
+def outputs(graph: Graph) -> list:
+    """The values a graph returns, in order."""
+    out = graph.output
+    return list(out) if isinstance(out, tuple) else [out]
 
 
 def walk(nodes: list):
@@ -154,7 +165,7 @@ def verify(graph: Graph, known_ops) -> None:
     branch of an earlier IF of the same block on the same condition (the backward of an
     IF reads what its forward branch made, as Python's flat scope lets it); every op is
     known; the output is one of the graph's values."""
-    _verify_block(graph.nodes, [graph.output], set(graph.inputs), known_ops)
+    _verify_block(graph.nodes, outputs(graph), set(graph.inputs), known_ops)
 
 
 def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:

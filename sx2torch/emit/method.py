@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from sx2torch.emit import build as b
-from sx2torch.emit.layout import RETURN, TOP, Layout
+from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.naming import Locals, Naming
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, Kind, Node, Scalar
@@ -47,19 +47,17 @@ class MethodEmitter:
         statements: list = self._hoists(TOP, ())
         statements += self._block(self.graph.nodes)
         output = self.graph.output
-        if (
-            isinstance(output, Node)
-            and output not in self.layout.named
-            and output.kind not in (Kind.INPUT, Kind.PARAM, Kind.ITEM)
-        ):
-            path = self.layout.path(output)
+        several = isinstance(output, tuple)
+        one = returns_expression(self.layout) and not several
+        # one value computed is returned in its block; several are returned outside any
+        path = self.layout.path(output) if one else ()
+        if returns_expression(self.layout):
             statements += self._hoists(RETURN, path)
-            returned = cst.SimpleStatementLine([cst.Return(self.expr(output))])
-            statements.append((path, self._located(returned, output)))
-        else:
-            statements.append(
-                ((), cst.SimpleStatementLine([cst.Return(self.ref(output))]))
-            )
+        value = (
+            _bare_tuple([self.ref(o) for o in output]) if several else self.ref(output)
+        )
+        returned = cst.SimpleStatementLine([cst.Return(value)])
+        statements.append((path, self._located(returned, output) if one else returned))
         return _nest(statements, self.ctx.target.device)
 
     def _block(self, nodes: list) -> list:
@@ -88,6 +86,9 @@ class MethodEmitter:
             statements = self._for(node)
         elif self.layout.compound(node, self.layout.named):
             statements = [self._if(node)]
+        elif node in self.locals.unpacked:
+            names = [b.name(n) for n in self.locals.unpacked[node]]
+            statements = [_assign_all(_bare_tuple(names), self.expr(node))]
         else:
             statements = [_assign(self._target(node), self.expr(node))]
         statements += [
@@ -313,15 +314,21 @@ def _stores(stores: list) -> list:
     ]
     if len(stores) <= 1:
         return [_assign(name, value) for name, value in stores]
-    targets = cst.Tuple([cst.Element(b.name(n)) for n, _ in stores], lpar=[], rpar=[])
-    values = cst.Tuple([cst.Element(v) for _, v in stores], lpar=[], rpar=[])
-    return [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(targets)], values)])]
+    targets = _bare_tuple([b.name(n) for n, _ in stores])
+    return [_assign_all(targets, _bare_tuple([v for _, v in stores]))]
+
+
+def _bare_tuple(items: list) -> cst.Tuple:
+    """`a, b`, as an assignment's target or value."""
+    return cst.Tuple([cst.Element(i) for i in items], lpar=[], rpar=[])
 
 
 def _assign(name: str, value: b.Expr) -> cst.SimpleStatementLine:
-    return cst.SimpleStatementLine(
-        [cst.Assign([cst.AssignTarget(b.name(name))], value)]
-    )
+    return _assign_all(b.name(name), value)
+
+
+def _assign_all(target, value: b.Expr) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
 
 
 def _nest(statements: list, device: str) -> list:

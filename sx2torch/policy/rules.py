@@ -65,8 +65,11 @@ class Typed:
         return self.graph.model
 
     @property
-    def output_dtype(self) -> Optional[str]:
+    def output_dtype(self):
+        """Its value's dtype; a tuple of them where it returns several values."""
         out = self.graph.output
+        if isinstance(out, tuple):
+            return tuple(self.dtype[o] for o in out)
         return self.dtype[out] if isinstance(out, Node) else None
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 from sx2torch.errors import Span
 from sx2torch.ir import Scalar
-from sx2torch.syntax.read import Datum, Symbol
+from sx2torch.syntax.read import Datum, List, Symbol, Vector
 
 PRECISIONS = ("f32", "bf16")
 RUN_KEYS = (
@@ -81,6 +81,21 @@ class Defun:
     span: Span
     # a top-level defun a sub-model calls, copied into it: it sees only its arguments
     shared: bool = False
+
+    @property
+    def arity(self) -> int:
+        """How many values it returns: several where its body ends in a vector `[a b]`,
+        possibly at the end of a `let` (known before it is traced, so a call can bind them).
+        """
+        last = self.body[-1]
+        while (
+            isinstance(last, List)
+            and len(last.items) > 2
+            and isinstance(last.items[0], Symbol)
+            and last.items[0].name == "let"
+        ):
+            last = last.items[-1]
+        return len(last.items) if isinstance(last, Vector) else 1
 
 
 @dataclass

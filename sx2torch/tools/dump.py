@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
-from sx2torch.ir import Graph, Node, Scalar
+from sx2torch.ir import Graph, Node, Scalar, outputs
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.program import Init
 
@@ -59,7 +59,7 @@ def graph(g: Graph, typed: Typed = None) -> str:
         head += f" : ({', '.join(typed.signature)}){ambient}"
     lines = [head]
     _block(g.nodes, ids, typed, "  ", lines)
-    lines.append(f"  return {_operand(g.output, ids)}")
+    lines.append(f"  return {', '.join(_operand(o, ids) for o in outputs(g))}")
     return "\n".join(lines) + "\n"
 
 

@@ -67,6 +67,23 @@ class Builder:
         self.nodes.append(node)
         return node
 
+    def items(self, node: Node, count: int) -> list:
+        """The ITEM nodes that read the values of a FOR, or of a call giving several."""
+        return [
+            self.add(
+                Node(
+                    Kind.ITEM,
+                    None,
+                    (node,),
+                    {"index": k},
+                    node.span,
+                    node.form,
+                    self.frames,
+                )
+            )
+            for k in range(count)
+        ]
+
     @contextmanager
     def region(self, region: Region):
         """Nodes made inside go to `region`."""
