@@ -28,7 +28,7 @@ from sx2torch.syntax.program import (
     Run,
     Program,
 )
-from sx2torch.ir import Scalar
+from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.syntax.read import (
     Boolean,
     Datum,
@@ -357,7 +357,7 @@ def _with_index(model: Model, index: Optional[Symbol]) -> Model:
         return model
     seen = Model(model.name, model.span, None, dict(model.consts), model.params)
     seen.consts[index.name] = Const(
-        index.name, Scalar("layer", (index.name,), 0), index.span
+        index.name, Scalar(ScalarOp.LAYER, (index.name,), 0), index.span
     )
     return seen
 

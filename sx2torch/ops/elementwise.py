@@ -10,7 +10,7 @@ from dataclasses import replace
 from sx2torch.emit import build as b
 from sx2torch.ir import Node, Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import BROADCAST
+from sx2torch.ops.rank import BROADCAST, known
 
 X, Y = Arg("x"), Arg("y")
 HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
@@ -56,7 +56,7 @@ def _scales_by_a_power_of_two(operands: tuple) -> bool:
     overflows exactly where bf16 does. (A k below 0 can make a subnormal that needs more
     bits than bf16 has.)"""
     for scale in operands:
-        value = scale.value if isinstance(scale, Scalar) and scale.op == "lit" else None
+        value = known(scale) if isinstance(scale, Scalar) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
             mantissa, exponent = math.frexp(abs(value))
             if mantissa == 0.5 and exponent >= 1:

@@ -9,6 +9,7 @@ from sx2torch.syntax import scalars
 from sx2torch.trace.builder import default
 from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
+from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import ArgKind, Op, Result
 from sx2torch.syntax.read import Datum, Keyword, List, String, Vector, shown
 
@@ -91,7 +92,7 @@ def _argument(t, spec, item: Datum, env: dict, what: str):
     value = _value_of(t, spec.kind, item, env, what)
     scalars_given = value if isinstance(value, tuple) else (value,)
     if spec.static and any(
-        isinstance(s, Scalar) and s.op != "lit" for s in scalars_given
+        isinstance(s, Scalar) and s.op is not ScalarOp.LIT for s in scalars_given
     ):
         literal = "true or false" if spec.kind is ArgKind.BOOL else "numbers"
         raise SourceError(

@@ -86,8 +86,9 @@ class Builder:
     def _fold(self, name: str, inputs: list) -> Scalar:
         if name in ("-", "neg") and len(inputs) == 1:
             return scalars.negate(inputs[0], self.datum.span)
-        python_op = scalars.ARITHMETIC.get(name, (name,))[0]
-        return scalars.fold(python_op, inputs[0], inputs[1], self.datum.span)
+        return scalars.fold(
+            scalars.ARITHMETIC[name], inputs[0], inputs[1], self.datum.span
+        )
 
     @contextmanager
     def library_island(self):
