@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
 from sx2torch.emit.names import mangle
 from sx2torch.errors import SourceError, Span
@@ -179,30 +180,9 @@ def _arity(datum: List, low: int, high: Optional[int], usage: str) -> None:
         raise SourceError(datum.span, f"wrong number of arguments: expected {usage}")
 
 
-def _keywords(items: tuple, allowed: dict, where: str) -> dict:
+def _keywords(items: tuple, allowed, where: str) -> dict:
     """`:key value` pairs -> {key: Datum}, rejecting unknown and repeated keys."""
-    found: dict[str, Datum] = {}
-    for at in range(0, len(items), 2):
-        key = items[at]
-        if not isinstance(key, Keyword):
-            raise SourceError(
-                key.span,
-                f"expected a keyword such as :{next(iter(allowed), 'key')}, got {_describe(key)}",
-            )
-        if at + 1 == len(items):
-            raise SourceError(
-                key.span, f"keyword :{key.name} without a value in {where}"
-            )
-        value = items[at + 1]
-        if key.name not in allowed:
-            known = ", ".join(f":{k}" for k in allowed) or "none"
-            raise SourceError(
-                key.span, f"unknown keyword :{key.name} in {where} (known: {known})"
-            )
-        if key.name in found:
-            raise SourceError(key.span, f":{key.name} given twice")
-        found[key.name] = value
-    return found
+    return keyword_args.keywords(items, keyword_args.form(where, allowed))
 
 
 def _choice(datum: Datum, choices: tuple, what: str) -> str:

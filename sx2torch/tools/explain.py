@@ -18,7 +18,7 @@ from sx2torch.tools import lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
-from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
+from sx2torch.ir import ISLAND, Kind, Node, walk
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
 
