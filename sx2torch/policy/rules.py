@@ -366,7 +366,7 @@ class _Policy:
             out = DType.BOOL
         elif op.result is Result.INT:
             out = DType.INT
-        elif op.result in (Result.KEEP, Result.ARITH) and not floats:
+        elif op.result is Result.KEEP and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.
             data = [
@@ -377,9 +377,10 @@ class _Policy:
             out = data[0] if data else compute
         else:
             out = compute
-        if node.attrs.get("out") == DType.F32:
-            out = DType.F32
-            if compute == DType.BF16:
+        chosen = op.out_dtype(node.attrs) if op.out_dtype else None
+        if chosen is not None:
+            out = chosen
+            if compute == DType.BF16 and chosen == DType.F32:
                 reason = Reason(Why.OUT_F32)
         typed.compute[node] = compute
         typed.dtype[node] = out
@@ -532,10 +533,7 @@ def _origins(operand, graph: Graph) -> set:
             continue
         if node.kind is Kind.INPUT:
             found.add(node)
-        elif node.kind is Kind.OP and REGISTRY[node.op].result in (
-            Result.KEEP,
-            Result.ARITH,
-        ):
+        elif node.kind is Kind.OP and REGISTRY[node.op].result is Result.KEEP:
             op = REGISTRY[node.op]
             pending.extend(
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS

@@ -207,9 +207,9 @@ def _literal(arg) -> bool:
     return arg.op is ScalarOp.LIT
 
 
-def compare(op: str, left: Scalar, right: Scalar, span) -> Scalar:
+def compare(op: str, operands: list, span) -> Scalar:
     """A comparison of numbers known when the module runs: a condition for `if`."""
-    comparison = COMPARISONS[op]
+    comparison, (left, right) = COMPARISONS[op], operands
     for operand in (left, right):
         if not _is_number(operand.value):
             raise SourceError(
@@ -315,6 +315,13 @@ def function(name: str, operands: list, span) -> Scalar:
     return Scalar.lit(value)
 
 
+def arithmetic(op: ScalarOp, operands: list, span) -> Scalar:
+    """An arithmetic op of the library on two numbers, or a negation (`-` of one)."""
+    if op is ScalarOp.NEG or len(operands) == 1:
+        return negate(operands[0], span)
+    return fold(op, *operands, span)
+
+
 def negate(operand: Scalar, span) -> Scalar:
     if not _is_number(operand.value):
         raise SourceError(
@@ -361,7 +368,7 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
                 result = fold(ARITHMETIC[head], result, operand, datum.span)
             return result
         if head in COMPARISONS and len(operands) == 2:
-            return compare(head, *operands, datum.span)
+            return compare(head, operands, datum.span)
         if head == "if" and len(operands) == 3:
             return choose(*operands, datum.span)
         if head in ("and", "or", "not") and operands:

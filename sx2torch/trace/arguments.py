@@ -9,7 +9,7 @@ from sx2torch.trace.builder import default
 from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
 from sx2torch.syntax.scalars import ScalarOp
-from sx2torch.ops import ArgKind, Op, Result
+from sx2torch.ops import ArgKind, Op
 from sx2torch.syntax.read import Datum, Keyword, List, String, Vector, shown
 
 SCALAR_KINDS = {
@@ -51,16 +51,8 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
     }
     for spec in op.keys:
         attrs[spec.name] = given.get(spec.name, default(spec.default))
-    if (
-        op.result is Result.BOOL
-        and inputs
-        and all(isinstance(i, Scalar) for i in inputs)
-    ):
-        return scalars.compare(op.name, *inputs, datum.span)
     only_numbers = inputs and all(isinstance(i, Scalar) for i in inputs)
-    if only_numbers and (op.name in scalars.FUNCTIONS or op.name == "pow"):
-        return scalars.function(op.name, inputs, datum.span)
-    if op.result is not Result.ARITH and only_numbers:
+    if only_numbers and op.numbers is None:
         raise SourceError(
             datum.span,
             f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
