@@ -13,27 +13,10 @@ from enum import Enum
 from typing import Optional, Union
 
 from sx2torch.errors import Span
+from sx2torch.syntax.scalars import Scalar
 
 ISLAND = "island"  # (with-numerics (:sensitivity :high) ...): f32
 REGION = "region"  # (with-numerics (:precision :bf16) ...): bf16
-
-
-@dataclass(frozen=True)
-class Scalar:
-    """A compile-time number: a literal, a const, a defun's &key argument, or arithmetic.
-
-    `value` is its value with every const and key at its default; `op` is "lit",
-    "const", "key" or a Python operator, `args` the literal, the name or operands
-    (two or more: a left fold, `(+ k 1 1)` is Scalar("+", (k, 1, 1))).
-    """
-
-    op: str
-    args: tuple
-    value: Union[int, float, bool, str]
-
-    @staticmethod
-    def lit(value: Union[int, float, bool, str]) -> "Scalar":
-        return Scalar("lit", (value,), value)
 
 
 @dataclass(frozen=True)

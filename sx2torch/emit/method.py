@@ -15,6 +15,8 @@ from sx2torch.ir import ISLAND, Kind, Node, Scalar
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.policy import Typed
 from sx2torch.policy.rules import output_dtype
+from sx2torch.syntax import scalars
+from sx2torch.syntax.scalars import ScalarOp
 
 
 @dataclass
@@ -231,8 +233,8 @@ class MethodEmitter:
         if node.kind is Kind.CAST:
             return self.read(node, 0)
         if node.kind is Kind.IF:
-            return b.scalar_operation(
-                "if",
+            return scalars.python(
+                ScalarOp.IF,
                 (node.attrs["condition"], 0, 1),
                 lambda a: (
                     self.scalar(a)
@@ -284,21 +286,21 @@ class MethodEmitter:
         return node
 
     def scalar(self, scalar: Scalar) -> b.Expr:
-        if scalar.op == "lit":
+        if scalar.op is ScalarOp.LIT:
             return b.number(scalar.value)
-        if scalar.op == "const":
+        if scalar.op is ScalarOp.CONST:
             return self.member(*scalar.args)
-        if scalar.op == "key":
+        if scalar.op is ScalarOp.KEY:
             return b.name(self.locals.keys[scalar.args[0]])
-        if scalar.op == "index":
+        if scalar.op is ScalarOp.INDEX:
             return b.name(self.locals.loops[scalar.args[0]][0])
-        return b.scalar_operation(scalar.op, scalar.args, self.scalar)
+        return scalars.python(scalar.op, scalar.args, self.scalar)
 
 
 def _value(value):
     """What emission may decide from: a literal's value, never a const's or a key's default."""
     if isinstance(value, Scalar):
-        return value.value if value.op == "lit" else SYMBOLIC
+        return value.value if value.op is ScalarOp.LIT else SYMBOLIC
     if isinstance(value, tuple):
         return tuple(_value(v) for v in value)
     return value

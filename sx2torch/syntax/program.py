@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sx2torch.errors import Span
-from sx2torch.ir import Scalar
+from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.syntax.read import Datum, List, Symbol, Vector
 
 PRECISIONS = ("f32", "bf16")
@@ -110,9 +110,9 @@ class Model:
 
     def lookup_const(self, name: str) -> Optional[Scalar]:
         const = self.consts.get(name)
-        if const and const.value.op == "layer":
+        if const and const.value.op is ScalarOp.LAYER:
             return const.value
-        return Scalar("const", (name,), const.value.value) if const else None
+        return Scalar(ScalarOp.CONST, (name,), const.value.value) if const else None
 
     def names(self) -> set:
         """The names defined so far in this model."""

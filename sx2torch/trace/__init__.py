@@ -32,6 +32,7 @@ from sx2torch.syntax.read import (
     shown,
 )
 from sx2torch.syntax.program import Defun, Model, Program
+from sx2torch.syntax.scalars import ScalarOp
 
 HINTS = {  # forms from other Lisps, and what to write instead
     "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
@@ -66,7 +67,7 @@ class Tracer(Caller):
         self.param_reads: dict[tuple, Node] = {}
         self.keys = {
             symbol.name: Scalar(
-                "key",
+                ScalarOp.KEY,
                 (symbol.name,),
                 scalars.evaluate(default, model.lookup_const).value,
             )
@@ -221,7 +222,7 @@ class Tracer(Caller):
             return scalar
         through = (self.loop,) if self.loop else ()
         return Scalar(
-            "const", (name, self.via, self.model.name, *through), scalar.value
+            ScalarOp.CONST, (name, self.via, self.model.name, *through), scalar.value
         )
 
     def form(self, datum: List, env: dict) -> Operand:

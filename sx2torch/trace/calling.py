@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from sx2torch.syntax import scalars
 from sx2torch.trace import calls
-from sx2torch.trace.arguments import split, unknown_keyword
+from sx2torch.syntax import keywords as keyword_args
 from sx2torch.trace.builder import Builder
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar
@@ -159,7 +159,10 @@ class Caller(Builder):
         return node if callee.arity == 1 else tuple(self.items(node, callee.arity))
 
     def arguments(self, callee: Defun, datum: List, env: dict) -> tuple:
-        positional, keywords = split(datum.items[1:])
+        allowed = sorted(symbol.name for symbol, _ in callee.keys)
+        positional, keywords = keyword_args.split(
+            datum.items[1:], keyword_args.call(callee.name, allowed)
+        )
         if len(positional) != len(callee.args):
             usage = " ".join([datum.items[0].name] + [a.name for a in callee.args])
             raise SourceError(
@@ -174,12 +177,5 @@ class Caller(Builder):
                     item.span, "pass numbers to a defun as &key arguments"
                 )
             inputs.append(operand)
-        allowed = {symbol.name for symbol, _ in callee.keys}
-        keys = {}
-        for key, value in keywords:
-            if key.name not in allowed:
-                raise unknown_keyword(key, callee.name, sorted(allowed))
-            if key.name in keys:
-                raise SourceError(key.span, f":{key.name} given twice")
-            keys[key.name] = self.scalar(value, env)
+        keys = {key: self.scalar(value, env) for key, value in keywords.items()}
         return inputs, keys

@@ -23,6 +23,7 @@ from sx2torch.ir import (
     Scalar,
 )
 from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.scalars import ScalarOp
 
 
 def let(t, datum: List, env: dict, tail=None) -> Operand:
@@ -218,7 +219,7 @@ def for_(t, datum: List, env: dict) -> Operand:
         inner.update(zip((name for name, _ in carried), inputs))
         inner[layer.name] = Layer(stack.name, loop)
         if index is not None:
-            inner[index.name] = Scalar("index", (loop,), 0)
+            inner[index.name] = Scalar(ScalarOp.INDEX, (loop,), 0)
         *forms, last = items[3:]
         t.body(tuple(forms), inner)
         return next_values(last, inner)
@@ -254,7 +255,8 @@ def if_(t, datum: List, env: dict) -> Operand:
             "if needs a condition known when the module runs (consts, &key arguments, "
             "the layer index); to choose between tensors elementwise, use (where C X Y)",
         )
-    if condition.op == "lit":  # written in the source: nothing a caller can change
+    # written in the source: nothing a caller can change
+    if condition.op is ScalarOp.LIT:
         return t.expr(datum.items[2 if condition.value else 3], env)
     regions = (Region([]), Region([]))
     values = []
