@@ -270,30 +270,7 @@ def _check_size(init: Init, datum: Datum) -> None:
 def _init(model: Model, datum: Datum) -> Init:
     head = _head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
-        _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
-        size, index = datum.items[1], None
-        if isinstance(size, List) and len(size.items) == 2:  # (stack (i N) ...)
-            index = _symbol(size.items[0], "the layer index's name")
-            size = size.items[1]
-        count = scalars.expect_int(
-            _evaluate(model, size),
-            size.span,
-            "a stack size",
-        )
-        if count.value < 0:
-            raise SourceError(
-                datum.items[1].span,
-                f"a stack size must not be negative, got {count.value}",
-            )
-        inner = _init(_with_index(model, index), datum.items[2])
-        if inner.kind != "model":
-            raise SourceError(
-                datum.items[2].span,
-                "stack takes a sub-model instance, such as (block :d d)",
-            )
-        return Init(
-            "stack", inner.args, inner.model, count, inner.span, index and index.name
-        )
+        return _stack(model, datum)
     if head == "concat":
         return _concat(model, datum)
     if head == "tensor":
@@ -329,6 +306,35 @@ def _init(model: Model, datum: Datum) -> Init:
         args["shape"] = (args["n"],)
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
+
+
+def _stack(model: Model, datum: List) -> Init:
+    """`(stack N (MODEL :k v ...))`, or `(stack (i N) ...)` whose instances read the layer
+    index `i`."""
+    _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
+    size, index = datum.items[1], None
+    if isinstance(size, List) and len(size.items) == 2:  # (stack (i N) ...)
+        index = _symbol(size.items[0], "the layer index's name")
+        size = size.items[1]
+    count = scalars.expect_int(
+        _evaluate(model, size),
+        size.span,
+        "a stack size",
+    )
+    if count.value < 0:
+        raise SourceError(
+            datum.items[1].span,
+            f"a stack size must not be negative, got {count.value}",
+        )
+    inner = _init(_with_index(model, index), datum.items[2])
+    if inner.kind != "model":
+        raise SourceError(
+            datum.items[2].span,
+            "stack takes a sub-model instance, such as (block :d d)",
+        )
+    return Init(
+        "stack", inner.args, inner.model, count, inner.span, index and index.name
+    )
 
 
 def _with_index(model: Model, index: Optional[Symbol]) -> Model:

@@ -191,7 +191,7 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         for defun in model.defuns
     }
     # after the public methods, which read parameters too
-    storage = policy.storage(list(policy.order))
+    storage = _storage(program, list(policy.order))
     return Lowered(precision, list(policy.order), storage, natural)
 
 
@@ -415,44 +415,43 @@ class _Policy:
             and self.program.model(dtype.model).params[dtype.name].numerics_high
         )
 
-    def storage(self, used: list) -> dict:
-        """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
-        one is stored in the dtype every reader reads (6.7)."""
-        readers: dict = {}
-        for typed in used:
-            for node in walk(typed.graph.nodes):
-                if node.kind in CALLS or node.kind is Kind.CAST:
-                    continue
-                for index, operand in enumerate(node.inputs):
-                    dtype = (
-                        typed.dtype.get(operand) if isinstance(operand, Node) else None
-                    )
-                    if is_param(dtype):
-                        read_as = (
-                            typed.dtype[node][index]  # a loop's initial value, carried
-                            if node.kind is Kind.FOR
-                            else typed.compute[node]
-                        )
-                        readers.setdefault(_key(dtype), set()).add(read_as)
-            for node in walk(typed.graph.nodes):
-                if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
-                    readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
-                        DType.F32
-                    )
-        storage = {}
-        for model in self.program.all_models():
-            for param in model.params.values():
-                if param.is_module:
-                    continue
-                read_as = readers.get((model.name, param.name), set())
-                frozen_bf16 = not param.trainable and read_as == {DType.BF16}
-                storage[model.name, param.name] = param.dtype or (
-                    DType.BF16 if frozen_bf16 else DType.F32
-                )
-        return storage
-
 
 NOT_YET = Reason(Why.NOT_YET)
+
+
+def _storage(program: Program, used: list) -> dict:
+    """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
+    one is stored in the dtype every reader reads (6.7)."""
+    readers: dict = {}
+    for typed in used:
+        for node in walk(typed.graph.nodes):
+            if node.kind in CALLS or node.kind is Kind.CAST:
+                continue
+            for index, operand in enumerate(node.inputs):
+                dtype = typed.dtype.get(operand) if isinstance(operand, Node) else None
+                if is_param(dtype):
+                    read_as = (
+                        typed.dtype[node][index]  # a loop's initial value, carried
+                        if node.kind is Kind.FOR
+                        else typed.compute[node]
+                    )
+                    readers.setdefault(_key(dtype), set()).add(read_as)
+        for node in walk(typed.graph.nodes):
+            if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
+                readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
+                    DType.F32
+                )
+    storage = {}
+    for model in program.all_models():
+        for param in model.params.values():
+            if param.is_module:
+                continue
+            read_as = readers.get((model.name, param.name), set())
+            frozen_bf16 = not param.trainable and read_as == {DType.BF16}
+            storage[model.name, param.name] = param.dtype or (
+                DType.BF16 if frozen_bf16 else DType.F32
+            )
+    return storage
 
 
 def _key(param: ParamRef) -> tuple:
