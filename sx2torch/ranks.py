@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads, walk
-from sx2torch.ops import REGISTRY
+from sx2torch.ops import REGISTRY, initializers
 from sx2torch.ops.rank import Dims, ShapeError, Tail, known
 
 if TYPE_CHECKING:  # resolve reads the special forms, whose gradient handler reads ranks
@@ -193,9 +193,7 @@ class _Analysis:
     def _param(self, node: Node, model: str) -> Dims:
         owner = self.program.model(node.attrs.get("owner", model))
         init = owner.params[node.attrs["param"]].init
-        if init.kind == "eye":
-            return (known(init.args["n"]),) * 2
-        return tuple(known(size) for size in init.args["shape"])
+        return tuple(known(size) for size in initializers.sizes(init))
 
     def _called(self, node: Node, model: str) -> Dims:
         callee = self._callee(node, model)
