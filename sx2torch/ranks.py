@@ -11,15 +11,13 @@ mismatch no value of the unknowns can fix, such as `(matmul a b)` of [3 4] and [
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import Dims, ShapeError, known
-
-if TYPE_CHECKING:  # resolve reads the special forms, whose gradient handler reads ranks
-    from sx2torch.syntax.program import Program
+from sx2torch.syntax.program import Program
 
 
 def shapes(
