@@ -42,6 +42,9 @@ class _Expansion:
         self.program = program
         self.graph = graph
         self.values: dict = {}  # GRADIENT node -> dY/dX
+        self.shapes = ranks.shapes(graph, program)  # of the forward values
+        for value in _iterated(graph.nodes, set()):
+            self.shapes[value] = None
 
     def block(self, nodes: list, opened: list) -> None:
         """`opened`: (block, end) of the blocks around `nodes`: their nodes up to `end`
@@ -72,7 +75,7 @@ class _Expansion:
 
     def _expand(self, node: Node, visible: list) -> list:
         """The nodes that compute dY/dX in place of the GRADIENT node."""
-        t = Builder(self.graph)
+        t = _Writer(self.graph, self.shapes)
         t.nodes = []
         t.frames, t.datum, t.stamps = node.frames, node.form, node.attrs["marks"]
         (y, x), y_form = node.inputs, node.form.items[1]
@@ -93,6 +96,64 @@ class _Expansion:
         """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
         rank = ranks.rank_of(node, self.graph, self.program)
         return None if rank is None else rank == 0
+
+
+def _iterated(nodes: list, found: set, inside: bool = False) -> set:
+    """The values inside loop bodies that depend on what the loops carry: ranks finds their
+    shapes in one iteration, and another may differ."""
+    for node in nodes:
+        if node.kind is Kind.FOR:
+            found.update(node.regions[0].inputs)
+        for region in node.regions:
+            _iterated(region.nodes, found, inside or node.kind is Kind.FOR)
+        if inside and any(value in found for value in _reads_around(node)):
+            found.add(node)
+    return found
+
+
+class _Writer(Builder):
+    """The builder the derivative rules write a backward with. A rule gives an operand's
+    gradient at the shape its op broadcast the operands to; `sum_back` sums it back to the
+    operand's shape unless the forward's shapes show the broadcast kept that shape."""
+
+    def __init__(self, graph: Graph, shapes: dict):
+        super().__init__(graph)
+        self.shapes = shapes  # forward value -> its shape, None where not known
+        self.origin: dict = (
+            {}
+        )  # a value computed again in an adjoint loop -> the forward's
+
+    def sum_back(self, g: Operand, n: Node, index: int, batch: bool = False):
+        """The gradient of input `index` of `n`, from `g`; None for a number. `batch`: `n`
+        broadcasts only its inputs' batch axes (all but the last two), as matmul does.
+        """
+        operand = n.inputs[index]
+        if isinstance(operand, Scalar):
+            return None
+        others = [value for k, value in enumerate(n.inputs) if k != index]
+        if all(self._kept(operand, other, batch) for other in others):
+            return g
+        return self.op("sum-to", [g, operand])
+
+    def _kept(self, operand: Node, other, batch: bool) -> bool:
+        """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
+        if other is operand or not isinstance(other, Node):
+            return True
+        inner, outer = self._shape(other), self._shape(operand)
+        if batch:
+            inner = None if inner is None else inner[:-2]
+            outer = None if outer is None else outer[:-2]
+        if inner == ():  # 0-d, or a matrix with no batch axes
+            return True
+        if inner is None or outer is None or len(inner) > len(outer):
+            return False
+        return all(
+            size == 1 or (size is not None and size == against)
+            for size, against in zip(reversed(inner), reversed(outer))
+        )
+
+    def _shape(self, value: Node):
+        return self.shapes.get(self.origin.get(value, value))
 
 
 def _expect_scalar(t: Builder, y: Node, y_form) -> Node:
@@ -338,6 +399,7 @@ class _Backward:
         )
         with t.region(region):
             copies = dict(zip(body.inputs, recorded))
+            t.origin.update(zip(recorded, body.inputs))
             self.depends.update(
                 copy for carried, copy in copies.items() if carried in self.depends
             )
@@ -428,6 +490,8 @@ class _Copier:
             label=node.label,
         )
         self.copies[node] = copy
+        origin = self.backward.t.origin
+        origin[copy] = origin.get(node, node)
         copy.regions = tuple(self.region(r) for r in node.regions)
         if node in self.backward.depends:
             self.backward.depends.add(copy)

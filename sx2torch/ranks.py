@@ -149,6 +149,8 @@ class _Analysis:
             return inputs[0]
         if node.kind is Kind.ITEM:
             return inputs[0][node.attrs["index"]]
+        if node.kind is Kind.GRADIENT:  # dY/dX, before the gradient pass writes it
+            return inputs[1]
         if node.kind is Kind.FOR:
             return self._loop(node, model, found, inputs)
         if node.kind is Kind.IF:
