@@ -11,15 +11,14 @@ mismatch no value of the unknowns can fix, such as `(matmul a b)` of [3 4] and [
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads, walk
 from sx2torch.ops import REGISTRY, initializers
 from sx2torch.ops.rank import Dims, ShapeError, Tail, known
 
-if TYPE_CHECKING:  # resolve reads the special forms, whose gradient handler reads ranks
-    from sx2torch.syntax.program import Program
+from sx2torch.syntax.program import Program
 
 
 def shapes(
@@ -152,6 +151,8 @@ class _Analysis:
             return inputs[0]
         if node.kind is Kind.ITEM:
             return inputs[0] and inputs[0][node.attrs["index"]]
+        if node.kind is Kind.GRADIENT:  # dY/dX, before the gradient pass writes it
+            return inputs[1]
         if node.kind is Kind.FOR:
             return self._loop(node, model, found, inputs)
         if node.kind is Kind.IF:
