@@ -109,6 +109,14 @@ CASES = [
     ("arange", "(arange x 1 10 4)", {"x": [2]}),
     ("attention-scale", "(attention-scale s q)", {"s": [2, 3, 3], "q": [2, 3, 4]}),
     ("linspace", "(linspace x 0.0 1.0 5)", {"x": [2]}),
+    # the values of topk, its rule given its K as the source writes it
+    ("topk", "(let (([v i] (topk x 2))) v)", {"x": [3, 4]}, set(), {"k": 2}),
+    ("argmax", "(argmax x :axis 0)", {"x": [3, 4]}),
+    ("gather", "(gather x ids)", {"x": [3, 4], "ids": [3, 2]}),
+    ("index-select", "(index-select x ids)", {"x": [3, 4], "ids": [5]}),
+    ("scatter-add", "(scatter-add x ids y)", {"x": [3, 4], "ids": [3, 2], "y": [3, 2]}),
+    ("index-add", "(index-add x ids y)", {"x": [3, 4], "ids": [2], "y": [2, 4]}),
+    ("cumsum", "(cumsum x :axis 0)", {"x": [3, 4]}),
 ]
 for (
     _name
@@ -131,6 +139,7 @@ INTERNAL = [
     ("linear-scan-adjoint", {"a": [2, 3, 1], "g": [2, 3, 4]}, {}),
     ("matrix-scan-adjoint", {"a": [2, 2], "g": [2, 3, 2]}, {}),
     ("newton-schulz-bf16", {"x": [3, 4]}, {}),
+    ("topk-indices", {"x": [3, 4]}, {"k": 2}),
 ]
 
 INTEGER_ARGUMENTS = ("ids", "labels")
@@ -180,6 +189,9 @@ def test_the_analysis_gives_the_shape_torch_returns(case, build):
         )  # the output is the op's own node: its rule decided
     else:  # traced as its definition: the op's own rule must agree with it
         attrs = {key.name: key.default for key in op.keys}
+        attrs.update(
+            unknown[1] if len(unknown) > 1 else {}
+        )  # its compile-time arguments
         assert op.rank.shape(list(given.values()), attrs) == found
 
 

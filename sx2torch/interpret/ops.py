@@ -42,6 +42,11 @@ def _reduce(fn):
     return apply
 
 
+def _axis(k, default=-1):
+    """A routing op's :axis (sx2torch/ops/routing.py)."""
+    return k.get("axis", default)
+
+
 def _reshape(a, k):
     """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads)."""
     x = a[0]
@@ -199,6 +204,15 @@ OPS = {
     "attention": Spec(_attention),
     "fused-rms-norm": Spec(_fused_rms_norm),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
+    "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
+    "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),
+    "gather": Spec(lambda a, k: torch.gather(a[0], _axis(k), a[1]), KEEP, skip=(1,)),
+    "index-select": Spec(
+        lambda a, k: torch.index_select(a[0], _axis(k, 0), a[1]), KEEP, skip=(1,)
+    ),
+    "scatter-add": Spec(lambda a, k: a[0].scatter_add(_axis(k), a[1], a[2]), skip=(1,)),
+    "index-add": Spec(lambda a, k: a[0].index_add(_axis(k, 0), a[1], a[2]), skip=(1,)),
+    "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k))),
     "linear-scan": Spec(_linear_scan, ISLAND),
     "matrix-scan": Spec(_matrix_scan, ISLAND),
 }
