@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
 from sx2torch.emit.names import mangle
@@ -240,12 +241,6 @@ def _defparam(model: Model, datum: List) -> Param:
             "a sub-model parameter takes no :numerics, :trainable or :dtype",
         )
     return param
-
-
-# What one machine can hold, with the consts at their defaults: a larger model would grow in
-# memory while it is built until it is killed (2**36 f32 elements are 256 GiB).
-MAX_ELEMENTS = 2**36
-MAX_LAYERS = 2**16
 
 
 def _check_size(init: Init, datum: Datum) -> None:

@@ -10,7 +10,7 @@ import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.emit import main
-from sx2torch.emit.method import ClassContext, MethodEmitter
+from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.emit.names import mangle
 from sx2torch.emit.naming import Naming, defuns, store as store_of
 from sx2torch.emit.targets import Target
@@ -232,7 +232,9 @@ def _init(
             )
         )
     for param in model.params.values():
-        body.append(_param(model, param, lowered, ctx))
+        # located: an error building it (a size past the limit) points at its defparam
+        statement = _param(model, param, lowered, ctx)
+        body.append(located(statement, param.span, ctx.source_lines))
     params = cst.Parameters(
         star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
         kwonly_params=kwonly,
@@ -268,7 +270,7 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
             return _when(param, _register(model, param, instance, ctx), scalar)
         loop = cst.CompFor(
             target=cst.Name(mangle(init.index) if init.index else "_"),
-            iter=b.call("range", scalar(init.count)),
+            iter=_layers(init.count, scalar),
         )
         instances = b.call("nn.ModuleList", cst.ListComp(instance, loop))
         return _when(param, _register(model, param, instances, ctx), scalar)
@@ -278,6 +280,14 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
     if param.trainable:
         value = b.call("nn.Parameter", value)
     return _when(param, _register(model, param, value, ctx), scalar)
+
+
+def _layers(count: Scalar, scalar) -> cst.BaseExpression:
+    """A count from constructor arguments is checked against the limit when the module is
+    built; a literal one was checked when it compiled."""
+    if count.op == "lit":
+        return b.call("range", scalar(count))
+    return b.call("sx.layers", scalar(count))
 
 
 REGISTER = {"parameters": "register_parameter", "modules": "add_module"}
