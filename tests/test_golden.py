@@ -63,4 +63,5 @@ def test_the_bundled_examples_are_there():
         "rms-mlp",
         "scan",
         "tiny-gpt",
+        "vit",
     ]
