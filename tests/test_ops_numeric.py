@@ -611,6 +611,10 @@ TESTED_ELSEWHERE = {
         (
             "conv1d",
             "conv2d",
+            "conv1d-input-grad",
+            "conv1d-weight-grad",
+            "conv2d-input-grad",
+            "conv2d-weight-grad",
             "max-pool1d",
             "max-pool2d",
             "avg-pool1d",

@@ -7,15 +7,18 @@ and on the held targets (metal, cpu) it runs in f32 and its result is rounded on
 pooling and nearest resizing pick input elements, so they are exact in bf16.
 
 Sizes (stride, padding, dilation, a pool's kernel) are an integer for every spatial axis or
-a vector with one per axis, as torch takes them. None of these ops has a derivative rule yet:
-the emitted module trains through torch's autograd, and a `(gradient ...)` form that reaches
-one is refused where it is written.
+a vector with one per axis, as torch takes them. A convolution's derivative rule calls the
+kernels autograd runs (torch.nn.grad); pooling and resizing have none yet: the emitted module
+trains through torch's autograd, and a `(gradient ...)` form that reaches one is refused
+where it is written.
 """
 
 from __future__ import annotations
 
 from sx2torch.emit import build as b
-from sx2torch.ops.rank import RankRule, known, value
+from sx2torch.errors import SourceError
+from sx2torch.ir import Scalar
+from sx2torch.ops.rank import RankRule, known, like, value
 from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
 
 NO_GRAD = (
@@ -80,17 +83,41 @@ def _given(ctx, name: str, default) -> dict:
     return {name: b.string(attr) if isinstance(attr, str) else _sizes(attr)}
 
 
-def _conv(torch_name: str):
-    def emit(a, ctx):
-        extra = {
-            **_given(ctx, "stride", 1),
-            **_given(ctx, "padding", 0),
-            **_given(ctx, "dilation", 1),
-            **_given(ctx, "groups", 1),
-        }
-        return b.call(torch_name, *a, **extra)
+def _conv_keys(ctx) -> dict:
+    return {
+        **_given(ctx, "stride", 1),
+        **_given(ctx, "padding", 0),
+        **_given(ctx, "dilation", 1),
+        **_given(ctx, "groups", 1),
+    }
 
-    return emit
+
+def _conv_grad(name: str, spatial: int):
+    def grad(t, n, g):
+        """dX and dW are torch.nn.grad's convolutions of G, the kernels autograd runs;
+        dBIAS is G summed over every axis but the channels'."""
+        keys = {k: n.attrs[k] for k in ("stride", "padding", "dilation", "groups")}
+        if keys["padding"] == "same":
+            raise SourceError(
+                n.span,
+                f"'{name}' with :padding :same has no derivative rule yet, and (gradient "
+                "...) needs one here: write the padding as numbers",
+            )
+        if keys["padding"] == "valid":
+            keys["padding"] = Scalar.lit(0)
+        x, w = n.inputs[:2]
+        grads = [
+            t.op(f"{name}-input-grad", [g, w, x], **keys),
+            t.op(f"{name}-weight-grad", [x, g, w], **keys),
+        ]
+        if len(n.inputs) == 3:  # one sum, batched or not: to [O, 1, ...], then [O]
+            bias = n.inputs[2]
+            column = (Scalar.lit(-1),) + (Scalar.lit(1),) * spatial
+            like = t.op("reshape", [bias], shape=column)
+            grads.append(t.op("reshape-as", [t.op("sum-to", [g, like]), bias]))
+        return grads
+
+    return grad
 
 
 CONV_KEYS = (
@@ -103,14 +130,15 @@ CONV_KEYS = (
 for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
     _layout = "[N, C, L]" if _spatial == 1 else "[N, C, H, W]"
     _kernel = "[O, C/groups, K]" if _spatial == 1 else "[O, C/groups, KH, KW]"
+    _word = _name.replace("-", "_")
     register(
         Op(
             _name,
             (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias")),
-            _conv(f"F.{_name}"),
+            lambda a, ctx, f=f"F.{_name}": b.call(f, *a, **_conv_keys(ctx)),
             keys=CONV_KEYS,
             arity=(2, 3),
-            no_grad=NO_GRAD,
+            grad=_conv_grad(_name, _spatial),
             rank=RankRule("X's, the channels W's first axis", _conv_shape(_spatial)),
             doc=(
                 f"F.{_name} of X {_layout} (or unbatched) by W {_kernel}, plus BIAS [O] if "
@@ -119,8 +147,36 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
                 "depthwise convolution). One kernel: f32 accumulation, the bias added in it, "
                 "rounded once to the dtype it computes in. A causal convolution (Mamba's) "
                 "pads K - 1 on both sides and keeps the first L outputs: "
-                "(slice (conv1d x w b :padding (- k 1) :groups c) :axis -1 :end (- 1 k))"
+                "(slice (conv1d x w b :padding (- k 1) :groups c) :axis -1 :end (- 1 k)). "
+                "Its derivative rule (not with :padding :same) is torch.nn.grad's "
+                f"{_name}_input and {_name}_weight"
             ),
+        )
+    )
+    register(
+        Op(
+            f"{_name}-input-grad",
+            (Arg("g", "matrix"), Arg("w", "matrix"), Arg("x", "like")),
+            lambda a, ctx, f=f"torch.nn.grad.{_word}_input": b.call(
+                f, b.attr(a[2], "shape"), a[1], a[0], **_conv_keys(ctx)
+            ),
+            keys=CONV_KEYS,
+            rank=like(2, "x"),
+            doc=f"the gradient of {_name}'s X: the transposed convolution of G by W",
+            internal=True,
+        )
+    )
+    register(
+        Op(
+            f"{_name}-weight-grad",
+            (Arg("x", "matrix"), Arg("g", "matrix"), Arg("w", "like")),
+            lambda a, ctx, f=f"torch.nn.grad.{_word}_weight": b.call(
+                f, a[0], b.attr(a[2], "shape"), a[1], **_conv_keys(ctx)
+            ),
+            keys=CONV_KEYS,
+            rank=like(2, "w"),
+            doc=f"the gradient of {_name}'s W: X correlated with G",
+            internal=True,
         )
     )
 
