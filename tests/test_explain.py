@@ -7,6 +7,7 @@ import json
 import pytest
 
 from sx2torch import resolve
+from sx2torch.compiler import Options
 from sx2torch.tools import explain
 from sx2torch.cli import main
 
@@ -93,6 +94,7 @@ def test_text_and_json_from_the_command_line(capsys):
         "kept",
         "lines",
         "contagion",
+        "reach",
         "warnings",
         "params",
         "totals",
@@ -183,3 +185,48 @@ def test_it_shows_where_values_become_bf16_and_names_casts_by_their_form():
     assert all(not cast.startswith(("call ", "op ")) for cast in casts)
     assert "Where values become bf16:" in explain.render(report)
     assert explain.run(REASONS.replace(":bf16)", ":f32)"), "m.lisp")["contagion"] == []
+
+
+ISLAND_CALLS = """\
+(defmodel expert (&key (d 8))
+  (defparam w (normal [d d]))
+  (defun act (h) (silu h))
+  (defun forward (x) (act (matmul x w))))
+(defparam router (normal [8 4]))
+(defparam e (expert :d 8))
+(defparam layers (stack 2 (expert :d 8)))
+(defun scale (x) (* x 2.0))
+(defun forward (x)
+  (let ((gate (with-numerics (:sensitivity :high)
+                (* (softmax (matmul x router)) (scale (e x)))))
+        (deep (with-numerics (:sensitivity :high) (chain layers x)))
+        (low (with-numerics (:precision :bf16) (e x))))
+    (+ (e x) (sum gate :axes [-1] :keepdims true) deep low)))
+(defrun train :precision :bf16)
+(defrun exact :precision :f32)
+"""
+
+
+def test_it_names_the_defuns_an_island_reaches_into():
+    """The mark stamps every node made while the body is evaluated: the sub-model called
+    in the router's island computes in f32, and so does what it calls."""
+    report = explain.run(ISLAND_CALLS, "router.lisp")
+    reach = [(r["line"], r["computes"], r["calls"]) for r in report["reach"]]
+    assert reach == [
+        (10, "f32", ["e (expert.forward)", "expert.act", "router.scale"]),
+        (12, "f32", ["layers (expert.forward)", "expert.act"]),
+        (13, "bf16", ["e (expert.forward)", "expert.act"]),
+    ]
+    lines = lines_of(report)
+    assert lines[3]["reasons"] == [
+        "sensitive mark: called inside (with-numerics (:sensitivity :high) ...)"
+    ]
+    text = explain.render(report)
+    assert "Calls inside with-numerics forms (they compute as the form says):" in text
+    assert "f32: e (expert.forward), expert.act, router.scale" in text
+
+
+def test_under_f32_an_island_reaches_nothing_worth_naming():
+    report = explain.run(ISLAND_CALLS, "router.lisp", Options(run="exact"))
+    assert [(r["line"], r["computes"]) for r in report["reach"]] == [(13, "bf16")]
+    assert "Calls inside" not in explain.render(explain.run(REASONS, "reasons.lisp"))

@@ -664,8 +664,27 @@ def _implemented(name: str) -> bool:
     return op is not None and (op.emit is not None or op.expand is not None)
 
 
-# Ops whose attributes only the compiler writes, tested where it writes them.
-TESTED_ELSEWHERE = {"expect-scalar": "tests/gradient/test_scalar_y.py"}
+# Ops whose attributes only the compiler writes, tested where it writes them, and ops with
+# their own file of numeric tests on every target.
+TESTED_ELSEWHERE = {
+    "expect-scalar": "tests/gradient/test_scalar_y.py",
+    **dict.fromkeys(
+        (
+            "conv1d",
+            "conv2d",
+            "conv1d-input-grad",
+            "conv1d-weight-grad",
+            "conv2d-input-grad",
+            "conv2d-weight-grad",
+            "max-pool1d",
+            "max-pool2d",
+            "avg-pool1d",
+            "avg-pool2d",
+            "interpolate",
+        ),
+        "tests/ops/test_conv_ops.py",
+    ),
+}
 
 
 ALL_OPS = sorted((set(REGISTRY) | set(CASES)) - set(TESTED_ELSEWHERE))

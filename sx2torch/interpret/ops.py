@@ -131,6 +131,43 @@ def _cross_entropy(a, k):
     return F.cross_entropy(a[0], a[1], reduction=reduction)
 
 
+def _keyword(value):
+    """A keyword argument (`:same`) as torch's string; numbers and sizes as they are."""
+    return value.lstrip(":") if isinstance(value, str) else value
+
+
+def _conv(fn):
+    def apply(a, k):
+        sizes = {
+            name: _keyword(k.get(name, default))
+            for name, default in (("stride", 1), ("padding", 0), ("dilation", 1))
+        }
+        return fn(*a, **sizes, groups=k.get("groups", 1))
+
+    return Spec(apply)
+
+
+def _pool(fn, kind=FLOAT):
+    return Spec(
+        lambda a, k: fn(
+            a[0], a[1], stride=k.get("stride"), padding=k.get("padding", 0)
+        ),
+        kind,
+    )
+
+
+def _interpolate(a, k):
+    mode = _keyword(k.get("mode", ":nearest"))
+    corners = k.get("align-corners") if mode == "bilinear" else None
+    return F.interpolate(
+        a[0],
+        size=k.get("size"),
+        scale_factor=k.get("scale-factor"),
+        mode=mode,
+        align_corners=corners,
+    )
+
+
 def _binary(fn):
     return Spec(lambda a, k: reduce(fn, a))
 
@@ -213,6 +250,13 @@ OPS = {
     "scatter-add": Spec(lambda a, k: a[0].scatter_add(_axis(k), a[1], a[2]), skip=(1,)),
     "index-add": Spec(lambda a, k: a[0].index_add(_axis(k, 0), a[1], a[2]), skip=(1,)),
     "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k))),
+    "conv1d": _conv(F.conv1d),
+    "conv2d": _conv(F.conv2d),
+    "max-pool1d": _pool(F.max_pool1d, KEEP),
+    "max-pool2d": _pool(F.max_pool2d, KEEP),
+    "avg-pool1d": _pool(F.avg_pool1d),
+    "avg-pool2d": _pool(F.avg_pool2d),
+    "interpolate": Spec(_interpolate),
     "linear-scan": Spec(_linear_scan, ISLAND),
     "matrix-scan": Spec(_matrix_scan, ISLAND),
 }

@@ -28,9 +28,12 @@ class ArgKind(str, Enum):
     NUMBER = "number"  # a compile-time number
     BOOL = "bool"  # a compile-time boolean
     INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
+    SIZES = "sizes"  # an integer or a vector of them (a convolution's stride: 2 or [2 1])
+    PADDING = "padding"  # as SIZES, or :same or :valid (a convolution's padding)
     OUT = "out"  # :f32 (the f32-out matmul)
     REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
     APPROXIMATE = "approximate"  # :none or :tanh (gelu's)
+    MODE = "mode"  # :nearest or :bilinear (interpolate's)
 
     @property
     def is_tensor(self) -> bool:

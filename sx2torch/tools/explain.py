@@ -3,7 +3,10 @@
 Under :bf16 it lists, per source line, the nodes that compute in f32 with the reason (a
 sensitive mark, a library mark, a :numerics :high parameter, :out :f32, an explicit cast, or a
 value that has not met a parameter or bf16 value yet) and the casts the compiler inserts there;
-under :f32, the lines of bf16 regions. Then a table of parameters as in `state_dict`.
+under :f32, the lines of bf16 regions. It names the defuns and sub-models each
+`with-numerics` form reaches into: a form's mark stamps every node made while its body is
+evaluated, so a model called inside an island computes in f32 too. Then a table of
+parameters as in `state_dict`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from sx2torch.tools import lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
-from sx2torch.ir import ISLAND, Kind, Node, walk
+from sx2torch.ir import CALLS, ISLAND, Kind, Node, walk
 from sx2torch.ops import initializers
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
@@ -64,6 +67,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
                 _add(entry.casts, cast)
     warnings = _warnings(program, lowered, data, source_lines)
     contagion = _contagion(lowered, precision, source_lines)
+    reach = _reach(program, lowered, precision, source_lines)
     params = _params(program, lowered)
     totals = {
         "trainable": sum(p["bytes"] for p in params if p["trainable"]),
@@ -78,6 +82,7 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "kept": "f32" if precision == "bf16" else "bf16",
         "lines": [vars(lines[n]) for n in sorted(lines)],
         "contagion": contagion,
+        "reach": reach,
         "warnings": warnings,
         "params": params,
         "totals": totals,
@@ -143,6 +148,61 @@ def _contagion(lowered, precision: str, source_lines: list) -> list:
         {"line": line, "source": source_lines[line - 1].strip(), "cause": cause}
         for line, cause in sorted(found)
     ]
+
+
+def _reach(program, lowered, precision: str, source_lines: list) -> list:
+    """Each `with-numerics` form that calls a defun or a sub-model, with the defuns it reaches
+    (`MODEL.DEFUN`, what they call included; a sub-model as `MEMBER (MODEL.forward)`): they
+    compute as the form says. An island under
+    :f32 changes nothing and is left out."""
+    graphs = {(s.model, s.graph.name): s.graph for s in lowered.specializations}
+    found: dict = {}
+    for typed in lint.reached_specializations(program, lowered):
+        for node in walk(typed.graph.nodes):
+            frame = _own_frame(node)
+            if node.kind not in CALLS or frame is None:
+                continue
+            if frame.mode == ISLAND and precision == "f32":
+                continue
+            reached = found.setdefault(frame, [])
+            for callee in _callees(program, graphs, typed.model, node, set()):
+                _add(reached, callee)
+    return [
+        {
+            "line": frame.span.line,
+            "source": source_lines[frame.span.line - 1].strip(),
+            "form": frame.text,
+            "computes": "f32" if frame.mode == ISLAND else "bf16",
+            "calls": reached,
+        }
+        for frame, reached in sorted(
+            found.items(), key=lambda item: (item[0].span.line, item[0].span.col)
+        )
+    ]
+
+
+def _own_frame(node: Node):
+    """The innermost `with-numerics` form written around the node, if any."""
+    return next((f for f in reversed(node.frames) if not f.library), None)
+
+
+def _callees(program, graphs: dict, model: str, node: Node, seen: set) -> list:
+    """The defun a call runs (`e (expert.forward)` for a sub-model `e`), then those it calls
+    outside forms of their own (which win)."""
+    if node.kind is Kind.CALL:
+        callee = (model, node.attrs["target"])
+        found = [".".join(callee)]
+    else:
+        member = node.attrs["target"]
+        callee = (program.model(model).params[member].init.model, "forward")
+        found = [f"{member} ({'.'.join(callee)})"]
+    if callee in seen or callee not in graphs:
+        return found
+    seen.add(callee)
+    for inner in walk(graphs[callee].nodes):
+        if inner.kind in CALLS and _own_frame(inner) is None:
+            found += _callees(program, graphs, callee[0], inner, seen)
+    return found
 
 
 def _warnings(program, lowered, data, source_lines: list) -> list:
@@ -236,7 +296,9 @@ def render(report: dict) -> str:
     out = [head, ""]
     kept = "Where the policy keeps f32" if report["kept"] == "f32" else "bf16 regions"
     out.append(f"{kept}:" if report["lines"] else f"{kept}: none")
-    listed = report["lines"] + report["contagion"] + report["warnings"]
+    listed = (
+        report["lines"] + report["contagion"] + report["reach"] + report["warnings"]
+    )
     width = max((len(str(item["line"])) for item in listed), default=1)
     for line in report["lines"]:
         out.append(f"  {line['line']:>{width}} | {line['source']}")
@@ -250,6 +312,13 @@ def render(report: dict) -> str:
         for item in report["contagion"]:
             out.append(f"  {item['line']:>{width}} | {item['source']}")
             out.append(f"  {' ' * (width + 3)}{item['cause']}")
+    if report["reach"]:
+        out += ["", "Calls inside with-numerics forms (they compute as the form says):"]
+    for item in report["reach"]:
+        out.append(f"  {item['line']:>{width}} | {item['source']}")
+        out.append(
+            f"  {' ' * (width + 3)}{item['computes']}: {', '.join(item['calls'])}"
+        )
     out.append("")
     out.append("Warnings:" if report["warnings"] else "Warnings: none")
     shown = None

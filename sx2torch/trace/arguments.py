@@ -22,7 +22,9 @@ CHOICES = {  # the keyword-valued kinds, and the keywords each takes
     ArgKind.OUT: ("f32",),
     ArgKind.REDUCTION: ("mean", "sum", "none"),
     ArgKind.APPROXIMATE: ("none", "tanh"),
+    ArgKind.MODE: ("nearest", "bilinear"),
 }
+PADDINGS = ("same", "valid")
 
 
 def apply(t, op: Op, datum: List, env: dict) -> Operand:
@@ -110,6 +112,8 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             scalars.expect_int(t.scalar(i, env), i.span, f"each of {what}")
             for i in item.items
         )
+    if kind in (ArgKind.SIZES, ArgKind.PADDING):
+        return _sizes(t, kind, item, env, what)
     if kind in CHOICES:
         if not (isinstance(item, Keyword) and item.name in CHOICES[kind]):
             *rest, last = (f":{c}" for c in CHOICES[kind])
@@ -130,6 +134,21 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
     if kind is ArgKind.NUMBER and (isinstance(value.value, (bool, str))):
         raise SourceError(item.span, f"{what} must be a number")
     return value
+
+
+def _sizes(t, kind: ArgKind, item: Datum, env: dict, what: str):
+    """An integer, a vector of integers (one per spatial axis), or padding's :same, :valid."""
+    if kind is ArgKind.PADDING and isinstance(item, Keyword):
+        if item.name not in PADDINGS:
+            raise SourceError(
+                item.span,
+                f"{what} must be an integer, a vector of integers, :same or :valid, "
+                f"got {shown(item)}",
+            )
+        return item.name
+    if isinstance(item, Vector):
+        return _value_of(t, ArgKind.INTS, item, env, what)
+    return _value_of(t, ArgKind.INT, item, env, what)
 
 
 def _usage(op: Op) -> str:
