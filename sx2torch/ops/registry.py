@@ -108,6 +108,8 @@ class Op:
     internal: bool = False
     # what computing it in bf16 costs, for explain's warning (after the op's form)
     bf16_risk: str = ""
+    # draws from torch's generator (dropout, randn-like): computing it again draws anew
+    draws: bool = False
 
     def is_exact(self, operands: tuple) -> bool:
         return self.exact(operands) if callable(self.exact) else self.exact

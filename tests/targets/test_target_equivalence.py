@@ -226,6 +226,9 @@ INPUTS: dict[str, dict[str, tuple]] = {
 # Golden cases left out of the comparison, with the reason. None: every golden
 # case compiles for all three targets.
 SKIPPED: dict[str, str] = {
+    "dropout": "its draws depend on the generator's state at each call, and torch's CPU "
+    "dropout kernel on a bf16 tensor rounds the scale to bf16 first, where the held targets "
+    "scale in f32; tests/test_noise.py checks that every target draws the same numbers",
     "fused-layer-norm": "as modded-nanogpt-simple's F.rms_norm: F.layer_norm runs in f32 and "
     "rounds once on the held targets, which is not the bits of cuda's bf16 kernel; "
     "tests/test_everyday.py checks it against F.layer_norm",
