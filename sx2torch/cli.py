@@ -9,6 +9,7 @@ import dataclasses
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -72,7 +73,7 @@ def main(argv: Optional[list] = None) -> int:
         _say(f"sx2torch: error: {error}")
         return 2
     except SourceError as error:
-        _say(error.render(args.name, args.text))
+        _say(str(error))
         return 1
     # anything else is a bug in the compiler, not in the source
     except Exception as error:
@@ -130,6 +131,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--html", metavar="FILE", help="write the report as one HTML page instead"
         )
+    _options(parser, command)
+    return parser
+
+
+def _options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The options every command takes, after its own."""
     recorded = "the one the module's header records"
     parser.add_argument(
         "--run",
@@ -162,7 +169,6 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"sx2torch {__version__}"
     )
-    return parser
 
 
 def _read(name: str) -> bytes:
@@ -184,12 +190,27 @@ def _read(name: str) -> bytes:
     return data
 
 
-def _source(args, file: str) -> str:
-    """The decoded source; `args.name` and `args.text` are what a diagnostic shows."""
-    args.name, args.text = (STDIN if file == "-" else file), ""
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    name: str  # as diagnostics name it: <stdin> for -
+    text: str  # as read, for the line a diagnostic quotes
+    code: str  # decoded, for the compiler
+
+    @contextmanager
+    def located(self):
+        """A diagnostic raised inside names this file and quotes its text."""
+        try:
+            yield
+        except SourceError as error:
+            raise error.located(self.name, self.text)
+
+
+def _source(file: str) -> _Source:
     data = _read(file)
-    args.text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    return decode(data)
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    source = _Source(STDIN if file == "-" else file, text, "")
+    with source.located():
+        return dataclasses.replace(source, code=decode(data))
 
 
 def _compile_command(args) -> int:
@@ -202,12 +223,14 @@ def _compile_command(args) -> int:
         dump_after=args.dump_after,
     )
     _refuse_own_source(args.file, args.output, "-o")
-    compiled = compile_module(_source(args, args.file), args.name, options)
+    source = _source(args.file)
+    with source.located():
+        compiled = compile_module(source.code, source.name, options)
     severity = "error" if args.warn == "error" else "warning"
     if args.warn != "none":
         for found in compiled.warnings:
             error = SourceError(found.span, found.message)
-            _say(error.render(args.name, args.text, severity))
+            _say(error.render(source.name, source.text, severity))
     if compiled.warnings and args.warn == "error":
         return 1
     if args.output is None:
@@ -233,30 +256,29 @@ def _check_command(args) -> int:
         raise UsageError(
             "check: give sources or directories, or name the pairs in pyproject.toml's [tool.sx2torch] modules"
         )
-    return max(
-        _check_pair(args, source, generated, given) for source, generated in found
-    )
+    return max(_check_pair(source, generated, given) for source, generated in found)
 
 
-def _check_pair(args, source: Path, generated: Path, given: dict) -> int:
+def _check_pair(source: Path, generated: Path, given: dict) -> int:
     """0 fresh, 1 stale, missing or a diagnostic, 2 unreadable; reported, and on to the next."""
     try:
         committed = _committed(generated)
         options = check.options_for(committed, given)
-        text = _source(args, str(source))
-        try:
-            code = compile_source(text, str(source), options)
-        except UsageError:
-            if given["run"] or options.run is None:
-                raise
-            # The run the header records is gone from the source: the module is stale.
-            options = dataclasses.replace(options, run=None)
-            code = compile_source(text, str(source), options)
+        read = _source(str(source))
+        with read.located():
+            try:
+                code = compile_source(read.code, read.name, options)
+            except UsageError:
+                if given["run"] or options.run is None:
+                    raise
+                # The run the header records is gone from the source: the module is stale.
+                options = dataclasses.replace(options, run=None)
+                code = compile_source(read.code, read.name, options)
     except UsageError as error:
         _say(f"sx2torch: error: {error}")
         return 2
     except SourceError as error:
-        _say(error.render(args.name, args.text))
+        _say(str(error))
         return 1
     found = check.verdict(source, generated, committed, code, options)
     output.to_stdout(found.diff)
@@ -277,10 +299,13 @@ def _committed(generated: Path) -> Optional[str]:
 
 def _explain_command(args) -> int:
     _refuse_own_source(args.file, args.html, "--html")
-    text = _source(args, args.file)
-    report = explain.run(text, args.name, Options(run=args.run, target=args.target))
+    source = _source(args.file)
+    with source.located():
+        report = explain.run(
+            source.code, source.name, Options(run=args.run, target=args.target)
+        )
     if args.html:
-        output.to_file(args.html, report_page.render(report, text))
+        output.to_file(args.html, report_page.render(report, source.code))
         return 0
     output.to_stdout(explain.to_json(report) if args.json else explain.render(report))
     return 0
@@ -289,7 +314,9 @@ def _explain_command(args) -> int:
 def _run_command(args) -> int:
     from sx2torch.interpret import command  # torch, which compiling never imports
 
-    return command.run(args, _source(args, args.file))
+    source = _source(args.file)
+    with source.located():
+        return command.run(args, source.code, source.name)
 
 
 COMMANDS = {

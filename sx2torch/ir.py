@@ -13,27 +13,10 @@ from enum import Enum
 from typing import Optional, Union
 
 from sx2torch.errors import Span
+from sx2torch.syntax.scalars import Scalar
 
 ISLAND = "island"  # (with-numerics (:sensitivity :high) ...): f32
 REGION = "region"  # (with-numerics (:precision :bf16) ...): bf16
-
-
-@dataclass(frozen=True)
-class Scalar:
-    """A compile-time number: a literal, a const, a defun's &key argument, or arithmetic.
-
-    `value` is its value with every const and key at its default; `op` is "lit",
-    "const", "key" or a Python operator, `args` the literal, the name or operands
-    (two or more: a left fold, `(+ k 1 1)` is Scalar("+", (k, 1, 1))).
-    """
-
-    op: str
-    args: tuple
-    value: Union[int, float, bool, str]
-
-    @staticmethod
-    def lit(value: Union[int, float, bool, str]) -> "Scalar":
-        return Scalar("lit", (value,), value)
 
 
 @dataclass(frozen=True)
@@ -70,7 +53,7 @@ class Kind(Enum):
     CAST = "cast"  # an explicit conversion, `(cast x :bf16)`
     IF = "if"  # two regions, one run, on a condition known when the module runs
     FOR = "for"  # one region run for each layer of a stack, carrying values
-    ITEM = "item"  # one carried value of a `for`, after the loop
+    ITEM = "item"  # one carried value of a `for` after the loop, or one value of a call
 
 
 CALLS = (Kind.CALL, Kind.SUBMODEL)
@@ -131,8 +114,19 @@ class Graph:
     keys: list  # [(name, Scalar default)]
     doc: Optional[str]
     nodes: list = field(default_factory=list)
-    output: Optional[Operand] = None
+    # the value it returns, or a tuple of them where its body ends in a vector `[a b]`
+    output: Union[Operand, tuple, None] = None
     span: Optional[Span] = None
+
+    @property
+    def arity(self) -> int:
+        return len(self.output) if isinstance(self.output, tuple) else 1
+
+
+def outputs(graph: Graph) -> list:
+    """The values a graph returns, in order."""
+    out = graph.output
+    return list(out) if isinstance(out, tuple) else [out]
 
 
 def walk(nodes: list):
@@ -154,7 +148,7 @@ def verify(graph: Graph, known_ops) -> None:
     branch of an earlier IF of the same block on the same condition (the backward of an
     IF reads what its forward branch made, as Python's flat scope lets it); every op is
     known; the output is one of the graph's values."""
-    _verify_block(graph.nodes, [graph.output], set(graph.inputs), known_ops)
+    _verify_block(graph.nodes, outputs(graph), set(graph.inputs), known_ops)
 
 
 def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:

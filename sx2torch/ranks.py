@@ -150,7 +150,7 @@ class _Analysis:
         if node.kind is Kind.CAST:
             return inputs[0]
         if node.kind is Kind.ITEM:
-            return inputs[0][node.attrs["index"]]
+            return inputs[0] and inputs[0][node.attrs["index"]]
         if node.kind is Kind.FOR:
             return self._loop(node, model, found, inputs)
         if node.kind is Kind.IF:
@@ -192,7 +192,11 @@ class _Analysis:
 
     def _called(self, node: Node, model: str) -> Dims:
         callee = self._callee(node, model)
-        if callee is None or not isinstance(callee.output, Node):
+        if callee is None:
+            return None
+        if isinstance(callee.output, tuple):  # read by its ITEMs
+            return tuple(self.alone(callee).get(o) for o in callee.output)
+        if not isinstance(callee.output, Node):
             return None
         return self.alone(callee).get(callee.output)
 

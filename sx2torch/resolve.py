@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
 from sx2torch.emit.names import mangle
 from sx2torch.errors import SourceError, Span
@@ -28,7 +29,7 @@ from sx2torch.syntax.program import (
     Run,
     Program,
 )
-from sx2torch.ir import Scalar
+from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.syntax.read import (
     Boolean,
     Datum,
@@ -179,30 +180,9 @@ def _arity(datum: List, low: int, high: Optional[int], usage: str) -> None:
         raise SourceError(datum.span, f"wrong number of arguments: expected {usage}")
 
 
-def _keywords(items: tuple, allowed: dict, where: str) -> dict:
+def _keywords(items: tuple, allowed, where: str) -> dict:
     """`:key value` pairs -> {key: Datum}, rejecting unknown and repeated keys."""
-    found: dict[str, Datum] = {}
-    for at in range(0, len(items), 2):
-        key = items[at]
-        if not isinstance(key, Keyword):
-            raise SourceError(
-                key.span,
-                f"expected a keyword such as :{next(iter(allowed), 'key')}, got {_describe(key)}",
-            )
-        if at + 1 == len(items):
-            raise SourceError(
-                key.span, f"keyword :{key.name} without a value in {where}"
-            )
-        value = items[at + 1]
-        if key.name not in allowed:
-            known = ", ".join(f":{k}" for k in allowed) or "none"
-            raise SourceError(
-                key.span, f"unknown keyword :{key.name} in {where} (known: {known})"
-            )
-        if key.name in found:
-            raise SourceError(key.span, f":{key.name} given twice")
-        found[key.name] = value
-    return found
+    return keyword_args.keywords(items, keyword_args.form(where, allowed))
 
 
 def _choice(datum: Datum, choices: tuple, what: str) -> str:
@@ -290,30 +270,7 @@ def _check_size(init: Init, datum: Datum) -> None:
 def _init(model: Model, datum: Datum) -> Init:
     head = _head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
-        _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
-        size, index = datum.items[1], None
-        if isinstance(size, List) and len(size.items) == 2:  # (stack (i N) ...)
-            index = _symbol(size.items[0], "the layer index's name")
-            size = size.items[1]
-        count = scalars.expect_int(
-            _evaluate(model, size),
-            size.span,
-            "a stack size",
-        )
-        if count.value < 0:
-            raise SourceError(
-                datum.items[1].span,
-                f"a stack size must not be negative, got {count.value}",
-            )
-        inner = _init(_with_index(model, index), datum.items[2])
-        if inner.kind != "model":
-            raise SourceError(
-                datum.items[2].span,
-                "stack takes a sub-model instance, such as (block :d d)",
-            )
-        return Init(
-            "stack", inner.args, inner.model, count, inner.span, index and index.name
-        )
+        return _stack(model, datum)
     if head == "concat":
         return _concat(model, datum)
     if head == "tensor":
@@ -351,13 +308,42 @@ def _init(model: Model, datum: Datum) -> Init:
     return Init(head, args)
 
 
+def _stack(model: Model, datum: List) -> Init:
+    """`(stack N (MODEL :k v ...))`, or `(stack (i N) ...)` whose instances read the layer
+    index `i`."""
+    _arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
+    size, index = datum.items[1], None
+    if isinstance(size, List) and len(size.items) == 2:  # (stack (i N) ...)
+        index = _symbol(size.items[0], "the layer index's name")
+        size = size.items[1]
+    count = scalars.expect_int(
+        _evaluate(model, size),
+        size.span,
+        "a stack size",
+    )
+    if count.value < 0:
+        raise SourceError(
+            datum.items[1].span,
+            f"a stack size must not be negative, got {count.value}",
+        )
+    inner = _init(_with_index(model, index), datum.items[2])
+    if inner.kind != "model":
+        raise SourceError(
+            datum.items[2].span,
+            "stack takes a sub-model instance, such as (block :d d)",
+        )
+    return Init(
+        "stack", inner.args, inner.model, count, inner.span, index and index.name
+    )
+
+
 def _with_index(model: Model, index: Optional[Symbol]) -> Model:
     """`model`, where a stack's instance arguments may read its layer index (0 when checked)."""
     if index is None:
         return model
     seen = Model(model.name, model.span, None, dict(model.consts), model.params)
     seen.consts[index.name] = Const(
-        index.name, Scalar("layer", (index.name,), 0), index.span
+        index.name, Scalar(ScalarOp.LAYER, (index.name,), 0), index.span
     )
     return seen
 

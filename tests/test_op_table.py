@@ -4,8 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from sx2torch.ir import DType
 from sx2torch.ops import REGISTRY, Arg, ArgKind, Op, Result, register
 from sx2torch.ops.rank import SAME
+from sx2torch.syntax import scalars
+from sx2torch.syntax.scalars import Scalar
 from sx2torch.tools.ops_table import markdown
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "OPS.md"
@@ -52,3 +55,39 @@ def test_an_entry_without_a_derivative_or_a_reason_is_refused():
     with pytest.raises(ValueError, match="derivative rule"):
         register(Op("no-such-op", (Arg("x"),), emit=lambda a, c: a[0], rank=SAME))
     assert "no-such-op" not in REGISTRY
+
+
+def test_every_op_the_language_folds_on_numbers_folds_through_its_entry():
+    """Arithmetic, comparisons and functions of one number fold on compile-time scalars by
+    their entry's `numbers`, to the value Python computes; any other op has none."""
+    words = {
+        *scalars.ARITHMETIC,
+        *scalars.COMPARISONS,
+        *scalars.FUNCTIONS,
+        "pow",
+        "neg",
+    }
+    folded = {name for name, op in REGISTRY.items() if op.numbers}
+    # every word but `**`, which the library writes `pow`
+    assert folded == words - {"**"}
+    two, three = Scalar.lit(2), Scalar.lit(3)
+    assert REGISTRY["-"].numbers([two, three], None).value == -1
+    assert REGISTRY["-"].numbers([two], None).value == -2
+    assert REGISTRY["neg"].numbers([three], None).value == -3
+    assert REGISTRY["mod"].numbers([three, two], None).value == 1
+    assert REGISTRY["pow"].numbers([two, three], None).value == 8
+    assert REGISTRY["<="].numbers([three, two], None).value is False
+    assert REGISTRY["sqrt"].numbers([Scalar.lit(9.0)], None).value == 3.0
+
+
+def test_an_op_whose_key_chooses_its_dtype_says_so_in_its_entry():
+    """The f32-out matmul's `:out :f32` is a fact of matmul's entry, read by the policy."""
+    chooses = {
+        name
+        for name, op in REGISTRY.items()
+        if any(k.kind is ArgKind.OUT for k in op.keys)
+    }
+    assert chooses == {name for name, op in REGISTRY.items() if op.out_dtype}
+    for name in chooses:
+        assert REGISTRY[name].out_dtype({"out": "f32"}) is DType.F32
+        assert REGISTRY[name].out_dtype({"out": None}) is None

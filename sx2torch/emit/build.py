@@ -183,34 +183,6 @@ def compare(left: Expr, op: str, right: Expr) -> Expr:
     )
 
 
-def scalar_operation(op: str, args: tuple, render) -> Expr:
-    """A compile-time scalar's operation on its operands, each written by `render`."""
-    if op == "neg":
-        return neg(render(args[0]))
-    if op == "not":
-        return cst.UnaryOperation(cst.Not(), at_least(render(args[0]), NOT))
-    if op in ("and", "or"):
-        level = AND if op == "and" else OR
-        kind = cst.And if op == "and" else cst.Or
-        return cst.BooleanOperation(
-            at_least(render(args[0]), level),
-            kind(),
-            at_least(render(args[1]), level + 1),
-        )
-    if op == "in":
-        return compare(render(args[0]), "in", tuple_([render(o) for o in args[1]]))
-    if op == "if":
-        condition, then, otherwise = (render(a) for a in args)
-        return cst.IfExp(
-            at_least(condition, CONDITIONAL + 1),
-            at_least(then, CONDITIONAL + 1),
-            at_least(otherwise, CONDITIONAL),
-        )
-    if op in COMPARE:
-        return compare(render(args[0]), op, render(args[1]))
-    return chain(op, [render(a) for a in args])
-
-
 def neg(operand: Expr) -> Expr:
     return cst.UnaryOperation(cst.Minus(), at_least(operand, UNARY))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sx2torch.emit.casts import Casts, is_conditional
 from sx2torch.emit.targets import Target
-from sx2torch.ir import Kind, Node, reads, walk
+from sx2torch.ir import Kind, Node, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 
@@ -100,8 +100,9 @@ class Layout(Casts):
                 for index, out in enumerate(region.outputs):
                     if isinstance(out, Node):
                         readers[out].append((self.end(node, r), index))
-        if isinstance(self.graph.output, Node) and self.graph.output in readers:
-            readers[self.graph.output].append((RETURN, None))
+        for output in outputs(self.graph):
+            if isinstance(output, Node) and output in readers:
+                readers[output].append((RETURN, None))
         return readers
 
     def region_of(self, reader):
@@ -128,6 +129,13 @@ class Layout(Casts):
                 or node.name is not None
                 or len(readers) != 1
                 or depth[node] >= MAX_INLINE_DEPTH
+                or any(getattr(r, "kind", None) is Kind.ITEM for r, _ in readers)
+                # several values returned: each a name, `return h, pooled`
+                or (
+                    isinstance(self.graph.output, tuple)
+                    and (RETURN, None) in readers
+                    and self.path(node)
+                )
                 or any(
                     r != RETURN
                     and not isinstance(r, Yield)
@@ -244,9 +252,9 @@ class Layout(Casts):
                 end = self.written_in(self.end(node, r), self.statement_of)
                 for out in region.outputs:
                     note(out, self.order.get(end, -1))
-        output = self.graph.output
-        if isinstance(output, Node):
-            last[output] = self.order[RETURN]
+        for output in outputs(self.graph):
+            if isinstance(output, Node):
+                last[output] = self.order[RETURN]
         for loop in (n for n in walk(self.graph.nodes) if n.kind is Kind.FOR):
             (body,) = loop.regions
             start, end = self.order[loop], self.order[self.end(loop, 0)]
@@ -291,3 +299,13 @@ def _post_order(nodes: list):
         for region in node.regions:
             yield from _post_order(region.nodes)
         yield node
+
+
+def returns_expression(layout: Layout) -> bool:
+    """Whether the return statement computes a value, not only names the values."""
+    return any(
+        isinstance(o, Node)
+        and o not in layout.named
+        and o.kind not in (Kind.INPUT, Kind.PARAM, Kind.ITEM)
+        for o in outputs(layout.graph)
+    )

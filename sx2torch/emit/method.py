@@ -8,13 +8,15 @@ from typing import Optional
 import libcst as cst
 
 from sx2torch.emit import build as b
-from sx2torch.emit.layout import RETURN, TOP, Layout
+from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.naming import Locals, Naming
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, Kind, Node, Scalar
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.policy import Typed
 from sx2torch.policy.rules import output_dtype
+from sx2torch.syntax import scalars
+from sx2torch.syntax.scalars import ScalarOp
 
 
 @dataclass
@@ -47,19 +49,17 @@ class MethodEmitter:
         statements: list = self._hoists(TOP, ())
         statements += self._block(self.graph.nodes)
         output = self.graph.output
-        if (
-            isinstance(output, Node)
-            and output not in self.layout.named
-            and output.kind not in (Kind.INPUT, Kind.PARAM, Kind.ITEM)
-        ):
-            path = self.layout.path(output)
+        several = isinstance(output, tuple)
+        one = returns_expression(self.layout) and not several
+        # one value computed is returned in its block; several are returned outside any
+        path = self.layout.path(output) if one else ()
+        if returns_expression(self.layout):
             statements += self._hoists(RETURN, path)
-            returned = cst.SimpleStatementLine([cst.Return(self.expr(output))])
-            statements.append((path, self._located(returned, output)))
-        else:
-            statements.append(
-                ((), cst.SimpleStatementLine([cst.Return(self.ref(output))]))
-            )
+        value = (
+            _bare_tuple([self.ref(o) for o in output]) if several else self.ref(output)
+        )
+        returned = cst.SimpleStatementLine([cst.Return(value)])
+        statements.append((path, self._located(returned, output) if one else returned))
         return _nest(statements, self.ctx.target.device)
 
     def _block(self, nodes: list) -> list:
@@ -88,6 +88,9 @@ class MethodEmitter:
             statements = self._for(node)
         elif self.layout.compound(node, self.layout.named):
             statements = [self._if(node)]
+        elif node in self.locals.unpacked:
+            names = [b.name(n) for n in self.locals.unpacked[node]]
+            statements = [_assign_all(_bare_tuple(names), self.expr(node))]
         else:
             statements = [_assign(self._target(node), self.expr(node))]
         statements += [
@@ -230,8 +233,8 @@ class MethodEmitter:
         if node.kind is Kind.CAST:
             return self.read(node, 0)
         if node.kind is Kind.IF:
-            return b.scalar_operation(
-                "if",
+            return scalars.python(
+                ScalarOp.IF,
                 (node.attrs["condition"], 0, 1),
                 lambda a: (
                     self.scalar(a)
@@ -283,21 +286,21 @@ class MethodEmitter:
         return node
 
     def scalar(self, scalar: Scalar) -> b.Expr:
-        if scalar.op == "lit":
+        if scalar.op is ScalarOp.LIT:
             return b.number(scalar.value)
-        if scalar.op == "const":
+        if scalar.op is ScalarOp.CONST:
             return self.member(*scalar.args)
-        if scalar.op == "key":
+        if scalar.op is ScalarOp.KEY:
             return b.name(self.locals.keys[scalar.args[0]])
-        if scalar.op == "index":
+        if scalar.op is ScalarOp.INDEX:
             return b.name(self.locals.loops[scalar.args[0]][0])
-        return b.scalar_operation(scalar.op, scalar.args, self.scalar)
+        return scalars.python(scalar.op, scalar.args, self.scalar)
 
 
 def _value(value):
     """What emission may decide from: a literal's value, never a const's or a key's default."""
     if isinstance(value, Scalar):
-        return value.value if value.op == "lit" else SYMBOLIC
+        return value.value if value.op is ScalarOp.LIT else SYMBOLIC
     if isinstance(value, tuple):
         return tuple(_value(v) for v in value)
     return value
@@ -313,15 +316,21 @@ def _stores(stores: list) -> list:
     ]
     if len(stores) <= 1:
         return [_assign(name, value) for name, value in stores]
-    targets = cst.Tuple([cst.Element(b.name(n)) for n, _ in stores], lpar=[], rpar=[])
-    values = cst.Tuple([cst.Element(v) for _, v in stores], lpar=[], rpar=[])
-    return [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(targets)], values)])]
+    targets = _bare_tuple([b.name(n) for n, _ in stores])
+    return [_assign_all(targets, _bare_tuple([v for _, v in stores]))]
+
+
+def _bare_tuple(items: list) -> cst.Tuple:
+    """`a, b`, as an assignment's target or value."""
+    return cst.Tuple([cst.Element(i) for i in items], lpar=[], rpar=[])
 
 
 def _assign(name: str, value: b.Expr) -> cst.SimpleStatementLine:
-    return cst.SimpleStatementLine(
-        [cst.Assign([cst.AssignTarget(b.name(name))], value)]
-    )
+    return _assign_all(b.name(name), value)
+
+
+def _assign_all(target, value: b.Expr) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
 
 
 def _nest(statements: list, device: str) -> list:

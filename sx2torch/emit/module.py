@@ -17,7 +17,9 @@ from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
+from sx2torch.syntax import scalars
 from sx2torch.syntax.program import Model, Param, Program, Run
+from sx2torch.syntax.scalars import ScalarOp
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 
@@ -186,7 +188,7 @@ def _describe(dtype: str) -> str:
 
 
 def _key_default(default: Scalar) -> cst.BaseExpression:
-    return b.number(default.value) if default.op == "lit" else b.name("None")
+    return b.number(default.value) if default.op is ScalarOp.LIT else b.name("None")
 
 
 def _if_none(name: str, value: cst.BaseExpression) -> cst.If:
@@ -212,7 +214,7 @@ def _init(
     kwonly = [
         cst.Param(
             cst.Name(names[c.name]),
-            default=b.number(c.value.value) if c.value.op == "lit" else b.name("None"),
+            default=_key_default(c.value),
             equal=b.KEYWORD_EQUAL,
         )
         for c in consts
@@ -221,7 +223,7 @@ def _init(
         cst.SimpleStatementLine([cst.Expr(b.call(b.attr(b.call("super"), "__init__")))])
     ]
     for const in consts:
-        if const.value.op != "lit":
+        if const.value.op is not ScalarOp.LIT:
             body.append(_if_none(names[const.name], _init_scalar(const.value, names)))
         body.append(
             _assign_name(
@@ -239,13 +241,13 @@ def _init(
 
 
 def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
-    if scalar.op == "lit":
+    if scalar.op is ScalarOp.LIT:
         return b.number(scalar.value)
-    if scalar.op == "const":
+    if scalar.op is ScalarOp.CONST:
         return b.name(names[scalar.args[0]])
-    if scalar.op == "layer":
+    if scalar.op is ScalarOp.LAYER:
         return b.name(mangle(scalar.args[0]))
-    return b.scalar_operation(
+    return scalars.python(
         scalar.op, scalar.args, lambda operand: _init_scalar(operand, names)
     )
 
@@ -347,6 +349,6 @@ def _initializer(init, scalar) -> cst.BaseExpression:
 
 def _float(value: Scalar, scalar) -> cst.BaseExpression:
     """Initializer arguments as floats, so `(normal [d] :std 1)` makes a float tensor."""
-    if value.op == "lit" and isinstance(value.value, int):
+    if value.op is ScalarOp.LIT and isinstance(value.value, int):
         return b.number(float(value.value))
     return scalar(value)

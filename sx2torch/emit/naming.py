@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from sx2torch.emit.casts import is_local_param
-from sx2torch.emit.layout import RETURN, TOP, Layout
+from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
@@ -44,6 +44,8 @@ class Locals:
     # the other names, assigned from it right after (`values` holds the last)
     targets: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)
+    # a call giving several values -> the names its statement unpacks them into
+    unpacked: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -362,12 +364,7 @@ class _LocalNaming:
             ):
                 self._hoist(TOP, operand, conversion)
         self._block(layout.graph.nodes)
-        output = layout.graph.output
-        if (
-            isinstance(output, Node)
-            and output not in layout.named
-            and output.kind not in (Kind.INPUT, Kind.PARAM, Kind.ITEM)
-        ):
+        if returns_expression(layout):
             self._hoists(RETURN)
         return self.locals
 
@@ -441,8 +438,11 @@ class _LocalNaming:
             self.holder[self.values[item]] = item
 
     def _bind(self, node: Node) -> None:
-        base = node.name or self._temporary_name(node)
         at = self.layout.order[node]
+        if node.kind in CALLS and self.layout.typed.callee[node].graph.arity > 1:
+            self._unpack(node, at)
+            return
+        base = node.name or self._temporary_name(node)
         self.values[node] = self._fresh(base, node, at)
         if node.aliases:
             first = self.locals.targets[node] = self.values[node]
@@ -452,6 +452,16 @@ class _LocalNaming:
                 self._fresh(alias, node, at) for alias in node.aliases
             ]
             self.values[node] = self.locals.aliases[node][-1]
+
+    def _unpack(self, node: Node, at: int) -> None:
+        """`h, pooled = self.encode(x)`: a name for each value read, `_` for the others."""
+        items = {r.attrs["index"]: r for r, _ in self.layout.readers[node]}
+        names = self.locals.unpacked[node] = []
+        for k in range(self.layout.typed.callee[node].graph.arity):
+            item = items.get(k)
+            names.append("_" if item is None else self._fresh(item.name, item, at))
+            if item is not None:
+                self.values[item] = names[-1]
 
     def _fresh(self, base: str, value, at: int) -> str:
         """A local for `value`, first bound at statement `at`: a dead value's name is reused."""

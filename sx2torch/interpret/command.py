@@ -32,9 +32,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="save the result here with torch.save")
 
 
-def run(args, text: str) -> int:
+def run(args, text: str, name: str) -> int:
     torch.manual_seed(args.seed)
-    model = interpret.load(text, args.name, args.run, state=_load(args.params))
+    model = interpret.load(text, name, args.run, state=_load(args.params))
     defun = model.program.top.defuns.get(args.method)
     if defun is None:
         raise UsageError(

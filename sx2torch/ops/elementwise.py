@@ -6,11 +6,14 @@ gradient `g` of its output; `unbroadcast` sums an operand's gradient back to its
 
 import math
 from dataclasses import replace
+from functools import partial
 
 from sx2torch.emit import build as b
 from sx2torch.ir import Node, Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import BROADCAST
+from sx2torch.ops.rank import BROADCAST, known
+from sx2torch.syntax import scalars
+from sx2torch.syntax.scalars import ScalarOp
 
 X, Y = Arg("x"), Arg("y")
 HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
@@ -40,7 +43,8 @@ def _binary(
             name,
             (X, Y),
             emit,
-            result="arith",
+            result="keep",
+            numbers=partial(scalars.arithmetic, scalars.ARITHMETIC[name]),
             arity=arity,
             grad=grad,
             no_grad=no_grad,
@@ -56,7 +60,7 @@ def _scales_by_a_power_of_two(operands: tuple) -> bool:
     overflows exactly where bf16 does. (A k below 0 can make a subnormal that needs more
     bits than bf16 has.)"""
     for scale in operands:
-        value = scale.value if isinstance(scale, Scalar) and scale.op == "lit" else None
+        value = known(scale) if isinstance(scale, Scalar) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
             mantissa, exponent = math.frexp(abs(value))
             if mantissa == 0.5 and exponent >= 1:
@@ -124,7 +128,8 @@ _register(
         "-",
         (X, Y),
         _minus,
-        result="arith",
+        result="keep",
+        numbers=partial(scalars.arithmetic, ScalarOp.SUB),
         arity=(1, None),
         folds=True,
         grad=_minus_grad,
@@ -136,7 +141,8 @@ _register(
         "neg",
         (X,),
         lambda a, ctx: b.neg(a[0]),
-        result="arith",
+        result="keep",
+        numbers=partial(scalars.arithmetic, ScalarOp.NEG),
         grad=lambda t, n, g: [t.op("neg", [g])],
         exact=True,
     )
@@ -203,6 +209,9 @@ def _function(
         grad=grad,
         exact=exact,
         bf16_risk=bf16_risk,
+        numbers=(
+            partial(scalars.function, name) if name in scalars.FUNCTIONS else None
+        ),
     )
     _register(op)
 
@@ -338,7 +347,13 @@ def _pow_grad(t, n, g):
 
 
 _register(
-    Op("pow", (X, Arg("p")), lambda a, ctx: b.binop(a[0], "**", a[1]), grad=_pow_grad)
+    Op(
+        "pow",
+        (X, Arg("p")),
+        lambda a, ctx: b.binop(a[0], "**", a[1]),
+        grad=_pow_grad,
+        numbers=partial(scalars.function, "pow"),
+    )
 )
 
 
@@ -427,6 +442,7 @@ def _comparison(name: str, python_op: str) -> None:
             (X, Y),
             lambda a, ctx: b.compare(a[0], python_op, a[1]),
             result="bool",
+            numbers=partial(scalars.compare, name),
             exact=True,
             no_grad="a comparison gives booleans, which carry no gradient",
         )

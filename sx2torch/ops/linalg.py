@@ -1,7 +1,7 @@
 """Linear algebra: the batched, broadcasting matmul, and its f32-out form (6.4)."""
 
 from sx2torch.emit import build as b
-from sx2torch.ir import Scalar
+from sx2torch.ir import DType, Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import MATMUL
 
@@ -31,6 +31,7 @@ register(
         (Arg("a", "matrix"), Arg("b", "matrix")),
         _matmul,
         keys=(Key("out", "out"),),
+        out_dtype=lambda attrs: DType.F32 if attrs["out"] == "f32" else None,
         grad=_matmul_grad,
         rank=MATMUL,
         doc="`:out :f32` on bf16 operands keeps the bf16 GEMM and stores its f32 accumulator",

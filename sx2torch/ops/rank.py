@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from sx2torch.ir import Scalar
+from sx2torch.syntax.scalars import Scalar, ScalarOp
 
 Dims = Optional[tuple]
 
@@ -31,7 +31,7 @@ def known(scalar) -> Optional[int]:
     """A size or axis written as a literal; None where a const or &key argument decides it.
     (An op's definition may pass a plain Python value: the compiler wrote it.)"""
     if isinstance(scalar, Scalar):
-        return scalar.value if scalar.op == "lit" else None
+        return scalar.value if scalar.op is ScalarOp.LIT else None
     return scalar
 
 

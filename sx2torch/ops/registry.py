@@ -54,7 +54,6 @@ class Result(str, Enum):
     FLOAT = "float"  # computes in the policy's dtype
     BOOL = "bool"  # compares in that dtype
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
-    ARITH = "arith"  # as KEEP, and compile-time scalars fold
     INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
 
 
@@ -110,6 +109,12 @@ class Op:
     bf16_risk: str = ""
     # draws from torch's generator (dropout, randn-like): computing it again draws anew
     draws: bool = False
+    # the op on compile-time numbers, `numbers(operands, span) -> Scalar`: where every operand
+    # is one, it is folded when the file compiles and makes no node
+    numbers: Optional[Callable] = None
+    # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
+    # policy decides: the f32-out matmul's `:out :f32`
+    out_dtype: Optional[Callable] = None
 
     def is_exact(self, operands: tuple) -> bool:
         return self.exact(operands) if callable(self.exact) else self.exact

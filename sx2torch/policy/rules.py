@@ -65,8 +65,11 @@ class Typed:
         return self.graph.model
 
     @property
-    def output_dtype(self) -> Optional[str]:
+    def output_dtype(self):
+        """Its value's dtype; a tuple of them where it returns several values."""
         out = self.graph.output
+        if isinstance(out, tuple):
+            return tuple(self.dtype[o] for o in out)
         return self.dtype[out] if isinstance(out, Node) else None
 
 
@@ -191,7 +194,7 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         for defun in model.defuns
     }
     # after the public methods, which read parameters too
-    storage = policy.storage(list(policy.order))
+    storage = _storage(program, list(policy.order))
     return Lowered(precision, list(policy.order), storage, natural)
 
 
@@ -366,7 +369,7 @@ class _Policy:
             out = DType.BOOL
         elif op.result is Result.INT:
             out = DType.INT
-        elif op.result in (Result.KEEP, Result.ARITH) and not floats:
+        elif op.result is Result.KEEP and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.
             data = [
@@ -377,9 +380,10 @@ class _Policy:
             out = data[0] if data else compute
         else:
             out = compute
-        if node.attrs.get("out") == DType.F32:
-            out = DType.F32
-            if compute == DType.BF16:
+        chosen = op.out_dtype(node.attrs) if op.out_dtype else None
+        if chosen is not None:
+            out = chosen
+            if compute == DType.BF16 and chosen == DType.F32:
                 reason = Reason(Why.OUT_F32)
         typed.compute[node] = compute
         typed.dtype[node] = out
@@ -414,44 +418,43 @@ class _Policy:
             and self.program.model(dtype.model).params[dtype.name].numerics_high
         )
 
-    def storage(self, used: list) -> dict:
-        """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
-        one is stored in the dtype every reader reads (6.7)."""
-        readers: dict = {}
-        for typed in used:
-            for node in walk(typed.graph.nodes):
-                if node.kind in CALLS or node.kind is Kind.CAST:
-                    continue
-                for index, operand in enumerate(node.inputs):
-                    dtype = (
-                        typed.dtype.get(operand) if isinstance(operand, Node) else None
-                    )
-                    if is_param(dtype):
-                        read_as = (
-                            typed.dtype[node][index]  # a loop's initial value, carried
-                            if node.kind is Kind.FOR
-                            else typed.compute[node]
-                        )
-                        readers.setdefault(_key(dtype), set()).add(read_as)
-            for node in walk(typed.graph.nodes):
-                if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
-                    readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
-                        DType.F32
-                    )
-        storage = {}
-        for model in self.program.all_models():
-            for param in model.params.values():
-                if param.is_module:
-                    continue
-                read_as = readers.get((model.name, param.name), set())
-                frozen_bf16 = not param.trainable and read_as == {DType.BF16}
-                storage[model.name, param.name] = param.dtype or (
-                    DType.BF16 if frozen_bf16 else DType.F32
-                )
-        return storage
-
 
 NOT_YET = Reason(Why.NOT_YET)
+
+
+def _storage(program: Program, used: list) -> dict:
+    """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
+    one is stored in the dtype every reader reads (6.7)."""
+    readers: dict = {}
+    for typed in used:
+        for node in walk(typed.graph.nodes):
+            if node.kind in CALLS or node.kind is Kind.CAST:
+                continue
+            for index, operand in enumerate(node.inputs):
+                dtype = typed.dtype.get(operand) if isinstance(operand, Node) else None
+                if is_param(dtype):
+                    read_as = (
+                        typed.dtype[node][index]  # a loop's initial value, carried
+                        if node.kind is Kind.FOR
+                        else typed.compute[node]
+                    )
+                    readers.setdefault(_key(dtype), set()).add(read_as)
+        for node in walk(typed.graph.nodes):
+            if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
+                readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
+                    DType.F32
+                )
+    storage = {}
+    for model in program.all_models():
+        for param in model.params.values():
+            if param.is_module:
+                continue
+            read_as = readers.get((model.name, param.name), set())
+            frozen_bf16 = not param.trainable and read_as == {DType.BF16}
+            storage[model.name, param.name] = param.dtype or (
+                DType.BF16 if frozen_bf16 else DType.F32
+            )
+    return storage
 
 
 def _key(param: ParamRef) -> tuple:
@@ -532,10 +535,7 @@ def _origins(operand, graph: Graph) -> set:
             continue
         if node.kind is Kind.INPUT:
             found.add(node)
-        elif node.kind is Kind.OP and REGISTRY[node.op].result in (
-            Result.KEEP,
-            Result.ARITH,
-        ):
+        elif node.kind is Kind.OP and REGISTRY[node.op].result is Result.KEEP:
             op = REGISTRY[node.op]
             pending.extend(
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS

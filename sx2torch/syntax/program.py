@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sx2torch.errors import Span
-from sx2torch.ir import Scalar
-from sx2torch.syntax.read import Datum, Symbol
+from sx2torch.syntax.scalars import Scalar, ScalarOp
+from sx2torch.syntax.read import Datum, List, Symbol, Vector
 
 PRECISIONS = ("f32", "bf16")
 RUN_KEYS = (
@@ -82,6 +82,21 @@ class Defun:
     # a top-level defun a sub-model calls, copied into it: it sees only its arguments
     shared: bool = False
 
+    @property
+    def arity(self) -> int:
+        """How many values it returns: several where its body ends in a vector `[a b]`,
+        possibly at the end of a `let` (known before it is traced, so a call can bind them).
+        """
+        last = self.body[-1]
+        while (
+            isinstance(last, List)
+            and len(last.items) > 2
+            and isinstance(last.items[0], Symbol)
+            and last.items[0].name == "let"
+        ):
+            last = last.items[-1]
+        return len(last.items) if isinstance(last, Vector) else 1
+
 
 @dataclass
 class Model:
@@ -95,9 +110,9 @@ class Model:
 
     def lookup_const(self, name: str) -> Optional[Scalar]:
         const = self.consts.get(name)
-        if const and const.value.op == "layer":
+        if const and const.value.op is ScalarOp.LAYER:
             return const.value
-        return Scalar("const", (name,), const.value.value) if const else None
+        return Scalar(ScalarOp.CONST, (name,), const.value.value) if const else None
 
     def names(self) -> set:
         """The names defined so far in this model."""

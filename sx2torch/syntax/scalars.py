@@ -1,23 +1,92 @@
-"""Compile-time scalars: literals, consts and &key arguments, and arithmetic on them."""
+"""Compile-time scalars: literals, consts and &key arguments, and arithmetic on them.
+
+A scalar's operation is a `ScalarOp`; this module alone says what each computes (`compute`)
+and how Python writes it (`python`, `text`).
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
-from typing import Callable, Optional
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Optional, Union
 
+import libcst as cst
+
+from sx2torch.emit import build as b
 from sx2torch.errors import SourceError, suggest
-from sx2torch.ir import Scalar
 from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
 
-ARITHMETIC: dict[str, tuple[str, Callable]] = {
-    "+": ("+", operator.add),
-    "-": ("-", operator.sub),
-    "*": ("*", operator.mul),
-    "/": ("/", operator.truediv),
-    "//": ("//", operator.floordiv),
-    "**": ("**", operator.pow),
-    "mod": ("%", operator.mod),
+
+class ScalarOp(str, Enum):
+    """What a compile-time scalar is: a leaf, or an operation named as Python writes it."""
+
+    LIT = "lit"  # args (value,)
+    CONST = "const"  # (name, ...): a model's const, read through the sub-models named after it
+    KEY = "key"  # (name,): a defun's &key argument
+    LAYER = "layer"  # (name,): a stack's layer index, `i` of (stack (i n) ...)
+    INDEX = "index"  # (loop,): a loop node's index
+    ADD = "+"  # the arithmetic: two or more operands, folded left
+    SUB = "-"
+    MUL = "*"
+    DIV = "/"
+    FLOORDIV = "//"
+    POW = "**"
+    MOD = "%"
+    EQ = "=="  # the comparisons and `and`, `or`: two operands
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    AND = "and"
+    OR = "or"
+    NOT = "not"  # one operand
+    NEG = "neg"
+    IN = "in"  # (value, options)
+    IF = "if"  # (condition, then, otherwise)
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+LEAVES = frozenset(
+    {ScalarOp.LIT, ScalarOp.CONST, ScalarOp.KEY, ScalarOp.LAYER, ScalarOp.INDEX}
+)
+# What the operations of two or more operands compute, folded left.
+BINARY: dict[ScalarOp, Callable] = {
+    ScalarOp.ADD: operator.add,
+    ScalarOp.SUB: operator.sub,
+    ScalarOp.MUL: operator.mul,
+    ScalarOp.DIV: operator.truediv,
+    ScalarOp.FLOORDIV: operator.floordiv,
+    ScalarOp.POW: operator.pow,
+    ScalarOp.MOD: operator.mod,
+    ScalarOp.EQ: operator.eq,
+    ScalarOp.LT: operator.lt,
+    ScalarOp.LE: operator.le,
+    ScalarOp.GT: operator.gt,
+    ScalarOp.GE: operator.ge,
+    ScalarOp.AND: lambda a, b: a and b,
+    ScalarOp.OR: lambda a, b: a or b,
+}
+# The source's words for them.
+ARITHMETIC: dict[str, ScalarOp] = {
+    "+": ScalarOp.ADD,
+    "-": ScalarOp.SUB,
+    "*": ScalarOp.MUL,
+    "/": ScalarOp.DIV,
+    "//": ScalarOp.FLOORDIV,
+    "**": ScalarOp.POW,
+    "mod": ScalarOp.MOD,
+}
+COMPARISONS: dict[str, ScalarOp] = {
+    "=": ScalarOp.EQ,
+    "<": ScalarOp.LT,
+    "<=": ScalarOp.LE,
+    ">": ScalarOp.GT,
+    ">=": ScalarOp.GE,
 }
 
 # Functions of one number, folded on literals as Python computes them (in f64).
@@ -34,41 +103,120 @@ FUNCTIONS: dict[str, Callable] = {
     "abs": abs,
 }
 
-COMPARISONS: dict[str, tuple[str, Callable]] = {
-    "=": ("==", operator.eq),
-    "<": ("<", operator.lt),
-    "<=": ("<=", operator.le),
-    ">": (">", operator.gt),
-    ">=": (">=", operator.ge),
-}
+
+@dataclass(frozen=True)
+class Scalar:
+    """A compile-time number: a literal, a const, a defun's &key argument, or arithmetic.
+
+    `value` is its value with every const and key at its default; `args` the literal, the
+    name or the operands (`(+ k 1 1)` is Scalar(ADD, (k, 1, 1))).
+    """
+
+    op: ScalarOp
+    args: tuple
+    value: Union[int, float, bool, str]
+
+    @staticmethod
+    def lit(value: Union[int, float, bool, str]) -> "Scalar":
+        return Scalar(ScalarOp.LIT, (value,), value)
+
+
+def compute(scalar: Scalar, env: dict):
+    """A scalar's value with the consts, keys and layer indices of `env` (defaults for the
+    rest)."""
+    op, args = scalar.op, scalar.args
+    if op is ScalarOp.LIT:
+        return scalar.value
+    if op in LEAVES:
+        return env.get(args[0], scalar.value)
+    if op is ScalarOp.NEG:
+        return -compute(args[0], env)
+    if op is ScalarOp.NOT:
+        return not compute(args[0], env)
+    if op is ScalarOp.IN:
+        return compute(args[0], env) in [compute(o, env) for o in args[1]]
+    if op is ScalarOp.IF:
+        condition, then, otherwise = args
+        return compute(then if compute(condition, env) else otherwise, env)
+    return functools.reduce(BINARY[op], (compute(a, env) for a in args))
+
+
+def python(op: ScalarOp, args: tuple, write) -> cst.BaseExpression:
+    """An operation on operands as Python writes it, each operand written by `write`."""
+    if op is ScalarOp.NEG:
+        return b.neg(write(args[0]))
+    if op is ScalarOp.NOT:
+        return cst.UnaryOperation(cst.Not(), b.at_least(write(args[0]), b.NOT))
+    if op in (ScalarOp.AND, ScalarOp.OR):
+        level = b.AND if op is ScalarOp.AND else b.OR
+        kind = cst.And if op is ScalarOp.AND else cst.Or
+        return cst.BooleanOperation(
+            b.at_least(write(args[0]), level),
+            kind(),
+            b.at_least(write(args[1]), level + 1),
+        )
+    if op is ScalarOp.IN:
+        return b.compare(write(args[0]), "in", b.tuple_([write(o) for o in args[1]]))
+    if op is ScalarOp.IF:
+        condition, then, otherwise = (write(a) for a in args)
+        return cst.IfExp(
+            b.at_least(condition, b.CONDITIONAL + 1),
+            b.at_least(then, b.CONDITIONAL + 1),
+            b.at_least(otherwise, b.CONDITIONAL),
+        )
+    if op in b.COMPARE:
+        return b.compare(write(args[0]), op, write(args[1]))
+    return b.chain(op, [write(a) for a in args])
+
+
+def text(scalar: Scalar, leaf) -> str:
+    """A scalar as the dumps show it, its leaves (but literals) written by `leaf`."""
+    op, args = scalar.op, scalar.args
+    if op is ScalarOp.LIT:
+        return repr(scalar.value)
+    if op in LEAVES:
+        return leaf(scalar)
+    shown = [text(a, leaf) if isinstance(a, Scalar) else a for a in args]
+    if op is ScalarOp.NEG:
+        return f"-({shown[0]})"
+    if op is ScalarOp.NOT:
+        return f"(not {shown[0]})"
+    if op is ScalarOp.IN:
+        return f"({shown[0]} in [{' '.join(text(o, leaf) for o in args[1])}])"
+    if op is ScalarOp.IF:
+        condition, then, otherwise = shown
+        return f"({then} if {condition} else {otherwise})"
+    return "(" + f" {op} ".join(shown) + ")"
+
 
 Lookup = Callable[[str], Optional[Scalar]]
 # Operands of one chain of compile-time arithmetic: Python's compiler refuses about 3000.
 MAX_OPERANDS = 2000
 
 
-def _made(python_op: str, args: tuple, value) -> Scalar:
+def _made(op: ScalarOp, args: tuple, value) -> Scalar:
     """A scalar that folds to a literal when every leaf is one: only the source decides."""
     if all(_literal(a) for a in args):
         return Scalar.lit(value)
-    return Scalar(python_op, args, value)
+    return Scalar(op, args, value)
 
 
 def _literal(arg) -> bool:
     if isinstance(arg, tuple):
         return all(_literal(a) for a in arg)
-    return arg.op == "lit"
+    return arg.op is ScalarOp.LIT
 
 
-def compare(op: str, left: Scalar, right: Scalar, span) -> Scalar:
+def compare(op: str, operands: list, span) -> Scalar:
     """A comparison of numbers known when the module runs: a condition for `if`."""
-    python_op, function = COMPARISONS[op]
+    comparison, (left, right) = COMPARISONS[op], operands
     for operand in (left, right):
         if not _is_number(operand.value):
             raise SourceError(
                 span, f"'{op}' compares numbers, got {_shown(operand.value)}"
             )
-    return _made(python_op, (left, right), function(left.value, right.value))
+    value = BINARY[comparison](left.value, right.value)
+    return _made(comparison, (left, right), value)
 
 
 def logic(op: str, operands: list, span) -> Scalar:
@@ -79,20 +227,18 @@ def logic(op: str, operands: list, span) -> Scalar:
                 span, f"'{op}' takes conditions, got {_shown(operand.value)}"
             )
     if op == "not":
-        return _made("not", (operands[0],), not operands[0].value)
-    result = operands[0]
+        return _made(ScalarOp.NOT, (operands[0],), not operands[0].value)
+    combine, result = ScalarOp(op), operands[0]
     for operand in operands[1:]:
-        value = (
-            (result.value and operand.value)
-            if op == "and"
-            else (result.value or operand.value)
-        )
-        result = _made(op, (result, operand), value)
+        value = BINARY[combine](result.value, operand.value)
+        result = _made(combine, (result, operand), value)
     return result
 
 
 def member(value: Scalar, options: tuple) -> Scalar:
-    return _made("in", (value, options), value.value in [o.value for o in options])
+    return _made(
+        ScalarOp.IN, (value, options), value.value in [o.value for o in options]
+    )
 
 
 def choose(condition: Scalar, then: Scalar, otherwise: Scalar, span) -> Scalar:
@@ -100,23 +246,22 @@ def choose(condition: Scalar, then: Scalar, otherwise: Scalar, span) -> Scalar:
     if _is_number(then.value) != _is_number(otherwise.value):
         raise SourceError(span, "the branches of this if give a number and a condition")
     value = then.value if condition.value else otherwise.value
-    return Scalar("if", (condition, then, otherwise), value)
+    return Scalar(ScalarOp.IF, (condition, then, otherwise), value)
 
 
-def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
+def fold(op: ScalarOp, left: Scalar, right: Scalar, span) -> Scalar:
     """Arithmetic on two scalars, evaluated now with every const at its default."""
     for operand in (left, right):
         if not _is_number(operand.value):
             raise SourceError(
                 span, f"arithmetic needs numbers, got {_shown(operand.value)}"
             )
-    function = next(f for op, f in ARITHMETIC.values() if op == python_op)
-    if python_op == "**" and _too_big(left.value, right.value):
+    if op is ScalarOp.POW and _too_big(left.value, right.value):
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"
         )
     try:
-        value = function(left.value, right.value)
+        value = BINARY[op](left.value, right.value)
     except ZeroDivisionError:
         raise SourceError(
             span, "division by zero (with the consts at their defaults)"
@@ -127,15 +272,15 @@ def fold(python_op: str, left: Scalar, right: Scalar, span) -> Scalar:
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"
         )
-    if left.op == right.op == "lit":
+    if left.op is right.op is ScalarOp.LIT:
         return Scalar.lit(value)
-    return Scalar(python_op, _operands(python_op, left, right, span), value)
+    return Scalar(op, _operands(op, left, right, span), value)
 
 
-def _operands(python_op: str, left: Scalar, right: Scalar, span) -> tuple:
-    """A left fold `(+ k 1 1 ...)` is one flat Scalar("+", (k, 1, 1, ...)), so that nothing that
-    reads scalars recurses once per operand."""
-    if left.op != python_op:
+def _operands(op: ScalarOp, left: Scalar, right: Scalar, span) -> tuple:
+    """A left fold `(+ k 1 1 ...)` is one flat Scalar(ADD, (k, 1, 1, ...)), so that nothing
+    that reads scalars recurses once per operand."""
+    if left.op is not op:
         return left, right
     if len(left.args) >= MAX_OPERANDS:
         raise SourceError(
@@ -149,11 +294,11 @@ def function(name: str, operands: list, span) -> Scalar:
     A literal's is folded; a const's is a power, the one function Python's operators write.
     """
     if name == "pow":
-        return fold("**", *operands, span)
+        return fold(ScalarOp.POW, *operands, span)
     (operand,) = operands
-    if operand.op != "lit" and name == "sqrt":
-        return fold("**", operand, Scalar.lit(0.5), span)
-    if operand.op != "lit":
+    if operand.op is not ScalarOp.LIT and name == "sqrt":
+        return fold(ScalarOp.POW, operand, Scalar.lit(0.5), span)
+    if operand.op is not ScalarOp.LIT:
         raise SourceError(
             span,
             f"'{name}' of a const is not known when the file compiles: "
@@ -170,6 +315,13 @@ def function(name: str, operands: list, span) -> Scalar:
     return Scalar.lit(value)
 
 
+def arithmetic(op: ScalarOp, operands: list, span) -> Scalar:
+    """An arithmetic op of the library on two numbers, or a negation (`-` of one)."""
+    if op is ScalarOp.NEG or len(operands) == 1:
+        return negate(operands[0], span)
+    return fold(op, *operands, span)
+
+
 def negate(operand: Scalar, span) -> Scalar:
     if not _is_number(operand.value):
         raise SourceError(
@@ -179,7 +331,7 @@ def negate(operand: Scalar, span) -> Scalar:
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"
         )
-    return Scalar("neg", (operand,), -operand.value)
+    return Scalar(ScalarOp.NEG, (operand,), -operand.value)
 
 
 def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
@@ -213,10 +365,10 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
                 raise SourceError(datum.span, f"'{head}' needs at least two arguments")
             result = operands[0]
             for operand in operands[1:]:
-                result = fold(ARITHMETIC[head][0], result, operand, datum.span)
+                result = fold(ARITHMETIC[head], result, operand, datum.span)
             return result
         if head in COMPARISONS and len(operands) == 2:
-            return compare(head, *operands, datum.span)
+            return compare(head, operands, datum.span)
         if head == "if" and len(operands) == 3:
             return choose(*operands, datum.span)
         if head in ("and", "or", "not") and operands:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
-from sx2torch.ir import Graph, Node, Scalar
+from sx2torch.ir import Graph, Node, Scalar, outputs
 from sx2torch.policy import Lowered, Typed
+from sx2torch.syntax import scalars
 from sx2torch.syntax.program import Init
+from sx2torch.syntax.scalars import ScalarOp
 
 
 def data(items: list) -> str:
@@ -59,7 +61,7 @@ def graph(g: Graph, typed: Typed = None) -> str:
         head += f" : ({', '.join(typed.signature)}){ambient}"
     lines = [head]
     _block(g.nodes, ids, typed, "  ", lines)
-    lines.append(f"  return {_operand(g.output, ids)}")
+    lines.append(f"  return {', '.join(_operand(o, ids) for o in outputs(g))}")
     return "\n".join(lines) + "\n"
 
 
@@ -113,24 +115,15 @@ def lowered(low: Lowered) -> str:
 
 
 def scalar(s: Scalar) -> str:
-    if s.op == "lit":
-        return repr(s.value)
-    if s.op in ("const", "key"):
-        return f"{s.args[0]}={s.value!r}"
-    if s.op == "layer":  # a stack's layer index, `i` of (stack (i n) ...)
+    return scalars.text(s, _leaf)
+
+
+def _leaf(s: Scalar) -> str:
+    if s.op is ScalarOp.LAYER:
         return f"layer {s.args[0]}"
-    if s.op == "neg":
-        return f"-({scalar(s.args[0])})"
-    if s.op == "index":
+    if s.op is ScalarOp.INDEX:
         return f"index({s.args[0].attrs['index']})"
-    if s.op == "not":
-        return f"(not {scalar(s.args[0])})"
-    if s.op == "in":
-        return f"({scalar(s.args[0])} in [{' '.join(map(scalar, s.args[1]))}])"
-    if s.op == "if":
-        condition, then, otherwise = map(scalar, s.args)
-        return f"({then} if {condition} else {otherwise})"
-    return "(" + f" {s.op} ".join(scalar(a) for a in s.args) + ")"
+    return f"{s.args[0]}={s.value!r}"
 
 
 def _value(value) -> str:

@@ -8,7 +8,6 @@ under :f32, the lines of bf16 regions. Then a table of parameters as in `state_d
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -19,9 +18,9 @@ from sx2torch.tools import lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
-from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
+from sx2torch.ir import ISLAND, Kind, Node, walk
 from sx2torch.policy.rules import Why, is_param
-from sx2torch.syntax.scalars import ARITHMETIC, COMPARISONS
+from sx2torch.syntax import scalars
 
 BYTES = {"f32": 4, "bf16": 2}
 MAX_LISTED = (
@@ -180,9 +179,11 @@ def _params(program, lowered) -> list:
         names = attributes(model)[0]
         env = dict(env)
         for const in model.consts.values():
-            env.setdefault(const.name, _evaluate(const.value, env))
+            env.setdefault(const.name, scalars.compute(const.value, env))
         params = [  # a :when parameter, on the instances that have it
-            p for p in model.params.values() if p.when is None or _evaluate(p.when, env)
+            p
+            for p in model.params.values()
+            if p.when is None or scalars.compute(p.when, env)
         ]
         tensors = [p for p in params if not p.is_module]
         for param in [p for p in tensors if p.trainable] + [
@@ -192,15 +193,15 @@ def _params(program, lowered) -> list:
         for param in [p for p in params if p.is_module]:
             key, init = prefix + names[param.name], param.init
             sub = program.models[init.model]
-            sub_env = {k: _evaluate(v, env) for k, (_, v) in init.args.items()}
-            count = _evaluate(init.count, env) if init.kind == "stack" else None
+            sub_env = {k: scalars.compute(v, env) for k, (_, v) in init.args.items()}
+            count = scalars.compute(init.count, env) if init.kind == "stack" else None
             if count is None:
                 visit(sub, key + ".", sub_env, copies, listed)
             elif listed * count <= MAX_LISTED:
                 for i in range(count):
                     layer = {**env, init.index: i} if init.index else env
                     sub_env = {
-                        k: _evaluate(v, layer) for k, (_, v) in init.args.items()
+                        k: scalars.compute(v, layer) for k, (_, v) in init.args.items()
                     }
                     visit(sub, f"{key}.{i}.", sub_env, copies, listed * count)
             else:
@@ -211,7 +212,7 @@ def _params(program, lowered) -> list:
     def add(model, param, key: str, env: dict, copies: int) -> None:
         args = param.init.args
         sizes = args["shape"] if "shape" in args else (args["n"], args["n"])
-        shape = [_evaluate(size, env) for size in sizes]
+        shape = [scalars.compute(size, env) for size in sizes]
         dtype = lowered.storage[model.name, param.name]
         count = math.prod(shape)
         rows.append(
@@ -227,35 +228,6 @@ def _params(program, lowered) -> list:
 
     visit(program.top, "", {})
     return rows
-
-
-def _evaluate(scalar: Scalar, env: dict):
-    """A compile-time scalar with the given consts (defaults for the rest)."""
-    if scalar.op == "lit":
-        return scalar.value
-    if scalar.op in ("const", "key", "layer"):
-        return env.get(scalar.args[0], scalar.value)
-    if scalar.op == "neg":
-        return -_evaluate(scalar.args[0], env)
-    if scalar.op == "not":
-        return not _evaluate(scalar.args[0], env)
-    if scalar.op == "in":
-        value, options = scalar.args
-        return _evaluate(value, env) in [_evaluate(o, env) for o in options]
-    if scalar.op == "if":
-        condition, then, otherwise = scalar.args
-        return _evaluate(then if _evaluate(condition, env) else otherwise, env)
-    function = next(
-        f for op, f in (*ARITHMETIC.values(), *CONDITIONS) if op == scalar.op
-    )
-    return functools.reduce(function, (_evaluate(a, env) for a in scalar.args))
-
-
-CONDITIONS = (
-    *COMPARISONS.values(),
-    ("and", lambda a, b: a and b),
-    ("or", lambda a, b: a or b),
-)
 
 
 def render(report: dict) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sx2torch import ranks
 from sx2torch.errors import Span
-from sx2torch.ir import CALLS, ISLAND, Kind, Node, walk
+from sx2torch.ir import CALLS, ISLAND, Kind, Node, outputs, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.read import Datum, List, Symbol, Vector
@@ -62,7 +62,7 @@ def reached_specializations(program, lowered) -> list:
 
 
 def _precision(program, typed, precision: str):
-    output = typed.graph.output
+    returned = outputs(typed.graph)
     rank = ranks.ranks(typed.graph, program)
     for node in walk(typed.graph.nodes):
         if node.kind in CALLS and precision == "bf16" and _in_user_island(node):
@@ -75,7 +75,7 @@ def _precision(program, typed, precision: str):
         if node.kind is not Kind.OP or typed.compute.get(node) != "bf16":
             continue
         form = echo(node.form)
-        if node is output and rank.get(node) == 0 and typed.dtype[node] == "bf16":
+        if node in returned and rank.get(node) == 0 and typed.dtype[node] == "bf16":
             yield Finding(
                 node.span,
                 f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "

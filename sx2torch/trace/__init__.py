@@ -18,7 +18,7 @@ from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import FORMS, Layer
-from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, reads, walk
+from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
     Boolean,
@@ -32,6 +32,7 @@ from sx2torch.syntax.read import (
     shown,
 )
 from sx2torch.syntax.program import Defun, Model, Program
+from sx2torch.syntax.scalars import ScalarOp
 
 HINTS = {  # forms from other Lisps, and what to write instead
     "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
@@ -66,7 +67,7 @@ class Tracer(Caller):
         self.param_reads: dict[tuple, Node] = {}
         self.keys = {
             symbol.name: Scalar(
-                "key",
+                ScalarOp.KEY,
                 (symbol.name,),
                 scalars.evaluate(default, model.lookup_const).value,
             )
@@ -87,10 +88,7 @@ class Tracer(Caller):
             node = Node(Kind.INPUT, None, (), {}, symbol.span, symbol, name=symbol.name)
             self.graph.inputs.append(node)
             env[symbol.name] = node
-        result = None
-        for form in self.defun.body:
-            result = self.expr(form, env)
-        self.graph.output = result
+        self.graph.output = self.returned(self.defun.body, env)
         self._prune()
         return self.graph
 
@@ -106,7 +104,7 @@ class Tracer(Caller):
             for region in node.regions
             for inner in [*region.inputs, *region.nodes]
         }
-        live, pending = set(), [self.graph.output]
+        live, pending = set(), outputs(self.graph)
         while pending:
             node = pending.pop()
             if isinstance(node, Node) and node not in live:
@@ -123,9 +121,11 @@ class Tracer(Caller):
         if isinstance(datum, List):
             value = self.form(datum, env)
             if isinstance(value, tuple):
+                head = datum.items[0].name
+                what = "this for" if head == "for" else f"this call of '{head}'"
                 raise SourceError(
                     datum.span,
-                    f"this for gives {len(value)} values: bind them, as (let (([a b] (for ...))) ...)",
+                    f"{what} gives {len(value)} values: bind them, as (let (([a b] ({head} ...))) ...)",
                 )
             return value
         what = {Keyword: "a keyword", String: "a string", Vector: "a vector"}[
@@ -222,7 +222,7 @@ class Tracer(Caller):
             return scalar
         through = (self.loop,) if self.loop else ()
         return Scalar(
-            "const", (name, self.via, self.model.name, *through), scalar.value
+            ScalarOp.CONST, (name, self.via, self.model.name, *through), scalar.value
         )
 
     def form(self, datum: List, env: dict) -> Operand:

@@ -3,13 +3,13 @@ op's registry signature and traced, then its nodes made."""
 
 from __future__ import annotations
 
-import difflib
-
+from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
 from sx2torch.trace.builder import default
 from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
-from sx2torch.ops import ArgKind, Op, Result
+from sx2torch.syntax.scalars import ScalarOp
+from sx2torch.ops import ArgKind, Op
 from sx2torch.syntax.read import Datum, Keyword, List, String, Vector, shown
 
 SCALAR_KINDS = {
@@ -26,7 +26,9 @@ CHOICES = {  # the keyword-valued kinds, and the keywords each takes
 
 
 def apply(t, op: Op, datum: List, env: dict) -> Operand:
-    positional, keywords = split(datum.items[1:])
+    positional, keywords = keyword_args.split(
+        datum.items[1:], keyword_args.call(op.name, [k.name for k in op.keys])
+    )
     least, most = op.bounds
     if len(positional) < least or (most is not None and len(positional) > most):
         raise SourceError(
@@ -43,26 +45,14 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
             inputs.extend(value)
         else:
             attrs[spec.name] = value
-    given = {}
-    for key, value in keywords:
-        spec = op.key(key.name)
-        if spec is None:
-            raise unknown_keyword(key, op.name, [k.name for k in op.keys])
-        if key.name in given:
-            raise SourceError(key.span, f":{key.name} given twice")
-        given[key.name] = _argument(t, spec, value, env, f":{key.name}")
+    given = {
+        key: _argument(t, op.key(key), value, env, f":{key}")
+        for key, value in keywords.items()
+    }
     for spec in op.keys:
         attrs[spec.name] = given.get(spec.name, default(spec.default))
-    if (
-        op.result is Result.BOOL
-        and inputs
-        and all(isinstance(i, Scalar) for i in inputs)
-    ):
-        return scalars.compare(op.name, *inputs, datum.span)
     only_numbers = inputs and all(isinstance(i, Scalar) for i in inputs)
-    if only_numbers and (op.name in scalars.FUNCTIONS or op.name == "pow"):
-        return scalars.function(op.name, inputs, datum.span)
-    if op.result is not Result.ARITH and only_numbers:
+    if only_numbers and op.numbers is None:
         raise SourceError(
             datum.span,
             f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
@@ -91,7 +81,7 @@ def _argument(t, spec, item: Datum, env: dict, what: str):
     value = _value_of(t, spec.kind, item, env, what)
     scalars_given = value if isinstance(value, tuple) else (value,)
     if spec.static and any(
-        isinstance(s, Scalar) and s.op != "lit" for s in scalars_given
+        isinstance(s, Scalar) and s.op is not ScalarOp.LIT for s in scalars_given
     ):
         literal = "true or false" if spec.kind is ArgKind.BOOL else "numbers"
         raise SourceError(
@@ -142,37 +132,9 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
     return value
 
 
-def split(items: tuple) -> tuple:
-    """Positional arguments, then `:key value` pairs."""
-    for index, item in enumerate(items):
-        if isinstance(item, Keyword):
-            rest = items[index:]
-            for at in range(0, len(rest), 2):
-                if not isinstance(rest[at], Keyword):
-                    raise SourceError(
-                        rest[at].span,
-                        "expected a keyword: positional arguments come before keywords",
-                    )
-                if at + 1 == len(rest):
-                    raise SourceError(
-                        rest[at].span, f"keyword :{rest[at].name} without a value"
-                    )
-            return items[:index], list(zip(rest[::2], rest[1::2]))
-    return items, []
-
-
 def _usage(op: Op) -> str:
     args = " ".join(a.name.upper() for a in op.args)
     if op.bounds[1] is None:
         args += " ..."
     keys = " ".join(f":{k.name}" for k in op.keys)
     return f"({op.name} {args}{' &key ' + keys if keys else ''})"
-
-
-def unknown_keyword(key: Keyword, owner: str, known: list) -> SourceError:
-    close = difflib.get_close_matches(key.name, known, n=1, cutoff=0.75)
-    hint = f": did you mean :{close[0]}?" if close else ""
-    listed = ", ".join(f":{k}" for k in known) or "none"
-    return SourceError(
-        key.span, f"unknown keyword :{key.name} for '{owner}'{hint} (known: {listed})"
-    )

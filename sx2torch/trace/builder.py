@@ -8,7 +8,6 @@ import itertools
 from contextlib import contextmanager
 from typing import Optional
 
-from sx2torch.syntax import scalars
 from sx2torch.syntax.echo import echo
 from sx2torch.ir import (
     ISLAND,
@@ -21,7 +20,7 @@ from sx2torch.ir import (
     Region,
     Scalar,
 )
-from sx2torch.ops import REGISTRY, Result
+from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import Datum
 
 
@@ -40,6 +39,8 @@ class Builder:
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
+        if op.numbers and inputs and all(isinstance(i, Scalar) for i in inputs):
+            return op.numbers(inputs, self.datum.span)
         for spec in op.keys:
             attrs.setdefault(spec.name, default(spec.default))
         if op.expand:
@@ -47,8 +48,6 @@ class Builder:
             if isinstance(result, Node) and result.label is None:
                 result.label = op.word
             return result
-        if op.result is Result.ARITH and all(isinstance(i, Scalar) for i in inputs):
-            return self._fold(name, inputs)
         frames = self.frames + ((_mark(ISLAND, self.datum),) if op.sensitive else ())
         return self.add(
             Node(
@@ -67,6 +66,23 @@ class Builder:
         self.nodes.append(node)
         return node
 
+    def items(self, node: Node, count: int) -> list:
+        """The ITEM nodes that read the values of a FOR, or of a call giving several."""
+        return [
+            self.add(
+                Node(
+                    Kind.ITEM,
+                    None,
+                    (node,),
+                    {"index": k},
+                    node.span,
+                    node.form,
+                    self.frames,
+                )
+            )
+            for k in range(count)
+        ]
+
     @contextmanager
     def region(self, region: Region):
         """Nodes made inside go to `region`."""
@@ -82,12 +98,6 @@ class Builder:
     def visible(self) -> list:
         """The nodes made so far that a new node may read: those of the open blocks."""
         return [node for block in self.open for node in block]
-
-    def _fold(self, name: str, inputs: list) -> Scalar:
-        if name in ("-", "neg") and len(inputs) == 1:
-            return scalars.negate(inputs[0], self.datum.span)
-        python_op = scalars.ARITHMETIC.get(name, (name,))[0]
-        return scalars.fold(python_op, inputs[0], inputs[1], self.datum.span)
 
     @contextmanager
     def library_island(self):

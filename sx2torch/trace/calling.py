@@ -2,8 +2,8 @@
 are checked against the callee's signature; under `gradient` they are traced in place, so
 the backward can see into them, else each is one CALL or SUBMODEL node.
 
-`Caller` is the part of the tracer that follows calls; the tracer (sx2torch/trace/__init__.py)
-gives it `expr`, `body`, `scalar` and `_const`.
+`Caller` is the part of the tracer that follows calls and gives a defun's values; the tracer
+(sx2torch/trace/__init__.py) gives it `expr`, `body`, `tensor`, `scalar` and `_const`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from contextlib import contextmanager
 
 from sx2torch.syntax import scalars
 from sx2torch.trace import calls
-from sx2torch.trace.arguments import split, unknown_keyword
+from sx2torch.syntax import keywords as keyword_args
 from sx2torch.trace.builder import Builder
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar
-from sx2torch.syntax.read import List
+from sx2torch.syntax.read import List, Vector
+from sx2torch.trace.forms import head_name, let
 from sx2torch.syntax.program import Defun
 
 
@@ -98,12 +99,27 @@ class Caller(Builder):
             for symbol, default in callee.keys
         }
         try:
-            return self.body(
+            return self.returned(
                 callee.body,
                 {symbol.name: value for symbol, value in zip(callee.args, inputs)},
             )
         finally:
             self.keys = outer_keys
+
+    def returned(self, forms: tuple, env: dict):
+        """A defun's value: its last form's, or a tuple of tensors where that is a vector
+        `[A B]`, possibly at the end of a `let`."""
+        *before, last = forms
+        self.body(tuple(before), env)
+        if isinstance(last, Vector):
+            if len(last.items) < 2:
+                raise SourceError(
+                    last.span, "a defun returns a vector of two or more values"
+                )
+            return tuple(self.tensor(i, env, "a returned value") for i in last.items)
+        if head_name(last) == "let":
+            return let(self, last, env, lambda d, e: self.returned((d,), e))
+        return self.expr(last, env)
 
     def _call(self, datum: List, env: dict) -> Operand:
         callee = self.model.defuns[datum.items[0].name]
@@ -137,12 +153,16 @@ class Caller(Builder):
         attrs = {"target": target, "keys": keys}
         if loop is not None:
             attrs["loop"] = loop
-        return self.add(
+        node = self.add(
             Node(kind, None, tuple(inputs), attrs, datum.span, datum, self.frames)
         )
+        return node if callee.arity == 1 else tuple(self.items(node, callee.arity))
 
     def arguments(self, callee: Defun, datum: List, env: dict) -> tuple:
-        positional, keywords = split(datum.items[1:])
+        allowed = sorted(symbol.name for symbol, _ in callee.keys)
+        positional, keywords = keyword_args.split(
+            datum.items[1:], keyword_args.call(callee.name, allowed)
+        )
         if len(positional) != len(callee.args):
             usage = " ".join([datum.items[0].name] + [a.name for a in callee.args])
             raise SourceError(
@@ -157,12 +177,5 @@ class Caller(Builder):
                     item.span, "pass numbers to a defun as &key arguments"
                 )
             inputs.append(operand)
-        allowed = {symbol.name for symbol, _ in callee.keys}
-        keys = {}
-        for key, value in keywords:
-            if key.name not in allowed:
-                raise unknown_keyword(key, callee.name, sorted(allowed))
-            if key.name in keys:
-                raise SourceError(key.span, f":{key.name} given twice")
-            keys[key.name] = self.scalar(value, env)
+        keys = {key: self.scalar(value, env) for key, value in keywords.items()}
         return inputs, keys

@@ -23,6 +23,7 @@ from sx2torch.ir import (
     Scalar,
 )
 from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.scalars import ScalarOp
 
 
 def let(t, datum: List, env: dict, tail=None) -> Operand:
@@ -37,22 +38,24 @@ def let(t, datum: List, env: dict, tail=None) -> Operand:
             if not (isinstance(operands, tuple) and len(operands) == len(target.items)):
                 raise SourceError(
                     value.span,
-                    f"expected a for with {len(target.items)} carried values to bind to {shown(target)}",
+                    f"expected a for or a call giving {len(target.items)} values to bind to {shown(target)}",
                 )
-            env.update((s.name, o) for s, o in zip(target.items, operands))
+            for symbol, operand in zip(target.items, operands):
+                operand.name = operand.name or symbol.name  # a call's values' names
+                env[symbol.name] = operand
             continue
-        operand = t.expr(value, env)
-        if isinstance(operand, Node) and operand.name is None:
-            operand.name = target.name
-        elif isinstance(operand, Node) and target.name not in (
-            operand.name,
-            *operand.aliases,
-        ):
-            operand.aliases += (target.name,)  # a name bound to another name
-        env[target.name] = operand
+        _bind(env, target.name, t.expr(value, env))
     *forms, last = datum.items[2:]
     t.body(tuple(forms), env)
     return (tail or t.expr)(last, env)
+
+
+def _bind(env: dict, name: str, operand: Operand) -> None:
+    if isinstance(operand, Node) and operand.name is None:
+        operand.name = name
+    elif isinstance(operand, Node) and name not in (operand.name, *operand.aliases):
+        operand.aliases += (name,)  # a name bound to another name
+    env[name] = operand
 
 
 def with_numerics(t, datum: List, env: dict) -> Operand:
@@ -115,7 +118,14 @@ def _stack(t, datum: List, usage: str) -> tuple:
     param = t.model.params.get(layers.name)
     if param is None or param.init.kind != "stack":
         raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
-    return layers, t.program.models[param.init.model].defuns["forward"]
+    forward = t.program.models[param.init.model].defuns["forward"]
+    if forward.arity > 1:
+        raise SourceError(
+            datum.span,
+            f"the layers of '{layers.name}' give {forward.arity} values: call them "
+            "in a for, (let (([a b] (layer x))) ...)",
+        )
+    return layers, forward
 
 
 def chain(t, datum: List, env: dict) -> Operand:
@@ -177,20 +187,7 @@ def loop(
     with t.region(region):
         region.outputs = body(node, inputs)
     t.add(node)
-    return [
-        t.add(
-            Node(
-                Kind.ITEM,
-                None,
-                (node,),
-                {"index": k},
-                datum.span,
-                datum,
-                t.frames,
-            )
-        )
-        for k in range(len(carried))
-    ]
+    return t.items(node, len(carried))
 
 
 def for_(t, datum: List, env: dict) -> Operand:
@@ -222,7 +219,7 @@ def for_(t, datum: List, env: dict) -> Operand:
         inner.update(zip((name for name, _ in carried), inputs))
         inner[layer.name] = Layer(stack.name, loop)
         if index is not None:
-            inner[index.name] = Scalar("index", (loop,), 0)
+            inner[index.name] = Scalar(ScalarOp.INDEX, (loop,), 0)
         *forms, last = items[3:]
         t.body(tuple(forms), inner)
         return next_values(last, inner)
@@ -230,7 +227,7 @@ def for_(t, datum: List, env: dict) -> Operand:
     def next_values(last: Datum, inner: dict) -> list:
         if len(carried) == 1:
             return [t.tensor(last, inner, "the next carried value")]
-        if _head(last) == "let":
+        if head_name(last) == "let":
             return let(t, last, inner, tail=next_values)
         if not (isinstance(last, Vector) and len(last.items) == len(carried)):
             raise SourceError(
@@ -258,7 +255,8 @@ def if_(t, datum: List, env: dict) -> Operand:
             "if needs a condition known when the module runs (consts, &key arguments, "
             "the layer index); to choose between tensors elementwise, use (where C X Y)",
         )
-    if condition.op == "lit":  # written in the source: nothing a caller can change
+    # written in the source: nothing a caller can change
+    if condition.op is ScalarOp.LIT:
         return t.expr(datum.items[2 if condition.value else 3], env)
     regions = (Region([]), Region([]))
     values = []
@@ -348,7 +346,7 @@ def _binding(datum: Datum, destructure: bool = False) -> tuple:
     return tuple(datum.items)
 
 
-def _head(datum: Datum) -> Optional[str]:
+def head_name(datum: Datum) -> Optional[str]:
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         return datum.items[0].name
     return None

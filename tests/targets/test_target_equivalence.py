@@ -116,6 +116,12 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "layers.0.forward": (Floats((2, 4)),),
     },
     "positions": {"forward": (Ids((2, 5), 10),)},
+    "several-values": {
+        "forward": (Floats((2, 3, 8)),),
+        "encode": (Floats((2, 3, 8)),),
+        "pooled": (Floats((2, 3, 8)),),
+        "pool.forward": (Bf16s((2, 3, 8)),),
+    },
     "exact-keys": {
         "forward": (Floats((2, 4)),),
         "lambda.forward": (Floats((2, 4)),),
@@ -314,6 +320,11 @@ def integer_parameters(net: torch.nn.Module, seed: int = 7) -> None:
     net.load_state_dict(state, strict=False)
 
 
+def values(out) -> tuple:
+    """A method's values: its tuple, or its one tensor."""
+    return out if isinstance(out, tuple) else (out,)
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().contiguous()
     return t.view({BF16: torch.int16, F32: torch.int32}[t.dtype])
@@ -331,7 +342,13 @@ def held_value(cuda_out: torch.Tensor, held_out: torch.Tensor) -> torch.Tensor:
     return cuda_out.float()
 
 
-def assert_bitwise(cuda_out: torch.Tensor, held_out: torch.Tensor) -> None:
+def assert_bitwise(cuda_out, held_out) -> None:
+    """Tensors, or the tuples of a method that returns several values."""
+    if isinstance(cuda_out, tuple):
+        assert isinstance(held_out, tuple) and len(held_out) == len(cuda_out)
+        for cuda_value, held in zip(cuda_out, held_out):
+            assert_bitwise(cuda_value, held)
+        return
     expected = held_value(cuda_out, held_out)
     same = (bits(expected) == bits(held_out)) | (expected.isnan() & held_out.isnan())
     assert same.all(), f"{int((~same).sum())} of {same.numel()} differ"
@@ -442,9 +459,8 @@ def test_rms_mlp_on_a_realistic_batch_is_bitwise(target):
 def test_running_twice_gives_identical_bits(case, target):
     net = construct(golden(case, target))
     for name in methods_of(net, case):
-        first = call(net, case, name, target)
-        second = call(net, case, name, target)
-        assert torch.equal(bits(first), bits(second)), name
+        first, second = (values(call(net, case, name, target)) for _ in range(2))
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(first, second)), name
 
 
 # --- Backward -------------------------------------------------------------
@@ -487,13 +503,15 @@ def input_and_parameter_gradients(
         a.requires_grad_() if a.is_floating_point() else a
         for a in arguments(case, name, target if precision == "bf16" else "cpu")
     ]
-    out = method(net, name)(*args)
-    assert out.is_floating_point(), (name, out.dtype)
+    outs = values(method(net, name)(*args))
+    assert all(o.is_floating_point() for o in outs), name
     generator = torch.Generator().manual_seed(12)
-    upstream = torch.randint(-2, 3, out.shape, generator=generator).to(out.dtype)
+    upstream = [
+        torch.randint(-2, 3, o.shape, generator=generator).to(o.dtype) for o in outs
+    ]
     wrt = {f"argument {i}": a for i, a in enumerate(args) if a.requires_grad}
     wrt.update((n, p) for n, p in net.named_parameters() if p.requires_grad)
-    grads = torch.autograd.grad(out, list(wrt.values()), upstream, allow_unused=True)
+    grads = torch.autograd.grad(outs, list(wrt.values()), upstream, allow_unused=True)
     return {key: grad for key, grad in zip(wrt, grads) if grad is not None}
 
 
@@ -538,7 +556,8 @@ BF16_ARGUMENT = (
 GRADIENTS_DIFFER: dict[tuple[str, str], str] = {
     ("library-marks", "bf16"): THREE_READS,
     ("rms-mlp", "bf16"): BF16_ARGUMENT,
-    ("shared-defuns", "bf16"): THREE_READS + " (gelu-new reads x four times, behind a tanh)",
+    ("shared-defuns", "bf16"): THREE_READS
+    + " (gelu-new reads x four times, behind a tanh)",
     ("tiny-gpt", "bf16"): THREE_READS
     + " (the residual stream, in each block); "
     + BF16_ARGUMENT,
