@@ -51,8 +51,8 @@
   (defparam proj (linear-layer :in-features (* 4 dim) :out-features dim))
   (defun forward (x) (proj (square (relu (fc x))))))
 
-(defmodel block (&key (dim 768))
-  (defparam attn (attention-layer :dim dim))
+(defmodel block (&key (dim 768) (head-dim 128))
+  (defparam attn (attention-layer :dim dim :head-dim head-dim))
   (defparam mlp (mlp :dim dim))
   (defparam norm1 (norm :dim dim))
   (defparam norm2 (norm :dim dim))
@@ -65,7 +65,7 @@
   (defun forward (ids) (take weight ids)))
 
 (defparam embed (embedding :num vocab-size :dim model-dim))
-(defparam blocks (stack num-layers (block :dim model-dim)))
+(defparam blocks (stack num-layers (block :dim model-dim :head-dim head-dim)))
 (defparam proj (linear-layer :in-features model-dim :out-features vocab-size))
 (defparam norm1 (norm :dim model-dim))
 (defparam norm2 (norm :dim model-dim))

@@ -132,10 +132,11 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, *, dim=768):
+    def __init__(self, *, dim=768, head_dim=128):
         super().__init__()
         self.dim = dim
-        self.attn = AttentionLayer(dim=dim)
+        self.head_dim = head_dim
+        self.attn = AttentionLayer(dim=dim, head_dim=head_dim)
         self.mlp = Mlp(dim=dim)
         self.norm1 = Norm(dim=dim)
         self.norm2 = Norm(dim=dim)
@@ -168,7 +169,7 @@ class ModdedNanogptSimple(nn.Module):
         self.head_dim = head_dim
         self.embed = Embedding(num=vocab_size, dim=model_dim)
         self.blocks = nn.ModuleList(
-            [Block(dim=model_dim) for _ in sx.layers(num_layers)]
+            [Block(dim=model_dim, head_dim=head_dim) for _ in sx.layers(num_layers)]
         )
         self.proj = LinearLayer(in_features=model_dim, out_features=vocab_size)
         self.norm1 = Norm(dim=model_dim)

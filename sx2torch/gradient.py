@@ -483,6 +483,13 @@ class _Copier:
             self.backward.t.add(self.node(node))
 
     def node(self, node: Node) -> Node:
+        if node.kind is Kind.OP and REGISTRY[node.op].draws:
+            raise SourceError(
+                node.span,
+                f"'{node.op}' draws random values, and the adjoint loop of this gradient "
+                "would compute the layer's forward again and draw anew: draw before the "
+                "loop and pass the values in",
+            )
         copy = Node(
             node.kind,
             node.op,

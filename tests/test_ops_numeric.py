@@ -59,6 +59,19 @@ X = lambda: (x34(0),)  # noqa: E731
 POS = lambda: (positive34(0),)  # noqa: E731
 
 FUSED = dict(rtol=1e-5, atol=1e-5)
+SEED = 7
+
+
+def seeded():
+    """x, then the global generator seeded: the module's draws follow (it has no parameters)."""
+    x = x34(0)
+    torch.manual_seed(SEED)
+    return (x,)
+
+
+def drawn(reference):
+    """The reference's draws from the same seed."""
+    return lambda *a: (torch.manual_seed(SEED), reference(*a))[1]
 
 
 def _adjoint_loop(a, g):
@@ -134,6 +147,17 @@ CASES: dict[str, list[Case]] = {
     "positions": [case("x", "(positions x :axis 1)", X, lambda x: torch.arange(4))],
     "size": [case("x", "(* x (size x :axis 0))", X, lambda x: x * 3)],
     "mod": [case("x y", "(mod x y)", XY, torch.remainder)],
+    "dropout": [
+        case("x", "(dropout x 0.25)", seeded, drawn(lambda x: F.dropout(x, 0.25)))
+    ],
+    "randn-like": [
+        case(
+            "x", "(+ x (randn-like x))", seeded, drawn(lambda x: x + torch.randn(3, 4))
+        )
+    ],
+    "rand-like": [
+        case("x", "(* x (rand-like x))", seeded, drawn(lambda x: x * torch.rand(3, 4)))
+    ],
     "-": [
         case("x y", "(- x y)", XY, lambda x, y: x - y),
         case("x", "(- x)", X, lambda x: -x),

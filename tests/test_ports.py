@@ -9,7 +9,7 @@ import torch
 
 from cases import lisp
 from conftest import adamw_losses, load_module
-from reference.modded_nanogpt_simple import build_reference
+from reference.modded_nanogpt_simple import CausalSelfAttention, build_reference
 from sx2torch.compiler import compile_source
 
 SIZES = dict(vocab_size=64, num_layers=2, model_dim=128)
@@ -34,6 +34,20 @@ def test_the_real_checkpoint_loads_and_gives_the_real_numbers(simple, length):
     assert torch.equal(logits, real(ids))
     assert torch.equal(model.loss(ids, targets), real.loss(ids, targets))
     assert model.embed.weight.dtype == torch.bfloat16
+
+
+def test_head_dim_reaches_the_blocks(simple):
+    """ModdedNanogptSimple(head_dim=32) builds 32-wide heads: the real module with each
+    block's CausalSelfAttention(dim, head_dim=32), bit for bit."""
+    torch.manual_seed(0)
+    real = build_reference(**SIZES)
+    for block in real.blocks:
+        block.attn = CausalSelfAttention(SIZES["model_dim"], head_dim=32)
+    model = simple(**SIZES, head_dim=32)
+    model.load_state_dict(real.state_dict(), strict=True)
+    assert model.blocks[1].attn.rotary.angular_freq.shape == (16,)
+    ids = torch.randint(0, 64, (2, 24))
+    assert torch.equal(model(ids), real(ids))
 
 
 def test_it_trains(simple):

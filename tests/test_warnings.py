@@ -99,6 +99,24 @@ def test_an_island_around_a_call_is_warned_about():
     assert "def forward_f32" in compile_source(wrapped, "den.lisp")
 
 
+def test_a_const_shadowed_where_it_seems_read_is_warned_about():
+    """A const that a let local or a defun argument of its name shadows is not read there:
+    the constructor takes it and nothing uses it (modded-nanogpt-simple's head-dim, once).
+    """
+    source = """\
+(defconst head-dim 128)
+(defconst width 8)
+(defun heads (x head-dim) (* x head-dim))
+(defun forward (x)
+  (let ((width 2) (y (* x width)))
+    (heads x y)))
+"""
+    assert messages(source) == [
+        (1, 11, "'head-dim' is defined and never read; remove it"),
+        (2, 11, "'width' is defined and never read; remove it"),
+    ]
+
+
 def test_unused_consts_and_keys_are_warned_about():
     source = """\
 (defconst d 4)
@@ -156,5 +174,4 @@ def test_the_bundled_examples_warn_as_the_readme_says():
         "energy.lisp": [(10, "(sum"), (10, "energy")],
         "llama.lisp": [(12, "'max-position-embeddings'")],
         "modded-nanogpt-medium.lisp": [(15, "'max-seq-len'")],
-        "modded-nanogpt-simple.lisp": [(10, "'head-dim'")],
     }

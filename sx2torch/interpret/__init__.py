@@ -35,6 +35,8 @@ class Interpreted:
         # the last call took a gradient where bf16 values can be: its dtype is autograd's
         # (cotangents cast back at each implicit cast), not the rules' symbolic backward's
         self.bf16_gradients = False
+        # dropout is active, as in a new nn.Module, until eval()
+        self.training = True
         for tensor in state_dict(self.instance).values():
             tensor.requires_grad_(tensor.is_floating_point())
 
@@ -45,13 +47,18 @@ class Interpreted:
         """`precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
         `detach=False` keeps the autograd graph to the parameters (`tensors()`)."""
         keys = keys or {}
-        evaluator = Evaluator(self.instance, precision or self.precision)
+        evaluator = Evaluator(self.instance, precision or self.precision, self.training)
         with torch.enable_grad():
             value = evaluator.call(self.instance, method, list(args), keys)
         self.bf16_gradients = evaluator.gradients
         if not detach:
             return value.t if isinstance(value, Lam) else value
         return _plain(value)
+
+    def eval(self) -> "Interpreted":
+        """Dropout is the identity from now on, as after nn.Module.eval()."""
+        self.training = False
+        return self
 
     def tensors(self) -> dict:
         """The parameters' tensors themselves, which autograd differentiates to."""

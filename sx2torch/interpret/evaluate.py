@@ -105,9 +105,10 @@ def leaf(v):
 
 
 class Evaluator:
-    def __init__(self, top: Instance, precision: str):
+    def __init__(self, top: Instance, precision: str, training: bool = True):
         self.top = top
         self.precision = precision
+        self.training = training
         self.readers: dict = {}  # id(tensor) -> (tensor, {dtypes ops read it in})
         self.gradients = False  # whether a gradient was taken where bf16 can be
 
@@ -289,6 +290,8 @@ class Evaluator:
         if name == "matmul" and keys.get("out") == ":f32":
             wide = F64 if self.precision == "f64" else F32
             result = cast[0].to(wide) @ cast[1].to(wide)
+        elif spec.training:
+            result = spec.fn(cast, {**keys, "training": self.training})
         else:
             result = spec.fn(cast, keys)
         if (

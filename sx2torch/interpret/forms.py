@@ -47,7 +47,9 @@ def _if(ev, items, frame):
     if not is_float(value) or isinstance(value, Lam):
         return value
     try:
-        other_dtype = dtype_of(ev.eval(other, frame))
+        # the branch not taken draws nothing from the generator, as in the module
+        with torch.random.fork_rng(devices=[]):
+            other_dtype = dtype_of(ev.eval(other, frame))
     except (EvalError, KeyError):  # a branch reading a parameter this instance lacks
         return value
     joined = ev.join(dtype_of(value), other_dtype)

@@ -16,6 +16,7 @@ import torch
 from torch.nn import functional as F
 
 FLOAT, KEEP, BOOL, ISLAND = "float", "keep", "bool", "island"
+F32 = torch.float32
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Spec:
     # BOOL: compares in the compute dtype; ISLAND: a library mark, f32 wherever called
     skip: tuple = ()  # positions that decide no dtype and are not cast
     lists: bool = False  # the first argument is a vector of tensors
+    training: bool = False  # reads the model's training mode, as keys["training"]
 
 
 def _dims(axes):
@@ -236,6 +238,10 @@ OPS = {
     "arange-of": Spec(
         lambda a, k: torch.arange(a[0].shape[k.get("axis", -1)]), skip=(0,)
     ),
+    # drawn from torch's generator in f32, as the module draws them
+    "randn-like": Spec(lambda a, k: torch.randn_like(a[0], dtype=F32), skip=(0,)),
+    "rand-like": Spec(lambda a, k: torch.rand_like(a[0], dtype=F32), skip=(0,)),
+    "dropout": Spec(lambda a, k: F.dropout(a[0], a[1], k["training"]), training=True),
     "linspace": Spec(lambda a, k: torch.linspace(a[1], a[2], a[3]), skip=(0,)),
     "attention-scale": Spec(lambda a, k: a[0] / math.sqrt(a[1].shape[-1]), skip=(1,)),
     "attention": Spec(_attention),

@@ -110,6 +110,8 @@ class Op:
     internal: bool = False
     # what computing it in bf16 costs, for explain's warning (after the op's form)
     bf16_risk: str = ""
+    # draws from torch's generator (dropout, randn-like): computing it again draws anew
+    draws: bool = False
     # the op on compile-time numbers, `numbers(operands, span) -> Scalar`: where every operand
     # is one, it is folded when the file compiles and makes no node
     numbers: Optional[Callable] = None

@@ -167,14 +167,53 @@ def _keys(arguments: List):
 
 
 def _symbols(scope: list):
-    """The names of every symbol in the data."""
-    todo = list(scope)
-    while todo:
-        datum = todo.pop()
-        if isinstance(datum, Symbol):
+    """The names of every symbol in the data but those a binding defines and the reads of
+    them in its scope (a `let` local, a `for`'s names, a defun's arguments): they shadow a
+    const of that name rather than read it. A `&key` name counts, as it is defined."""
+    for datum in scope:
+        yield from _names(datum, frozenset())
+
+
+def _names(datum, bound: frozenset):
+    if isinstance(datum, Symbol):
+        if datum.name not in bound:
             yield datum.name
-        elif isinstance(datum, (List, Vector)):
-            todo.extend(datum.items)
+        return
+    if not isinstance(datum, (List, Vector)):
+        return
+    items = datum.items
+    if head_is(datum, "let") and isinstance(_item(datum, 1), List):
+        for pair in items[1].items:
+            if isinstance(pair, List) and pair.items:
+                for value in pair.items[1:]:
+                    yield from _names(value, bound)
+                bound = bound | _targets(pair.items[0])
+        items = items[2:]
+    elif head_is(datum, "for") and isinstance(_item(datum, 2), List):
+        loop = items[1].items if isinstance(items[1], List) else [items[1]]
+        yield from _names(loop[-1] if loop else None, bound)
+        pairs = [p for p in items[2].items if isinstance(p, List) and p.items]
+        for pair in pairs:
+            yield from (n for v in pair.items[1:] for n in _names(v, bound))
+        names = [*loop[:-1], *(p.items[0] for p in pairs)]
+        bound = bound | {n for t in names for n in _targets(t)}
+        items = items[3:]
+    elif head_is(datum, "defun") and isinstance(_item(datum, 2), List):
+        arguments = items[2].items
+        positional = [a for a in arguments if isinstance(a, Symbol)]
+        bound = bound | {a.name for a in positional if a.name != "&key"}
+        items = [items[1], *(a for a in arguments if isinstance(a, List)), *items[3:]]
+    for item in items:
+        yield from _names(item, bound)
+
+
+def _targets(target) -> frozenset:
+    """The names a binding's target defines: `x`, or `[a b]`."""
+    if isinstance(target, Symbol):
+        return frozenset({target.name})
+    if isinstance(target, Vector):
+        return frozenset(t.name for t in target.items if isinstance(t, Symbol))
+    return frozenset()
 
 
 def _item(datum: Datum, index: int):
