@@ -34,15 +34,11 @@ class Energy(nn.Module):
             # gradient of (matmul (tanh (matmul pos w1)) w2)
             grad_matmul_tanh = grad_sum_matmul.expand_as(matmul_tanh_pos)
             # gradient of (tanh (matmul pos w1))
-            grad_tanh_matmul = (
-                grad_matmul_tanh @ self.w2.transpose(-1, -2)
-            ).sum_to_size(tanh_pos.shape)
+            grad_tanh_matmul = grad_matmul_tanh @ self.w2.transpose(-1, -2)
             # gradient of (matmul pos w1)
             grad_matmul_pos = grad_tanh_matmul * (1.0 - torch.square(tanh_pos.float()))
             # gradient of pos
-            grad_pos = (grad_matmul_pos @ self.w1.transpose(-1, -2)).sum_to_size(
-                pos.shape
-            )
+            grad_pos = grad_matmul_pos @ self.w1.transpose(-1, -2)
         return -grad_pos
 
     def forward(self, pos):

@@ -176,7 +176,7 @@ class LlamaModel(nn.Module):
                     kv_heads=kv_heads,
                     head_dim=head_dim,
                 )
-                for _ in range(depth)
+                for _ in sx.layers(depth)
             ]
         )
         self.norm = LlamaRmsNorm(dim=dim, eps=eps)

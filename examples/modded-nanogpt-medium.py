@@ -284,7 +284,7 @@ class ModdedNanogptMedium(nn.Module):
                 Block(
                     dim=model_dim, head_dim=head_dim, num_heads=num_heads, layer_idx=i
                 )
-                for i in range(num_layers)
+                for i in sx.layers(num_layers)
             ]
         )
         self.lm_head = CastedLinear(in_features=model_dim, out_features=vocab)

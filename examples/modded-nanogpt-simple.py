@@ -167,7 +167,9 @@ class ModdedNanogptSimple(nn.Module):
         self.model_dim = model_dim
         self.head_dim = head_dim
         self.embed = Embedding(num=vocab_size, dim=model_dim)
-        self.blocks = nn.ModuleList([Block(dim=model_dim) for _ in range(num_layers)])
+        self.blocks = nn.ModuleList(
+            [Block(dim=model_dim) for _ in sx.layers(num_layers)]
+        )
         self.proj = LinearLayer(in_features=model_dim, out_features=vocab_size)
         self.norm1 = Norm(dim=model_dim)
         self.norm2 = Norm(dim=model_dim)

@@ -90,7 +90,9 @@ class TinyGpt(nn.Module):
         self.n_head = n_head
         self.n_layer = n_layer
         self.wte = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))
-        self.blocks = nn.ModuleList([Block(d=d, n_head=n_head) for _ in range(n_layer)])
+        self.blocks = nn.ModuleList(
+            [Block(d=d, n_head=n_head) for _ in sx.layers(n_layer)]
+        )
         self.lm_head = nn.Parameter(torch.zeros(d, vocab))
 
     def forward(self, idx):

@@ -25,7 +25,7 @@ class Arithmetic(nn.Module):
             window = 8 if n_layer % 2 == 0 else 16
         self.window = window
         self.layers = nn.ModuleList(
-            [Layer(window=window if i % 2 == 0 else 2 * i) for i in range(n_layer)]
+            [Layer(window=window if i % 2 == 0 else 2 * i) for i in sx.layers(n_layer)]
         )
 
     def forward(self, x):

@@ -21,9 +21,7 @@ class GradientDtype(nn.Module):
         # gradient of (matmul x w)
         grad_matmul_x = grad_sum_matmul.expand_as(matmul_x)
         # gradient of x
-        grad_x = (
-            grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
-        ).sum_to_size(x.shape)
+        grad_x = grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
         return grad_x
 
     def as_f32(self, x):
@@ -34,9 +32,7 @@ class GradientDtype(nn.Module):
         # gradient of (matmul x w)
         grad_matmul_x = grad_sum_matmul.expand_as(matmul_x)
         # gradient of x
-        grad_x = (
-            grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
-        ).sum_to_size(x.shape)
+        grad_x = grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
         return grad_x.float()
 
     def plain(self, x):
@@ -46,7 +42,5 @@ class GradientDtype(nn.Module):
         # gradient of (* x x)
         grad_mul_x = grad_sum_mul.expand_as(mul_x)
         # gradient of x
-        grad_x = (grad_mul_x * x).sum_to_size(x.shape) + (grad_mul_x * x).sum_to_size(
-            x.shape
-        )
+        grad_x = grad_mul_x * x + grad_mul_x * x
         return grad_x

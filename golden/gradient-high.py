@@ -16,22 +16,17 @@ class GradientHigh(nn.Module):
 
     def forward(self, x):
         w2_bf16 = self.w2.to(torch.bfloat16)
-        matmul_x = x @ self.w1
-        matmul_matmul_x = matmul_x.to(torch.bfloat16) @ w2_bf16
+        matmul_x = (x @ self.w1).to(torch.bfloat16) @ w2_bf16
         # (gradient (mean (matmul (matmul x w1) w2)) x)
-        grad_mean_matmul = torch.ones_like(
-            torch.mean(matmul_matmul_x), dtype=torch.float32
-        )
+        grad_mean_matmul = torch.ones_like(torch.mean(matmul_x), dtype=torch.float32)
         # gradient of (matmul (matmul x w1) w2)
-        grad_matmul_matmul = grad_mean_matmul.expand_as(matmul_matmul_x) / (
-            matmul_matmul_x.numel() / grad_mean_matmul.numel()
+        grad_matmul_matmul = grad_mean_matmul.expand_as(matmul_x) / (
+            matmul_x.numel() / grad_mean_matmul.numel()
         )
         # gradient of (matmul x w1)
-        grad_matmul_x = (
-            grad_matmul_matmul.to(torch.bfloat16) @ w2_bf16.transpose(-1, -2)
-        ).sum_to_size(matmul_x.shape)
-        # gradient of x
-        grad_x = (grad_matmul_x.float() @ self.w1.transpose(-1, -2)).sum_to_size(
-            x.shape
+        grad_matmul_x = grad_matmul_matmul.to(torch.bfloat16) @ w2_bf16.transpose(
+            -1, -2
         )
+        # gradient of x
+        grad_x = grad_matmul_x.float() @ self.w1.transpose(-1, -2)
         return grad_x

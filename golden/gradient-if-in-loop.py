@@ -41,8 +41,8 @@ class GradientIfInLoop(nn.Module):
                 transpose_w = layer.w.permute(1, 0)
                 mul_x = x @ transpose_w
             grad_x = (
-                (grad_x * x).sum_to_size(x.shape) + (grad_x * x).sum_to_size(x.shape)
+                grad_x * x + grad_x * x
                 if layer.d == 4
-                else (grad_x @ transpose_w.transpose(-1, -2)).sum_to_size(x.shape)
+                else grad_x @ transpose_w.transpose(-1, -2)
             )
         return grad_x

@@ -100,19 +100,15 @@ class GradientRegions(nn.Module):
                 if i == 1
                 else grad_y
             )
+            sum_to_grad_y = sx.store_bf16(grad_y.sum_to_size(x.shape))
             # gradient of (* scale (relu (matmul x w)))
             grad_mul_relu = sx.store_bf16(grad_y.sum_to_size(mul_matmul_x.shape))
             # gradient of (relu (matmul x w))
             grad_relu_matmul = sx.store_bf16(grad_mul_relu * (1.0 if i < 2 else 0.5))
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            sum_to_grad_matmul_x = sx.store_bf16(
-                sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2)).sum_to_size(
-                    x.shape
-                )
-            )
             grad_x, grad_backout = sx.store_bf16(
-                sx.store_bf16(grad_y.sum_to_size(x.shape)) + sum_to_grad_matmul_x
+                sum_to_grad_y + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             ), (
                 sx.round_to_bf16(torch.zeros_like(backout, dtype=torch.float32))
                 if i == self.backout_layer
@@ -140,6 +136,7 @@ class GradientRegions(nn.Module):
             x = x_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)
             matmul_x = sx.store_bf16(x @ w_bf16)
+            sum_to_grad_x = sx.store_bf16(grad_x.sum_to_size(x.shape))
             # gradient of (* scale (relu (matmul x w)))
             grad_mul_relu = sx.store_bf16(
                 grad_x.sum_to_size((1.0 * torch.relu(matmul_x)).shape)
@@ -148,12 +145,7 @@ class GradientRegions(nn.Module):
             grad_relu_matmul = grad_mul_relu * 1.0
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            sum_to_grad_matmul_x = sx.store_bf16(
-                sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2)).sum_to_size(
-                    x.shape
-                )
-            )
             grad_x = sx.store_bf16(
-                sx.store_bf16(grad_x.sum_to_size(x.shape)) + sum_to_grad_matmul_x
+                sum_to_grad_x + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             )
         return grad_x

@@ -87,9 +87,9 @@ class GradientRegions(nn.Module):
             grad_relu_matmul = grad_mul_relu * (1.0 if i < 2 else 0.5)
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            grad_x, grad_backout = grad_y.sum_to_size(x.shape) + (
-                grad_matmul_x @ w_bf16.transpose(-1, -2)
-            ).sum_to_size(x.shape), (
+            grad_x, grad_backout = grad_y.sum_to_size(
+                x.shape
+            ) + grad_matmul_x @ w_bf16.transpose(-1, -2), (
                 torch.zeros_like(backout, dtype=torch.float32).to(torch.bfloat16)
                 if i == self.backout_layer
                 else grad_backout
@@ -120,7 +120,7 @@ class GradientRegions(nn.Module):
             grad_relu_matmul = grad_mul_relu * 1.0
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            grad_x = grad_x.sum_to_size(x.shape) + (
-                grad_matmul_x @ w_bf16.transpose(-1, -2)
-            ).sum_to_size(x.shape)
+            grad_x = grad_x.sum_to_size(x.shape) + grad_matmul_x @ w_bf16.transpose(
+                -1, -2
+            )
         return grad_x

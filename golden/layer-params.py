@@ -38,7 +38,7 @@ class LayerParams(nn.Module):
         super().__init__()
         self.n_layer = n_layer
         self.extras = nn.ModuleList([Embedding(n=10, d=8) for _ in range(2)])
-        self.layers = nn.ModuleList([Layer(d=8, index=i) for i in range(n_layer)])
+        self.layers = nn.ModuleList([Layer(d=8, index=i) for i in sx.layers(n_layer)])
 
     def forward(self, x, ids):
         h = x

@@ -26,7 +26,7 @@ class Regions(nn.Module):
         self.n_layer = n_layer
         self.backout_layer = backout_layer
         self.gated = gated
-        self.blocks = nn.ModuleList([Block(d=8) for _ in range(n_layer)])
+        self.blocks = nn.ModuleList([Block(d=8) for _ in sx.layers(n_layer)])
         self.gate = nn.Parameter(torch.ones(8))
 
     def forward(self, x0):

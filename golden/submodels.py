@@ -40,7 +40,9 @@ class Submodels(nn.Module):
         if hidden is None:
             hidden = 4 * d
         self.hidden = hidden
-        self.layers = nn.ModuleList([Mlp(d=d, hidden=hidden) for _ in range(n_layer)])
+        self.layers = nn.ModuleList(
+            [Mlp(d=d, hidden=hidden) for _ in sx.layers(n_layer)]
+        )
         self.out = Head(d=d)
 
     def forward(self, x):

@@ -1,7 +1,7 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
-    read -> resolve -> trace (with gradient) -> ranks -> policy -> names -> emit -> format
+    read -> resolve -> trace -> gradient -> ranks -> policy -> names -> emit -> format
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import PurePath
 from typing import Callable, Optional
 
-from sx2torch import format, ir, policy, ranks, resolve, trace
+from sx2torch import format, gradient, ir, policy, ranks, resolve, trace
 from sx2torch.emit import build as b
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
@@ -49,7 +49,7 @@ class Unit:
     data: Optional[list] = None  # read
     program: Optional[Program] = None  # resolve
     chosen: Optional[Run] = None  # trace: the defrun compiled for
-    graphs: Optional[dict] = None  # trace
+    graphs: Optional[dict] = None  # trace, then gradient
     lowered: Optional[Lowered] = None  # policy
     names: Optional[naming.Naming] = None  # names
     code: Optional[str] = None  # emit, then format
@@ -93,6 +93,17 @@ def _trace(unit: Unit) -> None:
 def _verify_graphs(unit: Unit) -> None:
     for graph in unit.graphs.values():
         ir.verify(graph, REGISTRY)
+
+
+def _gradient(unit: Unit) -> None:
+    gradient.run(unit.program, unit.graphs)
+
+
+def _verify_expanded(unit: Unit) -> None:
+    _verify_graphs(unit)
+    for graph in unit.graphs.values():
+        left = [n for n in ir.walk(graph.nodes) if n.kind is ir.Kind.GRADIENT]
+        assert not left, f"{graph.name}: {left!r} not expanded"
 
 
 def _ranks(unit: Unit) -> None:
@@ -139,6 +150,9 @@ PASSES = (
     Pass("read", _read, dump=lambda unit: dump.data(unit.data)),
     Pass("resolve", _resolve, dump=lambda unit: dump.program(unit.program)),
     Pass("trace", _trace, _verify_graphs, lambda unit: dump.graphs(unit.graphs)),
+    Pass(
+        "gradient", _gradient, _verify_expanded, lambda unit: dump.graphs(unit.graphs)
+    ),
     Pass("ranks", _ranks),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
     Pass("names", _names, dump=lambda unit: dump.names(unit.names)),

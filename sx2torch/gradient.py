@@ -1,13 +1,14 @@
-"""Gradient, part of the trace pass: `(gradient Y X)` appends the backward of Y with respect
-to X to the graph being traced, before the policy runs, so the policy lowers it like the
-forward (6.9).
+"""The gradient pass: each GRADIENT node trace left, `(gradient Y X)`, becomes the backward
+of Y with respect to X, written where the form was, before the policy runs, so the policy
+lowers it like the forward (6.9).
 
 Each backward node carries the frames of the forward node it differentiates, then the frames
-of the `with-numerics` forms wrapped directly around the `gradient` form, which are innermost
-and so win: such a form stamps its marks on every node the call appends, and not on Y's
-forward, which is traced as it would be without them (so in energy.lisp the forward runs in
-bf16 and the sweep in f32). The derivative rules live in the ops' registry entries. Defun
-calls inside Y are traced inline, so the backward sees their nodes.
+of the `with-numerics` forms wrapped directly around the `gradient` form (the node's marks),
+which are innermost and so win: such a form stamps its marks on every node the expansion
+writes, and not on Y's forward, which trace traced as it would be without them (so in
+energy.lisp the forward runs in bf16 and the sweep in f32). The derivative rules live in the
+ops' registry entries. Trace traced the defun calls inside Y in place, so the backward sees
+their nodes. The nodes nothing reads any longer are pruned after.
 """
 
 from __future__ import annotations
@@ -18,51 +19,149 @@ from typing import Optional
 from sx2torch import ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import Kind, Node, Operand, Region, Scalar, reads, walk
+from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.ops import REGISTRY
-from sx2torch.syntax.read import Datum, List, Symbol
+from sx2torch.syntax.program import Program
+from sx2torch.trace.builder import Builder
 
 
-def run(t, datum: List, env: dict) -> Operand:
-    """Trace `(gradient Y X)` with the tracer `t`; return the node holding dY/dX."""
-    if len(datum.items) != 3:
-        raise SourceError(
-            datum.span, "wrong number of arguments: expected (gradient Y X)"
+def run(program: Program, graphs: dict) -> None:
+    """Expand every GRADIENT node of `graphs` (trace's output), in trace order."""
+    for graph in graphs.values():
+        if any(node.kind is Kind.GRADIENT for node in walk(graph.nodes)):
+            _Expansion(program, graph).block(graph.nodes, [])
+            prune(graph)
+
+
+class _Expansion:
+    """One graph's GRADIENT nodes replaced by their backward nodes, and every read of one by
+    a read of its value, so that a later gradient differentiates through an earlier one.
+    """
+
+    def __init__(self, program: Program, graph: Graph):
+        self.program = program
+        self.graph = graph
+        self.values: dict = {}  # GRADIENT node -> dY/dX
+        self.shapes = ranks.shapes(graph, program)  # of the forward values
+        for value in _iterated(graph.nodes, set()):
+            self.shapes[value] = None
+
+    def block(self, nodes: list, opened: list) -> None:
+        """`opened`: (block, end) of the blocks around `nodes`: their nodes up to `end`
+        are those a node of `nodes` may read."""
+        k = 0
+        while k < len(nodes):
+            node = nodes[k]
+            node.inputs = tuple(self._value(i) for i in node.inputs)
+            if node.kind is Kind.GRADIENT:
+                visible = [
+                    n for block, end in [*opened, (nodes, k)] for n in block[:end]
+                ]
+                built = self._expand(node, visible)
+                nodes[k : k + 1] = built
+                k += len(built)
+                continue
+            for region in node.regions:
+                self.block(region.nodes, [*opened, (nodes, k)])
+                region.outputs = [self._value(o) for o in region.outputs]
+            k += 1
+        if nodes is self.graph.nodes:
+            out = self.graph.output
+            self.graph.output = (
+                tuple(map(self._value, out))
+                if isinstance(out, tuple)
+                else self._value(out)
+            )
+
+    def _value(self, operand):
+        return (
+            self.values.get(operand, operand) if isinstance(operand, Node) else operand
         )
-    y_form, x_form = datum.items[1:]
-    if not isinstance(x_form, Symbol):
-        raise SourceError(
-            x_form.span, "X must be a name: an argument, a let local or a parameter"
+
+    def _expand(self, node: Node, visible: list) -> list:
+        """The nodes that compute dY/dX in place of the GRADIENT node."""
+        t = _Writer(self.graph, self.shapes)
+        t.nodes = []
+        t.frames, t.datum, t.stamps = node.frames, node.form, node.attrs["marks"]
+        (y, x), y_form = node.inputs, node.form.items[1]
+        scalar = self._is_scalar(y) if isinstance(y, Node) else False
+        if scalar is False:
+            raise SourceError(
+                y_form.span,
+                "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)",
+            )
+        if scalar is None:
+            y = _expect_scalar(t, y, y_form)
+        value = _Backward(t, node.form, [*visible, *t.nodes]).run(y, x)
+        self.values[node] = value
+        _bind(value, node)
+        return t.nodes
+
+    def _is_scalar(self, node: Node) -> Optional[bool]:
+        """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
+        rank = ranks.rank_of(node, self.graph, self.program)
+        return None if rank is None else rank == 0
+
+
+def _iterated(nodes: list, found: set, inside: bool = False) -> set:
+    """The values inside loop bodies that depend on what the loops carry: ranks finds their
+    shapes in one iteration, and another may differ."""
+    for node in nodes:
+        if node.kind is Kind.FOR:
+            found.update(node.regions[0].inputs)
+        for region in node.regions:
+            _iterated(region.nodes, found, inside or node.kind is Kind.FOR)
+        if inside and any(value in found for value in _reads_around(node)):
+            found.add(node)
+    return found
+
+
+class _Writer(Builder):
+    """The builder the derivative rules write a backward with. A rule gives an operand's
+    gradient at the shape its op broadcast the operands to; `sum_back` sums it back to the
+    operand's shape unless the forward's shapes show the broadcast kept that shape."""
+
+    def __init__(self, graph: Graph, shapes: dict):
+        super().__init__(graph)
+        self.shapes = shapes  # forward value -> its shape, None where not known
+        self.origin: dict = (
+            {}
+        )  # a value computed again in an adjoint loop -> the forward's
+
+    def sum_back(self, g: Operand, n: Node, index: int, batch: bool = False):
+        """The gradient of input `index` of `n`, from `g`; None for a number. `batch`: `n`
+        broadcasts only its inputs' batch axes (all but the last two), as matmul does.
+        """
+        operand = n.inputs[index]
+        if isinstance(operand, Scalar):
+            return None
+        others = [value for k, value in enumerate(n.inputs) if k != index]
+        if all(self._kept(operand, other, batch) for other in others):
+            return g
+        return self.op("sum-to", [g, operand])
+
+    def _kept(self, operand: Node, other, batch: bool) -> bool:
+        """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
+        if other is operand or not isinstance(other, Node):
+            return True
+        inner, outer = self._shape(other), self._shape(operand)
+        if batch:
+            inner = None if inner is None else inner[:-2]
+            outer = None if outer is None else outer[:-2]
+        if inner == ():  # 0-d, or a matrix with no batch axes
+            return True
+        if inner is None or outer is None or len(inner) > len(outer):
+            return False
+        return all(
+            size == 1 or (size is not None and size == against)
+            for size, against in zip(reversed(inner), reversed(outer))
         )
-    x = t.name(x_form, env)
-    if not isinstance(x, Node):
-        raise SourceError(
-            x_form.span, f"'{x_form.name}' is a number; gradient needs a tensor"
-        )
-    stamps, t.stamps = t.stamps, ()
-    try:
-        with t.inlining():
-            y = t.expr(y_form, env)
-    finally:
-        t.stamps = stamps
-    scalar = is_scalar(t, y) if isinstance(y, Node) else False
-    if scalar is False:
-        raise SourceError(
-            y_form.span,
-            "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)",
-        )
-    if scalar is None:
-        y = _expect_scalar(t, y, y_form)
-    return _Backward(t, datum).run(y, x)
+
+    def _shape(self, value: Node):
+        return self.shapes.get(self.origin.get(value, value))
 
 
-def is_scalar(t, node: Node) -> Optional[bool]:
-    """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
-    rank = ranks.rank_of(node, t.graph, t.program)
-    return None if rank is None else rank == 0
-
-
-def _expect_scalar(t, y: Node, y_form: Datum) -> Node:
+def _expect_scalar(t: Builder, y: Node, y_form) -> Node:
     """Y itself, checked to be 0-d when the module runs, the error naming Y's form."""
     outer = t.frames, t.datum
     t.frames, t.datum = y.frames, y_form
@@ -74,10 +173,23 @@ def _expect_scalar(t, y: Node, y_form: Datum) -> Node:
         t.frames, t.datum = outer
 
 
+def _bind(value: Operand, node: Node) -> None:
+    """The names a `let` bound the GRADIENT node to go to its value, as they would had the
+    let bound the value itself."""
+    if not isinstance(value, Node):
+        return
+    for name in filter(None, (node.name, *node.aliases)):
+        if value.name is None:
+            value.name = name
+        elif name not in (value.name, *value.aliases):
+            value.aliases += (name,)
+
+
 class _Backward:
-    def __init__(self, t, datum: List):
+    def __init__(self, t: Builder, datum, visible: list):
         self.t = t
         self.datum = datum
+        self.visible = visible  # the nodes Y may read
         self.first = True
         self.depends: set = set()  # the values that depend on X, in regions too
 
@@ -120,7 +232,7 @@ class _Backward:
     def _path(self, y: Node, x: Node) -> list:
         """The nodes on some path from x to y, in trace order, among those Y may read; an IF
         or FOR depends on X where a node in its regions does."""
-        visible = self.t.visible()
+        visible = self.visible
         self.depends = {x}
 
         def mark(nodes: list) -> None:
@@ -292,6 +404,7 @@ class _Backward:
         )
         with t.region(region):
             copies = dict(zip(body.inputs, recorded))
+            t.origin.update(zip(recorded, body.inputs))
             self.depends.update(
                 copy for carried, copy in copies.items() if carried in self.depends
             )
@@ -382,6 +495,8 @@ class _Copier:
             label=node.label,
         )
         self.copies[node] = copy
+        origin = self.backward.t.origin
+        origin[copy] = origin.get(node, node)
         copy.regions = tuple(self.region(r) for r in node.regions)
         if node in self.backward.depends:
             self.backward.depends.add(copy)

@@ -1,4 +1,4 @@
-"""The typed graph IR: what `trace` builds, `gradient` extends and `policy` types.
+"""The typed graph IR: what `trace` builds, `gradient` expands and `policy` types.
 
 A defun is a dataflow graph of nodes in trace order. A node's inputs are other
 nodes or compile-time scalars; its static attributes (axes, shapes) are scalars
@@ -54,6 +54,7 @@ class Kind(Enum):
     IF = "if"  # two regions, one run, on a condition known when the module runs
     FOR = "for"  # one region run for each layer of a stack, carrying values
     ITEM = "item"  # one carried value of a `for` after the loop, or one value of a call
+    GRADIENT = "gradient"  # `(gradient Y X)` as traced: (Y, X); the gradient pass expands it
 
 
 CALLS = (Kind.CALL, Kind.SUBMODEL)
@@ -140,6 +141,36 @@ def walk(nodes: list):
 def reads(node: Node) -> list:
     """The values a node reads: its inputs, and what its regions give it."""
     return [*node.inputs, *(out for region in node.regions for out in region.outputs)]
+
+
+def prune(graph: Graph, roots: tuple = ()) -> None:
+    """Drop the nodes neither the output nor `roots` depend on: a defun has no side effects.
+    A node made in a region keeps the IF or FOR around it: the backward of an IF reads the
+    values its forward branch made (under the same condition), even where the IF's own
+    value is dead, as in an adjoint loop, which computes its layer's forward again.
+    """
+    owner = {
+        inner: node
+        for node in walk(graph.nodes)
+        for region in node.regions
+        for inner in [*region.inputs, *region.nodes]
+    }
+    live, pending = set(), [*outputs(graph), *roots]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Node) and node not in live:
+            live.add(node)
+            pending.extend(reads(node))
+            pending.append(owner.get(node))
+    _keep(graph.nodes, live)
+
+
+def _keep(nodes: list, live: set) -> None:
+    """Drop the nodes that are not live, in regions too."""
+    nodes[:] = [n for n in nodes if n in live]
+    for node in nodes:
+        for region in node.regions:
+            _keep(region.nodes, live)
 
 
 def verify(graph: Graph, known_ops) -> None:

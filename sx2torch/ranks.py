@@ -11,15 +11,14 @@ mismatch no value of the unknowns can fix, such as `(matmul a b)` of [3 4] and [
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads, walk
-from sx2torch.ops import REGISTRY
-from sx2torch.ops.rank import Dims, ShapeError, known
+from sx2torch.ops import REGISTRY, initializers
+from sx2torch.ops.rank import Dims, ShapeError, Tail, known
 
-if TYPE_CHECKING:  # resolve reads the special forms, whose gradient handler reads ranks
-    from sx2torch.syntax.program import Program
+from sx2torch.syntax.program import Program
 
 
 def shapes(
@@ -30,7 +29,8 @@ def shapes(
 ) -> dict:
     """{node: shape} for the graph's inputs and nodes; `inputs` maps argument names to shapes,
     `graphs` (trace's output) lets calls take their callee's output shape."""
-    return _Analysis(program, graphs).graph(graph, inputs or {})
+    found = _Analysis(program, graphs).graph(graph, inputs or {})
+    return {node: _ranked(dims) for node, dims in found.items()}
 
 
 def ranks(
@@ -53,7 +53,7 @@ def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
             cone.add(item)
             pending.extend(reads(item))
     nodes = [n for n in graph.nodes if n in cone]
-    dims = _Analysis(program, None).nodes(graph.model, nodes, {}).get(node)
+    dims = _ranked(_Analysis(program, None).nodes(graph.model, nodes, {}).get(node))
     return None if dims is None else len(dims)
 
 
@@ -108,7 +108,7 @@ class _Analysis:
                 if callee is not None:
                     passed.setdefault(callee, []).append(
                         [
-                            () if isinstance(i, Scalar) else shapes.get(i)
+                            () if isinstance(i, Scalar) else _ranked(shapes.get(i))
                             for i in node.inputs
                         ]
                     )
@@ -151,16 +151,24 @@ class _Analysis:
             return inputs[0]
         if node.kind is Kind.ITEM:
             return inputs[0] and inputs[0][node.attrs["index"]]
+        if node.kind is Kind.GRADIENT:  # dY/dX, before the gradient pass writes it
+            return inputs[1]
         if node.kind is Kind.FOR:
             return self._loop(node, model, found, inputs)
         if node.kind is Kind.IF:
             then, otherwise = (self._region(r, model, found)[0] for r in node.regions)
             return then if then == otherwise else None
+        rule = REGISTRY[node.op].rank
+        if rule.tails:
+            inputs = [Tail(()) if dims is None else dims for dims in inputs]
+        else:
+            inputs = [_ranked(dims) for dims in inputs]
         try:
-            return REGISTRY[node.op].rank.shape(inputs, node.attrs)
+            dims = rule.shape(inputs, node.attrs)
         except ShapeError as error:
             self.problems.append((node, str(error)))
             return None
+        return None if dims == Tail(()) else dims
 
     def _loop(self, node: Node, model: str, found: dict, inputs: list) -> tuple:
         """The carried values' shapes after the loop: what an iteration gives, where that
@@ -186,9 +194,7 @@ class _Analysis:
     def _param(self, node: Node, model: str) -> Dims:
         owner = self.program.model(node.attrs.get("owner", model))
         init = owner.params[node.attrs["param"]].init
-        if init.kind == "eye":
-            return (known(init.args["n"]),) * 2
-        return tuple(known(size) for size in init.args["shape"])
+        return tuple(known(size) for size in initializers.sizes(init))
 
     def _called(self, node: Node, model: str) -> Dims:
         callee = self._callee(node, model)
@@ -210,6 +216,11 @@ class _Analysis:
         param = self.program.model(model).params.get(target)
         # a stack chained inside an inlined sub-model: not followed
         return None if param is None else self.graphs.get((param.init.model, "forward"))
+
+
+def _ranked(dims) -> Dims:
+    """A shape of known rank, or None: what readers outside the analysis see of a Tail."""
+    return None if isinstance(dims, Tail) else dims
 
 
 def _agreed(shapes: list) -> Dims:

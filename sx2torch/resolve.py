@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
 from sx2torch.emit.names import mangle
@@ -18,7 +19,6 @@ from sx2torch.syntax.program import (
     PRECISIONS,
     RUN_KEYS,
     OPTIMIZER_KEYS,
-    INITIALIZERS,
     Const,
     Init,
     Param,
@@ -29,6 +29,7 @@ from sx2torch.syntax.program import (
     Run,
     Program,
 )
+from sx2torch.ops.initializers import INITIALIZERS, sizes
 from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.syntax.read import (
     Boolean,
@@ -242,12 +243,6 @@ def _defparam(model: Model, datum: List) -> Param:
     return param
 
 
-# What one machine can hold, with the consts at their defaults: a larger model would grow in
-# memory while it is built until it is killed (2**36 f32 elements are 256 GiB).
-MAX_ELEMENTS = 2**36
-MAX_LAYERS = 2**16
-
-
 def _check_size(init: Init, datum: Datum) -> None:
     if init.kind == "stack" and init.count.value > MAX_LAYERS:
         raise SourceError(
@@ -256,9 +251,8 @@ def _check_size(init: Init, datum: Datum) -> None:
         )
     if init.kind in ("model", "stack"):
         return
-    sizes = init.args["shape"] if "shape" in init.args else (init.args["n"],) * 2
     elements = 1
-    for size in sizes:
+    for size in sizes(init):
         elements *= size.value
     if elements > MAX_ELEMENTS:
         raise SourceError(
@@ -271,17 +265,11 @@ def _init(model: Model, datum: Datum) -> Init:
     head = _head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
         return _stack(model, datum)
-    if head == "concat":
-        return _concat(model, datum)
-    if head == "tensor":
-        return _tensor(model, datum)
-    if head == "pow":
-        return _pow(model, datum)
-    if head == "repeat":
-        return _repeat(model, datum)
+    if head in COMPOSITE:
+        return COMPOSITE[head](model, datum)
     if head not in INITIALIZERS:
         return Init("model", _instance_args(model, datum), model=head, span=datum.span)
-    positional, defaults = INITIALIZERS[head]
+    positional, defaults = INITIALIZERS[head].positional, INITIALIZERS[head].keys
     n = len(positional)
     items = datum.items[1:]
     if len(items) < n or any(isinstance(i, Keyword) for i in items[:n]):
@@ -302,8 +290,6 @@ def _init(model: Model, datum: Datum) -> Init:
         args.setdefault(key, Scalar.lit(default))
     if head in ("eye", "linspace"):
         scalars.expect_int(args["n"], items[0].span, f"{head}'s size")
-    if head == "linspace":
-        args["shape"] = (args["n"],)
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
 
@@ -361,36 +347,29 @@ def _concat(model: Model, datum: List) -> Init:
     parts = []
     for item in items.items:
         head = _head(item, "an initializer such as (zeros [n])")
-        if head not in INITIALIZERS and head not in (
-            "concat",
-            "tensor",
-            "pow",
-            "repeat",
-        ):
+        if head not in INITIALIZERS:
             raise SourceError(
                 item.span,
                 f"concat's parts are tensor initializers such as (zeros [n]), got '{head}'",
             )
         part = _init(model, item)
-        if part.kind == "eye":
-            part.args["shape"] = (part.args["n"], part.args["n"])
-        shape = [s.value for s in part.args["shape"]]
+        shape = [s.value for s in sizes(part)]
         if not shape:
             raise SourceError(
                 item.span, f"concat's parts must have an axis, got a 0-D {part.kind}"
             )
-        first = [s.value for s in parts[0].args["shape"]] if parts else shape
+        first = [s.value for s in sizes(parts[0])] if parts else shape
         if shape[1:] != first[1:]:
             raise SourceError(
                 item.span,
                 f"concat's parts must agree in all sizes but the first, got a {part.kind} of shape {shape} after one of shape {first}",
             )
         parts.append(part)
-    size = parts[0].args["shape"][0]
+    size = sizes(parts[0])[0]
     for part in parts[1:]:
-        size = scalars.fold("+", size, part.args["shape"][0], datum.span)
+        size = scalars.fold(ScalarOp.ADD, size, sizes(part)[0], datum.span)
     return Init(
-        "concat", {"parts": tuple(parts), "shape": (size, *parts[0].args["shape"][1:])}
+        "concat", {"parts": tuple(parts), "shape": (size, *sizes(parts[0])[1:])}
     )
 
 
@@ -401,9 +380,9 @@ def _repeat(model: Model, datum: List) -> Init:
         _evaluate(model, datum.items[1]), datum.items[1].span, "repeat's count"
     )
     part = _init(model, datum.items[2])
-    if part.kind in ("model", "stack") or len(part.args.get("shape", ())) != 1:
+    if part.kind in ("model", "stack") or len(sizes(part)) != 1:
         raise SourceError(datum.items[2].span, "repeat takes a 1-D tensor initializer")
-    size = scalars.fold("*", count, part.args["shape"][0], datum.span)
+    size = scalars.fold(ScalarOp.MUL, count, sizes(part)[0], datum.span)
     return Init("repeat", {"count": count, "part": part, "shape": (size,)})
 
 
@@ -417,7 +396,7 @@ def _pow(model: Model, datum: List) -> Init:
     part = _init(model, datum.items[2])
     if part.kind in ("model", "stack"):
         raise SourceError(datum.items[2].span, "pow takes a tensor initializer")
-    return Init("pow", {"base": base, "part": part, "shape": part.args["shape"]})
+    return Init("pow", {"base": base, "part": part, "shape": sizes(part)})
 
 
 def _tensor(model: Model, datum: List) -> Init:
@@ -435,6 +414,10 @@ def _tensor(model: Model, datum: List) -> Init:
                 item.span, f"tensor's values must be numbers, got {shown(item)}"
             )
     return Init("tensor", {"values": values, "shape": (Scalar.lit(len(values)),)})
+
+
+# The initializers with a form of their own (sx2torch/ops/initializers.py emits them).
+COMPOSITE = {"concat": _concat, "repeat": _repeat, "pow": _pow, "tensor": _tensor}
 
 
 def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:

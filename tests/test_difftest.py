@@ -16,6 +16,7 @@ sys.path.insert(
 )  # tools/ is beside the package
 
 from sx2torch import interpret  # noqa: E402
+from sx2torch.errors import SourceError  # noqa: E402
 from tools.difftest import campaign, check, corpus  # noqa: E402
 
 CORPUS = sorted((Path(__file__).parent / "difftest_corpus").glob("*.lisp"))
@@ -42,10 +43,25 @@ def test_random_program(seed):
 def test_corpus(path):
     case = corpus.load(path)
     failures = corpus.replay(case)
+    if case.expect == "no-internal-error":
+        failures = [f for f in failures if f[0] == "compile"]
     if case.known:
         assert failures, f"{path.name} no longer fails: remove its `;; known:` line"
         pytest.xfail(case.known)
     assert not failures, failures
+
+
+def test_a_chain_of_layers_giving_a_number_is_a_diagnostic():
+    """found-chain-number: the carried value turns into the layers' const; located at the
+    chain, no internal error."""
+    case = corpus.load(
+        Path(__file__).parent / "difftest_corpus" / "found-chain-number.lisp"
+    )
+    with pytest.raises(SourceError) as error:
+        check.compile_module(case.source, "cuda")
+    assert "a carried value must be a tensor" in error.value.message
+    line = case.source.splitlines()[error.value.span.line - 1]
+    assert line[error.value.span.col - 1 :] == "(chain blocks x))"
 
 
 def test_the_oracles_see_a_wrong_result():

@@ -1,9 +1,10 @@
 """--dump-after prints each intermediate form; every specialization keeps the policy's invariants
-under both precisions (tests/test_pipeline.py verifies each pass under the source's own run)."""
+under both precisions (tests/test_pipeline.py verifies each pass under the source's own run).
+"""
 
 import pytest
 
-from sx2torch import policy, resolve, trace
+from sx2torch import gradient, policy, resolve, trace
 from sx2torch.syntax import read
 from sx2torch.policy import rules
 from sx2torch.cli import main
@@ -29,6 +30,8 @@ def test_each_pass_can_be_printed(capsys):
 @pytest.mark.parametrize("source", CASES, ids=[c.stem for c in CASES])
 def test_every_specialization_verifies_after_the_policy(source, precision):
     program = resolve.run(read.run(source.read_text()), source.stem)
-    lowered = policy.run(program, trace.run(program), precision)
+    graphs = trace.run(program)
+    gradient.run(program, graphs)
+    lowered = policy.run(program, graphs, precision)
     for typed in lowered.specializations:
         rules.verify(typed)

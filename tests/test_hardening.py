@@ -72,6 +72,34 @@ def test_a_stack_past_the_limit_is_located(capsys, tmp_path):
     )
 
 
+def test_a_stack_built_past_the_limit_is_refused_at_its_defparam(tmp_path):
+    """A count from a const is checked again when the module is built with another one: a
+    ValueError at once (10**11 layers once took memory until the process was killed), which
+    the runtime locates at the stack's defparam."""
+    import sx2torch
+    from sx2torch import runtime as sx
+    from sx2torch.runtime import located
+
+    path = tmp_path / "deep.lisp"
+    path.write_text(
+        "(defconst n-layer 2)\n"
+        "(defmodel b () (defparam w (normal [4 4])) (defun forward (x) (matmul x w)))\n"
+        "(defparam blocks (stack n-layer (b)))\n"
+        "(defun forward (x) (chain blocks x))\n"
+    )
+    deep = sx2torch.load(path).Deep
+    assert len(deep(n_layer=3).blocks) == 3
+    assert sx.layers(resolve.MAX_LAYERS) == range(resolve.MAX_LAYERS)
+    with pytest.raises(ValueError) as error:
+        deep(n_layer=resolve.MAX_LAYERS + 1)
+    assert str(error.value) == (
+        f"a stack has at most {resolve.MAX_LAYERS:,} layers, got {resolve.MAX_LAYERS + 1:,}"
+    )
+    where = located.locate(error.value)[0].splitlines()
+    assert where[0].startswith(f"{path}:3:11: note: the error is raised in this form")
+    assert where[1] == "  (defparam blocks (stack n-layer (b)))"
+
+
 @pytest.mark.parametrize(
     "init, elements",
     [("(normal [100000000000 100000000000])", 10**22), ("(eye 300000)", 9 * 10**10)],

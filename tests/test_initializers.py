@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from sx2torch import resolve
+from sx2torch.ops import initializers
+from sx2torch.ops.initializers import INITIALIZERS
+from sx2torch.syntax import read
+
 
 def test_edge_ranges_build(build):
     source = (
@@ -34,3 +39,32 @@ def test_an_empty_shape_is_a_0_d_tensor(build):
         assert tensor.item() == value, name
     x = torch.arange(3.0)
     assert torch.equal(model(x), x + 6.5)
+
+
+def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(build):
+    """Each kind of initializer, alone and as a part: the sizes its entry gives (which the
+    rank check and explain read) are the shape of the tensor its emission builds."""
+    forms = {
+        "zeros": "(zeros [2 3])",
+        "ones": "(ones [4])",
+        "full": "(full [2 2] 1.5)",
+        "normal": "(normal [3 2] :std 0.5)",
+        "uniform": "(uniform [5])",
+        "eye": "(eye 3)",
+        "linspace": "(linspace 4 :end 2)",
+        "concat": "(concat [(eye 2) (zeros [1 2])])",
+        "repeat": "(repeat 3 (linspace 2))",
+        "pow": "(pow 2 (eye 2))",
+        "tensor": "(tensor [0.5 1 2])",
+    }
+    assert set(forms) == set(INITIALIZERS)
+    source = "".join(f"(defparam {k} {v})\n" for k, v in forms.items())
+    source += "(defun forward (x) x)\n"
+    module, _ = build(source)
+    model = module.Model()
+    program = resolve.run(read.run(source), "model")
+    for name, param in program.top.params.items():
+        expected = tuple(s.value for s in initializers.sizes(param.init))
+        assert getattr(model, name).shape == expected, name
+    assert torch.equal(model.pow, 2.0 ** torch.eye(2))
+    assert torch.equal(model.repeat, torch.tensor([0.0, 1.0] * 3))

@@ -402,6 +402,67 @@ CASES: dict[str, list[Case]] = {
     "take": [
         case("x ids", "(take x ids)", lambda: (x34(0), IDS), lambda x, ids: x[ids])
     ],
+    # routing (sx2torch/ops/routing.py): indices are int64, as torch gives them
+    "topk": [
+        case("x", "(let (([v i] (topk x 2))) v)", X, lambda x: torch.topk(x, 2).values),
+        case(
+            "x",
+            "(let (([v i] (topk x 2 :axis 0))) i)",
+            X,
+            lambda x: torch.topk(x, 2, dim=0).indices,
+        ),
+        case(  # ties: torch.topk's own choice among equal values
+            "x",
+            "(let (([v i] (topk x 2))) i)",
+            lambda: (
+                torch.tensor([[1.0, 2.0, 2.0, 1.0], [0.0] * 4, [3.0, 1.0, 3.0, 3.0]]),
+            ),
+            lambda x: torch.topk(x, 2).indices,
+        ),
+    ],
+    "topk-indices": [
+        case("x", "(topk-indices x :k 3)", X, lambda x: torch.topk(x, 3).indices)
+    ],
+    "argmax": [
+        case("x", "(argmax x)", X, lambda x: torch.argmax(x, dim=-1)),
+        case("x", "(argmax x :axis 0)", X, lambda x: torch.argmax(x, dim=0)),
+    ],
+    "gather": [
+        case(
+            "x i",
+            "(gather x i)",
+            lambda: (x34(0), torch.tensor([[0, 3], [1, 1], [2, 0]])),
+            lambda x, i: torch.gather(x, -1, i),
+        )
+    ],
+    "index-select": [
+        case(
+            "x i",
+            "(index-select x i)",
+            lambda: (x34(0), torch.tensor([2, 0, 2, 1])),
+            lambda x, i: x[i],
+        )
+    ],
+    "scatter-add": [
+        case(
+            "x i s",
+            "(scatter-add x i s)",
+            lambda: (x34(0), torch.tensor([[0, 0], [3, 1], [2, 2]]), x34(1)[:, :2]),
+            lambda x, i, s: x.scatter_add(-1, i, s),
+        )
+    ],
+    "index-add": [
+        case(
+            "x i s",
+            "(index-add x i s)",
+            lambda: (x34(0), torch.tensor([2, 0, 2]), x34(1)),
+            lambda x, i, s: x.index_add(0, i, s),
+        )
+    ],
+    "cumsum": [
+        case("x", "(cumsum x)", X, lambda x: torch.cumsum(x, dim=-1)),
+        case("x", "(cumsum x :axis 0)", X, lambda x: torch.cumsum(x, dim=0)),
+    ],
     "one-hot": [
         case(
             "ids",

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from sx2torch import ranks, resolve, runtime, trace
+from sx2torch.api import compile_string
+from sx2torch.errors import SourceError
 from sx2torch.syntax import read
 from sx2torch.emit import build as b
 from sx2torch.ir import Kind, Scalar
@@ -126,6 +128,14 @@ CASES = [
     ("avg-pool1d", "(avg-pool1d x 2 :stride 1)", {"x": [3, 7]}),
     ("interpolate", "(interpolate x :size [5 7] :mode :bilinear)", {"x": [2, 3, 4, 4]}),
     ("interpolate", "(interpolate x :scale-factor 2.0)", {"x": [2, 3, 4]}, {2}),
+    # the values of topk, its rule given its K as the source writes it
+    ("topk", "(let (([v i] (topk x 2))) v)", {"x": [3, 4]}, set(), {"k": 2}),
+    ("argmax", "(argmax x :axis 0)", {"x": [3, 4]}),
+    ("gather", "(gather x ids)", {"x": [3, 4], "ids": [3, 2]}),
+    ("index-select", "(index-select x ids)", {"x": [3, 4], "ids": [5]}),
+    ("scatter-add", "(scatter-add x ids y)", {"x": [3, 4], "ids": [3, 2], "y": [3, 2]}),
+    ("index-add", "(index-add x ids y)", {"x": [3, 4], "ids": [2], "y": [2, 4]}),
+    ("cumsum", "(cumsum x :axis 0)", {"x": [3, 4]}),
 ]
 for (
     _name
@@ -160,6 +170,7 @@ INTERNAL = [
     ),
     ("conv1d-input-grad", {"g": [2, 4, 8], "w": [4, 3, 3], "x": [2, 3, 10]}, {}),
     ("conv1d-weight-grad", {"x": [2, 3, 10], "g": [2, 4, 8], "w": [4, 3, 3]}, {}),
+    ("topk-indices", {"x": [3, 4]}, {"k": 2}),
 ]
 
 INTEGER_ARGUMENTS = ("ids", "labels")
@@ -209,6 +220,9 @@ def test_the_analysis_gives_the_shape_torch_returns(case, build):
         )  # the output is the op's own node: its rule decided
     else:  # traced as its definition: the op's own rule must agree with it
         attrs = {key.name: key.default for key in op.keys}
+        attrs.update(
+            unknown[1] if len(unknown) > 1 else {}
+        )  # its compile-time arguments
         assert op.rank.shape(list(given.values()), attrs) == found
 
 
@@ -322,5 +336,110 @@ def test_check_passes_where_a_const_could_make_the_sizes_agree():
 (defparam a (normal [3 4]))
 (defparam b (normal [d 6]))
 (defun forward (x) (+ (matmul a b) (reshape x [3 6])))
+""")
+    ranks.check(program, graphs)
+
+
+# A chain whose first op reads an argument of unknown rank: the sizes its literal operands
+# give are followed to the mismatch further down (line 4 of the source below), with the
+# same chain in plain PyTorch, which fails for an X of any rank.
+CHAINS = [
+    (
+        "matmul",
+        "(matmul (matmul x a) b)",
+        lambda x, a, b: (x @ a) @ b,
+        "matmul of [... 8] and [5 3]: the inner sizes differ (8 against 5)",
+    ),
+    (
+        "broadcast",
+        "(+ (matmul x a) c)",
+        lambda x, a, c: (x @ a) + c,
+        "the shapes [... 8] and [6] do not broadcast: 8 against 6 on axis -1",
+    ),
+    (
+        "broadcast-then-matmul",
+        "(matmul (* x a) b)",
+        lambda x, a, b: (x * a) @ b,
+        "matmul of [... 4 8] and [5 3]: the inner sizes differ (8 against 5)",
+    ),
+    (
+        "transpose",
+        "(matmul b (transpose (matmul x a) [1 0]))",
+        lambda x, a, b: b @ (x @ a).permute(1, 0),
+        "matmul of [5 3] and [8 ?]: the inner sizes differ (3 against 8)",
+    ),
+    (
+        "swap-axes",
+        "(matmul (swap-axes (+ x a) -1 -2) b)",
+        lambda x, a, b: (x + a).transpose(-1, -2) @ b,
+        "matmul of [... 8 4] and [5 3]: the inner sizes differ (4 against 5)",
+    ),
+    (
+        "reshape",
+        "(matmul (matmul (reshape x [-1 4]) a) b)",
+        lambda x, a, b: (x.reshape(-1, 4) @ a) @ b,
+        "matmul of [? 8] and [5 3]: the inner sizes differ (8 against 5)",
+    ),
+    (
+        "softmax",
+        "(matmul (softmax (matmul x a) :axis -1) b)",
+        lambda x, a, b: torch.softmax(x @ a, -1) @ b,
+        "matmul of [... 8] and [5 3]: the inner sizes differ (8 against 5)",
+    ),
+]
+CHAIN_PARAMS = {"a": [4, 8], "b": [5, 3], "c": [6]}
+
+
+def _chain_source(expression: str, params: dict) -> str:
+    declared = "".join(
+        f"(defparam {k} (normal {v}))\n".replace(",", "") for k, v in params.items()
+    )
+    return declared + f"(defun forward (x)\n  {expression})\n"
+
+
+@pytest.mark.parametrize("case", CHAINS, ids=[c[0] for c in CHAINS])
+def test_a_mismatch_down_a_chain_of_ops_is_a_located_error(case):
+    _, expression, in_torch, message = case
+    source = _chain_source(expression, CHAIN_PARAMS)
+    with pytest.raises(SourceError) as raised:
+        compile_string(source, "chain.lisp")
+    assert (raised.value.line, raised.value.column) == (5, 3)
+    assert raised.value.message == message
+    names = [n for n in ("a", "b", "c") if n in expression]
+    params = [torch.randn(CHAIN_PARAMS[n]) for n in names]
+    for shape in ([2, 4], [3, 2, 4], [4]):
+        with pytest.raises(RuntimeError):
+            in_torch(torch.randn(shape), *params)
+
+
+@pytest.mark.parametrize(
+    "expression, params, x",
+    [
+        ("(matmul (matmul x a) b)", {"a": [4, 8], "b": [8, 3]}, [3, 2, 4]),
+        ("(matmul (matmul x a) v)", {"a": [4, 8], "v": [8]}, [2, 4]),
+        ("(+ (matmul x a) c)", {"a": [4, 8], "c": [8]}, [4]),
+        ("(matmul (* x a) b)", {"a": [4, 8], "b": [8, 3]}, [2, 1, 1]),
+        ("(matmul (swap-axes (+ x a) -1 -2) b)", {"a": [4, 8], "b": [4, 2]}, [4, 1]),
+        (
+            "(matmul b (transpose (matmul x a) [1 0]))",
+            {"a": [4, 8], "b": [5, 8]},
+            [2, 4],
+        ),
+        ("(matmul (matmul x a) (matmul x a))", {"a": [4, 4]}, [4, 4]),
+    ],
+)
+def test_a_chain_that_can_run_compiles_and_runs(expression, params, x, build):
+    module, _ = build(_chain_source(expression, params))
+    model = module.Model()
+    out = model(torch.randn(x))
+    assert torch.isfinite(out).all()
+
+
+def test_a_chain_through_a_const_size_is_not_refused():
+    program, graphs, _ = traced("""
+(defconst d 5)
+(defparam a (normal [4 8]))
+(defparam b (normal [d 3]))
+(defun forward (x) (matmul (matmul x a) b))
 """)
     ranks.check(program, graphs)

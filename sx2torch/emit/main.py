@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from sx2torch.ops import initializers
 from sx2torch.syntax.program import Model, Optimizer, Program, Run
 
 # torch's own defaults, written into the settings so that every value the run uses is visible
@@ -75,7 +76,5 @@ def _params(program: Program, model: Model, attrs: dict, prefix: str = "") -> li
             inner = f"{name}.*." if param.init.kind == "stack" else f"{name}."
             found += _params(program, sub, attrs, inner)
         elif param.trainable:
-            init = param.init
-            ndim = 2 if init.kind == "eye" else len(init.args["shape"])
-            found.append((name, bool(prefix), ndim))
+            found.append((name, bool(prefix), len(initializers.sizes(param.init))))
     return found

@@ -176,18 +176,7 @@ class MethodEmitter:
         )
 
     def _located(self, statement, node: Node):
-        """With --source-lines, a trailing `# file.lisp:LINE:COL` comment."""
-        if self.ctx.source_lines is None or not isinstance(
-            statement, cst.SimpleStatementLine
-        ):
-            return statement
-        span = node.span
-        comment = cst.Comment(f"# {self.ctx.source_lines}:{span.line}:{span.col}")
-        return statement.with_changes(
-            trailing_whitespace=cst.TrailingWhitespace(
-                cst.SimpleWhitespace("  "), comment
-            )
-        )
+        return located(statement, node.span, self.ctx.source_lines)
 
     def _invoke(self, node: Node, module: b.Expr, args: list) -> b.Expr:
         callee = self.typed.callee[node]
@@ -368,4 +357,14 @@ def _block(frame, body: list, device: str) -> cst.With:
     comment = cst.EmptyLine(comment=cst.Comment("# " + frame.text))
     return cst.With(
         [cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[comment]
+    )
+
+
+def located(statement, span, source_lines: Optional[str]):
+    """With --source-lines, a trailing `# file.lisp:LINE:COL` comment."""
+    if source_lines is None or not isinstance(statement, cst.SimpleStatementLine):
+        return statement
+    comment = cst.Comment(f"# {source_lines}:{span.line}:{span.col}")
+    return statement.with_changes(
+        trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment)
     )

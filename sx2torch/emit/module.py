@@ -10,11 +10,12 @@ import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.emit import main
-from sx2torch.emit.method import ClassContext, MethodEmitter
+from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.emit.names import mangle
 from sx2torch.emit.naming import Naming, defuns, store as store_of
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar
+from sx2torch.ops import initializers
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.syntax import scalars
@@ -231,7 +232,9 @@ def _init(
             )
         )
     for param in model.params.values():
-        body.append(_param(model, param, lowered, ctx))
+        # located: an error building it (a size past the limit) points at its defparam
+        statement = _param(model, param, lowered, ctx)
+        body.append(located(statement, param.span, ctx.source_lines))
     params = cst.Parameters(
         star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
         kwonly_params=kwonly,
@@ -267,16 +270,24 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
             return _when(param, _register(model, param, instance, ctx), scalar)
         loop = cst.CompFor(
             target=cst.Name(mangle(init.index) if init.index else "_"),
-            iter=b.call("range", scalar(init.count)),
+            iter=_layers(init.count, scalar),
         )
         instances = b.call("nn.ModuleList", cst.ListComp(instance, loop))
         return _when(param, _register(model, param, instances, ctx), scalar)
-    value = _initializer(init, scalar)
+    value = initializers.emit(init, scalar)
     if lowered.storage[model.name, param.name] == "bf16":
         value = b.method(value, "to", b.dotted("torch.bfloat16"))
     if param.trainable:
         value = b.call("nn.Parameter", value)
     return _when(param, _register(model, param, value, ctx), scalar)
+
+
+def _layers(count: Scalar, scalar) -> cst.BaseExpression:
+    """A count from constructor arguments is checked against the limit when the module is
+    built; a literal one was checked when it compiled."""
+    if count.op == "lit":
+        return b.call("range", scalar(count))
+    return b.call("sx.layers", scalar(count))
 
 
 REGISTER = {"parameters": "register_parameter", "modules": "add_module"}
@@ -302,53 +313,3 @@ def _when(param: Param, statement, scalar):
     if param.when is None:
         return statement
     return cst.If(scalar(param.when), cst.IndentedBlock([statement]))
-
-
-def _initializer(init, scalar) -> cst.BaseExpression:
-    args = init.args
-    if init.kind == "concat":
-        parts = [_initializer(part, scalar) for part in args["parts"]]
-        return b.call("torch.cat", b.list_(parts))
-    if init.kind == "repeat":
-        return b.method(
-            _initializer(args["part"], scalar), "repeat", scalar(args["count"])
-        )
-    if init.kind == "tensor":
-        return b.call(
-            "torch.tensor", b.list_([_float(v, scalar) for v in args["values"]])
-        )
-    if init.kind == "eye":
-        return b.call("torch.eye", scalar(args["n"]))
-    if init.kind == "linspace":
-        start, end = _float(args["start"], scalar), _float(args["end"], scalar)
-        return b.call("torch.linspace", start, end, scalar(args["n"]))
-    if init.kind == "pow":
-        base = _float(args["base"], scalar)
-        return b.binop(base, "**", _initializer(args["part"], scalar))
-    shape = [scalar(s) for s in args["shape"]]
-    # torch.zeros() is refused: a shape [] is 0-d, torch.zeros(())
-    sizes = shape or [b.tuple_([])]
-    if init.kind in ("zeros", "ones"):
-        return b.call(f"torch.{init.kind}", *sizes)
-    if init.kind == "full":
-        return b.call("torch.full", b.tuple_(shape), _float(args["value"], scalar))
-    if init.kind == "normal":
-        return b.call(
-            "torch.normal",
-            _float(args["mean"], scalar),
-            _float(args["std"], scalar),
-            size=b.tuple_(shape),
-        )
-    return b.method(
-        b.call("torch.empty", *sizes),
-        "uniform_",
-        _float(args["low"], scalar),
-        _float(args["high"], scalar),
-    )
-
-
-def _float(value: Scalar, scalar) -> cst.BaseExpression:
-    """Initializer arguments as floats, so `(normal [d] :std 1)` makes a float tensor."""
-    if value.op is ScalarOp.LIT and isinstance(value.value, int):
-        return b.number(float(value.value))
-    return scalar(value)

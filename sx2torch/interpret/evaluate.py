@@ -128,14 +128,16 @@ class Evaluator:
             return BF16
         if self.precision == "f32":
             return F32
+        # 0-d values decide no dtype beside tensors with axes; between themselves they
+        # decide as two tensors do (an f32 sum and a bf16 element: bf16)
+        among = _among_themselves(floats)
         if any(
-            isinstance(v, ParamValue) or (not isinstance(v, Lam) and v.dtype == BF16)
+            isinstance(v, ParamValue)
+            or ((among or not isinstance(v, Lam)) and dtype_of(v) == BF16)
             for v in floats
         ):
             return BF16
-        if floats and all(isinstance(v, Lam) for v in floats):
-            return None
-        return F32
+        return None if among else F32
 
     def join(self, a, b):
         """Two dtypes of one value, as an op reading both computes outside any form."""
@@ -273,6 +275,11 @@ class Evaluator:
             dtype = None
         elif dtype is None and not any(is_float(v) for v in deciding):
             dtype = BF16 if mode == REGION else F32
+        if _among_themselves([v for v in deciding if is_float(v)]):
+            # read in the dtype they decide, as tensors are
+            args = [_unlam(v) for v in args]
+            if spec.lists:
+                args[0] = [_unlam(v) for v in args[0]]
         cast = [
             self._uncast(v) if i in spec.skip else self.cast(v, dtype)
             for i, v in enumerate(args)
@@ -312,6 +319,15 @@ class Evaluator:
         ):
             return Lam(result)
         return result
+
+
+def _among_themselves(floats: list) -> bool:
+    """Every float operand is 0-d: they decide between themselves as tensors do."""
+    return bool(floats) and all(isinstance(v, Lam) for v in floats)
+
+
+def _unlam(v):
+    return v.t if isinstance(v, Lam) else v
 
 
 def _rank(v) -> int:

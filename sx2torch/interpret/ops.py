@@ -42,6 +42,11 @@ def _reduce(fn):
     return apply
 
 
+def _axis(k, default=-1):
+    """A routing op's :axis (sx2torch/ops/routing.py)."""
+    return k.get("axis", default)
+
+
 def _reshape(a, k):
     """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads)."""
     x = a[0]
@@ -243,6 +248,15 @@ OPS = {
     "avg-pool1d": _pool(F.avg_pool1d),
     "avg-pool2d": _pool(F.avg_pool2d),
     "interpolate": Spec(_interpolate),
+    "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
+    "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),
+    "gather": Spec(lambda a, k: torch.gather(a[0], _axis(k), a[1]), KEEP, skip=(1,)),
+    "index-select": Spec(
+        lambda a, k: torch.index_select(a[0], _axis(k, 0), a[1]), KEEP, skip=(1,)
+    ),
+    "scatter-add": Spec(lambda a, k: a[0].scatter_add(_axis(k), a[1], a[2]), skip=(1,)),
+    "index-add": Spec(lambda a, k: a[0].index_add(_axis(k, 0), a[1], a[2]), skip=(1,)),
+    "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k))),
     "linear-scan": Spec(_linear_scan, ISLAND),
     "matrix-scan": Spec(_matrix_scan, ISLAND),
 }

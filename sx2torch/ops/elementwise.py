@@ -1,7 +1,8 @@
 """Elementwise ops: arithmetic, functions of one tensor, comparisons.
 
 Each derivative rule sees the forward node `n` (inputs `n.inputs`, output `n`) and the
-gradient `g` of its output; `unbroadcast` sums an operand's gradient back to its shape.
+gradient `g` of its output; `t.sum_back` sums an operand's gradient back to its shape where
+the op broadcast it.
 """
 
 import math
@@ -9,7 +10,7 @@ from dataclasses import replace
 from functools import partial
 
 from sx2torch.emit import build as b
-from sx2torch.ir import Node, Scalar
+from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import BROADCAST, known
 from sx2torch.syntax import scalars
@@ -21,15 +22,6 @@ HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
 
 def _register(op: Op) -> Op:
     return register(replace(op, rank=BROADCAST))
-
-
-def unbroadcast(t, g, n, index: int):
-    """The gradient of input `index` of `n`, summed back to that input's shape."""
-    operand = n.inputs[index]
-    if isinstance(operand, Scalar):
-        return None
-    others = [i for k, i in enumerate(n.inputs) if k != index and isinstance(i, Node)]
-    return t.op("sum-to", [g, operand]) if others else g
 
 
 def _binary(
@@ -69,21 +61,21 @@ def _scales_by_a_power_of_two(operands: tuple) -> bool:
 
 
 def _add_grad(t, n, g):
-    return [unbroadcast(t, g, n, i) for i in range(2)]
+    return [t.sum_back(g, n, i) for i in range(2)]
 
 
 def _multiply_grad(t, n, g):
     x, y = n.inputs
     return [
-        unbroadcast(t, t.op("*", [g, y]), n, 0),
-        unbroadcast(t, t.op("*", [g, x]), n, 1),
+        t.sum_back(t.op("*", [g, y]), n, 0),
+        t.sum_back(t.op("*", [g, x]), n, 1),
     ]
 
 
 def _divide_grad(t, n, g):
     x, y = n.inputs
     dy = t.op("neg", [t.op("/", [t.op("*", [g, n]), y])])
-    return [unbroadcast(t, t.op("/", [g, y]), n, 0), unbroadcast(t, dy, n, 1)]
+    return [t.sum_back(t.op("/", [g, y]), n, 0), t.sum_back(dy, n, 1)]
 
 
 _binary("+", "+", _add_grad, arity=(2, None), doc="n-ary sum, folded left")
@@ -120,7 +112,7 @@ def _minus(a, ctx):
 def _minus_grad(t, n, g):
     if len(n.inputs) == 1:
         return [t.op("neg", [g])]
-    return [unbroadcast(t, g, n, 0), unbroadcast(t, t.op("neg", [g]), n, 1)]
+    return [t.sum_back(g, n, 0), t.sum_back(t.op("neg", [g]), n, 1)]
 
 
 _register(
@@ -343,7 +335,7 @@ def _pow_grad(t, n, g):
     x, p = n.inputs
     dx = _times(t, g, p, t.op("pow", [x, t.op("-", [p, ONE])]))
     dp = None if isinstance(p, Scalar) else _times(t, g, n, t.op("log", [x]))
-    return [unbroadcast(t, dx, n, 0), None if dp is None else unbroadcast(t, dp, n, 1)]
+    return [t.sum_back(dx, n, 0), None if dp is None else t.sum_back(dp, n, 1)]
 
 
 _register(
@@ -366,7 +358,7 @@ def _extremum_grad(wins: str):
         half = t.op("*", [g, HALF])
         to_x = _where(t, t.op(wins, [x, y]), g, _where(t, tie, half, ZERO))
         to_y = _where(t, t.op(wins, [y, x]), g, _where(t, tie, half, ZERO))
-        return [unbroadcast(t, to_x, n, 0), unbroadcast(t, to_y, n, 1)]
+        return [t.sum_back(to_x, n, 0), t.sum_back(to_y, n, 1)]
 
     return grad
 
@@ -418,8 +410,8 @@ def _where_grad(t, n, g):
     condition = n.inputs[0]
     return [
         None,
-        unbroadcast(t, _where(t, condition, g, ZERO), n, 1),
-        unbroadcast(t, _where(t, condition, ZERO, g), n, 2),
+        t.sum_back(_where(t, condition, g, ZERO), n, 1),
+        t.sum_back(_where(t, condition, ZERO, g), n, 2),
     ]
 
 

@@ -52,7 +52,7 @@ def _rms_norm_grad(t, n, g):
     dx = t.op("*", [inverse_rms, t.op("-", [u, t.op("*", [normed, along])])])
     if len(n.inputs) == 1:
         return [dx]
-    return [dx, t.op("sum-to", [t.op("*", [g, normed]), n.inputs[1]])]
+    return [dx, t.sum_back(t.op("*", [g, normed]), n, 1)]
 
 
 register(
@@ -104,9 +104,9 @@ def _layer_norm_grad(t, n, g):
     inner = t.op("-", [t.op("-", [u, mean_u]), t.op("*", [normed, along])])
     grads = [t.op("*", [inverse_std, inner])]
     if len(n.inputs) > 1:
-        grads.append(t.op("sum-to", [t.op("*", [g, normed]), n.inputs[1]]))
+        grads.append(t.sum_back(t.op("*", [g, normed]), n, 1))
     if len(n.inputs) > 2:
-        grads.append(t.op("sum-to", [g, n.inputs[2]]))
+        grads.append(t.sum_back(g, n, 2))
     return grads
 
 

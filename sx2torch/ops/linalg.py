@@ -22,7 +22,7 @@ def _matmul_grad(t, n, g):
     last = (Scalar.lit(-1), Scalar.lit(-2))
     da = t.op("matmul", [g, t.op("swap-axes", [b_], a=last[0], b=last[1])])
     db = t.op("matmul", [t.op("swap-axes", [a], a=last[0], b=last[1]), g])
-    return [t.op("sum-to", [da, a]), t.op("sum-to", [db, b_])]
+    return [t.sum_back(da, n, 0, batch=True), t.sum_back(db, n, 1, batch=True)]
 
 
 register(

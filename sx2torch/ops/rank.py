@@ -5,6 +5,10 @@ one entry per axis: the size where it is a literal in the source, else None (a s
 written with a const is not known: the constructor can change it). A rule sees the
 shapes of the node's inputs (a compile-time number has shape ()) and the node's
 attrs; it raises ShapeError only for a mismatch that no value of the unknowns fixes.
+
+A rule that says `tails` also sees a `Tail` for a shape of unknown rank whose last sizes
+are known, as `(matmul x w)` has w's last size whatever x's rank (None is then `Tail(())`),
+so that a mismatch further down a chain of ops is found too; other rules see None there.
 """
 
 from __future__ import annotations
@@ -25,6 +29,19 @@ class ShapeError(Exception):
 class RankRule:
     doc: str  # the rank column of docs/OPS.md
     shape: Callable  # (input shapes, attrs) -> output shape
+    tails: bool = False  # reads and gives a Tail where a rank is unknown
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A shape of unknown rank: its last axes' sizes (None where unknown), the rest unknown."""
+
+    sizes: tuple
+
+
+def tail(sizes: tuple) -> Optional[Tail]:
+    """A Tail of these last sizes; None where none is known."""
+    return Tail(sizes) if sizes else None
 
 
 def known(scalar) -> Optional[int]:
@@ -40,16 +57,34 @@ def value(attr):
     return attr.value if isinstance(attr, Scalar) else attr
 
 
-def shown(dims: tuple) -> str:
-    return "[" + " ".join("?" if d is None else str(d) for d in dims) + "]"
+def shown(dims) -> str:
+    if isinstance(dims, Tail):
+        return "[..." + "".join(f" {shown_size(d)}" for d in dims.sizes) + "]"
+    return "[" + " ".join(map(shown_size, dims)) + "]"
 
 
-def broadcast(*shapes: tuple) -> tuple:
-    """torch's broadcast of known ranks: an axis is its one size other than 1, if any is known."""
-    rank = max(map(len, shapes), default=0)
+def shown_size(size: Optional[int]) -> str:
+    return "?" if size is None else str(size)
+
+
+def _sizes(dims) -> tuple:
+    return dims.sizes if isinstance(dims, Tail) else dims
+
+
+def broadcast(*shapes) -> tuple:
+    """torch's broadcast: an axis is its one size other than 1, if any is known. Of a Tail,
+    a Tail: an axis before a Tail's known ones may be any size."""
+    rank = max((len(_sizes(s)) for s in shapes), default=0)
     out = []
     for axis in range(-1, -rank - 1, -1):  # from the last axis, as torch reports
-        sizes = [s[axis] if -axis <= len(s) else 1 for s in shapes]
+        sizes = [
+            (
+                _sizes(s)[axis]
+                if -axis <= len(_sizes(s))
+                else (None if isinstance(s, Tail) else 1)
+            )
+            for s in shapes
+        ]
         fixed = [(size, s) for size, s in zip(sizes, shapes) if size not in (None, 1)]
         for size, s in fixed[1:]:
             if size != fixed[0][0]:
@@ -58,6 +93,8 @@ def broadcast(*shapes: tuple) -> tuple:
                     f"{fixed[0][0]} against {size} on axis {axis}"
                 )
         out.append(fixed[0][0] if fixed else (1 if None not in sizes else None))
+    if any(isinstance(s, Tail) for s in shapes):
+        return tail(tuple(reversed(out)))
     return tuple(reversed(out))
 
 
@@ -120,7 +157,26 @@ def product(a: tuple, b: tuple) -> Optional[tuple]:
 
 def _matmul(shapes, attrs):
     a, b = shapes
-    return None if a is None or b is None else product(a, b)
+    if isinstance(a, Tail) or isinstance(b, Tail):
+        return _product_of_unknown_rank(a, b)
+    return product(a, b)
+
+
+def _product_of_unknown_rank(a, b) -> Optional[Tail]:
+    """torch.matmul's shape where an operand's rank is unknown: the inner sizes are checked
+    where both are known, and the result keeps the last sizes that are certain."""
+    x, y = _sizes(a), _sizes(b)
+    matrix = len(y) >= 2  # B is at least 2-D: of a Tail, only two known sizes say so
+    vector = not isinstance(b, Tail) and len(y) == 1
+    inner = y[-2] if matrix else (y[0] if vector else None)
+    if x and x[-1] is not None and inner is not None and x[-1] != inner:
+        raise ShapeError(
+            f"matmul of {shown(a)} and {shown(b)}: the inner sizes differ ({x[-1]} against {inner})"
+        )
+    if vector:
+        return tail(x[:-1])
+    rows = x[-2:-1]  # A's rows, where A is surely at least 2-D
+    return tail(rows + y[-1:]) if matrix else None
 
 
 def _reshape(shapes, attrs):
@@ -162,7 +218,9 @@ def like(index: int, arg: str) -> RankRule:
 def _transpose(shapes, attrs):
     (x,) = shapes
     perm = attrs["perm"]
-    if x is None or len(x) != len(perm):
+    if isinstance(x, Tail) and len(x.sizes) <= len(perm):  # PERM says the rank
+        x = (None,) * (len(perm) - len(x.sizes)) + x.sizes
+    if not isinstance(x, tuple) or len(x) != len(perm):
         return (None,) * len(perm)
     axes = [_axis(p, len(x)) for p in perm]
     return tuple(None if a is None else x[a] for a in axes)
@@ -170,14 +228,25 @@ def _transpose(shapes, attrs):
 
 def _swap_axes(shapes, attrs):
     (x,) = shapes
-    if x is None:
-        return None
+    if isinstance(x, Tail):
+        return _swap_last_axes(x, attrs)
     a, b = (_axis(attrs[k], len(x)) for k in ("a", "b"))
     if a is None or b is None:
         return (None,) * len(x)
     swapped = list(x)
     swapped[a], swapped[b] = x[b], x[a]
     return tuple(swapped)
+
+
+def _swap_last_axes(x: Tail, attrs) -> Optional[Tail]:
+    """Of a Tail, a swap of two of its known axes, counted from the end."""
+    a, b = (known(attrs[k]) for k in ("a", "b"))
+    rank = len(x.sizes)
+    if a is None or b is None or not (-rank <= a < 0 and -rank <= b < 0):
+        return None
+    swapped = list(x.sizes)
+    swapped[a], swapped[b] = x.sizes[b], x.sizes[a]
+    return Tail(tuple(swapped))
 
 
 def _slice(shapes, attrs):
@@ -247,15 +316,15 @@ def _concat_part(shapes, attrs):
     )
 
 
-SAME = RankRule("same as the first input", _same)
-BROADCAST = RankRule("broadcast of the inputs", _broadcast)
+SAME = RankRule("same as the first input", _same, tails=True)
+BROADCAST = RankRule("broadcast of the inputs", _broadcast, tails=True)
 REDUCED = RankRule("drops :axes (all by default) unless :keepdims", _reduced)
 SCALAR = RankRule("0", _scalar)
-MATMUL = RankRule("torch.matmul's: batch axes broadcast", _matmul)
+MATMUL = RankRule("torch.matmul's: batch axes broadcast", _matmul, tails=True)
 RESHAPE = RankRule("the length of SHAPE", _reshape)
 CONCAT = RankRule("the inputs' rank", _concat)
-TRANSPOSE = RankRule("the length of PERM", _transpose)
-SWAP_AXES = RankRule("same as X", _swap_axes)
+TRANSPOSE = RankRule("the length of PERM", _transpose, tails=True)
+SWAP_AXES = RankRule("same as X", _swap_axes, tails=True)
 SLICE = RankRule("same as X", _slice)
 AT = RankRule("X's - 1", _at)
 TAKE = RankRule("IDS's + TABLE's - 1", _take)

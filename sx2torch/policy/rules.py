@@ -304,7 +304,7 @@ class _Policy:
                 typed.dtype[carried_input] = dtype
             self._block(typed, body.nodes)
             after = [
-                self._join([before, _data_dtype(typed, out)], node)
+                self._join(_carried(before, _data_dtype(typed, out), node), node)
                 for before, out in zip(carried, body.outputs)
             ]
             if after == carried:
@@ -459,6 +459,17 @@ def _storage(program: Program, used: list) -> dict:
 
 def _key(param: ParamRef) -> tuple:
     return param.model, param.name
+
+
+def _carried(before, after, node: Node) -> list:
+    """A carried value's dtypes before and after an iteration, both a tensor's: a layer
+    that returns a number (its const) is known to do so only here."""
+    if None in (before, after):
+        raise SourceError(
+            node.span,
+            "a carried value must be a tensor: an iteration here gives a number",
+        )
+    return [before, after]
 
 
 def _data_dtype(typed: Typed, operand) -> Optional[str]:

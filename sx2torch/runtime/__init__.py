@@ -14,6 +14,7 @@ from sx2torch.runtime.matmul import matmul_f32_out
 from sx2torch.runtime.optim import newton_schulz
 from sx2torch.runtime.regions import bf16_region
 from sx2torch.runtime.rounding import as_f32, round_to_bf16, store_bf16
+from sx2torch.runtime.sizes import layers
 from sx2torch.runtime.scan import (
     linear_scan,
     linear_scan_adjoint,
@@ -29,6 +30,7 @@ __all__ = [
     "concat_part",
     "cross_entropy_backward",
     "expect_scalar",
+    "layers",
     "linear_scan",
     "linear_scan_adjoint",
     "matmul_f32_out",

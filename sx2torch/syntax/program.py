@@ -26,16 +26,6 @@ OPTIMIZER_KEYS = {
     "adamw": ("lr", "betas", "weight-decay", "eps"),
     "muon": ("lr", "momentum", "weight-decay", "nesterov", "ns-steps", "adamw"),
 }
-INITIALIZERS = {
-    # name: (positional args, keyword defaults)
-    "zeros": (("shape",), {}),
-    "ones": (("shape",), {}),
-    "full": (("shape", "value"), {}),
-    "normal": (("shape",), {"mean": 0, "std": 1}),
-    "uniform": (("shape",), {"low": 0, "high": 1}),
-    "eye": (("n",), {}),
-    "linspace": (("n",), {"start": 0, "end": 1}),
-}
 
 
 @dataclass
@@ -47,7 +37,9 @@ class Const:
 
 @dataclass
 class Init:
-    kind: str  # an INITIALIZERS name, "model" or "stack"
+    kind: (
+        str  # an initializer's name (sx2torch/ops/initializers.py), "model" or "stack"
+    )
     args: dict  # name -> Scalar, or a tuple of Scalars for shape
     model: Optional[str] = None
     count: Optional[Scalar] = None

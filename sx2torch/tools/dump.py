@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
-from sx2torch.ir import Graph, Node, Scalar, outputs
+from sx2torch.ir import Frame, Graph, Node, Scalar, outputs
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax import scalars
 from sx2torch.syntax.program import Init
@@ -129,6 +129,8 @@ def _leaf(s: Scalar) -> str:
 def _value(value) -> str:
     if isinstance(value, Scalar):
         return scalar(value)
+    if isinstance(value, Frame):  # a gradient's marks
+        return value.mode
     if isinstance(value, Init):  # a part of a concat
         return f"{value.kind}({', '.join(f'{k}={_value(v)}' for k, v in value.args.items())})"
     if (

@@ -22,6 +22,7 @@ from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import CALLS, ISLAND, Kind, Node, walk
+from sx2torch.ops import initializers
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
 
@@ -270,8 +271,7 @@ def _params(program, lowered) -> list:
                 )
 
     def add(model, param, key: str, env: dict, copies: int) -> None:
-        args = param.init.args
-        sizes = args["shape"] if "shape" in args else (args["n"], args["n"])
+        sizes = initializers.sizes(param.init)
         shape = [scalars.compute(size, env) for size in sizes]
         dtype = lowered.storage[model.name, param.name]
         count = math.prod(shape)

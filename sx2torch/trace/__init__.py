@@ -18,7 +18,7 @@ from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import FORMS, Layer
-from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, outputs, reads, walk
+from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, prune, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
     Boolean,
@@ -89,29 +89,10 @@ class Tracer(Caller):
             self.graph.inputs.append(node)
             env[symbol.name] = node
         self.graph.output = self.returned(self.defun.body, env)
-        self._prune()
+        # an unused gradient is still checked: its pass prunes what it does not need
+        gradients = [n for n in walk(self.graph.nodes) if n.kind is Kind.GRADIENT]
+        prune(self.graph, gradients)
         return self.graph
-
-    def _prune(self) -> None:
-        """Drop nodes the result does not depend on: a defun has no side effects. A node
-        made in a region keeps the IF or FOR around it: the backward of an IF reads the
-        values its forward branch made (under the same condition), even where the IF's own
-        value is dead, as in an adjoint loop, which computes its layer's forward again.
-        """
-        owner = {
-            inner: node
-            for node in walk(self.graph.nodes)
-            for region in node.regions
-            for inner in [*region.inputs, *region.nodes]
-        }
-        live, pending = set(), outputs(self.graph)
-        while pending:
-            node = pending.pop()
-            if isinstance(node, Node) and node not in live:
-                live.add(node)
-                pending.extend(reads(node))
-                pending.append(owner.get(node))
-        _keep(self.graph.nodes, live)
 
     def expr(self, datum: Datum, env: dict) -> Operand:
         if isinstance(datum, (Number, Boolean)):
@@ -303,14 +284,6 @@ class Tracer(Caller):
         if not isinstance(operand, Node):
             raise SourceError(datum.span, f"{what} must be a tensor, got a number")
         return operand
-
-
-def _keep(nodes: list, live: set) -> None:
-    """Drop the nodes that are not live, in regions too."""
-    nodes[:] = [n for n in nodes if n in live]
-    for node in nodes:
-        for region in node.regions:
-            _keep(region.nodes, live)
 
 
 def _is_public_op(name: str) -> bool:

@@ -28,12 +28,11 @@ class Builder:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.nodes = graph.nodes  # where new nodes go: the graph's, or a region's
-        self.open: list = [graph.nodes]  # the blocks being traced, outermost first
         self._serials = itertools.count(1)
         self.block = 0  # the serial number of the block new nodes go to
         self.frames: tuple = ()  # the with-numerics frames around the nodes made now
         self.datum: Optional[Datum] = None  # the form whose nodes are being made
-        # frames that mark the backward of the gradient being traced
+        # the marks of the gradient being traced, or expanded: its backward's innermost frames
         self.stamps: tuple = ()
         self.of: Optional[Node] = None  # the forward node whose backward is being made
 
@@ -88,16 +87,10 @@ class Builder:
         """Nodes made inside go to `region`."""
         outer = self.nodes, self.block
         self.nodes, self.block = region.nodes, next(self._serials)
-        self.open.append(region.nodes)
         try:
             yield region
         finally:
             self.nodes, self.block = outer
-            self.open.pop()
-
-    def visible(self) -> list:
-        """The nodes made so far that a new node may read: those of the open blocks."""
-        return [node for block in self.open for node in block]
 
     @contextmanager
     def library_island(self):

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch import gradient
 from sx2torch.syntax import scalars
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
@@ -106,8 +105,33 @@ def cast(t, datum: List, env: dict) -> Operand:
         t.datum = outer
 
 
-def gradient_(t, datum: List, env: dict) -> Operand:
-    return gradient.run(t, datum, env)
+def gradient_(t, datum: List, env: dict) -> Node:
+    """(gradient Y X): a GRADIENT node reading Y and X, for the gradient pass to expand
+    (sx2torch/gradient.py). Y is traced with its calls in place, so that the pass sees into
+    them, and without the marks of the with-numerics forms wrapped directly around the
+    form: those mark only the backward, so the node keeps them."""
+    if len(datum.items) != 3:
+        raise SourceError(
+            datum.span, "wrong number of arguments: expected (gradient Y X)"
+        )
+    y_form, x_form = datum.items[1:]
+    if not isinstance(x_form, Symbol):
+        raise SourceError(
+            x_form.span, "X must be a name: an argument, a let local or a parameter"
+        )
+    x = t.name(x_form, env)
+    if not isinstance(x, Node):
+        raise SourceError(
+            x_form.span, f"'{x_form.name}' is a number; gradient needs a tensor"
+        )
+    marks, t.stamps = t.stamps, ()
+    try:
+        with t.inlining():
+            y = t.expr(y_form, env)
+    finally:
+        t.stamps = marks
+    attrs = {"marks": marks}
+    return t.add(Node(Kind.GRADIENT, None, (y, x), attrs, datum.span, datum, t.frames))
 
 
 def _stack(t, datum: List, usage: str) -> tuple:

@@ -128,7 +128,9 @@ def test_the_adjoint_loop_runs_in_the_policys_dtypes(build):
     module, code = build(LOOP_SOURCE + "(defrun train :precision :bf16)")
     # the forward loop and the adjoint loop of each of the three gradients
     assert code.count("w_bf16 = layer.w.to(torch.bfloat16)") == 6
-    torch.manual_seed(0)  # the bound is for this draw, whatever tests ran before in the worker
+    torch.manual_seed(
+        0
+    )  # the bound is for this draw, whatever tests ran before in the worker
     model = module.Model()
     x0 = torch.randn(2, 4)
     reference = x0.clone().requires_grad_()

@@ -1,0 +1,164 @@
+"""Parameter initializers, one entry each: the arguments the source gives it, the sizes of
+the tensor it makes (read by the rank check, explain's sizes and the optimizer's grouping),
+and the torch expression that makes it in the constructor.
+
+`(normal [d d] :std 0.02)` is the Init("normal", {"shape": (d, d), "mean": 0, "std": 0.02})
+that resolve makes of it; a composite initializer (`concat`, `repeat`, `pow`, `tensor`)
+has a form of its own, which resolve reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import libcst as cst
+
+from sx2torch.emit import build as b
+from sx2torch.syntax.scalars import Scalar, ScalarOp
+
+
+@dataclass(frozen=True)
+class Initializer:
+    name: str
+    # `emit(args, write, part)`: the torch expression, `write(scalar)` writing a number and
+    # `part(init)` a part of a composite initializer
+    emit: Callable
+    # the arguments before the keywords (`shape` a vector of sizes, the rest numbers), and
+    # the keywords' defaults; None for a composite initializer, which resolve reads
+    positional: Optional[tuple] = None
+    keys: Optional[dict] = None
+    # the sizes of the tensor it makes, as Scalars, from its args
+    sizes: Callable = lambda args: args["shape"]
+
+
+INITIALIZERS: dict[str, Initializer] = {}
+
+
+def register(initializer: Initializer) -> None:
+    INITIALIZERS[initializer.name] = initializer
+
+
+def sizes(init) -> tuple:
+    """The sizes of the tensor an Init makes."""
+    return INITIALIZERS[init.kind].sizes(init.args)
+
+
+def emit(init, write) -> cst.BaseExpression:
+    """The torch expression making an Init's tensor, each number written by `write`."""
+    return INITIALIZERS[init.kind].emit(
+        init.args, write, lambda part: emit(part, write)
+    )
+
+
+def as_float(value: Scalar, write) -> cst.BaseExpression:
+    """Initializer arguments as floats, so `(normal [d] :std 1)` makes a float tensor."""
+    if value.op is ScalarOp.LIT and isinstance(value.value, int):
+        return b.number(float(value.value))
+    return write(value)
+
+
+def _shape(args, write) -> list:
+    """The sizes as arguments; torch.zeros() is refused: a shape [] is 0-d, torch.zeros(())."""
+    return [write(s) for s in args["shape"]] or [b.tuple_([])]
+
+
+def _filled(name: str) -> Callable:
+    return lambda args, write, part: b.call(f"torch.{name}", *_shape(args, write))
+
+
+register(Initializer("zeros", _filled("zeros"), ("shape",), {}))
+register(Initializer("ones", _filled("ones"), ("shape",), {}))
+register(
+    Initializer(
+        "full",
+        lambda args, write, part: b.call(
+            "torch.full",
+            b.tuple_([write(s) for s in args["shape"]]),
+            as_float(args["value"], write),
+        ),
+        ("shape", "value"),
+        {},
+    )
+)
+register(
+    Initializer(
+        "normal",
+        lambda args, write, part: b.call(
+            "torch.normal",
+            as_float(args["mean"], write),
+            as_float(args["std"], write),
+            size=b.tuple_([write(s) for s in args["shape"]]),
+        ),
+        ("shape",),
+        {"mean": 0, "std": 1},
+    )
+)
+register(
+    Initializer(
+        "uniform",
+        lambda args, write, part: b.method(
+            b.call("torch.empty", *_shape(args, write)),
+            "uniform_",
+            as_float(args["low"], write),
+            as_float(args["high"], write),
+        ),
+        ("shape",),
+        {"low": 0, "high": 1},
+    )
+)
+register(
+    Initializer(
+        "eye",
+        lambda args, write, part: b.call("torch.eye", write(args["n"])),
+        ("n",),
+        {},
+        sizes=lambda args: (args["n"], args["n"]),
+    )
+)
+register(
+    Initializer(
+        "linspace",
+        lambda args, write, part: b.call(
+            "torch.linspace",
+            as_float(args["start"], write),
+            as_float(args["end"], write),
+            write(args["n"]),
+        ),
+        ("n",),
+        {"start": 0, "end": 1},
+        sizes=lambda args: (args["n"],),
+    )
+)
+register(
+    Initializer(
+        "concat",
+        lambda args, write, part: b.call(
+            "torch.cat", b.list_([part(p) for p in args["parts"]])
+        ),
+    )
+)
+register(
+    Initializer(
+        "repeat",
+        lambda args, write, part: b.method(
+            part(args["part"]), "repeat", write(args["count"])
+        ),
+    )
+)
+register(
+    Initializer(
+        "pow",
+        lambda args, write, part: b.binop(
+            as_float(args["base"], write), "**", part(args["part"])
+        ),
+    )
+)
+register(
+    Initializer(
+        "tensor",
+        lambda args, write, part: b.call(
+            "torch.tensor", b.list_([as_float(v, write) for v in args["values"]])
+        ),
+    )
+)
