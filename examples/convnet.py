@@ -103,7 +103,7 @@ class Convnet(nn.Module):
         self.stem = ConvLayer(in_channels=in_channels, out_channels=channels, std=0.3)
         self.stem_bn = BatchNorm2d(num_features=channels)
         self.blocks = nn.ModuleList(
-            [BasicBlock(channels=channels) for _ in range(depth)]
+            [BasicBlock(channels=channels) for _ in sx.layers(depth)]
         )
         self.head = LinearLayer(in_features=channels, out_features=num_classes)
 

@@ -230,7 +230,7 @@ class Vit(nn.Module):
                     bias=qkv_bias,
                     eps=layer_norm_eps,
                 )
-                for _ in range(num_hidden_layers)
+                for _ in sx.layers(num_hidden_layers)
             ]
         )
         self.layernorm = LayerNorm(dim=hidden_size, eps=layer_norm_eps)

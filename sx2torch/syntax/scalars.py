@@ -116,6 +116,9 @@ class Scalar:
     args: tuple
     value: Union[int, float, bool, str]
 
+    def __post_init__(self):
+        object.__setattr__(self, "op", ScalarOp(self.op))  # an unknown one is refused
+
     @staticmethod
     def lit(value: Union[int, float, bool, str]) -> "Scalar":
         return Scalar(ScalarOp.LIT, (value,), value)
