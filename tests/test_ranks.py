@@ -112,6 +112,25 @@ CASES = [
     ("arange", "(arange x 1 10 4)", {"x": [2]}),
     ("attention-scale", "(attention-scale s q)", {"s": [2, 3, 3], "q": [2, 3, 4]}),
     ("linspace", "(linspace x 0.0 1.0 5)", {"x": [2]}),
+    (
+        "conv2d",
+        "(conv2d x w b :stride [2 1] :padding 1 :dilation [1 2])",
+        {"x": [2, 3, 9, 8], "w": [4, 3, 3, 3], "b": [4]},
+    ),
+    ("conv2d", "(conv2d x w :padding :same)", {"x": [2, 3, 7, 6], "w": [5, 3, 3, 5]}),
+    ("conv2d", "(conv2d x w :groups 2)", {"x": [3, 4, 6, 6], "w": [6, 2, 3, 3]}),
+    ("conv1d", "(conv1d x w :stride 2)", {"x": [4, 11], "w": [5, 4, 3]}),
+    (
+        "conv1d",
+        "(conv1d x w b :padding 2 :groups 4)",
+        {"x": [2, 4, 10], "w": [8, 1, 3], "b": [8]},
+    ),
+    ("max-pool2d", "(max-pool2d x 3 :stride 2 :padding 1)", {"x": [2, 3, 9, 8]}),
+    ("avg-pool2d", "(avg-pool2d x [2 3])", {"x": [2, 3, 8, 9]}),
+    ("max-pool1d", "(max-pool1d x 3)", {"x": [2, 3, 10]}),
+    ("avg-pool1d", "(avg-pool1d x 2 :stride 1)", {"x": [3, 7]}),
+    ("interpolate", "(interpolate x :size [5 7] :mode :bilinear)", {"x": [2, 3, 4, 4]}),
+    ("interpolate", "(interpolate x :scale-factor 2.0)", {"x": [2, 3, 4]}, {2}),
     # the values of topk, its rule given its K as the source writes it
     ("topk", "(let (([v i] (topk x 2))) v)", {"x": [3, 4]}, set(), {"k": 2}),
     ("argmax", "(argmax x :axis 0)", {"x": [3, 4]}),
@@ -142,6 +161,18 @@ INTERNAL = [
     ("linear-scan-adjoint", {"a": [2, 3, 1], "g": [2, 3, 4]}, {}),
     ("matrix-scan-adjoint", {"a": [2, 2], "g": [2, 3, 2]}, {}),
     ("newton-schulz-bf16", {"x": [3, 4]}, {}),
+    (
+        "conv2d-input-grad",
+        {"g": [2, 4, 4, 4], "w": [4, 3, 3, 3], "x": [2, 3, 9, 9]},
+        {"stride": 2},
+    ),
+    (
+        "conv2d-weight-grad",
+        {"x": [2, 3, 9, 9], "g": [2, 4, 4, 4], "w": [4, 3, 3, 3]},
+        {"stride": 2},
+    ),
+    ("conv1d-input-grad", {"g": [2, 4, 8], "w": [4, 3, 3], "x": [2, 3, 10]}, {}),
+    ("conv1d-weight-grad", {"x": [2, 3, 10], "g": [2, 4, 8], "w": [4, 3, 3]}, {}),
     ("topk-indices", {"x": [3, 4]}, {"k": 2}),
 ]
 
