@@ -42,8 +42,7 @@ class Embedding(nn.Module):
         )
 
     def forward(self, ids):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        return weight_bf16[ids]
+        return self.weight[ids].to(torch.bfloat16)
 
 
 class LlamaRmsNorm(nn.Module):

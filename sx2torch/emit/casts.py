@@ -17,6 +17,22 @@ class Casts:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
         if not self.target.held and self.lowered.promoted(self.typed, node, index):
             return None  # the GPU's kernel converts it as it loads it
+        if index == 0 and self.gathered(node) is not None:
+            return None  # the rows are cast once gathered
+        return self._wanted(node, index)
+
+    def gathered(self, node: Node) -> Optional[tuple]:
+        """The cast of a parameter's rows that a `take` reads: written after the gather,
+        since the cast is elementwise, so a forward casts the rows it reads, not the table.
+        A held target widens a bf16-stored table first: it makes no bf16 tensor."""
+        if node.kind is not Kind.OP or node.op != "take":
+            return None
+        if node.inputs[0].kind is not Kind.PARAM:
+            return None
+        conversion = self._wanted(node, 0)
+        return None if conversion and conversion[0] == "bf16-stored" else conversion
+
+    def _wanted(self, node: Node, index: int) -> Optional[tuple]:
         want = self.lowered.read_dtype(self.typed, node, index)
         return self.conversion_of(node.inputs[index], want)
 

@@ -182,7 +182,8 @@ class Layout(Casts):
                 and not is_conditional(operand)
             )
             written += not hoisted
-        return stores + written
+        gathered = self.gathered(node)
+        return stores + written + (gathered is not None and gathered[1] == "bf16")
 
     def compound(self, node: Node, named: set) -> bool:
         """Whether a node is written as a compound statement: a FOR, or an IF whose

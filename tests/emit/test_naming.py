@@ -240,3 +240,36 @@ def test_mixed_matmul_and_products_are_parenthesized_and_no_local_is_a_method(bu
     assert "forward_x = self.forward(x)" in code and "forward =" not in code
     net, x = module.Model(), torch.randn(3, 4)
     assert torch.equal(net(x), ((x * 2.0) @ net.w) * 3.0)
+
+
+TABLE = """
+(defparam wte (normal [16 4]))
+(defun forward (ids) (take wte ids))
+(defrun train :precision :bf16)
+"""
+
+
+def test_a_table_is_gathered_then_cast_and_repeated_ids_sum_in_f32(build):
+    """The rows are cast, not the table: the same bits (the cast is elementwise), and the
+    master's gradient sums repeated ids in f32, as the cast's backward widens each row.
+    """
+    module, code = build(TABLE, run="train")
+    assert "return self.wte[ids].to(torch.bfloat16)" in code
+    assert "wte_bf16" not in code
+    net = module.Model()
+    ids = torch.tensor([[3, 3, 3, 5], [3, 7, 3, 3]])
+    out = net(ids)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, net.wte.to(torch.bfloat16)[ids])
+    upstream = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    upstream = (1.0 + upstream / 3).to(torch.bfloat16)
+    (grad,) = torch.autograd.grad(out, net.wte, upstream)
+    expected = torch.zeros(16, 4).index_add_(
+        0, ids.reshape(-1), upstream.float().reshape(-1, 4)
+    )
+    assert torch.equal(grad, expected)
+    held, held_code = build(TABLE, run="train", target="cpu")
+    assert "return sx.round_to_bf16(self.wte[ids])" in held_code
+    rows = held.Model()
+    rows.load_state_dict(net.state_dict())
+    assert torch.equal(rows(ids), out.float())
