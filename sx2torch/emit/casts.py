@@ -39,7 +39,7 @@ class Casts:
     def conversion_of(self, operand, want: Optional[str]) -> Optional[tuple]:
         """A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
         holds bf16 values in f32, so that target reads it through `.float()`."""
-        if want is None or isinstance(operand, Scalar):
+        if want is None or isinstance(operand, Scalar) or operand in self.entry:
             return None
         have = self.lowered.value_dtype(self.typed, operand)
         if have not in ("f32", "bf16"):

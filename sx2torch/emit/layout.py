@@ -35,10 +35,13 @@ class Yield:
 
 
 class Layout(Casts):
-    def __init__(self, typed: Typed, target: Target, lowered: Lowered):
+    def __init__(
+        self, typed: Typed, target: Target, lowered: Lowered, entry=frozenset()
+    ):
         self.typed = typed
         self.target = target
         self.lowered = lowered
+        self.entry = entry  # arguments cast down once at entry, read as they are then
         self.graph = typed.graph
         self.yields: dict = {}
         self.scope = self._scopes()

@@ -104,12 +104,18 @@ def test_a_value_read_inside_a_loop_keeps_its_name_until_the_loop_ends():
 
 
 def test_specializations_are_named_after_the_source_defuns_they_do_not_shadow():
-    result = names_of("""
+    """On a held target f's bf16 specialization reads x through `sx.as_f32` for its
+    island, so it is a method of its own (its name taken by the source's f-bf16)."""
+    result = names_of(
+        """
+(require sexpgpu/nn)
 (defparam w (normal [4 4]))
-(defun f (x) (matmul x w))
+(defun f (x) (matmul (softmax x) w))
 (defun f-bf16 (x) (neg x))
 (defun forward (x) (+ (f (f x)) (f-bf16 x)))
-""")
+""",
+        target="cpu",
+    )
     by_name = {name: t.graph.name for t, name in result.methods.items()}
     assert by_name["f"] == "f" and by_name["f_bf16"] == "f-bf16"
     assert by_name["f_bf16_2"] == "f"
@@ -273,3 +279,31 @@ def test_a_table_is_gathered_then_cast_and_repeated_ids_sum_in_f32(build):
     rows = held.Model()
     rows.load_state_dict(net.state_dict())
     assert torch.equal(rows(ids), out.float())
+
+
+def test_a_method_serves_the_dtypes_its_casts_are_identities_on(build):
+    """Called with f32 and with bf16, a sub-model's f32 method casts its argument where
+    it reads it, a no-op on bf16: so it is the bf16 callers' method too (no
+    `forward_bf16`), and the public forward takes bf16 from outside (issue 21: a public
+    forward raised `expected scalar type Float but found BFloat16`)."""
+    module, code = build(
+        """
+(defmodel lin ()
+  (defparam w (normal [4 4]) :dtype :bf16)
+  (defun forward (x) (relu (matmul x w))))
+(defparam l (lin))
+(defparam w0 (normal [4 4]))
+(defun forward (x) (+ (l (matmul x w0)) (l x)))
+(defrun train :precision :bf16)
+""",
+        run="train",
+    )
+    assert "_bf16(" not in code
+    assert [n for n in vars(module.Lin) if not n.startswith("__")] == ["forward"]
+    net, x = module.Model(), torch.randn(3, 4)
+    bf16 = torch.bfloat16
+    h = x.to(bf16) @ net.w0.to(bf16)
+    expected = torch.relu(h @ net.l.w) + torch.relu(x.to(bf16) @ net.l.w)
+    assert torch.equal(net(x), expected)
+    assert torch.equal(net.l(h), torch.relu(h @ net.l.w))
+    assert torch.equal(net.l(x), net.l(x.to(bf16)))
