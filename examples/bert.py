@@ -33,12 +33,7 @@ class LinearLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features))
 
     def forward(self, x):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.linear(x.to(torch.bfloat16), weight_bf16, bias_bf16)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
         return F.linear(x, weight_bf16, bias_bf16)
@@ -54,8 +49,7 @@ class Embedding(nn.Module):
         )
 
     def forward(self, ids):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        return weight_bf16[ids]
+        return self.weight[ids].to(torch.bfloat16)
 
 
 class LayerNormLayer(nn.Module):
@@ -130,40 +124,14 @@ class BertSelfAttention(nn.Module):
 
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
-        split_heads_hidden_states = self.split_heads(
-            self.query.forward_bf16(hidden_states)
-        )
-        split_heads_hidden_states_2 = self.split_heads(
-            self.key.forward_bf16(hidden_states)
-        )
-        split_heads_hidden_states_3 = self.split_heads(
-            self.value.forward_bf16(hidden_states)
-        )
+        split_heads_hidden_states = self.split_heads(self.query(hidden_states))
+        split_heads_hidden_states_2 = self.split_heads(self.key(hidden_states))
+        split_heads_hidden_states_3 = self.split_heads(self.value(hidden_states))
         y = F.scaled_dot_product_attention(
             split_heads_hidden_states,
             split_heads_hidden_states_2,
             split_heads_hidden_states_3,
             attn_mask=mask,
-        )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-
-    # forward for hidden-states: bf16, mask: f32
-    def forward_bf16_2(self, hidden_states, mask):
-        split_heads_hidden_states = self.split_heads(
-            self.query.forward_bf16(hidden_states)
-        )
-        split_heads_hidden_states_2 = self.split_heads(
-            self.key.forward_bf16(hidden_states)
-        )
-        split_heads_hidden_states_3 = self.split_heads(
-            self.value.forward_bf16(hidden_states)
-        )
-        y = F.scaled_dot_product_attention(
-            split_heads_hidden_states,
-            split_heads_hidden_states_2,
-            split_heads_hidden_states_3,
-            attn_mask=mask.to(torch.bfloat16),
         )
         transpose_y = y.permute(0, 2, 1, 3)
         return transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
@@ -179,22 +147,10 @@ class BertSelfOutput(nn.Module):
         self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
 
     def forward(self, hidden_states, input_tensor):
-        hidden_states = hidden_states.to(torch.bfloat16)
         input_tensor = input_tensor.to(torch.bfloat16)
         return self.LayerNorm(
-            F.dropout(
-                self.dense.forward_bf16(hidden_states), self.p, training=self.training
-            )
+            F.dropout(self.dense(hidden_states), self.p, training=self.training)
             + input_tensor
-        )
-
-    # forward for hidden-states: bf16, input-tensor: f32
-    def forward_bf16(self, hidden_states, input_tensor):
-        return self.LayerNorm(
-            F.dropout(
-                self.dense.forward_bf16(hidden_states), self.p, training=self.training
-            )
-            + input_tensor.to(torch.bfloat16)
         )
 
 
@@ -209,15 +165,11 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(dim=dim, eps=eps, p=p)
 
     def forward(self, hidden_states, mask):
-        return self.output.forward_bf16(self.self(hidden_states, mask), hidden_states)
+        return self.output(self.self(hidden_states, mask), hidden_states)
 
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
         return self.output(self.self.forward_bf16(hidden_states, mask), hidden_states)
-
-    # forward for hidden-states: bf16, mask: f32
-    def forward_bf16_2(self, hidden_states, mask):
-        return self.output(self.self.forward_bf16_2(hidden_states, mask), hidden_states)
 
 
 class BertIntermediate(nn.Module):
@@ -228,8 +180,7 @@ class BertIntermediate(nn.Module):
         self.dense = LinearLayer(in_features=dim, out_features=hidden)
 
     def forward(self, hidden_states):
-        hidden_states = hidden_states.to(torch.bfloat16)
-        return F.gelu(self.dense.forward_bf16(hidden_states))
+        return F.gelu(self.dense(hidden_states))
 
 
 class BertOutput(nn.Module):
@@ -243,12 +194,9 @@ class BertOutput(nn.Module):
         self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
 
     def forward(self, hidden_states, input_tensor):
-        hidden_states = hidden_states.to(torch.bfloat16)
         input_tensor = input_tensor.to(torch.bfloat16)
         return self.LayerNorm(
-            F.dropout(
-                self.dense.forward_bf16(hidden_states), self.p, training=self.training
-            )
+            F.dropout(self.dense(hidden_states), self.p, training=self.training)
             + input_tensor
         )
 
@@ -274,11 +222,6 @@ class BertLayer(nn.Module):
         attention_output = self.attention.forward_bf16(hidden_states, mask)
         return self.output(self.intermediate(attention_output), attention_output)
 
-    # forward for hidden-states: bf16, mask: f32
-    def forward_bf16_2(self, hidden_states, mask):
-        attention_output = self.attention.forward_bf16_2(hidden_states, mask)
-        return self.output(self.intermediate(attention_output), attention_output)
-
 
 class BertEncoder(nn.Module):
     def __init__(self, *, depth=12, dim=768, hidden=3072, heads=12, eps=1e-12, p=0.1):
@@ -299,7 +242,7 @@ class BertEncoder(nn.Module):
     def forward(self, hidden_states, mask):
         hidden_states = hidden_states.to(torch.bfloat16)
         for layer in self.layer:
-            hidden_states = layer.forward_bf16_2(hidden_states, mask)
+            hidden_states = layer(hidden_states, mask)
         return hidden_states
 
     # forward for hidden-states: bf16, mask: bool
@@ -317,12 +260,9 @@ class BertPooler(nn.Module):
 
     def forward(self, hidden_states):
         """The first token's state, hidden_states[:, 0], through dense and tanh."""
-        hidden_states = hidden_states.to(torch.bfloat16)
         slice_hidden_states = hidden_states[:, :1]
         return torch.tanh(
-            self.dense.forward_bf16(
-                slice_hidden_states.reshape(slice_hidden_states.shape[0], -1)
-            )
+            self.dense(slice_hidden_states.reshape(slice_hidden_states.shape[0], -1))
         )
 
 

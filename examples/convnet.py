@@ -20,12 +20,7 @@ class ConvLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_channels))
 
     def forward(self, x):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.conv2d(x.to(torch.bfloat16), weight_bf16, bias_bf16, padding=1)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
         return F.conv2d(x, weight_bf16, bias_bf16, padding=1)
@@ -66,14 +61,9 @@ class BasicBlock(nn.Module):
         self.bn2 = BatchNorm2d(num_features=channels)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         return torch.relu(
-            x
-            + self.bn2(
-                self.conv2.forward_bf16(
-                    torch.relu(self.bn1(self.conv1.forward_bf16(x)))
-                )
-            )
+            x.to(torch.bfloat16)
+            + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
         )
 
 

@@ -42,8 +42,7 @@ class Embedding(nn.Module):
         )
 
     def forward(self, ids):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        return weight_bf16[ids]
+        return self.weight[ids].to(torch.bfloat16)
 
 
 class LlamaRmsNorm(nn.Module):
@@ -54,7 +53,6 @@ class LlamaRmsNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
@@ -90,7 +88,6 @@ class LlamaAttention(nn.Module):
         return x * cos.to(torch.bfloat16) + self.rotate_half(x) * sin.to(torch.bfloat16)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16)
         q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
         k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
         split_heads_x = self.split_heads(self.v_proj(x))
@@ -113,7 +110,6 @@ class LlamaMlp(nn.Module):
         self.down_proj = LinearLayer(in_features=hidden, out_features=dim)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -136,8 +132,7 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16)
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        x = x.to(torch.bfloat16) + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

@@ -62,7 +62,6 @@ class Rotary(nn.Module):
 
     def forward(self, x):
         """x [batch time head dim], rotated in f32"""
-        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             outer_x = torch.arange(
@@ -96,7 +95,6 @@ class AttentionLayer(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         q = self.q(x)
         reshape_q = q.reshape(q.shape[0], q.shape[1], -1, self.head_dim)
         qs = self.rotary(F.rms_norm(reshape_q, (reshape_q.size(-1),)))
@@ -127,7 +125,6 @@ class Mlp(nn.Module):
         self.proj = LinearLayer(in_features=4 * dim, out_features=dim)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         return self.proj(torch.square(torch.relu(self.fc(x))))
 
 
@@ -142,8 +139,7 @@ class Block(nn.Module):
         self.norm2 = Norm(dim=dim)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
-        x = x + self.attn(self.norm1(x))
+        x = x.to(torch.bfloat16) + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
 

@@ -96,9 +96,8 @@ class TinyGpt(nn.Module):
         self.lm_head = nn.Parameter(torch.zeros(d, vocab))
 
     def forward(self, idx):
-        wte_bf16 = self.wte.to(torch.bfloat16)
         lm_head_bf16 = self.lm_head.to(torch.bfloat16)
-        take_wte = wte_bf16[idx]
+        take_wte = self.wte[idx].to(torch.bfloat16)
         # (rms-norm (take wte idx))
         with torch.autocast("cuda", enabled=False):
             take_wte_f32 = take_wte.float()

@@ -32,12 +32,11 @@ class LinearLayer(nn.Module):
             self.bias = nn.Parameter(torch.zeros(out_features))
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         return (
-            F.linear(x, weight_bf16, self.bias.to(torch.bfloat16))
+            F.linear(x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16))
             if self.with_bias
-            else F.linear(x, weight_bf16)
+            else F.linear(x.to(torch.bfloat16), weight_bf16)
         )
 
 
@@ -134,7 +133,6 @@ class VitAttention(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], self.heads, -1).permute(0, 2, 1, 3)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         query = self.split_heads(self.q_proj(x))
         key = self.split_heads(self.k_proj(x))
         value = self.split_heads(self.v_proj(x))
@@ -154,7 +152,6 @@ class VitMlp(nn.Module):
         self.fc2 = LinearLayer(in_features=hidden, out_features=dim)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
         return self.fc2(F.gelu(self.fc1(x)))
 
 
@@ -172,8 +169,7 @@ class VitLayer(nn.Module):
         self.mlp = VitMlp(dim=dim, hidden=hidden)
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
-        x = self.attention(self.layernorm_before(x)) + x
+        x = self.attention(self.layernorm_before(x)) + x.to(torch.bfloat16)
         return self.mlp(self.layernorm_after(x)) + x
 
 
@@ -185,7 +181,6 @@ class VitPooler(nn.Module):
         self.dense = LinearLayer(in_features=dim, out_features=out)
 
     def forward(self, h):
-        h = h.to(torch.bfloat16)
         slice_h = h[:, :1]
         return torch.tanh(self.dense(slice_h.reshape(slice_h.shape[0], -1)))
 

@@ -17,9 +17,8 @@ class IntegerIds(nn.Module):
         self.head = nn.Parameter(torch.normal(0.0, 0.1, size=(d, vocab)))
 
     def forward(self, ids):
-        table_bf16 = self.table.to(torch.bfloat16)
         head_bf16 = self.head.to(torch.bfloat16)
-        return table_bf16[ids] @ head_bf16
+        return self.table[ids].to(torch.bfloat16) @ head_bf16
 
     def loss(self, ids, labels):
         forward_ids = self.forward(ids)

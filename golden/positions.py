@@ -18,7 +18,7 @@ class Positions(nn.Module):
         self.wpe = nn.Parameter(torch.normal(0.0, 1.0, size=(n_pos, d)))
 
     def forward(self, ids):
-        wte_bf16 = self.wte.to(torch.bfloat16)
-        wpe_bf16 = self.wpe.to(torch.bfloat16)
-        h = wte_bf16[ids] + wpe_bf16[torch.arange(ids.shape[1], device=ids.device)]
+        h = self.wte[ids].to(torch.bfloat16) + self.wpe[
+            torch.arange(ids.shape[1], device=ids.device)
+        ].to(torch.bfloat16)
         return h / ids.shape[1]

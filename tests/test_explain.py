@@ -98,8 +98,25 @@ def test_text_and_json_from_the_command_line(capsys):
         "warnings",
         "params",
         "totals",
+        "casts",
     }
     assert report["totals"]["frozen"] == 8 * 8 * 2 + 8 * 4
+
+
+def test_the_bytes_a_forward_casts_count_table_rows_per_id():
+    """tiny-gpt casts its blocks' four matrices and the head whole, and of its embedding
+    only the rows it gathers: 128 f32 elements per id, not the 512 x 128 table."""
+    report = explain.run((EXAMPLES / "tiny-gpt.lisp").read_text(), "t.lisp")
+    d, vocab = 128, 512
+    block = d * 3 * d + d * d + d * 4 * d + 4 * d * d
+    assert report["casts"] == {
+        "whole": 4 * (2 * block + d * vocab),
+        "per_id": 4 * d,
+        "tables": 4 * vocab * d,
+    }
+    assert "512 bytes per id (the tables whole would be 262,144 bytes)" in (
+        explain.render(report)
+    )
 
 
 STACKED = """\

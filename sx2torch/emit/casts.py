@@ -17,13 +17,29 @@ class Casts:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
         if not self.target.held and self.lowered.promoted(self.typed, node, index):
             return None  # the GPU's kernel converts it as it loads it
+        if index == 0 and self.gathered(node) is not None:
+            return None  # the rows are cast once gathered
+        return self._wanted(node, index)
+
+    def gathered(self, node: Node) -> Optional[tuple]:
+        """The cast of a parameter's rows that a `take` reads: written after the gather,
+        since the cast is elementwise, so a forward casts the rows it reads, not the table.
+        A held target widens a bf16-stored table first: it makes no bf16 tensor."""
+        if node.kind is not Kind.OP or node.op != "take":
+            return None
+        if node.inputs[0].kind is not Kind.PARAM:
+            return None
+        conversion = self._wanted(node, 0)
+        return None if conversion and conversion[0] == "bf16-stored" else conversion
+
+    def _wanted(self, node: Node, index: int) -> Optional[tuple]:
         want = self.lowered.read_dtype(self.typed, node, index)
         return self.conversion_of(node.inputs[index], want)
 
     def conversion_of(self, operand, want: Optional[str]) -> Optional[tuple]:
         """A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
         holds bf16 values in f32, so that target reads it through `.float()`."""
-        if want is None or isinstance(operand, Scalar):
+        if want is None or isinstance(operand, Scalar) or operand in self.entry:
             return None
         have = self.lowered.value_dtype(self.typed, operand)
         if have not in ("f32", "bf16"):

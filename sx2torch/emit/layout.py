@@ -35,10 +35,13 @@ class Yield:
 
 
 class Layout(Casts):
-    def __init__(self, typed: Typed, target: Target, lowered: Lowered):
+    def __init__(
+        self, typed: Typed, target: Target, lowered: Lowered, entry=frozenset()
+    ):
         self.typed = typed
         self.target = target
         self.lowered = lowered
+        self.entry = entry  # arguments cast down once at entry, read as they are then
         self.graph = typed.graph
         self.yields: dict = {}
         self.scope = self._scopes()
@@ -190,7 +193,8 @@ class Layout(Casts):
                 and not is_conditional(operand)
             )
             written += not hoisted
-        return stores + written
+        gathered = self.gathered(node)
+        return stores + written + (gathered is not None and gathered[1] == "bf16")
 
     def compound(self, node: Node, named: set) -> bool:
         """Whether a node is written as a compound statement: a FOR, or an IF whose

@@ -253,7 +253,9 @@ class MethodEmitter:
             tuple(isinstance(i, Scalar) for i in node.inputs),
         )
         rounds = self.typed.dtype[node] == "bf16" and not op.is_exact(node.inputs)
-        return self.ctx.target.store(op.emit(operands, context), rounds)
+        value = self.ctx.target.store(op.emit(operands, context), rounds)
+        gathered = self.layout.gathered(node)
+        return value if gathered is None else self.ctx.target.cast(value, *gathered)
 
     def _attr(self, value):
         if isinstance(value, Scalar):

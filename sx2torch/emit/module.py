@@ -126,7 +126,7 @@ def _class(
             name = ctx.naming.methods.get(typed)
             if name is not None and name not in emitted:
                 emitted.add(name)
-                body.append(_method(typed, name, ctx))
+                body.append(_method(ctx.naming.code.get(typed, typed), name, ctx))
     base = b.dotted("nn.Module")
     return cst.ClassDef(
         cst.Name(ctx.naming.classes[model.name]),

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from sx2torch.emit.casts import is_local_param
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
+from sx2torch.emit.sharing import Sharing
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
 from sx2torch.ops import REGISTRY
@@ -62,6 +63,8 @@ class Naming:
     stores: dict = field(default_factory=dict)
     # the public Typed that casts f32 arguments down at entry -> those arguments' indices
     entry: dict = field(default_factory=dict)
+    # a Typed whose method is another's code, which serves its arguments -> that Typed
+    code: dict = field(default_factory=dict)
 
 
 def run(
@@ -92,7 +95,13 @@ def run(
         model.name: _stores(model, attrs[model.name]) for model in program.all_models()
     }
     naming.methods, naming.specialized = _method_names(
-        program, lowered, namespaces, naming, render
+        program,
+        lowered,
+        namespaces,
+        naming,
+        Sharing(
+            lowered, target, render, naming, lambda layout: _LocalNaming(layout).run()
+        ),
     )
     return naming
 
@@ -157,37 +166,24 @@ def argument_names(typed: Typed) -> tuple:
 
 
 def _method_names(
-    program: Program, lowered: Lowered, namespaces: dict, naming: Naming, render
+    program: Program, lowered: Lowered, namespaces: dict, naming: Naming, sharing
 ):
-    """Method names: specializations of a defun whose methods would read the same share one.
-    The public method is named as the source names the defun: the one at f32 (and integer)
-    arguments where the program calls it so, else the one its callers call, which casts
-    f32 arguments at entry (`entry`); a specialization only a public copy would call is
-    left out. The others are named with their dtypes and returned as `specialized`.
-
-    The specializations come callees first, so each is compared with its callees already
-    grouped: a method's code is rendered with a stand-in name for each group."""
+    """Method names: specializations of a defun that one method serves share it
+    (sx2torch/emit/sharing.py). The public method is named as the source names the
+    defun: the one at f32 (and integer) arguments where the program calls it so, else the
+    one its callers call, which casts f32 arguments at entry (`entry`); a specialization
+    only a public copy would call is left out. The others are named with their dtypes and
+    returned as `specialized`."""
     by_defun = defuns(lowered)
-    group: dict = {}  # Typed -> its group's stand-in name
-    stand_ins = Naming(
-        naming.classes,
-        naming.attrs,
-        naming.layouts,
-        naming.locals,
-        group,
-        stores=naming.stores,
-    )
-    members: dict = {}  # (model, defun) -> {code: stand-in}
-    for typed in lowered.specializations:
-        key = (typed.model, typed.graph.name)
-        code = render(typed, stand_ins) if len(by_defun[key]) > 1 else None
-        group[typed] = members.setdefault(key, {}).setdefault(code, f"m{len(group)}")
+    group = sharing.run(by_defun)  # Typed -> its Group
+    naming.code = {t: g.rep for t, g in group.items() if g.rep is not t}
     public, called = _publics(program, lowered, by_defun, group)
     naming.entry = {
         typed: _entry(lowered.natural[key], typed)
         for key, typed in public.items()
         if typed is not lowered.natural[key]
     }
+    _cast_at_entry(naming, sharing, set(group.values()))
     kept = {key: [t for t in specs if t in called] for key, specs in by_defun.items()}
     names: dict = {}
     specialized: set = set()
@@ -205,28 +201,42 @@ def _method_names(
                     chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
                 names[typed] = chosen[group[typed]]
                 if plain is None or group[typed] != group[plain]:
-                    specialized.add(typed)
+                    specialized.update((typed, group[typed].rep))
     return names, specialized
+
+
+def _cast_at_entry(naming: Naming, sharing, groups: set) -> None:
+    """A method serving bf16 arguments it reads only cast down casts them at entry."""
+    for group in groups:
+        rep = group.rep
+        layout = naming.layouts[rep]
+        found = sharing.entry(group, layout)
+        if found:
+            entry = frozenset(rep.graph.inputs[i] for i in found)
+            layout = Layout(rep, layout.target, layout.lowered, entry)
+            naming.layouts[rep] = layout
+            naming.locals[rep] = _LocalNaming(layout).run()
+            naming.entry[rep] = sorted(set(naming.entry.get(rep) or []) | set(found))
 
 
 def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
     """(model, defun) -> its public specialization, and the specializations emitted: those
     the program runs, the public ones and what they call. A public method the program
     does not run may call a natural specialization, which is then public itself."""
-    called = _called(program, lowered)
+    called = _called(program, lowered, group)
     while True:
         optional = _optional(called)
         public = {
             key: _public(natural, by_defun.get(key, []), called, group, optional)
             for key, natural in lowered.natural.items()
         }
-        grown = _closure(called | {t for t in public.values() if t is not None})
+        grown = _closure(called | {t for t in public.values() if t is not None}, group)
         if grown == called:
             return public, called
         called = grown
 
 
-def _called(program: Program, lowered: Lowered) -> set:
+def _called(program: Program, lowered: Lowered, group: dict) -> set:
     """The specializations the program runs: the top model's public methods (its forward
     and the defuns it does not call itself) and what they call."""
     top = [t for t in lowered.specializations if t.model == program.top.name]
@@ -237,7 +247,8 @@ def _called(program: Program, lowered: Lowered) -> set:
             for defun in program.top.defuns
             if defun == "forward" or defun not in inner
         }
-        - {None}
+        - {None},
+        group,
     )
 
 
@@ -271,15 +282,16 @@ def _may_be_none(operand, typed, found: set) -> bool:
     return operand in inputs and (typed, inputs.index(operand)) in found
 
 
-def _closure(roots: set) -> set:
-    """`roots` and every specialization they call, directly or not."""
+def _closure(roots: set, group: dict) -> set:
+    """`roots` and every specialization they call, directly or not: the calls of the
+    code that serves each."""
     seen: set = set()
     stack = list(roots)
     while stack:
         typed = stack.pop()
         if typed not in seen:
             seen.add(typed)
-            stack.extend(typed.callee.values())
+            stack.extend(group[typed].rep.callee.values())
     return seen
 
 
@@ -295,6 +307,7 @@ def _public(natural, specs: list, called: set, group: dict, optional: set):
         casts = _entry(natural, typed)
         if (
             typed in called
+            and group[typed].rep is typed
             and casts is not None
             and all(_entry(natural, t) == casts for t in mates)
             and not any((typed, i) in optional for i in casts)

@@ -68,7 +68,8 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     warnings = _warnings(program, lowered, data, source_lines)
     contagion = _contagion(lowered, precision, source_lines)
     reach = _reach(program, lowered, precision, source_lines)
-    params = _params(program, lowered)
+    elements: dict = {}
+    params = _params(program, lowered, elements)
     totals = {
         "trainable": sum(p["bytes"] for p in params if p["trainable"]),
         "frozen": sum(p["bytes"] for p in params if not p["trainable"]),
@@ -86,7 +87,42 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "warnings": warnings,
         "params": params,
         "totals": totals,
+        "casts": _cast_bytes(lint.reached_specializations(program, lowered), elements),
     }
+
+
+def _cast_bytes(reached, elements: dict) -> dict:
+    """The bytes of f32 masters a forward casts down (each parameter at least once):
+    whole tensors, and the rows of tables read by `take`, which are gathered then cast
+    (per id gathered), against what casting those tables whole would read."""
+    whole, rows = set(), set()
+    for typed in reached:
+        for node in walk(typed.graph.nodes):
+            for index, operand in enumerate(node.inputs):
+                if not _cast_down(typed, node, index, operand):
+                    continue
+                key = typed.dtype[operand]
+                if (key.model, key.name) not in elements:
+                    continue  # stored in bf16: read as it is
+                take = node.kind is Kind.OP and node.op == "take" and index == 0
+                (rows if take else whole).add((key.model, key.name))
+    tables = [elements[key] for key in rows - whole]
+    return {
+        "whole": sum(4 * n for n, _ in (elements[key] for key in whole)),
+        "per_id": sum(4 * n // first for n, first in tables),
+        "tables": sum(4 * n for n, _ in tables),
+    }
+
+
+def _cast_down(typed, node: Node, index: int, operand) -> bool:
+    """Whether a node reads an f32 master parameter cast down to bf16."""
+    return (
+        isinstance(operand, Node)
+        and operand.kind is Kind.PARAM
+        and is_param(typed.dtype[operand])
+        and typed.compute.get(node) == "bf16"
+        and node.kind in (Kind.OP, Kind.CAST)
+    )
 
 
 def _add(items: list, item: str) -> None:
@@ -229,11 +265,12 @@ def _casts(typed, node: Node, lowered) -> list:
     return found
 
 
-def _params(program, lowered) -> list:
+def _params(program, lowered, elements: dict) -> list:
     """One row per tensor of `state_dict`, in its order: a module's parameters, its buffers
     (the frozen parameters), then its sub-modules'. A stack whose instances (times those of
     the stacks around it) number more than MAX_LISTED is visited once: its rows are named
-    `blocks.{0..N-1}.w` and count N tensors."""
+    `blocks.{0..N-1}.w` and count N tensors. `elements` gets (model, param) -> (elements of
+    all its f32 instances, its first axis)."""
     rows: list = []
 
     def visit(model, prefix: str, env: dict, copies: int = 1, listed: int = 1) -> None:
@@ -275,6 +312,9 @@ def _params(program, lowered) -> list:
         shape = [scalars.compute(size, env) for size in sizes]
         dtype = lowered.storage[model.name, param.name]
         count = math.prod(shape)
+        if dtype == "f32":
+            total, _ = elements.get((model.name, param.name), (0, None))
+            elements[model.name, param.name] = (total + count * copies, shape[0])
         rows.append(
             {
                 "name": key,
@@ -327,6 +367,14 @@ def render(report: dict) -> str:
             out.append(f"  {warning['line']:>{width}} | {warning['source']}")
             shown = warning["line"]
         out.append(f"  {' ' * (width + 3)}{warning['message']}")
+    casts = report["casts"]
+    out += ["", "Casts per forward (f32 masters to bf16):"]
+    out.append(f"  whole parameters: {casts['whole']:,} bytes")
+    if casts["tables"]:
+        out.append(
+            f"  table rows, gathered then cast: {casts['per_id']:,} bytes per id "
+            f"(the tables whole would be {casts['tables']:,} bytes)"
+        )
     out += ["", "Parameters:"]
     table = [("name", "shape", "dtype", "bytes")]
     table += [

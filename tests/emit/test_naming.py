@@ -104,12 +104,18 @@ def test_a_value_read_inside_a_loop_keeps_its_name_until_the_loop_ends():
 
 
 def test_specializations_are_named_after_the_source_defuns_they_do_not_shadow():
-    result = names_of("""
+    """On a held target f's bf16 specialization reads x through `sx.as_f32` for its
+    island, so it is a method of its own (its name taken by the source's f-bf16)."""
+    result = names_of(
+        """
+(require sexpgpu/nn)
 (defparam w (normal [4 4]))
-(defun f (x) (matmul x w))
+(defun f (x) (matmul (softmax x) w))
 (defun f-bf16 (x) (neg x))
 (defun forward (x) (+ (f (f x)) (f-bf16 x)))
-""")
+""",
+        target="cpu",
+    )
     by_name = {name: t.graph.name for t, name in result.methods.items()}
     assert by_name["f"] == "f" and by_name["f_bf16"] == "f-bf16"
     assert by_name["f_bf16_2"] == "f"
@@ -240,3 +246,64 @@ def test_mixed_matmul_and_products_are_parenthesized_and_no_local_is_a_method(bu
     assert "forward_x = self.forward(x)" in code and "forward =" not in code
     net, x = module.Model(), torch.randn(3, 4)
     assert torch.equal(net(x), ((x * 2.0) @ net.w) * 3.0)
+
+
+TABLE = """
+(defparam wte (normal [16 4]))
+(defun forward (ids) (take wte ids))
+(defrun train :precision :bf16)
+"""
+
+
+def test_a_table_is_gathered_then_cast_and_repeated_ids_sum_in_f32(build):
+    """The rows are cast, not the table: the same bits (the cast is elementwise), and the
+    master's gradient sums repeated ids in f32, as the cast's backward widens each row.
+    """
+    module, code = build(TABLE, run="train")
+    assert "return self.wte[ids].to(torch.bfloat16)" in code
+    assert "wte_bf16" not in code
+    net = module.Model()
+    ids = torch.tensor([[3, 3, 3, 5], [3, 7, 3, 3]])
+    out = net(ids)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, net.wte.to(torch.bfloat16)[ids])
+    upstream = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    upstream = (1.0 + upstream / 3).to(torch.bfloat16)
+    (grad,) = torch.autograd.grad(out, net.wte, upstream)
+    expected = torch.zeros(16, 4).index_add_(
+        0, ids.reshape(-1), upstream.float().reshape(-1, 4)
+    )
+    assert torch.equal(grad, expected)
+    held, held_code = build(TABLE, run="train", target="cpu")
+    assert "return sx.round_to_bf16(self.wte[ids])" in held_code
+    rows = held.Model()
+    rows.load_state_dict(net.state_dict())
+    assert torch.equal(rows(ids), out.float())
+
+
+def test_a_method_serves_the_dtypes_its_casts_are_identities_on(build):
+    """Called with f32 and with bf16, a sub-model's f32 method casts its argument where
+    it reads it, a no-op on bf16: so it is the bf16 callers' method too (no
+    `forward_bf16`), and the public forward takes bf16 from outside (issue 21: a public
+    forward raised `expected scalar type Float but found BFloat16`)."""
+    module, code = build(
+        """
+(defmodel lin ()
+  (defparam w (normal [4 4]) :dtype :bf16)
+  (defun forward (x) (relu (matmul x w))))
+(defparam l (lin))
+(defparam w0 (normal [4 4]))
+(defun forward (x) (+ (l (matmul x w0)) (l x)))
+(defrun train :precision :bf16)
+""",
+        run="train",
+    )
+    assert "_bf16(" not in code
+    assert [n for n in vars(module.Lin) if not n.startswith("__")] == ["forward"]
+    net, x = module.Model(), torch.randn(3, 4)
+    bf16 = torch.bfloat16
+    h = x.to(bf16) @ net.w0.to(bf16)
+    expected = torch.relu(h @ net.l.w) + torch.relu(x.to(bf16) @ net.l.w)
+    assert torch.equal(net(x), expected)
+    assert torch.equal(net.l(h), torch.relu(h @ net.l.w))
+    assert torch.equal(net.l(x), net.l(x.to(bf16)))

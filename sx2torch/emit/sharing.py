@@ -1,0 +1,149 @@
+"""Which specializations of a defun share one method, before they are named.
+
+Two share a method when the method of one, called with the other's arguments, computes the
+other: their code is the same, or it is the same once the casts that are identities on the
+other's arguments are left out (`x.to(torch.bfloat16)` on a bf16 `x`, `.float()` on an
+f32 one on cuda). The second is then "served" by the first, whose code the method is.
+A held target keeps its `sx.as_f32` reads: one rounds the gradient through it, which an f32
+argument's gradient is not.
+
+The specializations come callees first. Each joins the first group whose method serves it;
+else it starts a group, which then takes in an earlier group it serves whole (the f32 copy
+that casts at its reads comes after the bf16 code the program runs), unless a caller's
+comparison already counted on that group's method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from sx2torch.emit.layout import Layout
+from sx2torch.ir import Kind, Node
+from sx2torch.policy import Lowered, Typed
+
+
+@dataclass(eq=False)
+class Group:
+    stand_in: str  # the name callers are rendered with while groups are formed
+    rep: Typed  # whose code the method is
+    code: str
+    members: list = field(default_factory=list)
+
+
+class View(Layout):
+    """A specialization's layout as its code runs on another's arguments (`under`): the
+    casts that are identities there are left out."""
+
+    def __init__(self, typed: Typed, target, lowered: Lowered, under: Typed):
+        self.under = under
+        super().__init__(typed, target, lowered)
+
+    def conversion_of(self, operand, want):
+        found = super().conversion_of(operand, want)
+        if (
+            found is None
+            or not isinstance(operand, Node)
+            or operand.kind is Kind.PARAM
+            or (self.target.held and want != "bf16")
+        ):
+            return found
+        return None if self.lowered.value_dtype(self.under, operand) == want else found
+
+
+class Sharing:
+    """`run(specializations)` -> Typed -> its Group."""
+
+    def __init__(self, lowered: Lowered, target, render, naming, local_naming):
+        self.lowered = lowered
+        self.target = target
+        self.render = render  # (typed, naming) -> code
+        # the names so far, with a stand-in for each group's method
+        self.stand_ins = replace(naming, methods={}, specialized=set(), entry={})
+        self.local_naming = local_naming  # Layout -> Locals
+        self.group: dict = {}
+        self.relied: set = set()  # groups whose method a comparison counted on
+        self.served: dict = {}  # (rep, typed) -> bool
+
+    def run(self, by_defun: dict) -> dict:
+        groups: dict = {}
+        for typed in self.lowered.specializations:
+            key = (typed.model, typed.graph.name)
+            if len(by_defun[key]) == 1:
+                self._start(typed, None, [])
+                continue
+            code = self.render(typed, self.stand_ins)
+            found = groups.setdefault(key, [])
+            home = next((g for g in found if self._joins(g, typed, code)), None)
+            if home is None:
+                found.append(self._start(typed, code, found))
+            else:
+                home.members.append(typed)
+                self._assign(typed, home)
+        return self.group
+
+    def _joins(self, group: Group, typed: Typed, code: str) -> bool:
+        return code == group.code or self.serves(group.rep, typed)
+
+    def _start(self, typed: Typed, code, found: list) -> Group:
+        group = Group(f"m{len(self.group)}", typed, code, [typed])
+        self._assign(typed, group)
+        for earlier in list(found):
+            if earlier not in self.relied and all(
+                self.serves(typed, t) for t in earlier.members
+            ):
+                found.remove(earlier)
+                group.members += earlier.members
+                for member in earlier.members:
+                    self._assign(member, group)
+        return group
+
+    def _assign(self, typed: Typed, group: Group) -> None:
+        self.group[typed] = group
+        self.stand_ins.methods[typed] = group.stand_in
+
+    def entry(self, group: Group, layout: Layout) -> list:
+        """The f32 arguments of a method that serves bf16 ones which it reads only cast
+        down, once at least outside a branch (so never None): cast once at entry instead,
+        the same code spelled as the bf16 callers read it."""
+        rep = group.rep
+        if group.code is None or all(
+            self.render(t, self.stand_ins) == group.code for t in group.members
+        ):
+            return []
+        found = []
+        for index, node in enumerate(rep.graph.inputs):
+            reads = layout.readers[node]
+            if reads and all(
+                isinstance(r, Node) and layout.conversion(r, i) == ("f32", "bf16")
+                for r, i in reads
+            ):
+                if any(layout.scope[r] is None for r, _ in reads):
+                    found.append(index)
+        return found
+
+    def serves(self, rep: Typed, typed: Typed) -> bool:
+        """Whether `rep`'s method, called with `typed`'s arguments, computes `typed`."""
+        if rep is typed:
+            return True
+        key = (rep, typed)
+        if key not in self.served:
+            self.served[key] = rep.graph is typed.graph and self._same_code(rep, typed)
+        return self.served[key]
+
+    def _same_code(self, rep: Typed, typed: Typed) -> bool:
+        callee = {}
+        for node, called in rep.callee.items():
+            theirs = typed.callee[node]
+            group = self.group[called]
+            if group is not self.group[theirs] and self.serves(group.rep, theirs):
+                self.relied.add(group)
+                called = theirs
+            callee[node] = called
+        view = replace(rep, callee=callee)
+        layout = View(view, self.target, self.lowered, typed)
+        naming = replace(
+            self.stand_ins,
+            layouts={**self.stand_ins.layouts, view: layout},
+            locals={**self.stand_ins.locals, view: self.local_naming(layout)},
+        )
+        return self.render(view, naming) == self.render(typed, self.stand_ins)
