@@ -232,11 +232,12 @@ class Evaluator:
             return instance.params[name]
         if name == "none":
             return None
-        if "." in name:
-            owner, _, attr = name.partition(".")
-            sub = self.lookup(owner, frame)
-            if isinstance(sub, Instance) and attr in sub.params:
-                return sub.params[attr]
+        if "." in name:  # a sub-model's parameter, at any depth
+            value = instance
+            for part in name.split("."):
+                value = value.params.get(part) if isinstance(value, Instance) else None
+            if isinstance(value, ParamValue):
+                return value
         raise EvalError(f"unknown name '{name}'")
 
     def apply_call(self, head: str, args: list, keys: dict, frame: Frame):
