@@ -107,6 +107,8 @@ CASES = [
     ("arange", "(arange x 1 10 4)", {"x": [2]}),
     ("attention-scale", "(attention-scale s q)", {"s": [2, 3, 3], "q": [2, 3, 4]}),
     ("linspace", "(linspace x 0.0 1.0 5)", {"x": [2]}),
+    ("scalar-like", "(scalar-like x 0.5)", {"x": [2, 3]}),
+    ("cast-run", "(cast-run x)", {"x": [2, 3]}),
 ]
 for (
     _name

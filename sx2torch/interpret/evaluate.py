@@ -31,6 +31,8 @@ COMPILE_TIME = {
     "/": lambda a: a[0] / a[1],
     "//": lambda a: a[0] // a[1],
     "**": lambda a: a[0] ** a[1],
+    "pow": lambda a: a[0] ** a[1],
+    "sqrt": lambda a: a[0] ** 0.5,  # as the module writes a const's root
     "=": lambda a: a[0] == a[1],
     "<": lambda a: a[0] < a[1],
     "<=": lambda a: a[0] <= a[1],
@@ -49,7 +51,7 @@ DEFINED: dict = {}
 
 
 # ops whose 0-d result (a full reduction) is 0-d by rank whatever their inputs are
-ZERO_D_MAKERS = frozenset({"sum", "mean", "amax", "amin"})
+ZERO_D_MAKERS = frozenset({"sum", "mean", "amax", "amin", "scalar-like"})
 
 
 class EvalError(Exception):
@@ -113,8 +115,9 @@ class Evaluator:
 
     # Dtypes.
 
-    def decide(self, values: list, mode: Optional[str]):
-        """The dtype an op reading `values` computes in; None: torch's promotion of 0-d."""
+    def decide(self, values: list, mode: Optional[str], run: bool = False):
+        """The dtype an op reading `values` computes in; None: torch's promotion of 0-d.
+        `run`: the run's precision whatever `values` are (cast-run)."""
         floats = [v for v in values if is_float(v)]
         if (
             self.precision == "f64"
@@ -128,6 +131,8 @@ class Evaluator:
             return BF16
         if self.precision == "f32":
             return F32
+        if run:
+            return BF16
         if any(
             isinstance(v, ParamValue) or (not isinstance(v, Lam) and v.dtype == BF16)
             for v in floats
@@ -269,7 +274,7 @@ class Evaluator:
         deciding = [v for i, v in enumerate(args) if i not in spec.skip]
         if spec.lists:
             deciding = list(args[0]) + args[1:]
-        dtype = self.decide(deciding, mode)
+        dtype = self.decide(deciding, mode, run=spec.kind == ops.RUN)
         if spec.kind == ops.KEEP and not any(is_float(v) for v in deciding):
             dtype = None
         elif dtype is None and not any(is_float(v) for v in deciding):

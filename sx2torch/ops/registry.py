@@ -56,6 +56,7 @@ class Result(str, Enum):
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
     ARITH = "arith"  # as KEEP, and compile-time scalars fold
     INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
+    RUN = "run"  # computes in the run's precision whatever its inputs (under the marks)
 
 
 @dataclass(frozen=True)
