@@ -56,6 +56,7 @@ def test_the_bundled_examples_are_there():
     assert sorted(p.stem for p in EXAMPLES.glob("*.lisp")) == [
         "distill",
         "energy",
+        "gemma2",
         "gpt2",
         "llama",
         "modded-nanogpt-medium",

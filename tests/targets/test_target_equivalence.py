@@ -244,6 +244,8 @@ SKIPPED: dict[str, str] = {
     "llama": "as modded-nanogpt-simple: F.linear and SDPA on the held targets run in f32 and "
     "round once (measured: 1.2 U relative norm from cuda's logits); its numbers are checked "
     "against transformers' LlamaForCausalLM in tests/test_llama.py",
+    "gemma2": "as llama: F.linear on the held targets runs in f32 and rounds once; its "
+    "numbers are checked against transformers' Gemma2ForCausalLM in tests/test_gemma2.py",
     "gpt2": "as llama: F.linear, F.layer_norm and SDPA on the held targets run in f32 and "
     "round once; its numbers are checked against transformers' GPT2LMHeadModel in "
     "tests/test_gpt2.py",
