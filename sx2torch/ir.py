@@ -54,7 +54,9 @@ class Kind(Enum):
     IF = "if"  # two regions, one run, on a condition known when the module runs
     FOR = "for"  # one region run for each layer of a stack, carrying values
     ITEM = "item"  # one carried value of a `for` after the loop, or one value of a call
-    GRADIENT = "gradient"  # `(gradient Y X)` as traced: (Y, X); the gradient pass expands it
+    GRADIENT = (
+        "gradient"  # `(gradient Y X)` as traced: (Y, X); the gradient pass expands it
+    )
 
 
 CALLS = (Kind.CALL, Kind.SUBMODEL)

@@ -22,6 +22,7 @@ from sx2torch.syntax.program import (
     Const,
     Init,
     Param,
+    Tie,
     Defun,
     Model,
     Optimizer,
@@ -73,6 +74,8 @@ def run(data: list, top_name: str) -> Program:
         _share_defuns(top, model)
     for model in program.all_models():
         _check_params(program, model)
+    for model in program.all_models():
+        _check_ties(program, model)
     for each in runs:
         _check_run(top, each)
     _check_containment(program)
@@ -139,6 +142,10 @@ def _model_form(model: Model, datum: List, head: str) -> None:
         _define(model, param, model.params)
     elif head == "defun":
         _define(model, _defun(datum), model.defuns)
+    elif head == "tie":
+        _arity(datum, 2, 2, "(tie NAME TARGET), as (tie lm-head.weight wte.weight)")
+        names = [_symbol(d, "a parameter's name") for d in datum.items[1:]]
+        model.ties.append(Tie(*names))
     elif head in ("defmodel", "defrun", "require") and not model.is_top:
         raise SourceError(datum.span, f"'{head}' belongs at the top level of the file")
     else:
@@ -775,6 +782,50 @@ def _check_params(program: Program, model: Model) -> None:
                 raise SourceError(
                     span, f"model '{sub.name}' has no key :{key} (known: {known})"
                 )
+
+
+def _check_ties(program: Program, model: Model) -> None:
+    """Each tie joins two trained parameters stored alike, made on every instance; a
+    parameter is tied once, to one that is not tied itself."""
+    tied: dict = {}  # name -> line
+    targets: dict = {}
+    for tie in model.ties:
+        found = []
+        for symbol in (tie.name, tie.target):
+            steps = program.member(model, symbol.name)
+            if steps is None:
+                raise SourceError(
+                    symbol.span,
+                    f"'{symbol.name}' names no parameter: expected a parameter of this "
+                    "model or of a sub-model instance, as lm-head.weight",
+                )
+            params = [m.params[member] for m, member in steps]
+            last = params[-1]
+            if any(p.when is not None for p in params) or not last.trainable:
+                raise SourceError(
+                    symbol.span,
+                    f"'{symbol.name}' cannot be tied: a tie joins trained parameters made "
+                    "on every instance (no :when, no :trainable false)",
+                )
+            found.append((symbol.name, last))
+        (name, param), (target, other) = found
+        if param.dtype != other.dtype or name == target:
+            raise SourceError(
+                tie.target.span,
+                f"'{name}' cannot be tied to '{target}': it must be another parameter, "
+                "stored in the same dtype (:dtype)",
+            )
+        again = name if name in tied else target if target in tied else None
+        if again is None and name in targets:
+            again = name
+        if again is not None:
+            raise SourceError(
+                tie.name.span if again == name else tie.target.span,
+                f"'{again}' is tied already, at line {tied.get(again, targets.get(again))}"
+                ": a parameter is tied once, to one that is not tied itself",
+            )
+        tied[name] = tie.name.span.line
+        targets[target] = tie.target.span.line
 
 
 def _check_containment(program: Program) -> None:

@@ -58,6 +58,8 @@ def test_the_bundled_examples_are_there():
         "convnet",
         "distill",
         "energy",
+        "gemma2",
+        "gpt2",
         "llama",
         "modded-nanogpt-medium",
         "modded-nanogpt-simple",

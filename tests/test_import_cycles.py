@@ -33,7 +33,9 @@ def imports(module: str) -> set:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+                package = (
+                    module if path.name == "__init__.py" else module.rpartition(".")[0]
+                )
                 for _ in range(node.level - 1):
                     package = package.rpartition(".")[0]
                 base = f"{package}.{base}".rstrip(".")

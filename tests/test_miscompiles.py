@@ -280,7 +280,9 @@ def test_a_frozen_parameter_a_public_method_reads_in_f32_stays_f32(build, source
     the public method read it as `self.w.float()`, 1.0 for a loaded 1 + 2^-8."""
     module, _ = build(source)
     model = module.Model()
-    model.load_state_dict({k: torch.full((4, 4), 1 + 2**-8) for k in model.state_dict()})
+    model.load_state_dict(
+        {k: torch.full((4, 4), 1 + 2**-8) for k in model.state_dict()}
+    )
     weight, method = read(model)
     assert weight.dtype == torch.float32
     assert torch.equal(method(torch.ones(1, 4)), torch.full((1, 4), 4.015625))

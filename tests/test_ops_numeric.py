@@ -644,6 +644,11 @@ CASES: dict[str, list[Case]] = {
             why="the op may use a fused attention kernel",
         )
     ],
+    "scalar-like": [
+        case("x", "(* x (scalar-like x 0.1))", X, lambda x: x * torch.tensor(0.1)),
+        case("x", "(scalar-like x (sqrt 48))", X, lambda x: torch.tensor(48**0.5)),
+    ],
+    "cast-run": [case("x", "(cast-run x)", X, lambda x: x)],
     "linear-scan": [
         case(
             "a b",

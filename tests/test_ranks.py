@@ -139,6 +139,8 @@ CASES = [
     ("scatter-add", "(scatter-add x ids y)", {"x": [3, 4], "ids": [3, 2], "y": [3, 2]}),
     ("index-add", "(index-add x ids y)", {"x": [3, 4], "ids": [2], "y": [2, 4]}),
     ("cumsum", "(cumsum x :axis 0)", {"x": [3, 4]}),
+    ("scalar-like", "(scalar-like x 0.5)", {"x": [2, 3]}),
+    ("cast-run", "(cast-run x)", {"x": [2, 3]}),
 ]
 for (
     _name

@@ -19,7 +19,7 @@ from sx2torch.ops import initializers
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.syntax import scalars
-from sx2torch.syntax.program import Model, Param, Program, Run
+from sx2torch.syntax.program import Model, Param, Program, Run, Tie
 from sx2torch.syntax.scalars import ScalarOp
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
@@ -235,6 +235,7 @@ def _init(
         # located: an error building it (a size past the limit) points at its defparam
         statement = _param(model, param, lowered, ctx)
         body.append(located(statement, param.span, ctx.source_lines))
+    body += [_tie(program, model, tie, ctx) for tie in model.ties]
     params = cst.Parameters(
         star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
         kwonly_params=kwonly,
@@ -306,6 +307,26 @@ def _register(model: Model, param: Param, value, ctx: ClassContext):
     return _assign_name(
         b.member(b.name("self"), key, None if attribute else store), value
     )
+
+
+def _tie(program: Program, model: Model, tie: Tie, ctx: ClassContext):
+    """`self.lm_head.weight = self.transformer.wte.weight`: one nn.Parameter under both
+    keys, as transformers' tie_weights leaves them."""
+    naming = ctx.naming
+
+    def path(name: str):
+        node = b.name("self")
+        for owner, member in program.member(model, name):
+            store = naming.stores.get(owner.name, {}).get(member)
+            node = b.member(node, naming.attrs[owner.name][member], store)
+        return node
+
+    target, value = path(tie.name.name), path(tie.target.name)
+    if isinstance(target, cst.Call):  # getattr(obj, "class"): a keyword is set by name
+        return cst.SimpleStatementLine(
+            [cst.Expr(b.call("setattr", *[a.value for a in target.args], value))]
+        )
+    return _assign_name(target, value)
 
 
 def _when(param: Param, statement, scalar):

@@ -31,6 +31,8 @@ COMPILE_TIME = {
     "/": lambda a: a[0] / a[1],
     "//": lambda a: a[0] // a[1],
     "**": lambda a: a[0] ** a[1],
+    "pow": lambda a: a[0] ** a[1],
+    "sqrt": lambda a: a[0] ** 0.5,  # as the module writes a const's root
     "=": lambda a: a[0] == a[1],
     "<": lambda a: a[0] < a[1],
     "<=": lambda a: a[0] <= a[1],
@@ -49,7 +51,7 @@ DEFINED: dict = {}
 
 
 # ops whose 0-d result (a full reduction) is 0-d by rank whatever their inputs are
-ZERO_D_MAKERS = frozenset({"sum", "mean", "amax", "amin"})
+ZERO_D_MAKERS = frozenset({"sum", "mean", "amax", "amin", "scalar-like"})
 
 
 class EvalError(Exception):
@@ -114,8 +116,9 @@ class Evaluator:
 
     # Dtypes.
 
-    def decide(self, values: list, mode: Optional[str]):
-        """The dtype an op reading `values` computes in; None: torch's promotion of 0-d."""
+    def decide(self, values: list, mode: Optional[str], run: bool = False):
+        """The dtype an op reading `values` computes in; None: torch's promotion of 0-d.
+        `run`: the run's precision whatever `values` are (cast-run)."""
         floats = [v for v in values if is_float(v)]
         if (
             self.precision == "f64"
@@ -129,6 +132,8 @@ class Evaluator:
             return BF16
         if self.precision == "f32":
             return F32
+        if run:
+            return BF16
         # 0-d values decide no dtype beside tensors with axes; between themselves they
         # decide as two tensors do (an f32 sum and a bf16 element: bf16)
         among = _among_themselves(floats)
@@ -235,11 +240,12 @@ class Evaluator:
             return instance.params[name]
         if name == "none":
             return None
-        if "." in name:
-            owner, _, attr = name.partition(".")
-            sub = self.lookup(owner, frame)
-            if isinstance(sub, Instance) and attr in sub.params:
-                return sub.params[attr]
+        if "." in name:  # a sub-model's parameter, at any depth
+            value = instance
+            for part in name.split("."):
+                value = value.params.get(part) if isinstance(value, Instance) else None
+            if isinstance(value, ParamValue):
+                return value
         raise EvalError(f"unknown name '{name}'")
 
     def apply_call(self, head: str, args: list, keys: dict, frame: Frame):
@@ -271,7 +277,7 @@ class Evaluator:
         deciding = [v for i, v in enumerate(args) if i not in spec.skip]
         if spec.lists:
             deciding = list(args[0]) + args[1:]
-        dtype = self.decide(deciding, mode)
+        dtype = self.decide(deciding, mode, run=spec.kind == ops.RUN)
         if spec.kind == ops.KEEP and not any(is_float(v) for v in deciding):
             dtype = None
         elif dtype is None and not any(is_float(v) for v in deciding):

@@ -130,6 +130,17 @@ def build(
         if param.when is not None and not scalar(param.when, consts):
             continue
         instance.params[param.name] = _param(program, instance, param, state)
+    for tie in model.ties:  # one ParamValue under both names
+        *owners, last = tie.name.name.split(".")
+        target = _find(instance, tie.target.name.split("."))
+        _find(instance, owners).params[last] = target
+    return instance
+
+
+def _find(instance: Instance, parts: list):
+    """The member `a.b.weight` (parts ["a", "b", "weight"]) of an instance."""
+    for part in parts:
+        instance = instance.params[part]
     return instance
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from torch.nn import functional as F
 
-FLOAT, KEEP, BOOL, ISLAND = "float", "keep", "bool", "island"
+FLOAT, KEEP, BOOL, ISLAND, RUN = "float", "keep", "bool", "island", "run"
 F32 = torch.float32
 
 
@@ -23,7 +23,8 @@ F32 = torch.float32
 class Spec:
     fn: Callable  # (args, keys) -> value
     kind: str = FLOAT  # FLOAT: the compute dtype; KEEP: moves data (ints pass through);
-    # BOOL: compares in the compute dtype; ISLAND: a library mark, f32 wherever called
+    # BOOL: compares in the compute dtype; ISLAND: a library mark, f32 wherever called;
+    # RUN: the run's precision whatever the inputs (under the marks)
     skip: tuple = ()  # positions that decide no dtype and are not cast
     lists: bool = False  # the first argument is a vector of tensors
     training: bool = False  # reads the model's training mode, as keys["training"]
@@ -242,6 +243,8 @@ OPS = {
     "randn-like": Spec(lambda a, k: torch.randn_like(a[0], dtype=F32), skip=(0,)),
     "rand-like": Spec(lambda a, k: torch.rand_like(a[0], dtype=F32), skip=(0,)),
     "dropout": Spec(lambda a, k: F.dropout(a[0], a[1], k["training"]), training=True),
+    "scalar-like": Spec(lambda a, k: torch.tensor(a[1], dtype=torch.float64)),
+    "cast-run": Spec(lambda a, k: a[0], RUN),
     "linspace": Spec(lambda a, k: torch.linspace(a[1], a[2], a[3]), skip=(0,)),
     "attention-scale": Spec(lambda a, k: a[0] / math.sqrt(a[1].shape[-1]), skip=(1,)),
     "attention": Spec(_attention),

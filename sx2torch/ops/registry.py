@@ -28,7 +28,9 @@ class ArgKind(str, Enum):
     NUMBER = "number"  # a compile-time number
     BOOL = "bool"  # a compile-time boolean
     INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
-    SIZES = "sizes"  # an integer or a vector of them (a convolution's stride: 2 or [2 1])
+    SIZES = (
+        "sizes"  # an integer or a vector of them (a convolution's stride: 2 or [2 1])
+    )
     PADDING = "padding"  # as SIZES, or :same or :valid (a convolution's padding)
     OUT = "out"  # :f32 (the f32-out matmul)
     REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
@@ -58,6 +60,7 @@ class Result(str, Enum):
     BOOL = "bool"  # compares in that dtype
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
     INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
+    RUN = "run"  # computes in the run's precision whatever its inputs (under the marks)
 
 
 @dataclass(frozen=True)

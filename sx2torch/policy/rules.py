@@ -408,6 +408,8 @@ class _Policy:
             return DType.BF16, marked
         if self.precision == DType.F32:
             return DType.F32, Reason(Why.POLICY)
+        if REGISTRY[node.op].result is Result.RUN:
+            return DType.BF16, Reason(Why.POLICY)
         if any(d == DType.BF16 or is_param(d) for d in floats):
             return DType.BF16, Reason(Why.CONTAGION)
         return DType.F32, Reason(Why.NOT_YET)

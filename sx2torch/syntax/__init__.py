@@ -1,2 +1,3 @@
 """The language's syntax, shared by every pass: the reader's data with their positions
-(`read`), source forms printed back short (`echo`), and compile-time scalars (`scalars`)."""
+(`read`), source forms printed back short (`echo`), and compile-time scalars (`scalars`).
+"""

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, String, Symbol, Vector
+from sx2torch.syntax.read import (
+    Boolean,
+    Datum,
+    Keyword,
+    List,
+    Number,
+    String,
+    Symbol,
+    Vector,
+)
 
 WIDTH = 72
 

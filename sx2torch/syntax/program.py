@@ -64,6 +64,15 @@ class Param:
 
 
 @dataclass
+class Tie:
+    """`(tie NAME TARGET)`: the parameter NAME is TARGET, one nn.Parameter under both keys;
+    each a name Program.member reads."""
+
+    name: Symbol
+    target: Symbol
+
+
+@dataclass
 class Defun:
     name: str
     args: list  # [Symbol]
@@ -99,6 +108,7 @@ class Model:
     params: dict = field(default_factory=dict)
     defuns: dict = field(default_factory=dict)
     is_top: bool = False
+    ties: list = field(default_factory=list)  # [Tie], in source order
 
     def lookup_const(self, name: str) -> Optional[Scalar]:
         const = self.consts.get(name)
@@ -156,3 +166,20 @@ class Program:
 
     def all_models(self) -> list:
         return list(self.models.values()) + [self.top]
+
+    def member(self, model: Model, name: str) -> Optional[list]:
+        """The parameter `name` reads in `model`, `a.b.weight` at any depth: [(model, "a"),
+        (a's model, "b"), (b's model, "weight")], each step but the last a sub-model
+        instance (not a stack); None where it names no parameter."""
+        steps = []
+        *subs, last = name.split(".")
+        for part in subs:
+            param = model.params.get(part)
+            if not (param and param.init.kind == "model"):
+                return None
+            steps.append((model, part))
+            model = self.models[param.init.model]
+        param = model.params.get(last)
+        if param is None or param.is_module:
+            return None
+        return steps + [(model, last)]

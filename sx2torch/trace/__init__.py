@@ -179,18 +179,18 @@ class Tracer(Caller):
         return self.param_reads[key]
 
     def _member(self, symbol: Symbol) -> Optional[Node]:
-        """`sub.weight`: a parameter of the sub-model instance `sub`, read as it is stored, as
-        the real code's `F.embedding(ids, self.lm_head.weight)` reads a tied weight."""
-        sub, _, name = symbol.name.partition(".")
-        param = self.model.params.get(sub)
-        if not (param and param.init.kind == "model"):
+        """`sub.weight`, `a.b.weight`: a parameter of a sub-model instance at any depth, read
+        as it is stored, as the real code's `F.embedding(ids, self.lm_head.weight)` reads a
+        tied weight."""
+        if "." not in symbol.name:
             return None
-        inner = self.program.models[param.init.model].params.get(name)
-        if inner is None or inner.is_module:
+        steps = self.program.member(self.model, symbol.name)
+        if steps is None:
             return None
+        *subs, (owner, name) = steps
         outer = self.model, self.via
-        self.via = self.via + ((self.model.name, sub),)
-        self.model = self.program.models[param.init.model]
+        self.via = self.via + tuple((model.name, sub) for model, sub in subs)
+        self.model = owner
         try:
             return self.param_read(name, symbol)
         finally:

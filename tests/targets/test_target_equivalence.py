@@ -123,6 +123,13 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "pooled": (Floats((2, 3, 8)),),
         "pool.forward": (Bf16s((2, 3, 8)),),
     },
+    "tied-weights": {
+        "forward": (Ids((2, 5), 10),),
+        "transformer.forward": (Ids((2, 5), 10),),
+        "transformer.wte.forward": (Ids((2, 5), 10),),
+        "lm_head.forward": (Floats((2, 4)),),
+    },
+    "dtype-values": {"forward": (Ids((2, 5), 10),), "norm": (Floats((2, 48)),)},
     "exact-keys": {
         "forward": (Floats((2, 4)),),
         "lambda.forward": (Floats((2, 4)),),
@@ -258,6 +265,11 @@ SKIPPED: dict[str, str] = {
     "llama": "as modded-nanogpt-simple: F.linear and SDPA on the held targets run in f32 and "
     "round once (measured: 1.2 U relative norm from cuda's logits); its numbers are checked "
     "against transformers' LlamaForCausalLM in tests/test_llama.py",
+    "gemma2": "as llama: F.linear on the held targets runs in f32 and rounds once; its "
+    "numbers are checked against transformers' Gemma2ForCausalLM in tests/test_gemma2.py",
+    "gpt2": "as llama: F.linear, F.layer_norm and SDPA on the held targets run in f32 and "
+    "round once; its numbers are checked against transformers' GPT2LMHeadModel in "
+    "tests/test_gpt2.py",
     "zero-d-lambdas": "an f32 0-d lambda times a bf16 tensor: cuda's generated code leaves "
     "the rounding to torch, whose CPU kernel rounds a first 0-d operand to bf16 and a second "
     "not; the held targets compute in f32 from the unrounded lambda (not yet reproduced)",
@@ -571,6 +583,7 @@ BF16_ARGUMENT = (
     "its store rounds the sum)"
 )
 GRADIENTS_DIFFER: dict[tuple[str, str], str] = {
+    ("dtype-values", "bf16"): THREE_READS + " (the norm's x, behind an rsqrt)",
     ("library-marks", "bf16"): THREE_READS,
     ("rms-mlp", "bf16"): BF16_ARGUMENT,
     ("shared-defuns", "bf16"): THREE_READS
