@@ -116,6 +116,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "layers.0.forward": (Floats((2, 4)),),
     },
     "positions": {"forward": (Ids((2, 5), 10),)},
+    "flags": {"forward": (Ids((2, 5), 10),)},
     "several-values": {
         "forward": (Floats((2, 3, 8)),),
         "encode": (Floats((2, 3, 8)),),
