@@ -16,6 +16,8 @@
 (defconst ws-short 1408)
 (defconst ws-long 2944)
 (defconst world-size 8 "the scalars are padded to a multiple of it")
+(defflag split-embed false
+  "the input embedding is embed, untied from lm_head: true from the real run's split step on")
 (defconst vocab (* 128 (// (+ vocab-size 127) 128)))
 (defconst num-scalars (+ (* 3 num-layers) 5))
 (defconst pad (- (* world-size (// (+ num-scalars world-size -1) world-size)) num-scalars))
@@ -102,7 +104,7 @@
     (reshape (outer (arange-of x :axis 1) angular-freq) [1 -1 1 (// head-dim 2)])))
 
 (defun forward (input-seq)
-  (let ((x (take lm-head.weight input-seq))
+  (let ((x (if split-embed (embed input-seq) (take lm-head.weight input-seq)))
         (smear-gate-out (* (at scalars (* 3 num-layers))
                            (sigmoid (smear-gate (slice (slice x :axis 1 :start 1) :axis -1 :end 16)))))
         (x (concat [(slice x :axis 1 :end 1)

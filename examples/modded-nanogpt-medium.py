@@ -185,6 +185,7 @@ class ModdedNanogptMedium(nn.Module):
         ws_short=1408,
         ws_long=2944,
         world_size=8,
+        split_embed=False,
         vocab=None,
         num_scalars=None,
         pad=None
@@ -199,6 +200,7 @@ class ModdedNanogptMedium(nn.Module):
         self.ws_short = ws_short
         self.ws_long = ws_long
         self.world_size = world_size
+        self.split_embed = split_embed
         if vocab is None:
             vocab = 128 * ((vocab_size + 127) // 128)
         self.vocab = vocab
@@ -257,7 +259,11 @@ class ModdedNanogptMedium(nn.Module):
         return outer_x.reshape(1, -1, 1, self.head_dim // 2)
 
     def forward(self, input_seq):
-        x = self.lm_head.weight[input_seq]
+        x = (
+            self.embed(input_seq)
+            if self.split_embed
+            else self.lm_head.weight[input_seq]
+        )
         smear_gate_out = self.scalars[3 * self.num_layers] * torch.sigmoid(
             self.smear_gate(x[:, 1:][..., :16])
         )

@@ -126,7 +126,32 @@ def _head(datum: Datum, what: str) -> str:
 
 def _evaluate(model: Model, datum: Datum) -> Scalar:
     """A compile-time number read in `model`, whose names are known so far."""
-    return scalars.evaluate(datum, model.lookup_const, model.names)
+    return scalars.evaluate(datum, _built_from(model, datum), model.names)
+
+
+def _built_from(model: Model, datum: Datum):
+    """`model.lookup_const` for a number that decides what is built, which a flag may not:
+    setting the flag on the built module would change nothing there."""
+
+    def lookup(name: str) -> Optional[Scalar]:
+        const = model.consts.get(name)
+        if const is not None and const.flag:
+            raise SourceError(
+                _symbol_in(datum, name) or datum.span,
+                f"'{name}' is a flag, read when the module runs, so it cannot decide what "
+                "the constructor builds (a shape, a :when, a sub-model's argument, a "
+                "const): define it with defconst",
+            )
+        return model.lookup_const(name)
+
+    return lookup
+
+
+def _symbol_in(datum: Datum, name: str) -> Optional[Span]:
+    if isinstance(datum, Symbol):
+        return datum.span if datum.name == name else None
+    items = datum.items if isinstance(datum, (List, Vector)) else ()
+    return next(filter(None, (_symbol_in(i, name) for i in items)), None)
 
 
 def _describe(datum: Datum) -> str:
@@ -134,7 +159,7 @@ def _describe(datum: Datum) -> str:
 
 
 def _model_form(model: Model, datum: List, head: str) -> None:
-    if head == "defconst":
+    if head in ("defconst", "defflag"):
         _define(model, _defconst(model, datum), model.consts)
     elif head == "defparam":
         param = _defparam(model, datum)
@@ -201,12 +226,18 @@ def _choice(datum: Datum, choices: tuple, what: str) -> str:
 
 
 def _defconst(model: Model, datum: List) -> Const:
-    _arity(datum, 2, 3, "(defconst NAME VALUE [DOC])")
+    head = datum.items[0].name
+    _arity(datum, 2, 3, f"({head} NAME VALUE [DOC])")
     name = _symbol(datum.items[1], "a constant name")
     value = _evaluate(model, datum.items[2])
     if len(datum.items) == 4 and not isinstance(datum.items[3], String):
         raise SourceError(datum.items[3].span, "a docstring must be a string")
-    return Const(name.name, value, name.span)
+    flag = head == "defflag"
+    if flag and not isinstance(datum.items[2], Boolean):
+        raise SourceError(
+            datum.items[2].span, f"a flag is true or false, got {shown(datum.items[2])}"
+        )
+    return Const(name.name, value, name.span, flag)
 
 
 def _defparam(model: Model, datum: List) -> Param:
@@ -287,7 +318,7 @@ def _init(model: Model, datum: Datum) -> Init:
     args = {}
     for key, item in zip(positional, items[:n]):
         if key == "shape":
-            args[key] = shape(model.lookup_const, item, model.names)
+            args[key] = shape(_built_from(model, item), item, model.names)
         else:
             args[key] = _evaluate(model, item)
     keywords = _keywords(items[n:], defaults, head)

@@ -327,14 +327,6 @@ CASES = {
         4,
         "unknown op or function 'setq': there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
     ),
-    "dropout": (
-        b"(defun forward (x)\n  (dropout x 0.1))\n",
-        2,
-        4,
-        "unknown op or function 'dropout': dropout is not supported: a defun is a deterministic dataflow graph, "
-        "with no random numbers and no training mode; leave it out, "
-        "or apply torch's dropout to the generated module's inputs or outputs",
-    ),
     "keepdim": (
         b"(defun forward (x)\n  (sum x :axes [0] :keepdim true))\n",
         2,

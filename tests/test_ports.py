@@ -110,6 +110,28 @@ def test_the_medium_checkpoint_loads_and_gives_the_real_logits(medium, length):
     assert torch.equal(logits, real(ids))
 
 
+@pytest.mark.parametrize("length", [64, 40])
+def test_the_medium_split_embed_gives_a_trained_checkpoints_logits(medium, length):
+    """After the real run's split step (and in its final checkpoint) the input embedding is
+    `embed`: ModdedNanogptMedium(split_embed=True), or the flag set on a built module, gives
+    the real logits with split_embed on, bit for bit."""
+    real, tied = medium_pair(medium, seed=6)
+    real.split_embed = True
+    split = medium(**MEDIUM, **WINDOWS, split_embed=True)
+    split.load_state_dict(real.state_dict(), strict=True)
+    ids = torch.randint(0, 300, (2, length), generator=torch.Generator().manual_seed(2))
+    expected = real(ids)
+    assert torch.equal(split(ids), expected)
+    untied = tied(ids)
+    assert not torch.equal(
+        untied, expected
+    )  # embed and lm_head differ in this checkpoint
+    tied.split_embed = True  # flipped on the built module: the next forward reads it
+    assert torch.equal(tied(ids), expected)
+    tied.split_embed = False
+    assert torch.equal(tied(ids), untied)
+
+
 def test_the_medium_value_embed_gates_exist_only_where_the_real_ones_do(medium):
     model = medium(**MEDIUM, **WINDOWS)
     gated = [

@@ -33,6 +33,8 @@ class Const:
     name: str
     value: Scalar
     span: Span
+    # a defflag: read only when the module runs, so setting it on a built module counts
+    flag: bool = False
 
 
 @dataclass

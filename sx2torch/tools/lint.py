@@ -144,7 +144,9 @@ def _unused(data: list):
 
 def _defined(scope: list):
     for datum in scope:
-        if head_is(datum, "defconst") and isinstance(_item(datum, 1), Symbol):
+        if (head_is(datum, "defconst") or head_is(datum, "defflag")) and isinstance(
+            _item(datum, 1), Symbol
+        ):
             yield datum.items[1]
         if head_is(datum, "defmodel") and isinstance(_item(datum, 2), List):
             yield from _keys(datum.items[2])

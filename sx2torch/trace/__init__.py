@@ -38,9 +38,6 @@ HINTS = {  # forms from other Lisps, and what to write instead
     "let*": "'let' binds in order already: (let ((a (f x)) (b (g a))) ...)",
     "setq": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
     "setf": "there is no mutation: bind a new name with let, as (let ((h (relu h))) ...)",
-    "dropout": "dropout is not supported: a defun is a deterministic dataflow graph, "
-    "with no random numbers and no training mode; leave it out, "
-    "or apply torch's dropout to the generated module's inputs or outputs",
 }
 
 

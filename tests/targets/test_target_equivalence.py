@@ -117,6 +117,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
     },
     "positions": {"forward": (Ids((2, 5), 10),)},
     "routing": {"forward": (Floats((6, 4)), Ids((5,), 6))},
+    "flags": {"forward": (Ids((2, 5), 10),)},
     "several-values": {
         "forward": (Floats((2, 3, 8)),),
         "encode": (Floats((2, 3, 8)),),
