@@ -57,6 +57,7 @@ def test_the_bundled_examples_are_there():
         "distill",
         "energy",
         "llama",
+        "mixtral",
         "modded-nanogpt-medium",
         "modded-nanogpt-simple",
         "rms-mlp",

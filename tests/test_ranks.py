@@ -115,6 +115,11 @@ CASES = [
     ("scatter-add", "(scatter-add x ids y)", {"x": [3, 4], "ids": [3, 2], "y": [3, 2]}),
     ("index-add", "(index-add x ids y)", {"x": [3, 4], "ids": [2], "y": [2, 4]}),
     ("cumsum", "(cumsum x :axis 0)", {"x": [3, 4]}),
+    (
+        "sparse-experts",
+        "(sparse-experts x ids y a b)",
+        {"x": [5, 4], "ids": [5, 2], "y": [5, 2], "a": [3, 6, 4], "b": [3, 4, 3]},
+    ),
 ]
 for (
     _name

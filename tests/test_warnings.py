@@ -155,6 +155,7 @@ def test_the_bundled_examples_warn_as_the_readme_says():
     assert {name: warned for name, warned in found.items() if warned} == {
         "energy.lisp": [(10, "(sum"), (10, "energy")],
         "llama.lisp": [(12, "'max-position-embeddings'")],
+        "mixtral.lisp": [(16, "'max-position-embeddings'")],
         "modded-nanogpt-medium.lisp": [(15, "'max-seq-len'")],
         "modded-nanogpt-simple.lisp": [(10, "'head-dim'")],
     }
