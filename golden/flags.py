@@ -19,8 +19,10 @@ class Flags(nn.Module):
         self.out = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))
 
     def forward(self, ids):
-        embed_bf16 = self.embed.to(torch.bfloat16)
-        shared_bf16 = self.shared.to(torch.bfloat16)
         out_bf16 = self.out.to(torch.bfloat16)
-        x = embed_bf16[ids] if self.split else shared_bf16[ids]
+        x = (
+            self.embed[ids].to(torch.bfloat16)
+            if self.split
+            else self.shared[ids].to(torch.bfloat16)
+        )
         return F.linear(torch.tanh(x), out_bf16)

@@ -61,6 +61,7 @@ def test_the_bundled_examples_are_there():
         "gemma2",
         "gpt2",
         "llama",
+        "mixtral",
         "modded-nanogpt-medium",
         "modded-nanogpt-simple",
         "rms-mlp",

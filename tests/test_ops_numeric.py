@@ -483,6 +483,29 @@ CASES: dict[str, list[Case]] = {
             lambda x, i, s: x.index_add(0, i, s),
         )
     ],
+    "sparse-experts": [
+        case(
+            "x i w gu dn",
+            "(sparse-experts x i w gu dn)",
+            lambda: (
+                torch.randn(5, 4, generator=_generator(0)),
+                torch.tensor([[0, 2], [2, 1], [0, 1], [2, 0], [1, 2]]),
+                torch.rand(5, 2, generator=_generator(1)),
+                torch.randn(3, 6, 4, generator=_generator(2)),
+                torch.randn(3, 4, 3, generator=_generator(3)),
+            ),
+            lambda x, i, w, gu, dn: sum(  # every row through each expert, kept where chosen
+                (
+                    (F.silu(x @ gu[e, :3].T) * (x @ gu[e, 3:].T))
+                    @ dn[e].T
+                    * (w * (i == e)).sum(-1, keepdim=True)
+                )
+                for e in range(3)
+            ),
+            tolerance=dict(rtol=1e-6, atol=1e-6),
+            why="the reference adds the three experts' zeros and products in its own order",
+        )
+    ],
     "cumsum": [
         case("x", "(cumsum x)", X, lambda x: torch.cumsum(x, dim=-1)),
         case("x", "(cumsum x :axis 0)", X, lambda x: torch.cumsum(x, dim=0)),

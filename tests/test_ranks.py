@@ -141,6 +141,11 @@ CASES = [
     ("cumsum", "(cumsum x :axis 0)", {"x": [3, 4]}),
     ("scalar-like", "(scalar-like x 0.5)", {"x": [2, 3]}),
     ("cast-run", "(cast-run x)", {"x": [2, 3]}),
+    (
+        "sparse-experts",
+        "(sparse-experts x ids y a b)",
+        {"x": [5, 4], "ids": [5, 2], "y": [5, 2], "a": [3, 6, 4], "b": [3, 4, 3]},
+    ),
 ]
 for (
     _name

@@ -174,5 +174,6 @@ def test_the_bundled_examples_warn_as_the_readme_says():
         "energy.lisp": [(10, "(sum"), (10, "energy")],
         "gemma2.lisp": [(14, "'max-position-embeddings'")],
         "llama.lisp": [(12, "'max-position-embeddings'")],
+        "mixtral.lisp": [(16, "'max-position-embeddings'")],
         "modded-nanogpt-medium.lisp": [(15, "'max-seq-len'")],
     }

@@ -50,6 +50,22 @@ def _axis(k, default=-1):
     return k.get("axis", default)
 
 
+def _sparse_experts(a, k):
+    """Expert by expert, the rows that chose it: their gated MLP, weighted, added back."""
+    x, index, weights, gate_up, down = a
+    out = torch.zeros_like(x)
+    for expert in range(gate_up.shape[0]):
+        chose = index == expert  # [T, K], at most one K per row
+        rows = chose.any(dim=-1).nonzero()[:, 0]
+        if len(rows) == 0:
+            continue
+        gate, up = (x[rows] @ gate_up[expert].T).chunk(2, dim=-1)
+        h = (F.silu(gate) * up) @ down[expert].T
+        weight = weights[rows][chose[rows]]  # the one weight of each row
+        out[rows] += (h * weight[:, None]).to(x.dtype)
+    return out
+
+
 def _reshape(a, k):
     """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads)."""
     x = a[0]
@@ -266,6 +282,7 @@ OPS = {
     "avg-pool1d": _pool(F.avg_pool1d),
     "avg-pool2d": _pool(F.avg_pool2d),
     "interpolate": Spec(_interpolate),
+    "sparse-experts": Spec(_sparse_experts, skip=(1, 2)),
     "linear-scan": Spec(_linear_scan, ISLAND),
     "matrix-scan": Spec(_matrix_scan, ISLAND),
 }

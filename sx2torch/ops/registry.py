@@ -23,6 +23,9 @@ class ArgKind(str, Enum):
     MASK = "mask"
     # a tensor read only for its shape: it decides no dtype, is never cast
     LIKE = "like"
+    # a tensor read in the dtype it has, decides no dtype, is never cast (a router's f32
+    # weights beside bf16 activations, as transformers multiplies them)
+    AS_IS = "as-is"
     TENSORS = "tensors"  # a vector of tensors, e.g. `[x y]`
     INT = "int"  # a compile-time integer
     NUMBER = "number"  # a compile-time number
@@ -50,9 +53,11 @@ TENSOR_KINDS = frozenset(
         ArgKind.IDS,
         ArgKind.BOOL_TENSOR,
         ArgKind.LIKE,
+        ArgKind.AS_IS,
         ArgKind.MASK,
     }
 )
+UNCAST = frozenset({ArgKind.LIKE, ArgKind.AS_IS})  # the kinds the policy never casts
 
 
 class Result(str, Enum):

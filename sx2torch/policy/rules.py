@@ -32,6 +32,7 @@ from sx2torch.ir import (
     walk,
 )
 from sx2torch.ops import REGISTRY, ArgKind, Result
+from sx2torch.ops.registry import UNCAST
 from sx2torch.syntax.program import Program
 
 DATA_KINDS = (
@@ -108,7 +109,7 @@ class Lowered:
             return typed.dtype[node][index]  # an initial value, as the loop carries it
         if node.kind is Kind.CAST:
             return node.attrs["dtype"]
-        if _kind(REGISTRY[node.op], index) is ArgKind.LIKE:
+        if _kind(REGISTRY[node.op], index) in UNCAST:
             return None  # read only for its shape
         return typed.compute[node]
 
@@ -348,7 +349,7 @@ class _Policy:
         dtypes = [
             (
                 typed.dtype[i]
-                if isinstance(i, Node) and _kind(op, index) is not ArgKind.LIKE
+                if isinstance(i, Node) and _kind(op, index) not in UNCAST
                 else None
             )
             for index, i in enumerate(node.inputs)
@@ -487,7 +488,7 @@ def _promoted(typed: Typed, node: Node) -> list:
     axes (or of a rank not known) decides the dtype beside."""
     op = REGISTRY[node.op]
     data = [
-        isinstance(i, Node) and _kind(op, index) is not ArgKind.LIKE
+        isinstance(i, Node) and _kind(op, index) not in UNCAST
         for index, i in enumerate(node.inputs)
     ]
     zero = [d and i in typed.zero_d for d, i in zip(data, node.inputs)]

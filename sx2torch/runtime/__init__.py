@@ -3,6 +3,7 @@
 from sx2torch.runtime.attention import causal_mask, restrict_mask, window_mask
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
+from sx2torch.runtime.experts import sparse_experts
 from sx2torch.runtime.located import install as _show_source_of_errors
 from sx2torch.runtime.grad import (
     concat_part,
@@ -40,6 +41,7 @@ __all__ = [
     "previous",
     "round_to_bf16",
     "slice_backward",
+    "sparse_experts",
     "store_bf16",
     "take_backward",
     "window_mask",

@@ -274,6 +274,9 @@ SKIPPED: dict[str, str] = {
     "zero-d-lambdas": "an f32 0-d lambda times a bf16 tensor: cuda's generated code leaves "
     "the rounding to torch, whose CPU kernel rounds a first 0-d operand to bf16 and a second "
     "not; the held targets compute in f32 from the unrounded lambda (not yet reproduced)",
+    "mixtral": "as llama: F.linear and SDPA on the held targets run in f32 and round once, "
+    "and so does sx.sparse_experts inside; its numbers are checked against transformers' "
+    "MixtralForCausalLM in tests/test_mixtral.py",
     "modded-nanogpt-medium": "as modded-nanogpt-simple: its fused kernels round once on the "
     "held targets; its numbers are checked against the real model in tests/test_ports.py",
 }
