@@ -21,6 +21,7 @@ from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.ops import REGISTRY
+from sx2torch.ops.rank import BROADCAST, SAME
 from sx2torch.syntax.program import Program
 from sx2torch.trace.builder import Builder
 
@@ -133,7 +134,15 @@ class _Writer(Builder):
         others = [value for k, value in enumerate(n.inputs) if k != index]
         if all(self._kept(operand, other, batch) for other in others):
             return g
-        return self.op("sum-to", [g, operand])
+        return self.op("sum-to", [g, _shaped_as(operand)])
+
+    def op(self, name: str, inputs: list, **attrs) -> Operand:
+        """A product by 1 is the other factor (the rules multiply by the forward's numbers)."""
+        if name == "*" and len(inputs) == 2:
+            factor, other = inputs if _is_one(inputs[0]) else inputs[::-1]
+            if _is_one(factor) and isinstance(other, Node):
+                return other
+        return super().op(name, inputs, **attrs)
 
     def _kept(self, operand: Node, other, batch: bool) -> bool:
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
@@ -154,6 +163,28 @@ class _Writer(Builder):
 
     def _shape(self, value: Node):
         return self.shapes.get(self.origin.get(value, value))
+
+
+def _is_one(value) -> bool:
+    return (
+        isinstance(value, Scalar)
+        and value.op == "lit"
+        and not isinstance(value.value, bool)
+        and value.value == 1
+    )
+
+
+def _shaped_as(value: Node) -> Node:
+    """The value whose shape `value` has, down through elementwise ops of one tensor: a sum
+    back to its shape then reads no value computed only for the shape."""
+    while value.kind is Kind.OP and REGISTRY[value.op].rank in (BROADCAST, SAME):
+        tensors = {i for i in value.inputs if isinstance(i, Node)}
+        if len(tensors) != 1 or (
+            REGISTRY[value.op].rank is SAME and value.inputs[0] not in tensors
+        ):
+            break
+        (value,) = tensors
+    return value
 
 
 def _expect_scalar(t: Builder, y: Node, y_form) -> Node:
@@ -192,9 +223,12 @@ class _Backward:
         path = self._path(y, x)
         if not path:
             return self._zeros(x)
+        # the gradient of a sum over all axes is ones shaped like its input: the sum
+        # itself is not needed for it
+        seeded = y.inputs[0] if _sums_all(y) and y is not x else y
         with self._stamped(y):
-            seed = self._note(self.t.op("ones-like", [y]))
-        grads = self._propagate(path, {y: [seed]}, stop=x)
+            seed = self._note(self.t.op("ones-like", [_shaped_as(seeded)]))
+        grads = self._propagate(path, {seeded: [seed]}, stop=x)
         if grads.get(x):
             with self._stamped(x):
                 return self._sum(grads[x], x)
@@ -515,6 +549,15 @@ class _Copier:
         if isinstance(value, tuple):
             return tuple(self.value(v) for v in value)
         return value
+
+
+def _sums_all(node: Node) -> bool:
+    return (
+        node.kind is Kind.OP
+        and node.op == "sum"
+        and node.attrs["axes"] is None
+        and isinstance(node.inputs[0], Node)
+    )
 
 
 def _reads_around(node: Node) -> list:
