@@ -26,13 +26,10 @@ class Energy(nn.Module):
         w2_bf16 = self.w2.to(torch.bfloat16)
         tanh_pos = torch.tanh(pos.to(torch.bfloat16) @ w1_bf16)
         matmul_tanh_pos = tanh_pos @ w2_bf16
-        sum_matmul_tanh_pos = torch.sum(matmul_tanh_pos)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             # (gradient (energy pos) pos)
-            grad_sum_matmul = torch.ones_like(sum_matmul_tanh_pos, dtype=torch.float32)
-            # gradient of (matmul (tanh (matmul pos w1)) w2)
-            grad_matmul_tanh = grad_sum_matmul.expand_as(matmul_tanh_pos)
+            grad_matmul_tanh = torch.ones_like(matmul_tanh_pos, dtype=torch.float32)
             # gradient of (tanh (matmul pos w1))
             grad_tanh_matmul = grad_matmul_tanh @ self.w2.transpose(-1, -2)
             # gradient of (matmul pos w1)

@@ -30,9 +30,7 @@ class GradientAroundLoop(nn.Module):
             h_per_layer.append(h)
             h = h * x
         # (gradient (sum (for (layer blocks) ((h x)) (* h x))) x)
-        grad_sum_h = torch.ones_like(torch.sum(h), dtype=torch.float32)
-        # gradient of h
-        grad_h = grad_sum_h.expand_as(h)
+        grad_h = torch.ones_like(h, dtype=torch.float32)
         grad_x = torch.zeros_like(x, dtype=torch.float32)
         for i, layer in reversed(list(enumerate(self.blocks))):
             h = h_per_layer[i]

@@ -15,32 +15,27 @@ class GradientDtype(nn.Module):
 
     def forward(self, x):
         w_bf16 = self.w.to(torch.bfloat16)
-        matmul_x = x.to(torch.bfloat16) @ w_bf16
         # (gradient (sum (matmul x w)) x)
-        grad_sum_matmul = torch.ones_like(torch.sum(matmul_x), dtype=torch.float32)
-        # gradient of (matmul x w)
-        grad_matmul_x = grad_sum_matmul.expand_as(matmul_x)
+        grad_matmul_x = torch.ones_like(
+            x.to(torch.bfloat16) @ w_bf16, dtype=torch.float32
+        )
         # gradient of x
         grad_x = grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
         return grad_x
 
     def as_f32(self, x):
         w_bf16 = self.w.to(torch.bfloat16)
-        matmul_x = x.to(torch.bfloat16) @ w_bf16
         # (gradient (sum (matmul x w)) x)
-        grad_sum_matmul = torch.ones_like(torch.sum(matmul_x), dtype=torch.float32)
-        # gradient of (matmul x w)
-        grad_matmul_x = grad_sum_matmul.expand_as(matmul_x)
+        grad_matmul_x = torch.ones_like(
+            x.to(torch.bfloat16) @ w_bf16, dtype=torch.float32
+        )
         # gradient of x
         grad_x = grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
         return grad_x.float()
 
     def plain(self, x):
-        mul_x = x * x
         # (gradient (sum (* x x)) x)
-        grad_sum_mul = torch.ones_like(torch.sum(mul_x), dtype=torch.float32)
-        # gradient of (* x x)
-        grad_mul_x = grad_sum_mul.expand_as(mul_x)
+        grad_mul_x = torch.ones_like(x, dtype=torch.float32)
         # gradient of x
         grad_x = grad_mul_x * x + grad_mul_x * x
         return grad_x

@@ -29,9 +29,7 @@ class GradientIfInLoop(nn.Module):
             x_per_layer.append(x)
             x = x * x if layer.d == 4 else x @ layer.w.permute(1, 0)
         # (gradient (sum (chain blocks x)) x)
-        grad_sum_chain = torch.ones_like(torch.sum(x), dtype=torch.float32)
-        # gradient of (chain blocks x)
-        grad_chain = grad_sum_chain.expand_as(x)
+        grad_chain = torch.ones_like(x, dtype=torch.float32)
         grad_x = grad_chain
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]

@@ -56,13 +56,8 @@ class GradientRegions(nn.Module):
             y = sx.store_bf16(y * gate_bf16) if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
         sub_x = sx.store_bf16(x - backout)
-        mul_sub_x = sx.store_bf16(sub_x * x)
         # (gradient (energy x0) x0)
-        grad_sum_mul = torch.ones_like(
-            sx.store_bf16(torch.sum(mul_sub_x)), dtype=torch.float32
-        )
-        # gradient of (* (- x backout) x)
-        grad_mul_sub = grad_sum_mul.expand_as(mul_sub_x)
+        grad_mul_sub = torch.ones_like(sx.store_bf16(sub_x * x), dtype=torch.float32)
         grad_mul_sub_bf16 = sx.round_to_bf16(grad_mul_sub)
         # gradient of (- x backout)
         grad_sub_x = sx.store_bf16(
@@ -82,8 +77,9 @@ class GradientRegions(nn.Module):
             backout = backout_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)
             matmul_x = sx.store_bf16(x @ w_bf16)
-            mul_matmul_x = sx.store_bf16((1.0 if i < 2 else 0.5) * torch.relu(matmul_x))
-            y = sx.store_bf16(x + mul_matmul_x)
+            y = sx.store_bf16(
+                x + sx.store_bf16((1.0 if i < 2 else 0.5) * torch.relu(matmul_x))
+            )
             y_2 = sx.store_bf16(y * gate_bf16) if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
             grad_y = sx.store_bf16(
@@ -102,7 +98,7 @@ class GradientRegions(nn.Module):
             )
             sum_to_grad_y = sx.store_bf16(grad_y.sum_to_size(x.shape))
             # gradient of (* scale (relu (matmul x w)))
-            grad_mul_relu = sx.store_bf16(grad_y.sum_to_size(mul_matmul_x.shape))
+            grad_mul_relu = sx.store_bf16(grad_y.sum_to_size(matmul_x.shape))
             # gradient of (relu (matmul x w))
             grad_relu_matmul = sx.store_bf16(grad_mul_relu * (1.0 if i < 2 else 0.5))
             # gradient of (matmul x w)
@@ -126,11 +122,7 @@ class GradientRegions(nn.Module):
             w_bf16 = sx.round_to_bf16(layer.w)
             x = sx.store_bf16(x + 1.0 * torch.relu(sx.store_bf16(x @ w_bf16)))
         # (gradient (sum (chain blocks x)) x)
-        grad_sum_chain = torch.ones_like(
-            sx.store_bf16(torch.sum(x)), dtype=torch.float32
-        )
-        # gradient of (chain blocks x)
-        grad_chain = grad_sum_chain.expand_as(x)
+        grad_chain = torch.ones_like(x, dtype=torch.float32)
         grad_x = sx.round_to_bf16(grad_chain)
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
@@ -138,13 +130,9 @@ class GradientRegions(nn.Module):
             matmul_x = sx.store_bf16(x @ w_bf16)
             sum_to_grad_x = sx.store_bf16(grad_x.sum_to_size(x.shape))
             # gradient of (* scale (relu (matmul x w)))
-            grad_mul_relu = sx.store_bf16(
-                grad_x.sum_to_size((1.0 * torch.relu(matmul_x)).shape)
-            )
-            # gradient of (relu (matmul x w))
-            grad_relu_matmul = grad_mul_relu * 1.0
+            grad_mul_relu = sx.store_bf16(grad_x.sum_to_size(matmul_x.shape))
             # gradient of (matmul x w)
-            grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
+            grad_matmul_x = torch.where(matmul_x > 0.0, grad_mul_relu, 0.0)
             grad_x = sx.store_bf16(
                 sum_to_grad_x + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             )

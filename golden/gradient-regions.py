@@ -51,11 +51,8 @@ class GradientRegions(nn.Module):
             y = y * gate_bf16 if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
         sub_x = x - backout
-        mul_sub_x = sub_x * x
         # (gradient (energy x0) x0)
-        grad_sum_mul = torch.ones_like(torch.sum(mul_sub_x), dtype=torch.float32)
-        # gradient of (* (- x backout) x)
-        grad_mul_sub = grad_sum_mul.expand_as(mul_sub_x)
+        grad_mul_sub = torch.ones_like(sub_x * x, dtype=torch.float32)
         grad_mul_sub_bf16 = grad_mul_sub.to(torch.bfloat16)
         # gradient of (- x backout)
         grad_sub_x = (grad_mul_sub_bf16 * x).sum_to_size(sub_x.shape)
@@ -70,8 +67,7 @@ class GradientRegions(nn.Module):
             backout = backout_per_layer[i]
             w_bf16 = layer.w.to(torch.bfloat16)
             matmul_x = x @ w_bf16
-            mul_matmul_x = (1.0 if i < 2 else 0.5) * torch.relu(matmul_x)
-            y = x + mul_matmul_x
+            y = x + (1.0 if i < 2 else 0.5) * torch.relu(matmul_x)
             y_2 = y * gate_bf16 if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
             grad_y = grad_x + (
@@ -82,7 +78,7 @@ class GradientRegions(nn.Module):
             # gradient of (+ x (* scale (relu (matmul x w))))
             grad_y = (grad_y * gate_bf16).sum_to_size(y.shape) if i == 1 else grad_y
             # gradient of (* scale (relu (matmul x w)))
-            grad_mul_relu = grad_y.sum_to_size(mul_matmul_x.shape)
+            grad_mul_relu = grad_y.sum_to_size(matmul_x.shape)
             # gradient of (relu (matmul x w))
             grad_relu_matmul = grad_mul_relu * (1.0 if i < 2 else 0.5)
             # gradient of (matmul x w)
@@ -106,20 +102,16 @@ class GradientRegions(nn.Module):
             w_bf16 = layer.w.to(torch.bfloat16)
             x = x + 1.0 * torch.relu(x @ w_bf16)
         # (gradient (sum (chain blocks x)) x)
-        grad_sum_chain = torch.ones_like(torch.sum(x), dtype=torch.float32)
-        # gradient of (chain blocks x)
-        grad_chain = grad_sum_chain.expand_as(x)
+        grad_chain = torch.ones_like(x, dtype=torch.float32)
         grad_x = grad_chain.to(torch.bfloat16)
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = layer.w.to(torch.bfloat16)
             matmul_x = x @ w_bf16
             # gradient of (* scale (relu (matmul x w)))
-            grad_mul_relu = grad_x.sum_to_size((1.0 * torch.relu(matmul_x)).shape)
-            # gradient of (relu (matmul x w))
-            grad_relu_matmul = grad_mul_relu * 1.0
+            grad_mul_relu = grad_x.sum_to_size(matmul_x.shape)
             # gradient of (matmul x w)
-            grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
+            grad_matmul_x = torch.where(matmul_x > 0.0, grad_mul_relu, 0.0)
             grad_x = grad_x.sum_to_size(x.shape) + grad_matmul_x @ w_bf16.transpose(
                 -1, -2
             )

@@ -21,6 +21,7 @@ from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.ops import REGISTRY
+from sx2torch.ops.rank import BROADCAST, SAME
 from sx2torch.syntax.program import Program
 from sx2torch.trace.builder import Builder
 
@@ -138,7 +139,15 @@ class _Writer(Builder):
         others = [value for k, value in enumerate(n.inputs) if k != index]
         if all(self._kept(operand, other, batch) for other in others):
             return g
-        return self.op("sum-to", [g, operand])
+        return self.op("sum-to", [g, _shaped_as(operand)])
+
+    def op(self, name: str, inputs: list, **attrs) -> Operand:
+        """A product by 1 is the other factor (the rules multiply by the forward's numbers)."""
+        if name == "*" and len(inputs) == 2:
+            factor, other = inputs if _is_one(inputs[0]) else inputs[::-1]
+            if _is_one(factor) and isinstance(other, Node):
+                return other
+        return super().op(name, inputs, **attrs)
 
     def _kept(self, operand: Node, other, batch: bool) -> bool:
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
@@ -159,6 +168,28 @@ class _Writer(Builder):
 
     def _shape(self, value: Node):
         return self.shapes.get(self.origin.get(value, value))
+
+
+def _is_one(value) -> bool:
+    return (
+        isinstance(value, Scalar)
+        and value.op == "lit"
+        and not isinstance(value.value, bool)
+        and value.value == 1
+    )
+
+
+def _shaped_as(value: Node) -> Node:
+    """The value whose shape `value` has, down through elementwise ops of one tensor: a sum
+    back to its shape then reads no value computed only for the shape."""
+    while value.kind is Kind.OP and REGISTRY[value.op].rank in (BROADCAST, SAME):
+        tensors = {i for i in value.inputs if isinstance(i, Node)}
+        if len(tensors) != 1 or (
+            REGISTRY[value.op].rank is SAME and value.inputs[0] not in tensors
+        ):
+            break
+        (value,) = tensors
+    return value
 
 
 def _expect_scalar(t: Builder, y: Node, y_form) -> Node:
@@ -197,15 +228,18 @@ class _Backward:
         path = self._path(y, x)
         if not path:
             return self._zeros(x)
-        with self._stamped(y):
-            seed = self._note(self.t.op("ones-like", [y]))
-        grads = self._propagate(path, {y: [seed]}, stop=x)
+        # the gradient of a sum over all axes is ones shaped like its input: the sum
+        # itself is not needed for it
+        seeded = y.inputs[0] if _sums_all(y) and y is not x else y
+        with self.stamped(y):
+            seed = self._note(self.t.op("ones-like", [_shaped_as(seeded)]))
+        grads = self.propagate(path, {seeded: [seed]}, stop=x)
         if grads.get(x):
-            with self._stamped(x):
+            with self.stamped(x):
                 return self._sum(grads[x], x)
         return self._zeros(x)
 
-    def _propagate(self, nodes: list, grads: dict, stop: Node = None) -> dict:
+    def propagate(self, nodes: list, grads: dict, stop: Node = None) -> dict:
         """Contributions to the values that depend on X, from the last of `nodes` back to
         the first; a value read from around `nodes` collects them, for its block to sum.
         """
@@ -215,9 +249,9 @@ class _Backward:
                 continue
             # (carried value's index, its gradient) from ITEMs
             if node.kind is Kind.FOR:
-                found = self._for(node, contributions)
+                found = _Adjoint(self, node).run(contributions)
             else:
-                with self._stamped(node):
+                with self.stamped(node):
                     found = self._rule(node, self._sum(contributions, node))
             for operand, gradient in found:
                 if gradient is not None and operand in self.depends:
@@ -226,7 +260,7 @@ class _Backward:
 
     def _zeros(self, x: Node) -> Operand:
         """Y does not depend on X (or only through ops without a gradient): dY/dX is zero."""
-        with self._stamped(x):
+        with self.stamped(x):
             return self._note(self.t.op("zeros-like", [x]))
 
     def _path(self, y: Node, x: Node) -> list:
@@ -276,13 +310,13 @@ class _Backward:
 
     def _sum(self, contributions: list, node: Node) -> Operand:
         """A value's gradient, named after it."""
-        total = self._add(contributions)
+        total = self.added(contributions)
         if isinstance(total, Node) and total.name is None:
             total.name = "grad_" + _label(node)
             total.note = total.note or "gradient of " + _shown(node)
         return total
 
-    def _add(self, contributions: list) -> Operand:
+    def added(self, contributions: list) -> Operand:
         total = contributions[0]
         for more in contributions[1:]:
             total = self.t.op("+", [total, more])
@@ -321,7 +355,7 @@ class _Backward:
                 node.span,
                 f"'{node.op}' has no gradient ({why}), and (gradient ...) needs one here",
             )
-        with self._stamped(node):
+        with self.stamped(node):
             return list(zip(node.inputs, op.grad(self.t, node, g)))
 
     def _if(self, node: Node, g: Operand) -> list:
@@ -338,15 +372,15 @@ class _Backward:
             regions = (Region([]), Region([]))
             for region, forward in zip(regions, node.regions):
                 with self.t.region(region):
-                    grads = self._propagate(forward.nodes, {forward.outputs[0]: [g]})
-                    with self._stamped(value):  # stored in the IF's own name
+                    grads = self.propagate(forward.nodes, {forward.outputs[0]: [g]})
+                    with self.stamped(value):  # stored in the IF's own name
                         total = (
-                            self._add(grads[value])
+                            self.added(grads[value])
                             if grads.get(value)
                             else self.t.op("zeros-like", [value])
                         )
                 region.outputs = [total]
-            with self._stamped(node):
+            with self.stamped(node):
                 backward = self.t.add(
                     Node(
                         Kind.IF,
@@ -362,91 +396,8 @@ class _Backward:
             found.append((value, backward))
         return found
 
-    def _for(self, loop: Node, contributions: list) -> list:
-        """The adjoint loop: over the layers in reverse, each iteration computes its
-        layer's forward again from the carried values the forward loop recorded, then
-        the gradient of the values it carries; values read from around the loop collect
-        their contributions in carried sums."""
-        t = self.t
-        (body,) = loop.regions
-        seeds: dict = {}
-        for index, gradient in contributions:
-            seeds.setdefault(index, []).append(gradient)
-        outer = [
-            value
-            for value in dict.fromkeys(_read_in_regions(loop))
-            if isinstance(value, Node) and value in self.depends
-        ]
-        with self._stamped(loop):
-            starts = [
-                self._add(seeds[k]) if k in seeds else t.op("zeros-like", [start])
-                for k, start in enumerate(loop.inputs)
-            ]
-            starts += [t.op("zeros-like", [value]) for value in outer]
-        grads_in = [_input("grad_" + (c.name or "x"), loop) for c in body.inputs]
-        sums = [_input("grad_" + _label(value), loop) for value in outer]
-        recorded = [
-            _input(c.name or _label(start), loop)
-            for c, start in zip(body.inputs, loop.inputs)
-        ]
-        region = Region(grads_in + sums + recorded)
-        attrs = dict(loop.attrs, index=loop.attrs["index"] or "i", reverse=loop)
-        loop.attrs["recorded"] = True
-        backward = Node(
-            Kind.FOR,
-            None,
-            tuple(starts),
-            attrs,
-            loop.span,
-            loop.form,
-            t.frames,
-            regions=(region,),
-        )
-        with t.region(region):
-            copies = dict(zip(body.inputs, recorded))
-            t.origin.update(zip(recorded, body.inputs))
-            self.depends.update(
-                copy for carried, copy in copies.items() if carried in self.depends
-            )
-            _Copier(self, loop, backward, copies).block(body.nodes)
-            grads: dict = {}
-            for out, gradient in zip(body.outputs, grads_in):
-                grads.setdefault(copies.get(out, out), []).append(gradient)
-            grads = self._propagate(list(region.nodes), grads)
-            with self._stamped(loop):
-                outputs = [
-                    self._add(grads[c]) if grads.get(c) else t.op("zeros-like", [c])
-                    for c in recorded
-                ]
-                outputs += [
-                    (
-                        t.op("+", [total, self._add(grads[value])])
-                        if grads.get(value)
-                        else total
-                    )
-                    for total, value in zip(sums, outer)
-                ]
-            region.outputs = outputs
-        t.add(backward)
-        items = [
-            t.add(
-                Node(
-                    Kind.ITEM,
-                    None,
-                    (backward,),
-                    {"index": k},
-                    loop.span,
-                    loop.form,
-                    t.frames,
-                    name=carried.name,
-                )
-            )
-            for k, carried in enumerate(grads_in + sums)
-        ]
-        return list(zip([*loop.inputs, *outer], items))
-
     @contextmanager
-    def _stamped(self, node: Node):
+    def stamped(self, node: Node):
         """Nodes made now carry the forward node's frames, then the frames around `gradient`,
         and know the forward node (the policy reads the marks it has from its parameters).
         """
@@ -463,6 +414,108 @@ class _Backward:
             node.note = echo(self.datum)
             self.first = False
         return node
+
+
+class _Adjoint:
+    """The adjoint loop of a FOR: over the layers in reverse, each iteration computes its
+    layer's forward again from the carried values the forward loop recorded, then the
+    gradient of the values it carries; values read from around the loop collect their
+    contributions in carried sums."""
+
+    def __init__(self, backward: _Backward, loop: Node):
+        self.backward = backward
+        self.t = backward.t
+        self.loop = loop
+        (self.body,) = loop.regions
+        self.outer = [  # the values read from around the loop that depend on X
+            value
+            for value in dict.fromkeys(_read_in_regions(loop))
+            if isinstance(value, Node) and value in backward.depends
+        ]
+
+    def run(self, contributions: list) -> list:
+        """[(operand, its contribution)] for the loop's starts and the values read around it."""
+        loop, body, t = self.loop, self.body, self.t
+        starts = self._starts(contributions)
+        grads_in = [_input("grad_" + (c.name or "x"), loop) for c in body.inputs]
+        sums = [_input("grad_" + _label(value), loop) for value in self.outer]
+        recorded = [
+            _input(c.name or _label(start), loop)
+            for c, start in zip(body.inputs, loop.inputs)
+        ]
+        attrs = dict(loop.attrs, index=loop.attrs["index"] or "i", reverse=loop)
+        loop.attrs["recorded"] = True
+        adjoint = Node(
+            Kind.FOR,
+            None,
+            tuple(starts),
+            attrs,
+            loop.span,
+            loop.form,
+            t.frames,
+            regions=(Region(grads_in + sums + recorded),),
+        )
+        with t.region(adjoint.regions[0]):
+            self._body(adjoint, grads_in, sums, recorded)
+        t.add(adjoint)
+        items = [
+            t.add(
+                Node(
+                    Kind.ITEM,
+                    None,
+                    (adjoint,),
+                    {"index": k},
+                    loop.span,
+                    loop.form,
+                    t.frames,
+                    name=carried.name,
+                )
+            )
+            for k, carried in enumerate(grads_in + sums)
+        ]
+        return list(zip([*loop.inputs, *self.outer], items))
+
+    def _starts(self, contributions: list) -> list:
+        """What the adjoint loop starts from: each carried value's gradient after the loop,
+        and zeros for each carried sum."""
+        backward, t = self.backward, self.t
+        seeds: dict = {}
+        for index, gradient in contributions:
+            seeds.setdefault(index, []).append(gradient)
+        with backward.stamped(self.loop):
+            starts = [
+                backward.added(seeds[k]) if k in seeds else t.op("zeros-like", [start])
+                for k, start in enumerate(self.loop.inputs)
+            ]
+            return starts + [t.op("zeros-like", [value]) for value in self.outer]
+
+    def _body(self, adjoint: Node, grads_in: list, sums: list, recorded: list) -> None:
+        """One iteration: the layer's forward again, then its backward."""
+        backward, t, body = self.backward, self.t, self.body
+        copies = dict(zip(body.inputs, recorded))
+        t.origin.update(zip(recorded, body.inputs))
+        backward.depends.update(
+            copy for carried, copy in copies.items() if carried in backward.depends
+        )
+        _Copier(backward, self.loop, adjoint, copies).block(body.nodes)
+        grads: dict = {}
+        for out, gradient in zip(body.outputs, grads_in):
+            grads.setdefault(copies.get(out, out), []).append(gradient)
+        grads = backward.propagate(list(adjoint.regions[0].nodes), grads)
+        with backward.stamped(self.loop):
+            outputs = [
+                backward.added(grads[c]) if grads.get(c) else t.op("zeros-like", [c])
+                for c in recorded
+            ]
+            outputs += [
+                (
+                    t.op("+", [total, backward.added(grads[value])])
+                    if grads.get(value)
+                    else total
+                )
+                for total, value in zip(sums, self.outer)
+            ]
+        adjoint.regions[0].outputs = outputs
 
 
 def _input(name: str, loop: Node) -> Node:
@@ -527,6 +580,15 @@ class _Copier:
         if isinstance(value, tuple):
             return tuple(self.value(v) for v in value)
         return value
+
+
+def _sums_all(node: Node) -> bool:
+    return (
+        node.kind is Kind.OP
+        and node.op == "sum"
+        and node.attrs["axes"] is None
+        and isinstance(node.inputs[0], Node)
+    )
 
 
 def _reads_around(node: Node) -> list:

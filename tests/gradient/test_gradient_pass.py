@@ -10,6 +10,8 @@ import torch
 from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
 
+from cases import GOLDEN
+
 SOURCE = """
 (defparam w (normal [4 4]))
 (defun forward (x)
@@ -31,10 +33,14 @@ def test_the_trace_dump_shows_the_graph_before_differentiation():
 def test_the_gradient_dump_shows_the_backward_in_its_place():
     lines = dumped(SOURCE, "gradient")
     assert not any("gradient(" in line for line in lines)
-    assert "  %5 grad_sum-tanh = ones-like(%4) [island]  @4:58" in lines
+    # the sum's gradient is ones shaped like (tanh ...), which has the matmul's shape: the
+    # sum is no longer computed
+    assert "  %4 grad_tanh-matmul = ones-like(%2) [island]  @4:58" in lines
+    assert not any(" sum(" in line for line in lines)
     # the let's name is the value's, and the reader of the gradient reads its value
-    assert any(line.startswith("  %12 = *(%11, 2.0)") for line in lines)
-    assert "  return %12" in lines
+    assert "  %9 grad_x = matmul(%7, %8) [island]  @4:69" in lines
+    assert any(line.startswith("  %10 = *(%9, 2.0)") for line in lines)
+    assert "  return %10" in lines
 
 
 def test_a_gradient_of_a_gradient_differentiates_the_expanded_one(build):
@@ -50,3 +56,16 @@ def test_an_unused_gradient_is_still_checked():
     with pytest.raises(SourceError) as error:
         compile_source(source, "model.lisp")
     assert "'//' has no gradient" in str(error.value)
+
+
+def test_the_backward_computes_no_value_only_for_its_shape():
+    """A full sum's gradient is ones of its input's shape (no sum with a rounding and a hook
+    computed for ones_like); a sum back to a shape reads a value computed anyway; the
+    rules' products by a literal 1 are the other factor."""
+    source = (GOLDEN / "gradient-regions.lisp").read_text()
+    code = compile_source(source, "gradient-regions.lisp", Options(target="cpu"))
+    chained = code.split("    def chained(")[1]
+    assert "torch.sum(" not in chained
+    assert "grad_chain = torch.ones_like(x, dtype=torch.float32)" in chained
+    assert ".sum_to_size(matmul_x.shape)" in chained
+    assert "* 1.0" not in chained.split("# (gradient")[1]
