@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from cases import lisp
 from conftest import adamw_losses, load_module
@@ -45,15 +44,24 @@ def llama(run: str):
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def hf():
+    """transformers, imported by the tests that use it: every xdist worker collects this
+    file, and importing Llama's modeling code takes each one seconds."""
+    import transformers
+
+    return transformers
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory, hf):
     """transformers' model with random weights in f32, and as from_pretrained(...,
     dtype=torch.bfloat16) loads it: bf16 parameters, the rotary inv_freq buffer f32."""
     torch.manual_seed(0)
-    config = LlamaConfig(**SIZES, attn_implementation="sdpa")
-    f32 = LlamaForCausalLM(config).eval()
+    config = hf.LlamaConfig(**SIZES, attn_implementation="sdpa")
+    f32 = hf.LlamaForCausalLM(config).eval()
     folder = tmp_path_factory.mktemp("llama")
     f32.save_pretrained(folder)
-    bf16 = LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    bf16 = hf.LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
     assert bf16.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
     assert bf16.model.rotary_emb.inv_freq.dtype == torch.float32
     return {"exact": f32, "train": bf16}
@@ -76,11 +84,13 @@ def test_the_real_checkpoint_loads_and_gives_the_real_logits(real, run, length):
     assert torch.equal(got, want)
 
 
-def test_the_constructor_takes_llama_configs_names():
+def test_the_constructor_takes_llama_configs_names(hf):
     """head_dim, rms_norm_eps and rope_theta reach the layers as they reach transformers'."""
     options = dict(SIZES, head_dim=32, rms_norm_eps=1e-5, rope_theta=500000.0)
     torch.manual_seed(3)
-    real = LlamaForCausalLM(LlamaConfig(**options, attn_implementation="sdpa")).eval()
+    real = hf.LlamaForCausalLM(
+        hf.LlamaConfig(**options, attn_implementation="sdpa")
+    ).eval()
     model = llama("exact")(**options)
     model.load_state_dict(real.state_dict(), strict=True)
     assert model.model.layers[1].self_attn.q_proj.weight.shape == (128, 64)
@@ -117,7 +127,7 @@ def test_the_source_is_at_most_70_lines_of_code():
     assert len(code) <= 70
 
 
-def test_the_readmes_loading_snippet_runs(tmp_path):
+def test_the_readmes_loading_snippet_runs(tmp_path, hf):
     """The README's snippet, on a small random checkpoint with Llama's vocabulary size."""
     section = README.split("\n## Loading a Hugging Face Llama\n", 1)[1].split(
         "\n## ", 1
@@ -125,8 +135,8 @@ def test_the_readmes_loading_snippet_runs(tmp_path):
     (command,) = re.findall(r"^```sh\n(.*?)\n```$", section, flags=re.M | re.S)
     (snippet,) = re.findall(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
     torch.manual_seed(4)
-    config = LlamaConfig(**dict(SIZES, vocab_size=32000))
-    LlamaForCausalLM(config).save_pretrained(tmp_path / "checkpoint")
+    config = hf.LlamaConfig(**dict(SIZES, vocab_size=32000))
+    hf.LlamaForCausalLM(config).save_pretrained(tmp_path / "checkpoint")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     name, source, *rest = shlex.split(command)
     subprocess.run(

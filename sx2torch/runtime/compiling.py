@@ -27,21 +27,54 @@ with one cast). Where the user has set ``emulate_precision_casts``, inductor kee
 cast gives the same bits (all 2^32 patterns), so the rounding is inlined as the cast.
 """
 
+import importlib.abc
+import importlib.util
+import sys
+
 import torch
-import torch._inductor.config
-import torch._inductor.decomposition
 
 from sx2torch.runtime.matmul import gemm_forward
 from sx2torch.runtime.rounding import round_bits
 
 _AUTOCAST = ("_enter_autocast", "_exit_autocast")
+_INDUCTOR = "torch._inductor.decomposition"
 
 
 def prepare_compiling() -> None:
-    marked = torch._inductor.config.unsafe_marked_cacheable_functions
+    """Registers the ops with inductor now if it is loaded, else as soon as it is: importing
+    it (dynamo with it) doubles the import time of a process that never compiles."""
+    if "torch._inductor" in sys.modules:
+        _register()
+    else:
+        sys.meta_path.insert(0, _AfterImport())
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `_register` once inductor's decomposition table is loaded, before any compile."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _INDUCTOR:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _register()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _register() -> None:
+    # `as`: bound from sys.modules while the decomposition module is still being loaded
+    import torch._inductor.config as config
+    import torch._inductor.decomposition as inductor
+
+    marked = config.unsafe_marked_cacheable_functions
     for name in _AUTOCAST:
         marked.setdefault(f"torch.amp.autocast_mode.{name}", torch.__version__)
-    inductor = torch._inductor.decomposition
     inductor.decompositions[torch.ops.sx2torch.round_to_bf16.default] = _rounding
     inductor.decompositions[torch.ops.sx2torch.as_f32.default] = torch.clone
     inductor.decompositions[torch.ops.sx2torch.gemm_f32_out.default] = gemm_forward

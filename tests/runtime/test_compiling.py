@@ -68,3 +68,24 @@ print(json.dumps({k: after[k] for k in after if after[k] != before[k]}, default=
         "torch.amp.autocast_mode._enter_autocast",
         "torch.amp.autocast_mode._exit_autocast",
     }
+
+
+def test_the_runtime_loads_inductor_only_for_a_compile():
+    """Importing the runtime leaves inductor (and dynamo, about 3 s of a process's start)
+    unloaded; the first import of inductor, as torch.compile does, registers the ops."""
+    script = """
+import sys
+import torch
+import sx2torch.runtime
+print("torch._inductor" in sys.modules, "torch._dynamo" in sys.modules)
+import torch._inductor.decomposition as inductor
+print(inductor.decompositions[torch.ops.sx2torch.as_f32.default] is torch.clone)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    ).stdout
+    assert out.split() == ["False", "False", "True"]
