@@ -9,7 +9,7 @@ import torch
 
 from cases import lisp
 from sx2torch import interpret
-from sx2torch.compiler import Options, compile_source
+from sx2torch.compiler import compile_source
 from sx2torch.errors import SourceError
 
 DTYPES = {"train": torch.bfloat16, "exact": torch.float32}

@@ -172,7 +172,11 @@ def test_a_for_with_one_carried_value_and_no_index(build):
         ("(for (i l layers) () (l h))", "expected the carried values", "()"),
         ("(for (i l layers) ((h 1.0)) (l h))", "must be a tensor", "1.0"),
         ("(if (sum x) x x)", "known when the module runs", "(sum x)"),
-        ("(let (([a b] (relu x))) a)", "expected a for or a call giving 2 values", "(relu"),
+        (
+            "(let (([a b] (relu x))) a)",
+            "expected a for or a call giving 2 values",
+            "(relu",
+        ),
         ("(for (i l layers) ((h x) (g x)) [(l h) g])", "gives 2 values", "(for"),
         (
             "(let ((y (for (i l layers) ((h x)) (l h)))) (gradient (sum y) x))",

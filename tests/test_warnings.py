@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 
-import pytest
 
 from sx2torch import cli
 from sx2torch.compiler import Options, compile_module, compile_source

@@ -19,7 +19,7 @@ import torch
 
 from sx2torch.interpret import ops
 from sx2torch.interpret.model import Instance, ParamValue
-from sx2torch.syntax.read import Boolean, Keyword, List, Number, String, Symbol, Vector
+from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
 
 F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
 DTYPES = {":f32": F32, ":bf16": BF16}

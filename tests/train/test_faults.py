@@ -21,7 +21,6 @@ import pytest
 import torch
 
 from sx2torch.compiler import compile_source
-from sx2torch.runtime import checkpoint as checkpoints
 from sx2torch.runtime.checkpoint import CheckpointError, load_checkpoint
 from sx2torch.runtime.data import write_shard
 from train.test_script import chain, small_gpt
