@@ -20,6 +20,7 @@ from sx2torch import ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
+from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, SAME
 from sx2torch.syntax.program import Program
@@ -173,7 +174,7 @@ class _Writer(Builder):
 def _is_one(value) -> bool:
     return (
         isinstance(value, Scalar)
-        and value.op == "lit"
+        and value.op is ScalarOp.LIT
         and not isinstance(value.value, bool)
         and value.value == 1
     )

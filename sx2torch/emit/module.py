@@ -286,7 +286,7 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
 def _layers(count: Scalar, scalar) -> cst.BaseExpression:
     """A count from constructor arguments is checked against the limit when the module is
     built; a literal one was checked when it compiled."""
-    if count.op == "lit":
+    if count.op is ScalarOp.LIT:
         return b.call("range", scalar(count))
     return b.call("sx.layers", scalar(count))
 
