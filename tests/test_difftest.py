@@ -17,7 +17,7 @@ sys.path.insert(
 
 from sx2torch import interpret  # noqa: E402
 from sx2torch.errors import SourceError  # noqa: E402
-from tools.difftest import campaign, check, corpus  # noqa: E402
+from tools.difftest import campaign, check, corpus, generate  # noqa: E402
 
 CORPUS = sorted((Path(__file__).parent / "difftest_corpus").glob("*.lisp"))
 PROGRAMS = range(100)
@@ -49,6 +49,19 @@ def test_corpus(path):
         assert failures, f"{path.name} no longer fails: remove its `;; known:` line"
         pytest.xfail(case.known)
     assert not failures, failures
+
+
+def test_the_generator_draws_every_op_of_the_registry():
+    """Every op a source may call appears in the first 3,000 programs, or is named in
+    generate.NOT_DRAWN with its reason; a new op must reach the campaign."""
+    from sx2torch.ops.registry import REGISTRY
+
+    drawn = set()
+    for seed in range(3000):
+        drawn |= set(campaign.HEAD.findall(generate.program(seed)[0]))
+    public = {name for name, op in REGISTRY.items() if not op.internal}
+    assert public - drawn - generate.NOT_DRAWN == set()
+    assert generate.NOT_DRAWN <= public
 
 
 def test_a_chain_of_layers_giving_a_number_is_a_diagnostic():

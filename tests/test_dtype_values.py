@@ -78,5 +78,5 @@ def test_cast_run_of_integers_is_a_diagnostic():
     with pytest.raises(SourceError) as raised:
         compile_source("(defun forward (ids) (cast-run (positions ids)))", "m.lisp")
     assert (
-        raised.value.message == "'cast-run' needs a float tensor, got a integer tensor"
+        raised.value.message == "'cast-run' needs a float tensor, got an integer tensor"
     )

@@ -250,7 +250,7 @@ class MethodEmitter:
             self.typed.compute.get(node),
             {k: self._attr(v) for k, v in node.attrs.items()},
             {k: _value(v) for k, v in node.attrs.items()},
-            tuple(isinstance(i, Scalar) for i in node.inputs),
+            tuple(map(_is_number, node.inputs)),
         )
         rounds = self.typed.dtype[node] == "bf16" and not op.is_exact(node.inputs)
         value = self.ctx.target.store(op.emit(operands, context), rounds)
@@ -370,3 +370,11 @@ def located(statement, span, source_lines: Optional[str]):
     return statement.with_changes(
         trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment)
     )
+
+
+def _is_number(operand) -> bool:
+    """A number in the emitted code: known when the file compiles, or a Python one."""
+    if isinstance(operand, Scalar):
+        return True
+    op = REGISTRY.get(getattr(operand, "op", None))
+    return op is not None and op.python_number

@@ -145,6 +145,11 @@ def _fused_rms_norm(a, k):
     return F.rms_norm(x, (x.shape[-1],), weight, k.get("eps"))
 
 
+def _fused_layer_norm(a, k):
+    x, weight, bias = (a + [None, None])[:3]
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, k.get("eps", 1e-05))
+
+
 def _cross_entropy(a, k):
     reduction = k.get("reduction", ":mean").lstrip(":")
     return F.cross_entropy(a[0], a[1], reduction=reduction)
@@ -187,6 +192,11 @@ def _interpolate(a, k):
     )
 
 
+def _extremum(fn):
+    """Against a number, as against a 0-d tensor: it decides no dtype."""
+    return Spec(lambda a, k: fn(*(torch.as_tensor(v) for v in a)))
+
+
 def _binary(fn):
     return Spec(lambda a, k: reduce(fn, a))
 
@@ -196,7 +206,9 @@ OPS = {
     "*": _binary(lambda x, y: x * y),
     "-": Spec(lambda a, k: -a[0] if len(a) == 1 else a[0] - a[1]),
     "/": Spec(lambda a, k: a[0] / a[1]),
-    "//": Spec(lambda a, k: torch.floor_divide(a[0], a[1])),
+    # integers stay integers (a layer index, token ids); floats as any binary op
+    "//": Spec(lambda a, k: torch.floor_divide(a[0], a[1]), KEEP),
+    "mod": Spec(lambda a, k: torch.remainder(a[0], a[1]), KEEP),
     "<": Spec(lambda a, k: a[0] < a[1], BOOL),
     "<=": Spec(lambda a, k: a[0] <= a[1], BOOL),
     "=": Spec(lambda a, k: a[0] == a[1], BOOL),
@@ -218,8 +230,8 @@ OPS = {
     "rsqrt": Spec(lambda a, k: torch.rsqrt(a[0])),
     "square": Spec(lambda a, k: torch.square(a[0])),
     "pow": Spec(lambda a, k: torch.pow(a[0], a[1])),
-    "maximum": Spec(lambda a, k: torch.maximum(a[0], a[1])),
-    "minimum": Spec(lambda a, k: torch.minimum(a[0], a[1])),
+    "maximum": _extremum(torch.maximum),
+    "minimum": _extremum(torch.minimum),
     "clamp": Spec(lambda a, k: torch.clamp(a[0], k.get("min"), k.get("max"))),
     "where": Spec(lambda a, k: torch.where(*a), KEEP, skip=(0,)),
     "sum": Spec(_reduce(torch.sum)),
@@ -255,6 +267,10 @@ OPS = {
     "arange-of": Spec(
         lambda a, k: torch.arange(a[0].shape[k.get("axis", -1)]), skip=(0,)
     ),
+    "size": Spec(lambda a, k: a[0].shape[k.get("axis", -1)], KEEP, skip=(0,)),
+    "positions": Spec(
+        lambda a, k: torch.arange(a[0].shape[k.get("axis", -1)]), KEEP, skip=(0,)
+    ),
     # drawn from torch's generator in f32, as the module draws them
     "randn-like": Spec(lambda a, k: torch.randn_like(a[0], dtype=F32), skip=(0,)),
     "rand-like": Spec(lambda a, k: torch.rand_like(a[0], dtype=F32), skip=(0,)),
@@ -265,6 +281,7 @@ OPS = {
     "attention-scale": Spec(lambda a, k: a[0] / math.sqrt(a[1].shape[-1]), skip=(1,)),
     "attention": Spec(_attention),
     "fused-rms-norm": Spec(_fused_rms_norm),
+    "fused-layer-norm": Spec(_fused_layer_norm),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
     "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
     "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),

@@ -90,6 +90,7 @@ register(
         lambda a, ctx: b.subscript(b.attr(a[0], "shape"), ctx.attrs["axis"]),
         keys=(Key("axis", "int", -1),),
         result="int",
+        python_number=True,
         no_grad="integers carry no gradient",
         doc=(
             "LIKE's size along :axis when the module runs, `x.shape[1]`: a Python integer, "

@@ -120,6 +120,9 @@ class Op:
     bf16_risk: str = ""
     # draws from torch's generator (dropout, randn-like): computing it again draws anew
     draws: bool = False
+    # gives a Python number when the module runs (`x.shape[1]`), which torch takes where it
+    # takes a compile-time number: `torch.clamp(x, min=n)`, not `torch.maximum(x, n)`
+    python_number: bool = False
     # the op on compile-time numbers, `numbers(operands, span) -> Scalar`: where every operand
     # is one, it is folded when the file compiles and makes no node
     numbers: Optional[Callable] = None

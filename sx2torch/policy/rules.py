@@ -505,7 +505,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         got = (
             "a number"
             if isinstance(operand, Scalar)
-            else f"a {_describe(dtype)} tensor"
+            else f"{_describe(dtype)} tensor"
         )
         raise SourceError(
             node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
@@ -522,7 +522,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         got = (
             "a number"
             if isinstance(operand, Scalar)
-            else f"a {_describe(dtype)} tensor"
+            else f"{_describe(dtype)} tensor"
         )
         raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
     if (
@@ -532,12 +532,12 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
     ):
         raise SourceError(
             node.span,
-            f"'{node.op}' needs a float tensor, got a {_describe(dtype)} tensor",
+            f"'{node.op}' needs a float tensor, got {_describe(dtype)} tensor",
         )
 
 
 def _describe(dtype: Optional[str]) -> str:
-    return {DType.INT: "integer", DType.BOOL: "boolean"}.get(dtype, "float")
+    return {DType.INT: "an integer", DType.BOOL: "a boolean"}.get(dtype, "a float")
 
 
 def _origins(operand, graph: Graph) -> set:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 B, D = 2, 4  # rows of the input, and the model's width `d`
 ROWS, VEC, MAT, ZERO = (B, D), (D,), (D, D), ()
 ROWS1 = (B, 1)
+TABLE = (8, D)
 UNARY = [
     "neg",
     "abs",
@@ -44,6 +45,13 @@ EXACT |= {
 }
 EXACT |= {"expand-as", "reshape-as", "clamp", "causal-mask", "cast", "outer"}
 EXACT |= {"<", "<=", "=", ">", ">="}
+EXACT |= {"max-pool1d", "max-pool2d", "interpolate", "topk", "gather", "argmax"}
+EXACT |= {"index-select", "positions", "mod", "//", "arange", "arange-of", "size"}
+EXACT |= {"cast-run", "scalar-like"}
+# Ops no program draws: random draws (dropout, rand-like, randn-like), which the module
+# and the interpreter would take from torch's generator in different orders; and
+# batch-norm, whose statistics over the B = 2 rows make gradients ill-conditioned.
+NOT_DRAWN = {"dropout", "rand-like", "randn-like", "batch-norm"}
 
 
 @dataclass
@@ -87,7 +95,8 @@ class Gen:
             return self.leaf(shape, scope)
         makers = [self.elementwise, self.binary, self.form]
         makers += {
-            ROWS: [self.rows, self.rows] + ([] if self.exact else [self.library]),
+            ROWS: [self.rows, self.rows, self.tensor]
+            + ([] if self.exact else [self.library]),
             VEC: [self.vec],
             MAT: [self.mat],
             ZERO: [self.zero],
@@ -136,6 +145,11 @@ class Gen:
         choice = self.rng.random()
         if choice < 0.15:
             return self.pick("2.0", "0.5", "-1.5", "0.25", "3", *scope.keys)
+        if choice < 0.17:
+            return self.pick(
+                f"({self.use('size')} x :axis {self.pick(0, 1)})",
+                f"({self.use('scalar-like')} x {self.pick('2.0', '0.5')})",
+            )
         if choice < 0.3 and shape == ROWS:
             red = self.pick("sum", "mean", "amax") if not scope.smooth else "mean"
             inner = self.expr(ROWS, scope, depth - 1)
@@ -205,6 +219,7 @@ class Gen:
             "rsqrt": f"(rsqrt (+ (square {x}) 1.0))",
             "pow": f"(pow {x} 2)",
             "fused-rms-norm": f"(fused-rms-norm {x}{self.pick('', ' v')})",
+            "fused-layer-norm": f"(fused-layer-norm {x}{self.pick('', ' v', ' v v')})",
             "causal-attention": f"(causal-attention {x} {y} {x})",
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
@@ -215,7 +230,57 @@ class Gen:
             forms["attention"] = f"(attention {x} {y} {x} :causal true)"
         if "v" not in scope.params.get(VEC, []):
             forms["fused-rms-norm"] = f"(fused-rms-norm {x})"
+            forms["fused-layer-norm"] = f"(fused-layer-norm {x})"
         op = self.use(self.rng.choice(sorted(forms)))
+        return forms[op]
+
+    def tensor(self, shape, scope, depth):
+        """Convolutions, pooling, routing and the integer ops, each back to [B D]."""
+        x, y = self.expr(ROWS, scope, depth), self.expr(ROWS, scope, depth - 1)
+        seq, image = f"(reshape {x} [1 {B} {D}])", f"(reshape {x} [1 1 {B} {D}])"
+        back = f"[{B} {D}]"
+        smooth = {  # ops with derivative rules, fit for a gradient's Y
+            "cumsum": f"(cumsum {x} :axis {self.pick(0, 1, -1)})",
+            "gather": f"(let (([tv ti] (topk {x} 2))) "
+            f"(concat [tv (gather {y} ti :axis 1)] :axis 1))",
+            "scatter-add": f"(let (([tv ti] (topk {y} 2))) "
+            f"(scatter-add {x} ti tv :axis 1))",
+            "index-add": f"(index-add {x} (argmax {y} :axis 0) "
+            f"{self.expr(MAT, scope, depth - 1)})",
+            "attention-scale": f"(attention-scale {x} {y})",
+            "cast-run": f"(cast-run {x})",
+            "zeros-like": f"(+ {x} (zeros-like {y}))",
+            "expand-as": f"(* {x} (expand-as {self.leaf(VEC, scope)} {y}))",
+            "matrix-scan": f"(matrix-scan (* 0.5 {self.leaf(MAT, scope)}) {x} :axis 0)",
+        }
+        rough = {
+            "max-pool1d": f"(reshape (interpolate (max-pool1d {seq} 2) :scale-factor 2) "
+            f"{back})",
+            "avg-pool1d": f"(reshape (interpolate (avg-pool1d {seq} 2) :scale-factor 2) "
+            f"{back})",
+            "max-pool2d": f"(reshape (interpolate (max-pool2d {image} 2) :size {back}) "
+            f"{back})",
+            "avg-pool2d": f"(reshape (interpolate (avg-pool2d {image} 2 :stride 1 "
+            f":padding 1) :size {back}) {back})",
+        }
+        if "table" in scope.params.get(TABLE, []):  # the top level's parameters
+            smooth["conv1d"] = f"(reshape (conv1d {seq} wc :padding 1) {back})"
+            smooth["conv2d"] = f"(reshape (conv2d {image} wk :padding 1) {back})"
+            rough["argmax"] = f"(take table (argmax {x} :axis 1))"
+            rough["sparse-experts"] = (
+                f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}))) "
+                f"(sparse-experts {x} ti (softmax tv) gu dn))"
+            )
+        if scope.ids:
+            rough["positions"] = "(take table (positions ids :axis 0))"
+            rough["mod"] = "(take table (mod ids 3))"
+            rough["//"] = "(take table (// ids 2))"
+            rough["index-select"] = "(index-select table ids)"
+        forms = smooth if scope.smooth else {**smooth, **rough}
+        names = sorted(o for o in forms if o in EXACT or not self.exact)
+        if not names:
+            return self.rows(shape, scope, depth)
+        op = self.use(self.rng.choice(names))
         return forms[op]
 
     def reduction(self, scope, rough: str) -> str:
@@ -223,7 +288,18 @@ class Gen:
         return self.pick("sum", "mean", *([] if scope.smooth else [rough]))
 
     def vec(self, shape, scope, depth):
-        kind = self.rng.randrange(3)
+        kind = self.rng.randrange(4)
+        if kind == 3:
+            v = self.expr(VEC, scope, depth)
+            made = {
+                "arange": f"(arange {v} 0 {D} 1)",
+                "arange-of": f"(arange-of {v})",
+                "linspace": f"(linspace {v} -1.0 1.0 {D})",
+            }
+            if self.exact:
+                made.pop("linspace")
+            op = self.use(self.pick(*sorted(made)))
+            return f"(+ {v} {made[op]})"
         if kind == 0:
             mat = self.expr(MAT, scope, depth)
             if scope.smooth:
@@ -235,12 +311,16 @@ class Gen:
         return f"({self.use(red)} {self.expr(ROWS, scope, depth)} :axes [0])"
 
     def mat(self, shape, scope, depth):
-        kind = self.rng.randrange(3)
+        kind = self.rng.randrange(5)
         m = self.expr(MAT, scope, depth)
         if kind == 0:
             return f"({self.use('transpose')} {m} [1 0])"
         if kind == 1 and not scope.smooth:
             return f"({self.use('causal-mask')} {m} :fill -2.0)"
+        if kind == 2 and not scope.smooth:
+            return f"({self.use('outer')} {self.expr(VEC, scope, depth)} {self.leaf(VEC, scope)})"
+        if kind == 3 and not scope.smooth and not self.exact:
+            return f"({self.use('newton-schulz')} {m} :steps {self.pick(1, 2)})"
         return f"({self.use('matmul')} {m} {self.expr(MAT, scope, depth)})"
 
     def zero(self, shape, scope, depth):
@@ -324,7 +404,9 @@ def program(seed: int) -> tuple:
     """(source, {method: [input names]}) of one random program."""
     rng = random.Random(seed)
     g = Gen(rng, exact=seed % 2 == 0)
-    top = Scope({ROWS: ["x"]}, {MAT: ["w1", "w2"], VEC: ["v"]}, ids=True)
+    top = Scope(
+        {ROWS: ["x"]}, {MAT: ["w1", "w2"], VEC: ["v"], TABLE: ["table"]}, ids=True
+    )
     inner = Scope({ROWS: ["x"]}, top.params, calls=False, smooth=True, keys=("k",))
     g.budget = 10
     helper = g.expr(ROWS, inner, 4)
@@ -346,6 +428,9 @@ def program(seed: int) -> tuple:
         ("table", "[8 d]"),
     ):
         lines.append(f"(defparam {name} (normal {shape}){rng.choice(PARAM_OPTIONS)})")
+    for name, shape in TENSOR_PARAMS:
+        if re.search(rf"\b{name}\b", helper + forward):
+            lines.append(f"(defparam {name} (normal {shape}))")
     precision = rng.choice([":f32", ":bf16", ":bf16"])
     lines += [
         f"(defun helper (x &key (k 0.5)) {helper})",
@@ -355,6 +440,14 @@ def program(seed: int) -> tuple:
     return "\n".join(lines) + "\n", {"forward": ["x", "ids"], "helper": ["x"]}
 
 
+# Weights of the convolutions (channels 2 of length D; 1 of B x D) and of two experts.
+TENSOR_PARAMS = [
+    ("wc", "[2 2 3]"),
+    ("wk", "[1 1 3 3]"),
+    ("wr", "[d 2]"),
+    ("gu", "[2 4 d]"),
+    ("dn", "[2 d 2]"),
+]
 STACKS = ["(stack 2 (blk :d d))", "(stack (i 2) (blk :d d :idx i))"]
 
 
