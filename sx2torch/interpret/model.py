@@ -21,6 +21,7 @@ FOLDS = {
     "/": operator.truediv,
     "//": operator.floordiv,
     "**": operator.pow,
+    "%": operator.mod,
 }
 COMPARES = {
     "==": operator.eq,
@@ -38,7 +39,7 @@ SPELLED.update(
 )
 
 
-# Names an attribute of the module cannot take, which get a trailing `_`.
+# Names a method of the module cannot take, which get a trailing `_`.
 RESERVED = {
     *keyword.kwlist,
     *keyword.softkwlist,
@@ -53,8 +54,14 @@ RESERVED -= {"forward"}
 
 
 def key(name: str) -> str:
+    """A parameter's or sub-model's state_dict key: never a trailing `_` (`attention.self`)."""
     text = "".join(SPELLED.get(c, c) for c in name)
-    text = "v" + text if text[0].isdigit() or text[0] == "_" else text
+    return "v" + text if text[0].isdigit() or text[0] == "_" else text
+
+
+def method(name: str) -> str:
+    """A defun's method name in the module."""
+    text = key(name)
     return text + "_" if text in RESERVED else text
 
 

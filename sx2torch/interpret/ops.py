@@ -120,14 +120,28 @@ def _matrix_scan(a, k):
 
 
 def _attention(a, k):
-    q, key, v = a
+    """SDPA; a MASK (booleans: True sees; or floats added, read in Q's dtype) is restricted
+    to the keys :causal or :window allow."""
+    q, key, v = a[:3]
+    t, s = q.shape[-2], key.shape[-2]
+    i, j = torch.arange(t).unsqueeze(-1), torch.arange(s)
     window = k.get("window")
-    mask = None
+    allowed = None
     if window is not None:
-        t, s = q.shape[-2], key.shape[-2]
-        i = torch.arange(t).unsqueeze(-1)
-        j = torch.arange(s)
-        mask = (j <= i) & (j >= i - window)
+        allowed = (j <= i) & (j >= i - window)
+    elif k.get("causal", False) and len(a) == 4:
+        allowed = j <= i
+    mask = a[3] if len(a) == 4 else None
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(q.dtype)
+    if mask is None:
+        mask = allowed
+    elif allowed is not None:
+        mask = (
+            mask & allowed
+            if mask.dtype == torch.bool
+            else mask.masked_fill(~allowed, -math.inf)
+        )
     return F.scaled_dot_product_attention(
         q,
         key,
@@ -224,7 +238,9 @@ OPS = {
     "tanh": Spec(lambda a, k: torch.tanh(a[0])),
     "sigmoid": Spec(lambda a, k: torch.sigmoid(a[0])),
     "silu": Spec(lambda a, k: F.silu(a[0])),
-    "gelu": Spec(lambda a, k: F.gelu(a[0])),
+    "gelu": Spec(
+        lambda a, k: F.gelu(a[0], approximate=_keyword(k.get("approximate", ":none")))
+    ),
     "erf": Spec(lambda a, k: torch.erf(a[0])),
     "sqrt": Spec(lambda a, k: torch.sqrt(a[0])),
     "rsqrt": Spec(lambda a, k: torch.rsqrt(a[0])),
@@ -279,7 +295,7 @@ OPS = {
     "cast-run": Spec(lambda a, k: a[0], RUN),
     "linspace": Spec(lambda a, k: torch.linspace(a[1], a[2], a[3]), skip=(0,)),
     "attention-scale": Spec(lambda a, k: a[0] / math.sqrt(a[1].shape[-1]), skip=(1,)),
-    "attention": Spec(_attention),
+    "attention": Spec(_attention, skip=(3,)),
     "fused-rms-norm": Spec(_fused_rms_norm),
     "fused-layer-norm": Spec(_fused_layer_norm),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),

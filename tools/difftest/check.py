@@ -31,7 +31,7 @@ import torch
 
 from sx2torch import compiler, interpret
 from sx2torch.errors import SourceError
-from sx2torch.interpret.model import key
+from sx2torch.interpret.model import method as method_name
 
 TARGETS = compiler.TARGETS
 HELD = ("metal", "cpu")  # targets that hold bf16 values in f32 tensors
@@ -158,7 +158,7 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
     results = {}
     for target, module in modules.items():
         try:
-            got = getattr(module, key(method))(*[a.clone() for a in args])
+            got = getattr(module, method_name(method))(*[a.clone() for a in args])
         except Exception as error:  # noqa: BLE001
             out.note(
                 "run", f"{target}:{method}", False, f"{type(error).__name__}: {error}"
@@ -243,7 +243,7 @@ def _backward(out: Outcome, model, module, method: str, args: list, want):
     names = [k for k in params if k in leaves and leaves[k].requires_grad]
     x = [_leaf(a) for a in args]
     module.zero_grad()
-    (getattr(module, key(method))(*x).float() * weights).sum().backward()
+    (getattr(module, method_name(method))(*x).float() * weights).sum().backward()
     xi = [_leaf(a) for a in args]
     value = model.evaluate(method, xi, detach=False)
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]

@@ -138,6 +138,8 @@ class Gen:
         inner = self.expr(shape, scope, depth)
         if op == "exp":
             inner = f"({self.use('tanh')} {inner})"
+        if op == "gelu" and self.chance(0.3):
+            return f"(gelu {inner} :approximate :tanh)"
         return f"({op} {inner})"
 
     def operand(self, shape, scope, depth) -> str:
