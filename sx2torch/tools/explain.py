@@ -101,7 +101,7 @@ def _cast_bytes(reached, elements: dict) -> dict:
             for index, operand in enumerate(node.inputs):
                 if not _cast_down(typed, node, index, operand):
                     continue
-                key = typed.dtype[operand]
+                key = typed.decided[operand].dtype
                 if (key.model, key.name) not in elements:
                     continue  # stored in bf16: read as it is
                 take = node.kind is Kind.OP and node.op == "take" and index == 0
@@ -119,8 +119,8 @@ def _cast_down(typed, node: Node, index: int, operand) -> bool:
     return (
         isinstance(operand, Node)
         and operand.kind is Kind.PARAM
-        and is_param(typed.dtype[operand])
-        and typed.compute.get(node) == "bf16"
+        and is_param(typed.decided[operand].dtype)
+        and typed.decision(node).compute == "bf16"
         and node.kind in (Kind.OP, Kind.CAST)
     )
 
@@ -133,10 +133,10 @@ def _add(items: list, item: str) -> None:
 def _reason(typed, node: Node, precision: str):
     """Why this node computes in f32 under :bf16 (or in bf16 under :f32), as the policy
     decided it; None if it is unremarkable."""
-    reason = typed.reason.get(node)
+    reason = typed.decision(node).reason
     if reason is None:  # inputs, parameters, calls, loops: their nodes have the reasons
         return None
-    compute, out = typed.compute[node], typed.dtype[node]
+    compute, out = typed.decided[node].compute, typed.decided[node].dtype
     unusual = "bf16" if precision == "f32" else "f32"
     if reason.why is Why.OUT_F32:
         return reason.why.value if precision == "bf16" else None
@@ -172,10 +172,10 @@ def _contagion(lowered, precision: str, source_lines: list) -> list:
     found: dict = {}
     for typed in lowered.specializations:
         for node in walk(typed.graph.nodes):
-            reason = typed.reason.get(node)
+            reason = typed.decision(node).reason
             if reason is None or reason.why is not Why.CONTAGION:
                 continue
-            read = [typed.dtype[i] for i in node.inputs if isinstance(i, Node)]
+            read = [typed.decided[i].dtype for i in node.inputs if isinstance(i, Node)]
             params = [d.name for d in read if is_param(d)]
             if params and "bf16" not in read:
                 cause = f"{echo(node.form)} reads the parameter {params[0]}"
