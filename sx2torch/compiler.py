@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import PurePath
-from typing import Callable, Optional
+from typing import Callable, Optional, get_args
 
 from sx2torch import format, gradient, ir, policy, ranks, resolve, trace
 from sx2torch.emit import build as b
@@ -72,8 +72,8 @@ class Unit:
 class Pass:
     name: str
     run: Callable[[Unit], None]
-    # the output's invariants (tests run it)
-    verify: Optional[Callable[[Unit], None]] = None
+    # the output's invariants: what the pass promises is there (tests run it after each)
+    verify: Callable[[Unit], None]
     dump: Optional[Callable[[Unit], str]] = None  # what `--dump-after NAME` prints
 
 
@@ -81,8 +81,17 @@ def _read(unit: Unit) -> None:
     unit.data = read.run(unit.text)
 
 
+def _verify_data(unit: Unit) -> None:
+    assert all(isinstance(datum, get_args(read.Datum)) for datum in unit.data)
+
+
 def _resolve(unit: Unit) -> None:
     unit.program = resolve.run(unit.data, top_model_name(unit.filename))
+
+
+def _verify_program(unit: Unit) -> None:
+    assert unit.program.top.name == top_model_name(unit.filename)
+    assert unit.program.top not in unit.program.models.values()
 
 
 def _trace(unit: Unit) -> None:
@@ -91,6 +100,12 @@ def _trace(unit: Unit) -> None:
 
 
 def _verify_graphs(unit: Unit) -> None:
+    defuns = {
+        (model.name, defun)
+        for model in unit.program.all_models()
+        for defun in model.defuns
+    }
+    assert set(unit.graphs) == defuns, "a defun without its graph"
     for graph in unit.graphs.values():
         ir.verify(graph, REGISTRY)
 
@@ -107,7 +122,14 @@ def _verify_expanded(unit: Unit) -> None:
 
 
 def _ranks(unit: Unit) -> None:
-    ranks.check(unit.program, unit.graphs)
+    ranks.run(unit.program, unit.graphs)
+
+
+def _verify_shapes(unit: Unit) -> None:
+    _verify_expanded(unit)
+    for graph in unit.graphs.values():
+        unshaped = [n for n in ranks.valued(graph) if n.shape is None]
+        assert not unshaped, f"{graph.name}: {unshaped!r} have no shape"
 
 
 def _policy(unit: Unit) -> None:
@@ -122,6 +144,14 @@ def _verify_lowered(unit: Unit) -> None:
 def _names(unit: Unit) -> None:
     render = partial(module.render, target=unit.target, source_lines=unit.shown)
     unit.names = naming.run(unit.program, unit.lowered, unit.target, render)
+
+
+def _verify_names(unit: Unit) -> None:
+    names = unit.names
+    for model in unit.program.all_models():
+        assert model.name in names.classes and model.name in names.attrs, model.name
+    for typed in unit.lowered.specializations:
+        assert typed in names.layouts and typed in names.locals, typed.graph.name
 
 
 def _emit(unit: Unit) -> None:
@@ -147,15 +177,15 @@ def _format(unit: Unit) -> None:
 
 
 PASSES = (
-    Pass("read", _read, dump=lambda unit: dump.data(unit.data)),
-    Pass("resolve", _resolve, dump=lambda unit: dump.program(unit.program)),
+    Pass("read", _read, _verify_data, lambda unit: dump.data(unit.data)),
+    Pass("resolve", _resolve, _verify_program, lambda unit: dump.program(unit.program)),
     Pass("trace", _trace, _verify_graphs, lambda unit: dump.graphs(unit.graphs)),
     Pass(
         "gradient", _gradient, _verify_expanded, lambda unit: dump.graphs(unit.graphs)
     ),
-    Pass("ranks", _ranks),
+    Pass("ranks", _ranks, _verify_shapes),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
-    Pass("names", _names, dump=lambda unit: dump.names(unit.names)),
+    Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
     Pass("emit", _emit, _verify_code, lambda unit: unit.code),
     Pass("format", _format, _verify_code),
 )
@@ -168,7 +198,7 @@ def run(unit: Unit, until: Optional[str] = None, verify: bool = False) -> Unit:
     with _no_cycle_collection():
         for step in PASSES:
             step.run(unit)
-            if verify and step.verify:
+            if verify:
                 step.verify(unit)
             if step.name == until:
                 break

@@ -62,6 +62,16 @@ class Kind(Enum):
 CALLS = (Kind.CALL, Kind.SUBMODEL)
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A value's shape as the ranks pass finds it, its defun's arguments shaped as every call
+    in the file passes them (where the calls agree): a size per axis, None where a size is not
+    known; `dims` is None where the rank is not known. A FOR's, or a call's that gives several
+    values, is the tuple of their shapes."""
+
+    dims: Optional[tuple]
+
+
 @dataclass(eq=False)
 class Region:
     """Nodes that run together under an `if` or a `for`: they may read values made before
@@ -90,6 +100,7 @@ class Node:
     aliases: tuple = ()  # the other names a `let` binds this value to, in order
     # the forward node a backward node differentiates, whose marks it carries
     forward: Optional["Node"] = None
+    shape: Optional[Shape] = None  # set by the ranks pass
 
     @property
     def mode(self) -> Optional[str]:
@@ -176,7 +187,7 @@ def _keep(nodes: list, live: set) -> None:
 
 
 def verify(graph: Graph, known_ops) -> None:
-    """Check a graph's invariants (tests run it after trace, gradient and policy): every
+    """Check a graph's invariants (tests run it after every pass from trace on): every
     value a node reads is made before it, in its region or around it, or in the same
     branch of an earlier IF of the same block on the same condition (the backward of an
     IF reads what its forward branch made, as Python's flat scope lets it); every op is

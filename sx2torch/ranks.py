@@ -1,5 +1,5 @@
-"""The ranks pass: ranks, and shapes where known, of every node of a traced graph; the
-mismatches they prove.
+"""The ranks pass: ranks, and shapes where known, of every node of a traced graph, set on
+the node (`Node.shape`, which the policy reads); the mismatches they prove.
 
 One pass over the nodes in trace order, each op's shape from its inputs' by the op's rank
 rule (sx2torch/ops/rank.py). A parameter's shape is its initializer's, a size written with
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, reads, walk
+from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, reads, walk
 from sx2torch.ops import REGISTRY, initializers
 from sx2torch.ops.rank import Dims, ShapeError, Tail, known
 
@@ -57,12 +57,25 @@ def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
     return None if dims is None else len(dims)
 
 
-def zero_d(program: Program, graphs: dict) -> set:
-    """The nodes of every graph that are 0-d tensors: an element of a vector, a full
-    reduction, elementwise ops on such (not a row of a matrix). A defun's argument has
-    the rank every call in the file passes it, where they agree; else it is unknown."""
+def run(program: Program, graphs: dict) -> None:
+    """Raise the first provable shape mismatch, then set every node's shape: its defun's
+    arguments have the shapes every call in the file passes them, where they agree; else
+    unknown (a 0-d value, an element of a vector or a full reduction, is known as such).
+    """
+    check(program, graphs)
     found = _Analysis(program, graphs).as_called()
-    return {node for node, dims in found.items() if dims == ()}
+    for graph in graphs.values():
+        for node in valued(graph):
+            node.shape = Shape(_ranked(found.get(node)))
+
+
+def valued(graph: Graph):
+    """Every node of a graph that has a value: its inputs, its nodes and its regions' inputs."""
+    yield from graph.inputs
+    for node in walk(graph.nodes):
+        yield node
+        for region in node.regions:
+            yield from region.inputs
 
 
 def check(program: Program, graphs: dict) -> None:

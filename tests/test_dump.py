@@ -4,7 +4,7 @@ under both precisions (tests/test_pipeline.py verifies each pass under the sourc
 
 import pytest
 
-from sx2torch import gradient, policy, resolve, trace
+from sx2torch import gradient, policy, ranks, resolve, trace
 from sx2torch.syntax import read
 from sx2torch.policy import rules
 from sx2torch.cli import main
@@ -32,6 +32,7 @@ def test_every_specialization_verifies_after_the_policy(source, precision):
     program = resolve.run(read.run(source.read_text()), source.stem)
     graphs = trace.run(program)
     gradient.run(program, graphs)
+    ranks.run(program, graphs)
     lowered = policy.run(program, graphs, precision)
     for typed in lowered.specializations:
         rules.verify(typed)

@@ -6,7 +6,7 @@ import pytest
 
 from sx2torch.ir import DType
 from sx2torch.ops import REGISTRY, Arg, ArgKind, Op, Result, register
-from sx2torch.ops.rank import SAME
+from sx2torch.ops.rank import SAME, RankRule
 from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import Scalar
 from sx2torch.tools.ops_table import markdown
@@ -26,6 +26,18 @@ def test_every_op_has_a_signature_an_emission_and_marks_in_one_entry():
         assert (op.emit is None) != (op.expand is None), name
         assert isinstance(op.result, Result), name
         assert all(isinstance(a.kind, ArgKind) for a in (*op.args, *op.keys)), name
+
+
+def test_every_op_has_a_rank_rule_and_each_fact_in_its_entry_is_of_its_kind():
+    """The parts `register` does not refuse missing: each is a field of the entry, of the
+    type its readers take (a rank rule with its table text, exactness as a flag or a test
+    of the operands, a risk as the warning's words), and only an n-ary op folds."""
+    for name, op in REGISTRY.items():
+        assert isinstance(op.rank, RankRule) and op.rank.doc, name
+        assert isinstance(op.exact, bool) or callable(op.exact), name
+        assert isinstance(op.bf16_risk, str) and isinstance(op.no_grad, str), name
+        assert not op.folds or op.bounds[1] is None, name
+        assert op.out_dtype is None or callable(op.out_dtype), name
 
 
 def test_an_entry_with_an_unknown_kind_or_result_is_refused():

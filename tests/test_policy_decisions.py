@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sx2torch import policy, resolve, trace
+from sx2torch import policy, ranks, resolve, trace
 from sx2torch.syntax import read
 from sx2torch.ir import Kind, walk
 from sx2torch.policy.rules import ParamRef, Why
@@ -25,20 +25,27 @@ SOURCE = """
 """
 
 
+def lower(source: str, precision: str):
+    program = resolve.run(read.run(source), "model")
+    graphs = trace.run(program)
+    ranks.run(program, graphs)
+    return policy.run(program, graphs, precision)
+
+
 def decisions(precision: str) -> dict:
-    program = resolve.run(read.run(SOURCE), "model")
-    lowered = policy.run(program, trace.run(program), precision)
+    lowered = lower(SOURCE, precision)
     found = {}
     for typed in lowered.specializations:
         for node in walk(typed.graph.nodes):
             if node.name is not None and node.kind is not Kind.PARAM:
+                decided = typed.decided[node]
                 found[typed.graph.name, node.name] = (
-                    typed.compute.get(node),
-                    typed.dtype[node],
-                    typed.reason.get(node),
+                    decided.compute,
+                    decided.dtype,
+                    decided.reason,
                 )
             if node.kind is Kind.OP and node.op == "exp":
-                found[typed.graph.name, typed.ambient] = typed.reason[node]
+                found[typed.graph.name, typed.ambient] = typed.decided[node].reason
     return found
 
 
@@ -66,11 +73,10 @@ def test_under_f32_the_policy_is_the_reason():
 
 
 def test_a_parameter_read_is_typed_by_its_reference_until_read():
-    program = resolve.run(read.run(SOURCE), "model")
-    lowered = policy.run(program, trace.run(program), "bf16")
+    lowered = lower(SOURCE, "bf16")
     (forward,) = [t for t in lowered.specializations if t.graph.name == "forward"]
     params = {
-        n.attrs["param"]: forward.dtype[n]
+        n.attrs["param"]: forward.decided[n].dtype
         for n in forward.graph.nodes
         if n.kind is Kind.PARAM
     }
@@ -80,12 +86,11 @@ def test_a_parameter_read_is_typed_by_its_reference_until_read():
 
 @pytest.mark.parametrize("precision", ["bf16", "f32"])
 def test_every_op_node_has_a_reason(precision):
-    program = resolve.run(read.run(SOURCE), "model")
-    lowered = policy.run(program, trace.run(program), precision)
+    lowered = lower(SOURCE, precision)
     for typed in lowered.specializations:
         for node in walk(typed.graph.nodes):
             if node.kind in (Kind.OP, Kind.CAST):
-                assert node in typed.reason, node
+                assert typed.decided[node].reason is not None, node
 
 
 def test_a_value_read_from_an_out_f32_matmul_says_so():
@@ -98,10 +103,12 @@ def test_a_value_read_from_an_out_f32_matmul_says_so():
         (u (tanh x)))
     (+ (matmul z v) u)))
 """
-    program = resolve.run(read.run(source), "model")
-    lowered = policy.run(program, trace.run(program), "bf16")
-    (typed,) = lowered.specializations
-    why = {n.name: typed.reason[n].why for n in typed.graph.nodes if n in typed.reason}
+    (typed,) = lower(source, "bf16").specializations
+    why = {
+        n.name: typed.decided[n].reason.why
+        for n in typed.graph.nodes
+        if typed.decided[n].reason is not None
+    }
     assert why["y"] is Why.OUT_F32
     assert why["z"] is Why.AFTER_OUT_F32
     assert why["u"] is Why.NOT_YET

@@ -176,7 +176,7 @@ class Layout(Casts):
             return 0
         stores = (
             node.kind is Kind.OP
-            and self.typed.dtype.get(node) == "bf16"
+            and self.typed.decision(node).dtype == "bf16"
             and not REGISTRY[node.op].is_exact(node.inputs)
         )
         written = (

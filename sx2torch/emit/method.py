@@ -245,14 +245,15 @@ class MethodEmitter:
             return self._invoke(node, module, [self.ref(i) for i in node.inputs])
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
+        decided = self.typed.decided[node]
         context = EmitContext(
             self.ctx.target.name,
-            self.typed.compute.get(node),
+            decided.compute,
             {k: self._attr(v) for k, v in node.attrs.items()},
             {k: _value(v) for k, v in node.attrs.items()},
             tuple(map(_is_number, node.inputs)),
         )
-        rounds = self.typed.dtype[node] == "bf16" and not op.is_exact(node.inputs)
+        rounds = decided.dtype == "bf16" and not op.is_exact(node.inputs)
         value = self.ctx.target.store(op.emit(operands, context), rounds)
         gathered = self.layout.gathered(node)
         return value if gathered is None else self.ctx.target.cast(value, *gathered)

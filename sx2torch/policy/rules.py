@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch import ir, ranks
+from sx2torch import ir
 from sx2torch.ir import (
     CALLS,
     ISLAND,
@@ -51,15 +51,8 @@ class Typed:
     ambient: Optional[str] = (
         None  # the mode of the with-numerics around the call, if any
     )
-    dtype: dict = field(default_factory=dict)  # node -> output dtype
-    compute: dict = field(
-        default_factory=dict
-    )  # node -> the dtype its float inputs are read in
+    decided: dict = field(default_factory=dict)  # node -> Decision
     callee: dict = field(default_factory=dict)  # call node -> Typed
-    reason: dict = field(default_factory=dict)  # node -> why it computes as it does
-    # 0-d values, by rank (ranks.zero_d): as torch's type promotion has it, they never
-    # decide the dtype of an op that reads a tensor with axes
-    zero_d: set = field(default_factory=set)
 
     @property
     def model(self) -> str:
@@ -70,8 +63,12 @@ class Typed:
         """Its value's dtype; a tuple of them where it returns several values."""
         out = self.graph.output
         if isinstance(out, tuple):
-            return tuple(self.dtype[o] for o in out)
-        return self.dtype[out] if isinstance(out, Node) else None
+            return tuple(self.decided[o].dtype for o in out)
+        return self.decided[out].dtype if isinstance(out, Node) else None
+
+    def decision(self, operand) -> "Decision":
+        """The decision for `operand`; an empty one for a number."""
+        return self.decided.get(operand, UNDECIDED)
 
 
 @dataclass
@@ -89,7 +86,7 @@ class Lowered:
         """
         if isinstance(operand, Scalar) or operand is None:
             return None
-        dtype = typed.dtype[operand]
+        dtype = typed.decided[operand].dtype
         if is_param(dtype):
             return (
                 self.storage[_key(dtype)] if operand.kind is Kind.PARAM else DType.F32
@@ -106,12 +103,13 @@ class Lowered:
         ):
             return None
         if node.kind is Kind.FOR:
-            return typed.dtype[node][index]  # an initial value, as the loop carries it
+            # an initial value, as the loop carries it
+            return typed.decided[node].dtype[index]
         if node.kind is Kind.CAST:
             return node.attrs["dtype"]
         if _kind(REGISTRY[node.op], index) in UNCAST:
             return None  # read only for its shape
-        return typed.compute[node]
+        return typed.decided[node].compute
 
     def promoted(self, typed: Typed, node: Node, index: int) -> bool:
         """Whether input `index` is a 0-d tensor beside a tensor with axes, which torch
@@ -122,7 +120,8 @@ class Lowered:
 def output_dtype(typed: Typed, node: Node, index: int) -> Optional[str]:
     """The dtype an IF or FOR stores a region's output `index` in: its own, or the carried
     value's."""
-    return typed.dtype[node] if node.kind is Kind.IF else typed.dtype[node][index]
+    dtype = typed.decided[node].dtype
+    return dtype if node.kind is Kind.IF else dtype[index]
 
 
 @dataclass(frozen=True)
@@ -158,6 +157,22 @@ class Reason:
     why: Why
     frame: Optional[Frame] = None  # the frame of MARK
     param: Optional[str] = None  # the parameter of HIGH
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy decided for one node of a specialization."""
+
+    # its output's dtype: a ParamRef for a parameter's read, a tuple for a FOR or a call
+    # that gives several values, None for a number
+    dtype: object
+    compute: Optional[str] = (
+        None  # of an op or cast: the dtype it reads float inputs in
+    )
+    reason: Optional[Reason] = None  # of an op or cast: why it computes in `compute`
+
+
+UNDECIDED = Decision(None)
 
 
 def run(program: Program, graphs: dict, precision: str) -> Lowered:
@@ -207,7 +222,6 @@ class _Policy:
         self.done: dict = {}
         self.order: list = []
         self.int_inputs: dict = {}
-        self.zero_d = ranks.zero_d(program, graphs)
 
     def natural(self, graph: Graph) -> Optional[Typed]:
         """The specialization at f32 (and integer) arguments, which only names methods.
@@ -254,9 +268,9 @@ class _Policy:
         key = (graph.model, graph.name, signature, ambient)
         if key in self.done:
             return self.done[key]
-        typed = Typed(graph, signature, ambient, zero_d=self.zero_d)
+        typed = Typed(graph, signature, ambient)
         for node, dtype in zip(graph.inputs, signature):
-            typed.dtype[node] = dtype
+            typed.decided[node] = Decision(dtype)
         self._block(typed, graph.nodes)
         self.done[key] = typed
         self.order.append(typed)
@@ -266,19 +280,19 @@ class _Policy:
         for node in nodes:
             if node.kind is Kind.PARAM:
                 owner = node.attrs.get("owner", typed.model)
-                typed.dtype[node] = ParamRef(owner, node.attrs["param"])
+                typed.decided[node] = Decision(ParamRef(owner, node.attrs["param"]))
             elif node.kind in CALLS:
                 self._call(typed, node)
             elif node.kind is Kind.CAST:
-                typed.dtype[node] = node.attrs["dtype"]
-                typed.compute[node] = node.attrs["dtype"]
-                typed.reason[node] = Reason(Why.CAST)
+                dtype = node.attrs["dtype"]
+                typed.decided[node] = Decision(dtype, dtype, Reason(Why.CAST))
             elif node.kind is Kind.IF:
                 self._if(typed, node)
             elif node.kind is Kind.FOR:
                 self._for(typed, node)
             elif node.kind is Kind.ITEM:
-                typed.dtype[node] = typed.dtype[node.inputs[0]][node.attrs["index"]]
+                carried = typed.decided[node.inputs[0]].dtype
+                typed.decided[node] = Decision(carried[node.attrs["index"]])
             else:
                 self._op(typed, node)
 
@@ -288,7 +302,8 @@ class _Policy:
         for region in node.regions:
             self._block(typed, region.nodes)
             outputs.append(_data_dtype(typed, region.outputs[0]))
-        typed.dtype[node] = self._join([d for d in outputs if d is not None], node)
+        joined = self._join([d for d in outputs if d is not None], node)
+        typed.decided[node] = Decision(joined)
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' and join with what an iteration
@@ -299,10 +314,11 @@ class _Policy:
         # an adjoint loop: the forward's carried values, recorded
         if forward is not None:
             recorded = body.inputs[len(carried) :]
-            typed.dtype.update(zip(recorded, typed.dtype[forward]))
+            for value, dtype in zip(recorded, typed.decided[forward].dtype):
+                typed.decided[value] = Decision(dtype)
         while True:
             for carried_input, dtype in zip(body.inputs, carried):
-                typed.dtype[carried_input] = dtype
+                typed.decided[carried_input] = Decision(dtype)
             self._block(typed, body.nodes)
             after = [
                 self._join(_carried(before, _data_dtype(typed, out), node), node)
@@ -311,7 +327,7 @@ class _Policy:
             if after == carried:
                 break
             carried = after
-        typed.dtype[node] = tuple(carried)
+        typed.decided[node] = Decision(tuple(carried))
 
     def _join(self, dtypes: list, node: Node) -> Optional[str]:
         """Where f32 and bf16 values meet, the dtype an op that read both would compute in
@@ -329,7 +345,7 @@ class _Policy:
 
     def _call(self, typed: Typed, node: Node) -> None:
         callee_graph = self._callee_graph(node, typed.model)
-        signature = tuple(typed.dtype[i] for i in node.inputs)
+        signature = tuple(typed.decided[i].dtype for i in node.inputs)
         if None in signature:
             raise SourceError(
                 node.span,
@@ -342,13 +358,13 @@ class _Policy:
             )
         callee = self.specialize(callee_graph, signature, node.mode or typed.ambient)
         typed.callee[node] = callee
-        typed.dtype[node] = callee.output_dtype
+        typed.decided[node] = Decision(callee.output_dtype)
 
     def _op(self, typed: Typed, node: Node) -> None:
         op = REGISTRY[node.op]
         dtypes = [
             (
-                typed.dtype[i]
+                typed.decided[i].dtype
                 if isinstance(i, Node) and _kind(op, index) not in UNCAST
                 else None
             )
@@ -361,7 +377,8 @@ class _Policy:
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed, floats)
         if reason.why is Why.NOT_YET and any(
-            typed.reason.get(i, NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
+            (typed.decision(i).reason or NOT_YET).why
+            in (Why.OUT_F32, Why.AFTER_OUT_F32)
             for i in node.inputs
             if isinstance(i, Node)
         ):
@@ -386,9 +403,7 @@ class _Policy:
             out = chosen
             if compute == DType.BF16 and chosen == DType.F32:
                 reason = Reason(Why.OUT_F32)
-        typed.compute[node] = compute
-        typed.dtype[node] = out
-        typed.reason[node] = reason
+        typed.decided[node] = Decision(out, compute, reason)
 
     def _compute_dtype(self, node: Node, typed: Typed, floats: list) -> tuple:
         """The dtype a node computes in, and why (rules 6.2, 6.3, 6.5, 6.7). A backward
@@ -397,7 +412,7 @@ class _Policy:
         frame = node.frames[-1] if node.frames else None
         mode = node.mode or typed.ambient
         high = next((d.name for d in floats if self._is_high(d)), None)
-        inherited = typed.reason.get(node.forward)
+        inherited = typed.decision(node.forward).reason
         if high is None and inherited is not None and inherited.why is Why.HIGH:
             high = inherited.param
         marked = Reason(Why.MARK, frame) if frame else Reason(Why.CALLED_IN)
@@ -434,19 +449,23 @@ def _storage(program: Program, used: list) -> dict:
             if node.kind in CALLS or node.kind is Kind.CAST:
                 continue
             for index, operand in enumerate(node.inputs):
-                dtype = typed.dtype.get(operand) if isinstance(operand, Node) else None
+                dtype = (
+                    typed.decision(operand).dtype if isinstance(operand, Node) else None
+                )
                 if is_param(dtype):
+                    decided = typed.decided[node]
                     read_as = (
-                        typed.dtype[node][index]  # a loop's initial value, carried
+                        decided.dtype[index]  # a loop's initial value, carried
                         if node.kind is Kind.FOR
-                        else typed.compute[node]
+                        else decided.compute
                     )
                     readers.setdefault(_key(dtype), set()).add(read_as)
         for node in walk(typed.graph.nodes):
-            if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
-                readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
-                    DType.F32
-                )
+            if node.kind is not Kind.CAST:
+                continue
+            read = typed.decision(node.inputs[0]).dtype
+            if is_param(read):
+                readers.setdefault(_key(read), set()).add(DType.F32)
     storage = {}
     for model in program.all_models():
         for param in model.params.values():
@@ -479,7 +498,7 @@ def _data_dtype(typed: Typed, operand) -> Optional[str]:
     """An operand's dtype as a value: a parameter's read is its f32 master."""
     if isinstance(operand, Scalar) or operand is None:
         return None
-    dtype = typed.dtype[operand]
+    dtype = typed.decided[operand].dtype
     return DType.F32 if is_param(dtype) else dtype
 
 
@@ -491,7 +510,9 @@ def _promoted(typed: Typed, node: Node) -> list:
         isinstance(i, Node) and _kind(op, index) not in UNCAST
         for index, i in enumerate(node.inputs)
     ]
-    zero = [d and i in typed.zero_d for d, i in zip(data, node.inputs)]
+    # as torch's type promotion has it, a 0-d value never decides the dtype of an op that
+    # reads a tensor with axes
+    zero = [d and i.shape.dims == () for d, i in zip(data, node.inputs)]
     axes = any(d and not z for d, z in zip(data, zero))
     return [axes and z for z in zero]
 
@@ -559,12 +580,13 @@ def _origins(operand, graph: Graph) -> set:
 
 def verify(typed: Typed) -> None:
     """Check a specialization's invariants (tests run it after the policy): its graph's, and a
-    dtype for every value, a compute dtype and a reason for every op and cast, a callee for
-    every call."""
+    decision for every value, with a compute dtype and a reason for every op and cast, a
+    callee for every call."""
     ir.verify(typed.graph, REGISTRY)
     for node in [*typed.graph.inputs, *walk(typed.graph.nodes)]:
-        assert node in typed.dtype, f"{node!r} has no dtype"
+        assert node in typed.decided, f"{node!r} has no dtype"
+        decided = typed.decided[node]
         if node.kind in (Kind.OP, Kind.CAST):
-            assert node in typed.compute and node in typed.reason, f"{node!r} undecided"
+            assert None not in (decided.compute, decided.reason), f"{node!r} undecided"
         if node.kind in CALLS:
             assert node in typed.callee, f"{node!r} calls no specialization"

@@ -66,6 +66,16 @@ def main(model_class: type, settings: dict, argv=None) -> None:
 
 
 def _arguments(settings: dict, argv) -> argparse.Namespace:
+    parser = _parser(settings)
+    args = parser.parse_args(argv)
+    if args.steps is None or args.steps < 1:
+        parser.error("give --steps N (N >= 1): the defrun has no :steps")
+    if args.keep < 1:
+        parser.error("--keep N needs N >= 1")
+    return args
+
+
+def _parser(settings: dict) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Train the model with the settings of its defrun.",
         formatter_class=_Help,
@@ -75,6 +85,14 @@ def _arguments(settings: dict, argv) -> argparse.Namespace:
         "(the final weights as one state_dict). Errors are one line: exit 2, or 1 for an "
         "internal one; Ctrl-C saves and exits 130.",
     )
+    _what_and_where(parser, settings)
+    _how(parser)
+    _saving(parser)
+    return parser
+
+
+def _what_and_where(parser: argparse.ArgumentParser, settings: dict) -> None:
+    """The data, the steps, and the folder the run writes to."""
     tokens = "inputs" not in settings
     parser.add_argument(
         "--data",
@@ -97,6 +115,10 @@ def _arguments(settings: dict, argv) -> argparse.Namespace:
         action="store_true",
         help="continue from DIR's newest checkpoint that verifies",
     )
+
+
+def _how(parser: argparse.ArgumentParser) -> None:
+    """How the steps run: compiled, on several processes, from which parameters."""
     parser.add_argument("--compile", action="store_true", help="torch.compile the loss")
     parser.add_argument(
         "--parallel",
@@ -107,6 +129,10 @@ def _arguments(settings: dict, argv) -> argparse.Namespace:
     parser.add_argument(
         "--seed", type=int, default=0, help="the initial parameters' seed"
     )
+
+
+def _saving(parser: argparse.ArgumentParser) -> None:
+    """Checkpoints, and what a bad step or an error does."""
     parser.add_argument(
         "--save-every",
         type=int,
@@ -130,12 +156,6 @@ def _arguments(settings: dict, argv) -> argparse.Namespace:
     parser.add_argument(
         "--traceback", action="store_true", help="show the traceback of an error"
     )
-    args = parser.parse_args(argv)
-    if args.steps is None or args.steps < 1:
-        parser.error("give --steps N (N >= 1): the defrun has no :steps")
-    if args.keep < 1:
-        parser.error("--keep N needs N >= 1")
-    return args
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -241,22 +261,7 @@ class _Run:
                 )
                 now = time.perf_counter()
                 tokens_per_s, last, done = rows / (now - last), now, step + 1
-                record = finite_or_null({"step": step}, "loss", loss)
-                if not math.isfinite(loss):
-                    record["skipped"] = args.on_nan == "skip"
-                record |= {
-                    "lr": scale * self.base_lrs[0][0],
-                    "tokens_per_s": tokens_per_s,
-                }
-                if metrics:
-                    metrics.write(record)
-                if not math.isfinite(loss):
-                    self._nonfinite(step, loss)
-                if bar:
-                    bar.set_postfix(
-                        loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:.0f}", refresh=False
-                    )
-                    bar.update(1)
+                self._report(metrics, step, loss, scale, tokens_per_s)
                 if (
                     stopping
                     or done == steps
@@ -272,7 +277,25 @@ class _Run:
                 self.bar = None
             if metrics:
                 metrics.close()
-        if done == steps:
+        return self._finish(done, stopping)
+
+    def _report(self, metrics, step: int, loss: float, scale: float, rate: float):
+        """A step's metrics and progress; a loss not finite stops the run, or is skipped."""
+        record = finite_or_null({"step": step}, "loss", loss)
+        if not math.isfinite(loss):
+            record["skipped"] = self.args.on_nan == "skip"
+        record |= {"lr": scale * self.base_lrs[0][0], "tokens_per_s": rate}
+        if metrics:
+            metrics.write(record)
+        if not math.isfinite(loss):
+            self._nonfinite(step, loss)
+        if self.bar:
+            self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:.0f}", refresh=False)
+            self.bar.update(1)
+
+    def _finish(self, done: int, stopping: bool) -> int:
+        """After the loop: the final weights when every step ran, and what happened."""
+        if done == self.args.steps:
             checkpoint.export(self.model, self.out / "model.pt")
         if self.rank == 0:
             said = "interrupted: saved" if stopping else "done:"

@@ -91,7 +91,7 @@ def _block(nodes: list, ids: dict, typed, indent: str, lines: list) -> None:
         )
         name = f" {node.name}" if node.name else ""
         dtypes = (
-            f" : {typed.compute.get(node, '-')} -> {typed.dtype.get(node)}"
+            f" : {typed.decision(node).compute or '-'} -> {typed.decision(node).dtype}"
             if typed
             else ""
         )

@@ -101,7 +101,7 @@ def _cast_bytes(reached, elements: dict) -> dict:
             for index, operand in enumerate(node.inputs):
                 if not _cast_down(typed, node, index, operand):
                     continue
-                key = typed.dtype[operand]
+                key = typed.decided[operand].dtype
                 if (key.model, key.name) not in elements:
                     continue  # stored in bf16: read as it is
                 take = node.kind is Kind.OP and node.op == "take" and index == 0
@@ -119,8 +119,8 @@ def _cast_down(typed, node: Node, index: int, operand) -> bool:
     return (
         isinstance(operand, Node)
         and operand.kind is Kind.PARAM
-        and is_param(typed.dtype[operand])
-        and typed.compute.get(node) == "bf16"
+        and is_param(typed.decided[operand].dtype)
+        and typed.decision(node).compute == "bf16"
         and node.kind in (Kind.OP, Kind.CAST)
     )
 
@@ -133,10 +133,10 @@ def _add(items: list, item: str) -> None:
 def _reason(typed, node: Node, precision: str):
     """Why this node computes in f32 under :bf16 (or in bf16 under :f32), as the policy
     decided it; None if it is unremarkable."""
-    reason = typed.reason.get(node)
+    reason = typed.decision(node).reason
     if reason is None:  # inputs, parameters, calls, loops: their nodes have the reasons
         return None
-    compute, out = typed.compute[node], typed.dtype[node]
+    compute, out = typed.decided[node].compute, typed.decided[node].dtype
     unusual = "bf16" if precision == "f32" else "f32"
     if reason.why is Why.OUT_F32:
         return reason.why.value if precision == "bf16" else None
@@ -172,10 +172,10 @@ def _contagion(lowered, precision: str, source_lines: list) -> list:
     found: dict = {}
     for typed in lowered.specializations:
         for node in walk(typed.graph.nodes):
-            reason = typed.reason.get(node)
+            reason = typed.decision(node).reason
             if reason is None or reason.why is not Why.CONTAGION:
                 continue
-            read = [typed.dtype[i] for i in node.inputs if isinstance(i, Node)]
+            read = [typed.decided[i].dtype for i in node.inputs if isinstance(i, Node)]
             params = [d.name for d in read if is_param(d)]
             if params and "bf16" not in read:
                 cause = f"{echo(node.form)} reads the parameter {params[0]}"
@@ -271,9 +271,21 @@ def _params(program, lowered, elements: dict) -> list:
     the stacks around it) number more than MAX_LISTED is visited once: its rows are named
     `blocks.{0..N-1}.w` and count N tensors. `elements` gets (model, param) -> (elements of
     all its f32 instances, its first axis)."""
-    rows: list = []
+    rows = _Rows(program, lowered, elements)
+    rows.visit(program.top, "", {})
+    return rows.rows
 
-    def visit(model, prefix: str, env: dict, copies: int = 1, listed: int = 1) -> None:
+
+class _Rows:
+    """The rows of `_params`, found model by model, each with its consts' values."""
+
+    def __init__(self, program, lowered, elements: dict):
+        self.program, self.lowered, self.elements = program, lowered, elements
+        self.rows: list = []
+
+    def visit(
+        self, model, prefix: str, env: dict, copies: int = 1, listed: int = 1
+    ) -> None:
         names = attributes(model)[0]
         env = dict(env)
         for const in model.consts.values():
@@ -287,35 +299,39 @@ def _params(program, lowered, elements: dict) -> list:
         for param in [p for p in tensors if p.trainable] + [
             p for p in tensors if not p.trainable
         ]:
-            add(model, param, prefix + names[param.name], env, copies)
+            self.add(model, param, prefix + names[param.name], env, copies)
         for param in [p for p in params if p.is_module]:
-            key, init = prefix + names[param.name], param.init
-            sub = program.models[init.model]
-            sub_env = {k: scalars.compute(v, env) for k, (_, v) in init.args.items()}
-            count = scalars.compute(init.count, env) if init.kind == "stack" else None
-            if count is None:
-                visit(sub, key + ".", sub_env, copies, listed)
-            elif listed * count <= MAX_LISTED:
-                for i in range(count):
-                    layer = {**env, init.index: i} if init.index else env
-                    sub_env = {
-                        k: scalars.compute(v, layer) for k, (_, v) in init.args.items()
-                    }
-                    visit(sub, f"{key}.{i}.", sub_env, copies, listed * count)
-            else:
-                visit(
-                    sub, f"{key}.{{0..{count - 1}}}.", sub_env, copies * count, listed
-                )
+            self._sub_model(param, prefix + names[param.name], env, copies, listed)
 
-    def add(model, param, key: str, env: dict, copies: int) -> None:
+    def _sub_model(self, param, key: str, env: dict, copies: int, listed: int) -> None:
+        """A sub-model's rows; a stack's instance by instance, while they are few enough."""
+        init = param.init
+        sub = self.program.models[init.model]
+        sub_env = {k: scalars.compute(v, env) for k, (_, v) in init.args.items()}
+        count = scalars.compute(init.count, env) if init.kind == "stack" else None
+        if count is None:
+            self.visit(sub, key + ".", sub_env, copies, listed)
+        elif listed * count <= MAX_LISTED:
+            for i in range(count):
+                layer = {**env, init.index: i} if init.index else env
+                sub_env = {
+                    k: scalars.compute(v, layer) for k, (_, v) in init.args.items()
+                }
+                self.visit(sub, f"{key}.{i}.", sub_env, copies, listed * count)
+        else:
+            self.visit(
+                sub, f"{key}.{{0..{count - 1}}}.", sub_env, copies * count, listed
+            )
+
+    def add(self, model, param, key: str, env: dict, copies: int) -> None:
         sizes = initializers.sizes(param.init)
         shape = [scalars.compute(size, env) for size in sizes]
-        dtype = lowered.storage[model.name, param.name]
+        dtype = self.lowered.storage[model.name, param.name]
         count = math.prod(shape)
         if dtype == "f32":
-            total, _ = elements.get((model.name, param.name), (0, None))
-            elements[model.name, param.name] = (total + count * copies, shape[0])
-        rows.append(
+            total, _ = self.elements.get((model.name, param.name), (0, None))
+            self.elements[model.name, param.name] = (total + count * copies, shape[0])
+        self.rows.append(
             {
                 "name": key,
                 "shape": shape,
@@ -326,56 +342,88 @@ def _params(program, lowered, elements: dict) -> list:
             }
         )
 
-    visit(program.top, "", {})
-    return rows
-
 
 def render(report: dict) -> str:
     """The report for people: source lines quoted, columns aligned."""
     head = f"{errors.terminal_safe(report['file'])}: run {report['run'] or '(none)'}, precision {report['precision']}"
-    out = [head, ""]
-    kept = "Where the policy keeps f32" if report["kept"] == "f32" else "bf16 regions"
-    out.append(f"{kept}:" if report["lines"] else f"{kept}: none")
     listed = (
         report["lines"] + report["contagion"] + report["reach"] + report["warnings"]
     )
-    width = max((len(str(item["line"])) for item in listed), default=1)
-    for line in report["lines"]:
-        out.append(f"  {line['line']:>{width}} | {line['source']}")
-        pad = " " * (width + 3)
-        out.extend(f"  {pad}why:  {reason}" for reason in line["reasons"])
-        out.extend(f"  {pad}cast: {cast}" for cast in line["casts"])
+    lines = _Quoted(max((len(str(item["line"])) for item in listed), default=1))
+    out = [head, "", *_kept(report, lines)]
     if report["precision"] == "bf16":
-        out.append("")
-        become = "Where values become bf16"
-        out.append(f"{become}:" if report["contagion"] else f"{become}: none")
-        for item in report["contagion"]:
-            out.append(f"  {item['line']:>{width}} | {item['source']}")
-            out.append(f"  {' ' * (width + 3)}{item['cause']}")
+        out += ["", *_contagion_lines(report, lines)]
     if report["reach"]:
         out += ["", "Calls inside with-numerics forms (they compute as the form says):"]
     for item in report["reach"]:
-        out.append(f"  {item['line']:>{width}} | {item['source']}")
-        out.append(
-            f"  {' ' * (width + 3)}{item['computes']}: {', '.join(item['calls'])}"
-        )
-    out.append("")
-    out.append("Warnings:" if report["warnings"] else "Warnings: none")
+        out += lines.quote(item["line"], item["source"])
+        out += lines.under(f"{item['computes']}: {', '.join(item['calls'])}")
+    out += ["", *_warning_lines(report, lines)]
+    out += ["", *_cast_lines(report["casts"])]
+    out += ["", *_param_table(report)]
+    return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class _Quoted:
+    """Source lines quoted under their numbers, and what is said of them below them."""
+
+    width: int  # of the widest line number
+
+    def quote(self, line: int, source: str) -> list:
+        return [f"  {line:>{self.width}} | {source}"]
+
+    def under(self, text: str) -> list:
+        return [f"  {' ' * (self.width + 3)}{text}"]
+
+
+def _kept(report: dict, lines: _Quoted) -> list:
+    kept = "Where the policy keeps f32" if report["kept"] == "f32" else "bf16 regions"
+    out = [f"{kept}:" if report["lines"] else f"{kept}: none"]
+    for line in report["lines"]:
+        out += lines.quote(line["line"], line["source"])
+        for reason in line["reasons"]:
+            out += lines.under(f"why:  {reason}")
+        for cast in line["casts"]:
+            out += lines.under(f"cast: {cast}")
+    return out
+
+
+def _contagion_lines(report: dict, lines: _Quoted) -> list:
+    become = "Where values become bf16"
+    out = [f"{become}:" if report["contagion"] else f"{become}: none"]
+    for item in report["contagion"]:
+        out += lines.quote(item["line"], item["source"])
+        out += lines.under(item["cause"])
+    return out
+
+
+def _warning_lines(report: dict, lines: _Quoted) -> list:
+    """Each warning under its line, a line quoted once for the warnings in a row on it."""
+    out = ["Warnings:" if report["warnings"] else "Warnings: none"]
     shown = None
     for warning in report["warnings"]:
         if warning["line"] != shown:
-            out.append(f"  {warning['line']:>{width}} | {warning['source']}")
+            out += lines.quote(warning["line"], warning["source"])
             shown = warning["line"]
-        out.append(f"  {' ' * (width + 3)}{warning['message']}")
-    casts = report["casts"]
-    out += ["", "Casts per forward (f32 masters to bf16):"]
+        out += lines.under(warning["message"])
+    return out
+
+
+def _cast_lines(casts: dict) -> list:
+    out = ["Casts per forward (f32 masters to bf16):"]
     out.append(f"  whole parameters: {casts['whole']:,} bytes")
     if casts["tables"]:
         out.append(
             f"  table rows, gathered then cast: {casts['per_id']:,} bytes per id "
             f"(the tables whole would be {casts['tables']:,} bytes)"
         )
-    out += ["", "Parameters:"]
+    return out
+
+
+def _param_table(report: dict) -> list:
+    """The parameters' rows, columns aligned, then the totals."""
+    out = ["Parameters:"]
     table = [("name", "shape", "dtype", "bytes")]
     table += [
         (
@@ -399,7 +447,7 @@ def render(report: dict) -> str:
         out.append(
             f"  {name + ':':<11}{report['totals'][name]:>{widths[3] + 2},} bytes"
         )
-    return "\n".join(out) + "\n"
+    return out
 
 
 def to_json(report: dict) -> str:

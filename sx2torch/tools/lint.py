@@ -55,10 +55,10 @@ def reached_specializations(program, lowered) -> list:
     reached: set = set()
     while todo:
         typed = todo.pop()
-        if id(typed) not in reached:
-            reached.add(id(typed))
+        if typed not in reached:
+            reached.add(typed)
             todo.extend(typed.callee.values())
-    return [t for t in lowered.specializations if id(t) in reached]
+    return [t for t in lowered.specializations if t in reached]
 
 
 def _precision(program, typed, precision: str):
@@ -72,10 +72,14 @@ def _precision(program, typed, precision: str):
                 f"{node.attrs.get('target')} is compiled again, all in f32, "
                 "for it; bind the call's result with let outside the island",
             )
-        if node.kind is not Kind.OP or typed.compute.get(node) != "bf16":
+        if node.kind is not Kind.OP or typed.decided[node].compute != "bf16":
             continue
         form = echo(node.form)
-        if node in returned and rank.get(node) == 0 and typed.dtype[node] == "bf16":
+        if (
+            node in returned
+            and rank.get(node) == 0
+            and typed.decided[node].dtype == "bf16"
+        ):
             yield Finding(
                 node.span,
                 f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "
@@ -106,8 +110,8 @@ def _operands(node: Node) -> list:
     while todo:
         current = todo.pop()
         for operand in current.inputs:
-            if isinstance(operand, Node) and id(operand) not in seen:
-                seen.add(id(operand))
+            if isinstance(operand, Node) and operand not in seen:
+                seen.add(operand)
                 found.append(operand)
                 if operand.kind not in CALLS:
                     todo.append(operand)
@@ -120,7 +124,7 @@ def _useless_out_f32(reached: list):
     for typed in reached:
         for node in walk(typed.graph.nodes):
             if node.kind is Kind.OP and node.attrs.get("out") == "f32":
-                computes.setdefault(node.span, []).append(typed.compute.get(node))
+                computes.setdefault(node.span, []).append(typed.decided[node].compute)
     for span, dtypes in computes.items():
         if "bf16" not in dtypes:
             yield Finding(

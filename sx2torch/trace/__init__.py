@@ -14,6 +14,7 @@ from typing import Optional
 from sx2torch.syntax import scalars
 from sx2torch.trace import calls
 from sx2torch.trace.arguments import apply
+from sx2torch.trace.builder import Builder
 from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
@@ -54,8 +55,10 @@ def run(program: Program) -> dict:
     return graphs
 
 
-class Tracer(Caller):
-    """Traces one defun: names, calls (traced in place under `gradient`), forms and ops."""
+class Tracer:
+    """Traces one defun: names, forms and ops; its `builder` makes the nodes, its `caller`
+    follows calls (traced in place under `gradient`). The scope it traces names in (`model`,
+    `via`, `loop`, `keys`) changes while a callee is traced in place."""
 
     def __init__(self, program: Program, model: Model, defun: Defun):
         self.program = program
@@ -74,22 +77,26 @@ class Tracer(Caller):
             (symbol.name, scalars.evaluate(default, model.lookup_const))
             for symbol, default in defun.keys
         ]
-        super().__init__(
-            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span),
-            (model.name, defun.name),
+        # (model, sub-model param) pairs down to an inlined sub-model
+        self.via: tuple = ()
+        self.loop = None  # the FOR whose layer's forward is traced in place, if any
+        self.builder = Builder(
+            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span)
         )
+        self.caller = Caller(self, self.builder, (model.name, defun.name))
 
     def trace(self) -> Graph:
+        graph = self.builder.graph
         env = {}
         for symbol in self.defun.args:
             node = Node(Kind.INPUT, None, (), {}, symbol.span, symbol, name=symbol.name)
-            self.graph.inputs.append(node)
+            graph.inputs.append(node)
             env[symbol.name] = node
-        self.graph.output = self.returned(self.defun.body, env)
+        graph.output = self.caller.returned(self.defun.body, env)
         # an unused gradient is still checked: its pass prunes what it does not need
-        gradients = [n for n in walk(self.graph.nodes) if n.kind is Kind.GRADIENT]
-        prune(self.graph, gradients)
-        return self.graph
+        gradients = [n for n in walk(graph.nodes) if n.kind is Kind.GRADIENT]
+        prune(graph, gradients)
+        return graph
 
     def expr(self, datum: Datum, env: dict) -> Operand:
         if isinstance(datum, (Number, Boolean)):
@@ -121,7 +128,7 @@ class Tracer(Caller):
             return env[name]
         if self.defun.shared and name not in self.keys:
             raise self._out_of_reach(symbol)
-        scalar = self.keys.get(name) or self._const(name)
+        scalar = self.keys.get(name) or self.const(name)
         if scalar is not None:
             if isinstance(scalar.value, str):
                 raise SourceError(
@@ -170,7 +177,9 @@ class Tracer(Caller):
             node = Node(Kind.PARAM, None, (), attrs, symbol.span, symbol, name=name)
             # In the outermost block it can be read in, so that a read inside a region
             # serves the reads after it.
-            block = self.loop.regions[0].nodes if self.loop else self.graph.nodes
+            block = (
+                self.loop.regions[0].nodes if self.loop else self.builder.graph.nodes
+            )
             block.append(node)
             self.param_reads[key] = node
         return self.param_reads[key]
@@ -193,7 +202,7 @@ class Tracer(Caller):
         finally:
             self.model, self.via = outer
 
-    def _const(self, name: str):
+    def const(self, name: str):
         """A const of the model being traced; inside an inlined sub-model, read through it."""
         scalar = self.model.lookup_const(name)
         if scalar is None or not (self.via or self.loop):
@@ -215,7 +224,7 @@ class Tracer(Caller):
         if isinstance(layer, Layer):
             param = self.model.params[layer.stack]
             forward = self.program.models[param.init.model].defuns["forward"]
-            return self._invoke(
+            return self.caller.invoke(
                 Kind.SUBMODEL, layer.stack, forward, datum, env, layer.loop
             )
         if head.name in env or head.name in self.keys or head.name in self.model.consts:
@@ -223,7 +232,7 @@ class Tracer(Caller):
         if head.name in FORMS:
             return FORMS[head.name](self, datum, env)
         if head.name in self.model.defuns:
-            return self._call(datum, env)
+            return self.caller.call(datum, env)
         param = self.model.params.get(head.name)
         if param is not None and self.defun.shared:
             raise self._out_of_reach(head)
@@ -233,7 +242,7 @@ class Tracer(Caller):
                     head.span,
                     f"'{head.name}' is a stack: apply it with (chain {head.name} x)",
                 )
-            return self._invoke(
+            return self.caller.invoke(
                 Kind.SUBMODEL,
                 head.name,
                 self.program.models[param.init.model].defuns["forward"],

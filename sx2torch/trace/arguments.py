@@ -59,23 +59,23 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
             datum.span,
             f"'{op.name}' needs a tensor argument, got only numbers known at compile time",
         )
-    outer, t.datum = t.datum, datum
+    outer, t.builder.datum = t.builder.datum, datum
     try:
         return (
             _fold_left(t, op, inputs, attrs)
             if op.folds
-            else t.op(op.name, inputs, **attrs)
+            else t.builder.op(op.name, inputs, **attrs)
         )
     finally:
-        t.datum = outer
+        t.builder.datum = outer
 
 
 def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
     if len(inputs) == 1:  # (- x)
-        return t.op(op.name, inputs, **attrs)
+        return t.builder.op(op.name, inputs, **attrs)
     result = inputs[0]
     for operand in inputs[1:]:
-        result = t.op(op.name, [result, operand], **attrs)
+        result = t.builder.op(op.name, [result, operand], **attrs)
     return result
 
 

@@ -2,8 +2,8 @@
 are checked against the callee's signature; under `gradient` they are traced in place, so
 the backward can see into them, else each is one CALL or SUBMODEL node.
 
-`Caller` is the part of the tracer that follows calls and gives a defun's values; the tracer
-(sx2torch/trace/__init__.py) gives it `expr`, `body`, `tensor`, `scalar` and `_const`.
+`Caller` is the tracer's part that follows calls and gives a defun's values; the tracer
+(sx2torch/trace/__init__.py) holds one, given the tracer and the tracer's builder.
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ from sx2torch.trace import calls
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.trace.builder import Builder
 from sx2torch.errors import SourceError, Span
-from sx2torch.ir import Graph, Kind, Node, Operand, Scalar
+from sx2torch.ir import Kind, Node, Operand, Scalar
 from sx2torch.syntax.read import List, Vector
 from sx2torch.trace.forms import head_name, let
 from sx2torch.syntax.program import Defun
 
 
-class Caller(Builder):
-    def __init__(self, graph: Graph, defun: tuple):
-        super().__init__(graph)
+class Caller:
+    """Follows the calls of the defun `tracer` traces, making their nodes with `builder`.
+    From the tracer it takes `expr`, `body`, `tensor`, `scalar` and `const`, and the scope it
+    traces in (`model`, `via`, `loop`, `keys`), which a callee traced in place changes while
+    it is traced."""
+
+    def __init__(self, tracer, builder: Builder, defun: tuple):
+        self.tracer = tracer
+        self.builder = builder
         # (what, inputs, keys, scope) -> the value of a call traced in place, which a second
         # such call reuses, so a call DAG under `gradient` traces in time linear in its size
         self.inlined: dict = {}
-        # (model, sub-model param) pairs down to an inlined sub-model
-        self.via: tuple = ()
         self.inline = False
-        self.loop = None  # the FOR whose layer's forward is traced in place, if any
-        self.path = [
-            defun
-        ]  # (model, defun) of the defuns being traced, in place or not
+        # (model, defun) of the defuns being traced, in place or not
+        self.path = [defun]
 
     @contextmanager
     def inlining(self):
@@ -48,39 +50,35 @@ class Caller(Builder):
         self, param: str, callee: Defun, inputs: list, keys: dict, span: Span
     ) -> Operand:
         """A sub-model's forward traced in place: its parameters and consts are read through it."""
-        outer = self.model, self.via
-        self.via = self.via + ((self.model.name, param),)
-        self.model = self.program.models[self.model.params[param].init.model]
+        t = self.tracer
+        outer = t.model, t.via
+        t.via = t.via + ((t.model.name, param),)
+        t.model = t.program.models[t.model.params[param].init.model]
         try:
             return self._inline(callee, inputs, keys, span)
         finally:
-            self.model, self.via = outer
+            t.model, t.via = outer
 
     def _inline_layer(
         self, loop: Node, stack: str, callee: Defun, inputs: list, keys: dict, span
     ) -> Operand:
         """A loop's layer's forward traced in place: its parameters are read through the
         loop's layer."""
-        outer = self.model, self.via, self.loop
-        self.model = self.program.models[self.model.params[stack].init.model]
-        self.via, self.loop = (), loop
+        t = self.tracer
+        outer = t.model, t.via, t.loop
+        t.model = t.program.models[t.model.params[stack].init.model]
+        t.via, t.loop = (), loop
         try:
             return self._inline(callee, inputs, keys, span)
         finally:
-            self.model, self.via, self.loop = outer
+            t.model, t.via, t.loop = outer
 
     def _inline(self, callee: Defun, inputs: list, keys: dict, span: Span) -> Operand:
-        scope = (
-            self.model.name,
-            self.via,
-            self.loop,
-            self.frames,
-            self.stamps,
-            self.block,
-        )
+        t, b = self.tracer, self.builder
+        scope = (t.model.name, t.via, t.loop, b.frames, b.stamps, b.block)
         key = (callee.name, tuple(inputs), tuple(sorted(keys.items())), scope)
         if key not in self.inlined:
-            defun = (self.model.name, callee.name)
+            defun = (t.model.name, callee.name)
             if defun in self.path:
                 raise calls.recursion(self.path, defun, span)
             if len(self.path) >= calls.MAX_CALL_DEPTH:
@@ -93,9 +91,10 @@ class Caller(Builder):
         return self.inlined[key]
 
     def _traced_in_place(self, callee: Defun, inputs: list, keys: dict) -> Operand:
-        outer_keys = self.keys
-        self.keys = {
-            symbol.name: keys.get(symbol.name) or scalars.evaluate(default, self._const)
+        t = self.tracer
+        outer_keys = t.keys
+        t.keys = {
+            symbol.name: keys.get(symbol.name) or scalars.evaluate(default, t.const)
             for symbol, default in callee.keys
         }
         try:
@@ -104,28 +103,29 @@ class Caller(Builder):
                 {symbol.name: value for symbol, value in zip(callee.args, inputs)},
             )
         finally:
-            self.keys = outer_keys
+            t.keys = outer_keys
 
     def returned(self, forms: tuple, env: dict):
         """A defun's value: its last form's, or a tuple of tensors where that is a vector
         `[A B]`, possibly at the end of a `let`."""
+        t = self.tracer
         *before, last = forms
-        self.body(tuple(before), env)
+        t.body(tuple(before), env)
         if isinstance(last, Vector):
             if len(last.items) < 2:
                 raise SourceError(
                     last.span, "a defun returns a vector of two or more values"
                 )
-            return tuple(self.tensor(i, env, "a returned value") for i in last.items)
+            return tuple(t.tensor(i, env, "a returned value") for i in last.items)
         if head_name(last) == "let":
-            return let(self, last, env, lambda d, e: self.returned((d,), e))
-        return self.expr(last, env)
+            return let(t, last, env, lambda d, e: self.returned((d,), e))
+        return t.expr(last, env)
 
-    def _call(self, datum: List, env: dict) -> Operand:
-        callee = self.model.defuns[datum.items[0].name]
-        return self._invoke(Kind.CALL, callee.name, callee, datum, env)
+    def call(self, datum: List, env: dict) -> Operand:
+        callee = self.tracer.model.defuns[datum.items[0].name]
+        return self.invoke(Kind.CALL, callee.name, callee, datum, env)
 
-    def _invoke(
+    def invoke(
         self, kind: Kind, target: str, callee: Defun, datum: List, env: dict, loop=None
     ) -> Operand:
         inputs, keys = self.arguments(callee, datum, env)
@@ -153,10 +153,11 @@ class Caller(Builder):
         attrs = {"target": target, "keys": keys}
         if loop is not None:
             attrs["loop"] = loop
-        node = self.add(
-            Node(kind, None, tuple(inputs), attrs, datum.span, datum, self.frames)
+        b = self.builder
+        node = b.add(
+            Node(kind, None, tuple(inputs), attrs, datum.span, datum, b.frames)
         )
-        return node if callee.arity == 1 else tuple(self.items(node, callee.arity))
+        return node if callee.arity == 1 else tuple(b.items(node, callee.arity))
 
     def arguments(self, callee: Defun, datum: List, env: dict) -> tuple:
         allowed = sorted(symbol.name for symbol, _ in callee.keys)
@@ -171,11 +172,11 @@ class Caller(Builder):
             )
         inputs = []
         for item in positional:
-            operand = self.expr(item, env)
+            operand = self.tracer.expr(item, env)
             if isinstance(operand, Scalar):
                 raise SourceError(
                     item.span, "pass numbers to a defun as &key arguments"
                 )
             inputs.append(operand)
-        keys = {key: self.scalar(value, env) for key, value in keywords.items()}
+        keys = {key: self.tracer.scalar(value, env) for key, value in keywords.items()}
         return inputs, keys

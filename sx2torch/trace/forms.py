@@ -82,9 +82,9 @@ def with_numerics(t, datum: List, env: dict) -> Operand:
         )
     frame = Frame(mode, echo(datum, body=False), datum.span)
     if _wraps_gradient(datum):
-        with t.stamp(frame):
+        with t.builder.stamp(frame):
             return t.body(datum.items[2:], env)
-    with t.frame(frame):
+    with t.builder.frame(frame):
         return t.body(datum.items[2:], env)
 
 
@@ -98,11 +98,11 @@ def cast(t, datum: List, env: dict) -> Operand:
     if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
         raise SourceError(dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}")
     operand = t.expr(value, env)
-    outer, t.datum = t.datum, datum
+    outer, t.builder.datum = t.builder.datum, datum
     try:
-        return t.cast(operand, DType(dtype.name))
+        return t.builder.cast(operand, DType(dtype.name))
     finally:
-        t.datum = outer
+        t.builder.datum = outer
 
 
 def gradient_(t, datum: List, env: dict) -> Node:
@@ -124,14 +124,16 @@ def gradient_(t, datum: List, env: dict) -> Node:
         raise SourceError(
             x_form.span, f"'{x_form.name}' is a number; gradient needs a tensor"
         )
-    marks, t.stamps = t.stamps, ()
+    marks, t.builder.stamps = t.builder.stamps, ()
     try:
-        with t.inlining():
+        with t.caller.inlining():
             y = t.expr(y_form, env)
     finally:
-        t.stamps = marks
+        t.builder.stamps = marks
     attrs = {"marks": marks}
-    return t.add(Node(Kind.GRADIENT, None, (y, x), attrs, datum.span, datum, t.frames))
+    return t.builder.add(
+        Node(Kind.GRADIENT, None, (y, x), attrs, datum.span, datum, t.builder.frames)
+    )
 
 
 def _stack(t, datum: List, usage: str) -> tuple:
@@ -155,12 +157,14 @@ def _stack(t, datum: List, usage: str) -> tuple:
 def chain(t, datum: List, env: dict) -> Operand:
     layers, forward = _stack(t, datum, "(chain LAYERS X ARG ...)")
     inner = List(datum.items[1:], datum.span)
-    (x, *rest), keys = t.arguments(forward, inner, env)
+    (x, *rest), keys = t.caller.arguments(forward, inner, env)
 
     def body(loop: Node, carried: list) -> list:
         inputs = [carried[0], *rest]
         return [
-            t.called(Kind.SUBMODEL, layers.name, forward, inputs, keys, datum, loop)
+            t.caller.called(
+                Kind.SUBMODEL, layers.name, forward, inputs, keys, datum, loop
+            )
         ]
 
     (result,) = loop(t, datum, layers.name, None, "layer", [(None, x)], body)
@@ -172,10 +176,18 @@ def nth(t, datum: List, env: dict) -> Operand:
     layers, forward = _stack(t, datum, "(nth STACK I X ...)")
     index = t.scalar(datum.items[2], env)
     inner = List((layers, *datum.items[3:]), datum.span)
-    inputs, keys = t.arguments(forward, inner, env)
+    inputs, keys = t.caller.arguments(forward, inner, env)
     attrs = {"target": layers.name, "keys": keys, "at": index}
-    return t.add(
-        Node(Kind.SUBMODEL, None, tuple(inputs), attrs, datum.span, datum, t.frames)
+    return t.builder.add(
+        Node(
+            Kind.SUBMODEL,
+            None,
+            tuple(inputs),
+            attrs,
+            datum.span,
+            datum,
+            t.builder.frames,
+        )
     )
 
 
@@ -205,13 +217,13 @@ def loop(
         attrs,
         datum.span,
         datum,
-        t.frames,
+        t.builder.frames,
         regions=(region,),
     )
-    with t.region(region):
+    with t.builder.region(region):
         region.outputs = body(node, inputs)
-    t.add(node)
-    return t.items(node, len(carried))
+    t.builder.add(node)
+    return t.builder.items(node, len(carried))
 
 
 def for_(t, datum: List, env: dict) -> Operand:
@@ -285,7 +297,7 @@ def if_(t, datum: List, env: dict) -> Operand:
     regions = (Region([]), Region([]))
     values = []
     for region, branch in zip(regions, datum.items[2:]):
-        with t.region(region):
+        with t.builder.region(region):
             values.append(None if _is_none(branch, env) else t.expr(branch, env))
         region.outputs = [values[-1]]
     if None in values and not any(isinstance(v, Node) for v in values):
@@ -293,10 +305,10 @@ def if_(t, datum: List, env: dict) -> Operand:
     if all(isinstance(v, Scalar) for v in values):
         return scalars.choose(condition, *values, datum.span)
     node = Node(
-        Kind.IF, None, (), {"condition": condition}, datum.span, datum, t.frames
+        Kind.IF, None, (), {"condition": condition}, datum.span, datum, t.builder.frames
     )
     node.regions = regions
-    return t.add(node)
+    return t.builder.add(node)
 
 
 def _is_none(datum: Datum, env: dict) -> bool:

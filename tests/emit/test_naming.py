@@ -6,7 +6,7 @@ from functools import partial
 
 import torch
 
-from sx2torch import policy, resolve, trace
+from sx2torch import policy, ranks, resolve, trace
 from sx2torch.syntax import read
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
@@ -15,7 +15,9 @@ from sx2torch.ir import Kind, walk
 
 def names_of(source: str, precision: str = "bf16", target: str = "cuda"):
     program = resolve.run(read.run(source), "model")
-    lowered = policy.run(program, trace.run(program), precision)
+    graphs = trace.run(program)
+    ranks.run(program, graphs)
+    lowered = policy.run(program, graphs, precision)
     render = partial(module.render, target=Target(target))
     return naming.run(program, lowered, Target(target), render)
 
