@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from sx2torch import format, gradient, ir, policy, ranks, resolve, trace
 from sx2torch.emit import build as b
+from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
@@ -24,6 +25,7 @@ from sx2torch.policy import Lowered
 from sx2torch.syntax import read
 from sx2torch.syntax.program import Program, Run
 from sx2torch.tools import dump, lint
+from sx2torch.trace import functions
 from sx2torch.version import __version__
 
 TARGETS = ("cuda", "metal", "cpu")
@@ -112,6 +114,9 @@ def _ranks(unit: Unit) -> None:
 
 def _policy(unit: Unit) -> None:
     unit.lowered = policy.run(unit.program, unit.graphs, unit.precision)
+    # the library's uses -> calls of its functions, typed again
+    if functions.run(unit.graphs, unit.lowered):
+        unit.lowered = policy.run(unit.program, unit.graphs, unit.precision)
 
 
 def _verify_lowered(unit: Unit) -> None:
@@ -122,6 +127,7 @@ def _verify_lowered(unit: Unit) -> None:
 def _names(unit: Unit) -> None:
     render = partial(module.render, target=unit.target, source_lines=unit.shown)
     unit.names = naming.run(unit.program, unit.lowered, unit.target, render)
+    library.name(unit.lowered, unit.names)
 
 
 def _emit(unit: Unit) -> None:
