@@ -8,6 +8,17 @@ from sx2torch import runtime as sx
 __all__ = ["Convnet", "ConvLayer", "BatchNorm2d", "BasicBlock", "LinearLayer"]
 
 
+def batch_norm(x, *, eps=1e-05):
+    # (batch-norm x)
+    with torch.autocast("cuda", enabled=False):
+        x_f32 = x.float()
+        mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
+        rsqrt_x = torch.rsqrt(
+            torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
+        )
+    return (x - mean_x.to(torch.bfloat16)) * rsqrt_x.to(torch.bfloat16)
+
+
 class ConvLayer(nn.Module):
     def __init__(self, *, in_channels=16, out_channels=16, std=0.1):
         super().__init__()
@@ -38,17 +49,9 @@ class BatchNorm2d(nn.Module):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
-        # (batch-norm x :axes [0 2 3] :eps eps)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
-            rsqrt_x = torch.rsqrt(
-                torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True)
-                + self.eps
-            )
-        return (x - mean_x.to(torch.bfloat16)) * rsqrt_x.to(
-            torch.bfloat16
-        ) * weight_bf16.reshape(-1, 1, 1) + bias_bf16.reshape(-1, 1, 1)
+        return batch_norm(x, eps=self.eps) * weight_bf16.reshape(
+            -1, 1, 1
+        ) + bias_bf16.reshape(-1, 1, 1)
 
 
 class BasicBlock(nn.Module):

@@ -8,6 +8,22 @@ from sx2torch import runtime as sx
 __all__ = ["TinyGpt", "Block"]
 
 
+def rms_norm(x, *, eps=1e-06):
+    # (rms-norm x)
+    with torch.autocast("cuda", enabled=False):
+        x_f32 = x.float()
+        rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
+    return x * rsqrt_x.to(torch.bfloat16)
+
+
+def causal_attention(q, k, v):
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    # (causal-attention q k v)
+    with torch.autocast("cuda", enabled=False):
+        weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
+    return weights.to(torch.bfloat16) @ v
+
+
 class Block(nn.Module):
     def __init__(self, *, d=128, n_head=4):
         super().__init__()
@@ -32,26 +48,7 @@ class Block(nn.Module):
         q = self.heads(qkv[..., : self.d])
         k = self.heads(qkv[..., self.d : 2 * self.d])
         v = self.heads(qkv[..., 2 * self.d : 3 * self.d])
-        # (rms-norm q)
-        with torch.autocast("cuda", enabled=False):
-            q_f32 = q.float()
-            rsqrt_q = torch.rsqrt(
-                torch.mean(q_f32 * q_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        rms_norm_q = q * rsqrt_q.to(torch.bfloat16)
-        # (rms-norm k)
-        with torch.autocast("cuda", enabled=False):
-            k_f32 = k.float()
-            rsqrt_k = torch.rsqrt(
-                torch.mean(k_f32 * k_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        scores = (
-            rms_norm_q @ (k * rsqrt_k.to(torch.bfloat16)).transpose(-2, -1)
-        ) * rms_norm_q.shape[-1] ** -0.5
-        # (causal-attention (rms-norm q) (rms-norm k) v)
-        with torch.autocast("cuda", enabled=False):
-            weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
-        y = weights.to(torch.bfloat16) @ v
+        y = causal_attention(rms_norm(q), rms_norm(k), v)
         transpose_y = y.permute(0, 2, 1, 3)
         return (
             transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
@@ -62,24 +59,8 @@ class Block(nn.Module):
         x = x.to(torch.bfloat16)
         w_up_bf16 = self.w_up.to(torch.bfloat16)
         w_down_bf16 = self.w_down.to(torch.bfloat16)
-        # (rms-norm x)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            rsqrt_x = torch.rsqrt(
-                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        x = x + self.attend(x * rsqrt_x.to(torch.bfloat16))
-        # (rms-norm x)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            rsqrt_x = torch.rsqrt(
-                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        return (
-            x
-            + torch.square(torch.relu((x * rsqrt_x.to(torch.bfloat16)) @ w_up_bf16))
-            @ w_down_bf16
-        )
+        x = x + self.attend(rms_norm(x))
+        return x + torch.square(torch.relu(rms_norm(x) @ w_up_bf16)) @ w_down_bf16
 
 
 class TinyGpt(nn.Module):
@@ -97,23 +78,10 @@ class TinyGpt(nn.Module):
 
     def forward(self, idx):
         lm_head_bf16 = self.lm_head.to(torch.bfloat16)
-        take_wte = self.wte[idx].to(torch.bfloat16)
-        # (rms-norm (take wte idx))
-        with torch.autocast("cuda", enabled=False):
-            take_wte_f32 = take_wte.float()
-            rsqrt_take_wte = torch.rsqrt(
-                torch.mean(take_wte_f32 * take_wte_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        x = take_wte * rsqrt_take_wte.to(torch.bfloat16)
+        x = rms_norm(self.wte[idx].to(torch.bfloat16))
         for layer in self.blocks:
             x = layer(x)
-        # (rms-norm x)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            rsqrt_x = torch.rsqrt(
-                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
-            )
-        logits = sx.matmul_f32_out(x * rsqrt_x.to(torch.bfloat16), lm_head_bf16)
+        logits = sx.matmul_f32_out(rms_norm(x), lm_head_bf16)
         # (softcap logits 15.0)
         with torch.autocast("cuda", enabled=False):
             return 15.0 * torch.tanh(logits / 15.0)

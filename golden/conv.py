@@ -8,6 +8,17 @@ from sx2torch import runtime as sx
 __all__ = ["Conv"]
 
 
+def batch_norm(x, *, eps=1e-05):
+    # (batch-norm x)
+    with torch.autocast("cuda", enabled=False):
+        x_f32 = x.float()
+        mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
+        rsqrt_x = torch.rsqrt(
+            torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
+        )
+    return (x - mean_x.to(torch.bfloat16)) * rsqrt_x.to(torch.bfloat16)
+
+
 class Conv(nn.Module):
     def __init__(self, *, channels=8):
         super().__init__()
@@ -22,26 +33,10 @@ class Conv(nn.Module):
         stem_b_bf16 = self.stem_b.to(torch.bfloat16)
         mix_w_bf16 = self.mix_w.to(torch.bfloat16)
         mix_b_bf16 = self.mix_b.to(torch.bfloat16)
-        conv2d_image = F.conv2d(
-            image.to(torch.bfloat16), stem_w_bf16, stem_b_bf16, padding=1
-        )
-        # (batch-norm (conv2d image stem-w stem-b :padding 1) :axes [0 2 3])
-        with torch.autocast("cuda", enabled=False):
-            conv2d_image_f32 = conv2d_image.float()
-            mean_conv2d_image = torch.mean(
-                conv2d_image_f32, dim=(0, 2, 3), keepdim=True
-            )
-            rsqrt_conv2d_image = torch.rsqrt(
-                torch.mean(
-                    torch.square(conv2d_image_f32 - mean_conv2d_image),
-                    dim=(0, 2, 3),
-                    keepdim=True,
-                )
-                + 1e-05
-            )
         h = torch.relu(
-            (conv2d_image - mean_conv2d_image.to(torch.bfloat16))
-            * rsqrt_conv2d_image.to(torch.bfloat16)
+            batch_norm(
+                F.conv2d(image.to(torch.bfloat16), stem_w_bf16, stem_b_bf16, padding=1)
+            )
         )
         pooled = F.avg_pool2d(F.max_pool2d(h, 2), 2, stride=1)
         interpolate_pooled = F.interpolate(pooled, size=(4, 4), mode="bilinear")

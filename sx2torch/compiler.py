@@ -1,7 +1,7 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
-    read -> resolve -> trace -> gradient -> ranks -> policy -> names -> emit -> format
+    read -> resolve -> trace -> gradient -> ranks -> policy -> functions -> names -> emit -> format
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from functools import partial
 from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
-from sx2torch import format, gradient, ir, policy, ranks, resolve, trace
+from sx2torch import format, functions, gradient, ir, policy, ranks, resolve, trace
 from sx2torch.emit import build as b
+from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
@@ -136,6 +137,14 @@ def _policy(unit: Unit) -> None:
     unit.lowered = policy.run(unit.program, unit.graphs, unit.precision)
 
 
+def _functions(unit: Unit) -> None:
+    """The library's typed uses become calls of its functions, whose graphs are shaped and
+    typed as any defun's."""
+    if functions.run(unit.graphs, unit.lowered):
+        ranks.run(unit.program, unit.graphs)
+        _policy(unit)
+
+
 def _verify_lowered(unit: Unit) -> None:
     for typed in unit.lowered.specializations:
         policy.verify(typed)
@@ -144,6 +153,7 @@ def _verify_lowered(unit: Unit) -> None:
 def _names(unit: Unit) -> None:
     render = partial(module.render, target=unit.target, source_lines=unit.shown)
     unit.names = naming.run(unit.program, unit.lowered, unit.target, render)
+    library.name(unit.lowered, unit.names)
 
 
 def _verify_names(unit: Unit) -> None:
@@ -185,6 +195,12 @@ PASSES = (
     ),
     Pass("ranks", _ranks, _verify_shapes),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
+    Pass(
+        "functions",
+        _functions,
+        _verify_lowered,
+        lambda unit: dump.lowered(unit.lowered),
+    ),
     Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
     Pass("emit", _emit, _verify_code, lambda unit: unit.code),
     Pass("format", _format, _verify_code),

@@ -17,6 +17,9 @@ from sx2torch.syntax.scalars import Scalar
 
 ISLAND = "island"  # (with-numerics (:sensitivity :high) ...): f32
 REGION = "region"  # (with-numerics (:precision :bf16) ...): bf16
+# The model name of the library functions' graphs: no source model is named so (a space
+# cannot be in a symbol). A CALL node with the attribute `library` calls one.
+LIBRARY = "sexpgpu library"
 
 
 @dataclass(frozen=True)
@@ -131,10 +134,31 @@ class Graph:
     # the value it returns, or a tuple of them where its body ends in a vector `[a b]`
     output: Union[Operand, tuple, None] = None
     span: Optional[Span] = None
+    # the library ops traced in place, for the functions pass to make calls of
+    expansions: list = field(default_factory=list)
 
     @property
     def arity(self) -> int:
         return len(self.output) if isinstance(self.output, tuple) else 1
+
+
+@dataclass(eq=False)
+class Expansion:
+    """A library op traced in place (its `expand`), as the functions pass may make it a call
+    of the op's function: what it read, and the nodes it made, its result among them."""
+
+    op: str
+    inputs: tuple
+    attrs: dict
+    nodes: list
+    result: Node
+    frames: tuple  # around the op's form
+
+
+def callee_key(node: Node, model: str) -> tuple:
+    """(model, defun) of the graph a CALL node of `model` calls: a library function's, or
+    one of the model's defuns."""
+    return (LIBRARY if node.attrs.get("library") else model, node.attrs["target"])
 
 
 def outputs(graph: Graph) -> list:

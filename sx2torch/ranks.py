@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, reads, walk
+from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, callee_key, reads, walk
 from sx2torch.ops import REGISTRY, initializers
 from sx2torch.ops.rank import Dims, ShapeError, Tail, known
 
@@ -225,7 +225,7 @@ class _Analysis:
             return None
         target = node.attrs["target"]
         if node.kind is Kind.CALL:
-            return self.graphs.get((model, target))
+            return self.graphs.get(callee_key(node, model))
         param = self.program.model(model).params.get(target)
         # a stack chained inside an inlined sub-model: not followed
         return None if param is None else self.graphs.get((param.init.model, "forward"))

@@ -20,6 +20,7 @@ MODULES = {  # where each pass lives
     "gradient": "sx2torch.gradient",
     "ranks": "sx2torch.ranks",
     "policy": "sx2torch.policy",
+    "functions": "sx2torch.functions",
     "names": "sx2torch.emit.naming",
     "emit": "sx2torch.emit.module",
     "format": "sx2torch.format",
@@ -41,7 +42,16 @@ def test_help_and_docstring_name_the_passes_in_order(capsys):
 
 
 def test_dump_after_offers_every_pass_that_prints(capsys):
-    assert DUMPS == ("read", "resolve", "trace", "gradient", "policy", "names", "emit")
+    assert DUMPS == (
+        "read",
+        "resolve",
+        "trace",
+        "gradient",
+        "policy",
+        "functions",
+        "names",
+        "emit",
+    )
     path = str(SOURCES[0])
     for name in DUMPS:
         assert main([path, "--dump-after", name]) == 0

@@ -183,6 +183,8 @@ class MethodEmitter:
         keys = self.ctx.naming.locals[callee].keys
         kwargs = {keys[k]: self.scalar(v) for k, v in node.attrs["keys"].items()}
         method = self.ctx.naming.methods[callee]
+        if node.kind is Kind.CALL and node.attrs.get("library"):
+            return b.call(b.name(method), *args, **kwargs)  # a module-level function
         if node.kind is Kind.CALL:
             return b.call(b.attr(b.name("self"), method), *args, **kwargs)
         return b.call(

@@ -9,7 +9,7 @@ from typing import Optional
 import libcst as cst
 
 from sx2torch.emit import build as b
-from sx2torch.emit import main
+from sx2torch.emit import functions, main
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.emit.names import mangle
 from sx2torch.emit.naming import Naming, defuns, store as store_of
@@ -27,7 +27,8 @@ AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 
 def render(typed: Typed, naming: Naming, target: Target, source_lines=None) -> str:
     """A method's code, under the method names `naming` gives so far."""
-    ctx = ClassContext(target, naming, naming.attrs[typed.model], source_lines)
+    attrs = naming.attrs.get(typed.model, {})  # a library function has none
+    ctx = ClassContext(target, naming, attrs, source_lines)
     return b.code(_method(typed, "method", ctx))
 
 
@@ -88,6 +89,8 @@ def run(
             ]
         ),
     ]
+    bare = ClassContext(target, naming, {}, source_lines)
+    body += functions.definitions(naming, lambda t, name: _method(t, name, bare))
     by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
         body.append(_class(program, model, lowered, by_defun, contexts[model.name]))

@@ -188,7 +188,7 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
         for (model, _), g in graphs.items()
         if model == top
         for n in walk(g.nodes)
-        if n.kind is Kind.CALL
+        if n.kind is Kind.CALL and not n.attrs.get("library")
     }
     for defun in program.top.defuns:
         if defun == "forward" or defun not in called:
@@ -257,7 +257,7 @@ class _Policy:
 
     def _callee_graph(self, node: Node, owner: str) -> Graph:
         if node.kind is Kind.CALL:
-            return self.graphs[owner, node.attrs["target"]]
+            return self.graphs[ir.callee_key(node, owner)]
         model = self.program.model(owner).params[node.attrs["target"]].init.model
         return self.graphs[model, "forward"]
 

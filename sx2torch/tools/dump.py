@@ -160,9 +160,10 @@ def names(naming: Naming) -> str:
             for i, node in enumerate([*typed.graph.inputs, *_values(typed.graph.nodes)])
         }
         signature = ", ".join(typed.signature)
-        lines.append(
-            f"{naming.classes[typed.model]}.{method} <- {typed.model}.{typed.graph.name}({signature})"
-        )
+        # a library function is at module level, in no class
+        owner = naming.classes.get(typed.model)
+        where = f"{owner}.{method}" if owner else method
+        lines.append(f"{where} <- {typed.model}.{typed.graph.name}({signature})")
         lines += [f"  {ids[node]} {name}" for node, name in local.values.items()]
         lines += [f"  :{key} {name}" for key, name in local.keys.items()]
         for loop, (index, layer) in local.loops.items():

@@ -13,6 +13,7 @@ from sx2torch.ir import (
     ISLAND,
     REGION,
     Frame,
+    Expansion,
     Graph,
     Kind,
     Node,
@@ -35,6 +36,9 @@ class Builder:
         # the marks of the gradient being traced, or expanded: its backward's innermost frames
         self.stamps: tuple = ()
         self.of: Optional[Node] = None  # the forward node whose backward is being made
+        self.expanding = (
+            False  # inside an op's expand: its own expansions are its nodes
+        )
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
@@ -43,10 +47,7 @@ class Builder:
         for spec in op.keys:
             attrs.setdefault(spec.name, default(spec.default))
         if op.expand:
-            result = op.expand(self, inputs, attrs)
-            if isinstance(result, Node) and result.label is None:
-                result.label = op.word
-            return result
+            return self._expanded(name, inputs, attrs)
         frames = self.frames + ((_mark(ISLAND, self.datum),) if op.sensitive else ())
         return self.add(
             Node(
@@ -60,6 +61,22 @@ class Builder:
                 forward=self.of,
             )
         )
+
+    def _expanded(self, name: str, inputs: list, attrs: dict) -> Operand:
+        """An op defined by other ops, traced in place; the outermost such is recorded."""
+        op, start, outer = REGISTRY[name], len(self.nodes), self.expanding
+        self.expanding = True
+        try:
+            result = op.expand(self, inputs, attrs)
+        finally:
+            self.expanding = outer
+        if isinstance(result, Node) and result.label is None:
+            result.label = op.word
+        made = self.nodes[start:]
+        if not outer and isinstance(result, Node) and result in made:
+            record = Expansion(name, tuple(inputs), attrs, made, result, self.frames)
+            self.graph.expansions.append(record)
+        return result
 
     def add(self, node: Node) -> Node:
         self.nodes.append(node)
