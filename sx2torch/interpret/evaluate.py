@@ -90,7 +90,7 @@ def dtype_of(v):
     if isinstance(v, Lam):
         return v.t.dtype
     if isinstance(v, ParamValue):
-        return v.tensor.dtype
+        return v.joined or v.tensor.dtype
     return v.dtype if isinstance(v, torch.Tensor) else None
 
 
@@ -189,7 +189,10 @@ class Evaluator:
         unknown = set(keys) - {s.name for s, _ in defun.keys}
         if unknown:
             raise EvalError(f"'{name}' has no key {sorted(unknown)}")
-        return self.body(defun.body, frame.bind(env))
+        value = self.body(defun.body, frame.bind(env))
+        if isinstance(value, ParamValue) and value.joined:
+            return self.cast(value, value.joined)  # an `if` of parameter reads, a value
+        return value
 
     def body(self, forms, frame: Frame):
         value = None

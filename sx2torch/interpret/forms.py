@@ -3,6 +3,8 @@ the library defines by other ops, evaluated on tensors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from sx2torch.interpret.evaluate import (
@@ -49,10 +51,14 @@ def _if(ev, items, frame):
     try:
         # the branch not taken draws nothing from the generator, as in the module
         with torch.random.fork_rng(devices=[]):
-            other_dtype = dtype_of(ev.eval(other, frame))
+            other_value = ev.eval(other, frame)
     except (EvalError, KeyError):  # a branch reading a parameter this instance lacks
         return value
+    other_dtype = dtype_of(other_value)
     joined = ev.join(dtype_of(value), other_dtype)
+    if isinstance(value, ParamValue) and isinstance(other_value, ParamValue):
+        high = value.high or other_value.high
+        return dataclasses.replace(value, high=high, joined=joined)
     floating = other_dtype is not None and other_dtype.is_floating_point
     return ev.cast(value, joined) if floating else value
 

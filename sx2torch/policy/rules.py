@@ -133,8 +133,31 @@ class ParamRef:
     name: str
 
 
+@dataclass(frozen=True)
+class ParamChoice:
+    """The dtype of an `if` whose branches read different parameters: a read of the one it
+    chooses, until its readers decide how they read it."""
+
+    refs: tuple  # ParamRefs, each once
+
+    @property
+    def name(self) -> str:
+        return " or ".join(ref.name for ref in self.refs)
+
+
 def is_param(dtype) -> bool:
-    return isinstance(dtype, ParamRef)
+    return isinstance(dtype, (ParamRef, ParamChoice))
+
+
+def refs(dtype) -> tuple:
+    """The parameters a read of `dtype` may read."""
+    return dtype.refs if isinstance(dtype, ParamChoice) else (dtype,)
+
+
+def _choice(reads: list):
+    """The read of whichever parameter an `if` of parameter reads chooses."""
+    found = tuple(dict.fromkeys(ref for read in reads for ref in refs(read)))
+    return found[0] if len(found) == 1 else ParamChoice(found)
 
 
 class Why(Enum):
@@ -258,6 +281,7 @@ class _Policy:
         for node, dtype in zip(graph.inputs, signature):
             typed.dtype[node] = dtype
         self._block(typed, graph.nodes)
+        self._settle(typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
@@ -283,18 +307,68 @@ class _Policy:
                 self._op(typed, node)
 
     def _if(self, typed: Typed, node: Node) -> None:
-        """Both branches are compiled; the value has the join of their dtypes."""
-        outputs = []
+        """Both branches are compiled; the value has the join of their dtypes. An `if` of
+        parameter reads is a parameter read, for contagion and :numerics :high alike, until
+        `_settle` gives it the dtype its readers read it in."""
         for region in node.regions:
             self._block(typed, region.nodes)
-            outputs.append(_data_dtype(typed, region.outputs[0]))
+        reads = [typed.dtype.get(r.outputs[0]) for r in node.regions]
+        if all(is_param(d) for d in reads):
+            typed.dtype[node] = _choice(reads)
+            return
+        outputs = [self._data_dtype(typed, r.outputs[0]) for r in node.regions]
         typed.dtype[node] = self._join([d for d in outputs if d is not None], node)
+
+    def _settle(self, typed: Typed) -> None:
+        """Each `if` of parameter reads stores the dtype its readers read it in, each branch
+        casting its parameter (an outer `if` first, which an inner one is read by); passed
+        to a call, the f32 master; where they differ, or it is the result, its value: the
+        join of the parameters'."""
+        graph = typed.graph
+        if not any(
+            n.kind is Kind.IF and is_param(typed.dtype[n]) for n in walk(graph.nodes)
+        ):
+            return
+        read_in: dict = {}
+        for node in walk(graph.nodes):
+            for index, operand in enumerate(node.inputs):
+                read_in.setdefault(operand, set()).add(
+                    self._read_in(typed, node, index)
+                )
+            if node.kind is Kind.IF:
+                for region in node.regions:
+                    read_in.setdefault(region.outputs[0], set()).add(node)
+        outputs = graph.output if isinstance(graph.output, tuple) else (graph.output,)
+        for node in walk(graph.nodes):
+            if node.kind is Kind.IF and is_param(typed.dtype[node]):
+                dtypes = {
+                    typed.dtype[r] if isinstance(r, Node) else r
+                    for r in read_in.get(node, ())
+                } - {None}
+                if Kind.CALL in dtypes:  # passed on as a parameter is: its f32 master
+                    dtypes = {DType.F32}
+                elif len(dtypes) != 1 or node in outputs:
+                    dtypes = {self._data_dtype(typed, node)}
+                typed.dtype[node] = dtypes.pop()
+
+    def _read_in(self, typed: Typed, node: Node, index: int):
+        """How `node` reads its input `index` of a parameter read: None for its shape only,
+        the CALL kind where it passes the read on."""
+        if node.kind in CALLS or node.kind is Kind.ITEM:
+            return Kind.CALL
+        if node.kind is Kind.FOR:
+            return typed.dtype[node][index]
+        if node.kind is Kind.CAST:
+            return DType.F32  # a cast of a parameter reads it in f32 (its storage)
+        if _kind(REGISTRY[node.op], index) in UNCAST:
+            return None
+        return typed.compute[node]
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' and join with what an iteration
         gives, until they stay the same (at most once more: bf16 absorbs f32)."""
         (body,) = node.regions
-        carried = [_data_dtype(typed, init) for init in node.inputs]
+        carried = [self._data_dtype(typed, init) for init in node.inputs]
         forward = node.attrs.get("reverse")
         # an adjoint loop: the forward's carried values, recorded
         if forward is not None:
@@ -305,7 +379,7 @@ class _Policy:
                 typed.dtype[carried_input] = dtype
             self._block(typed, body.nodes)
             after = [
-                self._join(_carried(before, _data_dtype(typed, out), node), node)
+                self._join(_carried(before, self._data_dtype(typed, out), node), node)
                 for before, out in zip(carried, body.outputs)
             ]
             if after == carried:
@@ -416,10 +490,23 @@ class _Policy:
         return DType.F32, Reason(Why.NOT_YET)
 
     def _is_high(self, dtype) -> bool:
-        return (
-            is_param(dtype)
-            and self.program.model(dtype.model).params[dtype.name].numerics_high
+        return is_param(dtype) and any(
+            self._param(ref).numerics_high for ref in refs(dtype)
         )
+
+    def _param(self, ref: ParamRef):
+        return self.program.model(ref.model).params[ref.name]
+
+    def _data_dtype(self, typed: Typed, operand) -> Optional[str]:
+        """An operand's dtype as a value: a parameter read's is its f32 master, a `:dtype
+        :bf16` one's bf16; of an `if` of them, their join."""
+        if isinstance(operand, Scalar) or operand is None:
+            return None
+        dtype = typed.dtype[operand]
+        if not is_param(dtype):
+            return dtype
+        stored = {self._param(ref).dtype or DType.F32 for ref in refs(dtype)}
+        return self._join(list(stored), operand)
 
 
 NOT_YET = Reason(Why.NOT_YET)
@@ -429,24 +516,32 @@ def _storage(program: Program, used: list) -> dict:
     """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
     one is stored in the dtype every reader reads (6.7)."""
     readers: dict = {}
+
+    def read(dtype, read_as) -> None:
+        if is_param(dtype):
+            for ref in refs(dtype):
+                readers.setdefault(_key(ref), set()).add(read_as)
+
     for typed in used:
         for node in walk(typed.graph.nodes):
+            if node.kind is Kind.CAST:
+                read(typed.dtype.get(node.inputs[0]), DType.F32)
             if node.kind in CALLS or node.kind is Kind.CAST:
                 continue
             for index, operand in enumerate(node.inputs):
-                dtype = typed.dtype.get(operand) if isinstance(operand, Node) else None
-                if is_param(dtype):
-                    read_as = (
-                        typed.dtype[node][index]  # a loop's initial value, carried
-                        if node.kind is Kind.FOR
-                        else typed.compute[node]
+                if isinstance(operand, Node) and is_param(typed.dtype.get(operand)):
+                    read(
+                        typed.dtype[operand],
+                        (
+                            typed.dtype[node][index]  # a loop's initial value, carried
+                            if node.kind is Kind.FOR
+                            else typed.compute[node]
+                        ),
                     )
-                    readers.setdefault(_key(dtype), set()).add(read_as)
-        for node in walk(typed.graph.nodes):
-            if node.kind is Kind.CAST and is_param(typed.dtype.get(node.inputs[0])):
-                readers.setdefault(_key(typed.dtype[node.inputs[0]]), set()).add(
-                    DType.F32
-                )
+            for region in node.regions:  # a branch's or an iteration's value, stored
+                for index, out in enumerate(region.outputs):
+                    if isinstance(out, Node) and is_param(typed.dtype.get(out)):
+                        read(typed.dtype[out], output_dtype(typed, node, index))
     storage = {}
     for model in program.all_models():
         for param in model.params.values():
@@ -473,14 +568,6 @@ def _carried(before, after, node: Node) -> list:
             "a carried value must be a tensor: an iteration here gives a number",
         )
     return [before, after]
-
-
-def _data_dtype(typed: Typed, operand) -> Optional[str]:
-    """An operand's dtype as a value: a parameter's read is its f32 master."""
-    if isinstance(operand, Scalar) or operand is None:
-        return None
-    dtype = typed.dtype[operand]
-    return DType.F32 if is_param(dtype) else dtype
 
 
 def _promoted(typed: Typed, node: Node) -> list:
