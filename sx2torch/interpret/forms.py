@@ -21,6 +21,7 @@ from sx2torch.interpret.evaluate import (
     dtype_of,
     is_float,
     leaf,
+    zero_d,
 )
 from sx2torch.interpret.model import ParamValue
 from sx2torch.syntax.read import Vector
@@ -46,7 +47,7 @@ def _if(ev, items, frame):
         raise EvalError("if's condition must be known when the module runs")
     chosen, other = (items[1], items[2]) if condition else (items[2], items[1])
     value = ev.eval(chosen, frame)
-    if not is_float(value) or isinstance(value, Lam):
+    if not is_float(value):
         return value
     try:
         # the branch not taken draws nothing from the generator, as in the module
@@ -59,8 +60,11 @@ def _if(ev, items, frame):
     if isinstance(value, ParamValue) and isinstance(other_value, ParamValue):
         high = value.high or other_value.high
         return dataclasses.replace(value, high=high, joined=joined)
-    floating = other_dtype is not None and other_dtype.is_floating_point
-    return ev.cast(value, joined) if floating else value
+    if other_dtype is None or not other_dtype.is_floating_point:
+        return value
+    read = value.t.to(joined) if isinstance(value, Lam) else ev.cast(value, joined)
+    # 0-d by rank where both branches are
+    return Lam(read) if zero_d(value) and zero_d(other_value) else read
 
 
 def _cast(ev, items, frame):
