@@ -160,3 +160,24 @@ def test_the_interpreter_joins_an_if_of_0_d_values_and_reads_0_d_parameters_by_r
     lam = model("forward", x)
     product = (s.to(torch.bfloat16) * v[0].to(torch.bfloat16)).float()
     assert lam.dtype == torch.float32 and torch.equal(lam, (x - s) + product)
+
+
+def test_the_interpreter_takes_a_rank_not_known_when_the_file_compiles_as_having_axes():
+    """An element of a value whose rank depends on the argument decides like a tensor: bf16
+    by contagion from v, where the runtime rank (x is [2 4]) made it a 0-d element (f32);
+    a full reduction of x is 0-d whatever x's rank."""
+    source = """
+(defparam v (normal [4]))
+(defun forward (x) (- (at (+ (sum x :axes [0]) v) 3) x))
+(defun full (x) (- (sum x) x))
+(defrun train :precision :bf16)
+"""
+    v = torch.tensor([0.5, 0.25, 1.0, 1 + 2**-6])
+    model = interpret.load(source, state={"v": v})
+    x = torch.full((2, 4), 1 + 2**-9)
+    bf = torch.bfloat16
+    row = x.sum(0).to(bf) + v.to(bf)
+    got = model("forward", x)
+    assert got.dtype == bf and torch.equal(got, row[3] - x.to(bf))
+    full = model("full", x)
+    assert full.dtype == torch.float32 and torch.equal(full, x.sum() - x)

@@ -110,8 +110,39 @@ def leaf(v):
         and not v.requires_grad
         and torch.is_grad_enabled()
     ):
-        return v.detach().requires_grad_()
+        return keep_rank(v, v.detach().requires_grad_())
     return v
+
+
+# A tensor whose rank is not known when the file compiles (it depends on an entry point's
+# argument) has this attribute: it is treated as having axes, as the compiler does, even
+# where it is 0-d when it runs.
+UNRANKED = "sx_unranked"
+
+
+def unranked(v) -> bool:
+    return isinstance(v, torch.Tensor) and getattr(v, UNRANKED, False)
+
+
+def without_rank(v):
+    """An entry point's argument: a view of it whose rank is not known."""
+    if not isinstance(v, torch.Tensor):
+        return v
+    view = v.view_as(v)
+    _mark(view)
+    return view
+
+
+def keep_rank(old, new):
+    """`new`, made from `old`, has a rank not known where `old`'s is not."""
+    if unranked(old):
+        _mark(new)
+    return new
+
+
+def _mark(v) -> None:
+    if isinstance(v, torch.Tensor):
+        setattr(v, UNRANKED, True)
 
 
 class Evaluator:
@@ -170,7 +201,7 @@ class Evaluator:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             if dtype is not None and implicit:
                 self._read(v, dtype)
-            return v if dtype is None or v.dtype == dtype else v.to(dtype)
+            return v if dtype is None or v.dtype == dtype else keep_rank(v, v.to(dtype))
         return v
 
     def _read(self, tensor, dtype):
@@ -317,6 +348,9 @@ class Evaluator:
             and not (name == "matmul" and keys.get("out") == ":f32")
         ):
             result = result.to(dtype)
+        if not _fixes_rank(name, keys) and any(unranked(v) for v in parts):
+            for made in result if isinstance(result, tuple) else (result,):
+                _mark(made)
         return self._lam(name, parts, args, result)
 
     def _uncast(self, v):
@@ -328,7 +362,11 @@ class Evaluator:
         """A 0-d value, which decides no dtype beside tensors with axes: an element of a
         vector, a full reduction, a cast of one, an elementwise op on such (0-d by rank).
         """
-        if not isinstance(result, torch.Tensor) or result.dim() != 0:
+        if (
+            not isinstance(result, torch.Tensor)
+            or result.dim() != 0
+            or unranked(result)
+        ):
             return result
         if name == "at":
             return Lam(result) if dtype_of(args[0]) and _rank(args[0]) == 1 else result
@@ -336,6 +374,13 @@ class Evaluator:
         if tensors and (name in ZERO_D_MAKERS or all(zero_d(v) for v in tensors)):
             return Lam(result)
         return result
+
+
+def _fixes_rank(name: str, keys: dict) -> bool:
+    """The op's result has a rank known whatever its inputs' ranks are."""
+    if name in ("sum", "mean", "amax", "amin"):
+        return keys.get("axes") is None and not keys.get("keepdims")
+    return name in ("reshape", "scalar-like", "cross-entropy")
 
 
 def _among_themselves(floats: list) -> bool:

@@ -20,6 +20,7 @@ from sx2torch.interpret.evaluate import (
     Lam,
     dtype_of,
     is_float,
+    keep_rank,
     leaf,
     zero_d,
 )
@@ -104,7 +105,7 @@ def _gradient(ev, items, frame):
     dtype = None
     for d in sorted(read, key=str):
         dtype = ev.join(dtype, d)
-    return g.to(dtype) if dtype is not None else g
+    return keep_rank(tensor, g.to(dtype) if dtype is not None else g)
 
 
 def _layers(ev, stack, frame):
