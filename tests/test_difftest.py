@@ -145,3 +145,52 @@ def test_the_interpreter_gives_tiny_gpts_logits():
     ids = torch.randint(0, 512, (2, 16))
     got, want = model("forward", ids), module(ids)
     assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_the_interpreter_joins_an_if_of_0_d_values_and_reads_0_d_parameters_by_rank():
+    """The rules, in plain PyTorch: an `if`'s value has its branches' join (a 0-d branch
+    too) and is 0-d only where both are; a parameter of shape [] is 0-d, deciding no dtype
+    beside x and, with another 0-d value, read in the dtype they decide."""
+    source = """
+(defconst flag true)
+(defparam v (normal [4]) :numerics :high)
+(defparam s (normal []) :trainable false)
+(defun joined (x) (if flag (amax v) (cast v :bf16)))
+(defun zero-d (x) (minimum x (if flag (mean v) (at v 1))))
+(defun forward (x) (+ (- x s) (* s (at v 0))))
+(defrun train :precision :bf16)
+"""
+    v = torch.tensor([1 + 2**-8, 0.5, 0.25, 1 + 2**-6])
+    s = torch.tensor(1 + 2**-7)
+    model = interpret.load(source, state={"v": v, "s": s})
+    x = torch.full((2, 4), 1 + 2**-9)
+    joined = model("joined", x)
+    assert joined.dtype == torch.bfloat16
+    assert torch.equal(joined, v.amax().to(torch.bfloat16))
+    zero_d = model("zero-d", x)  # the 0-d if decides nothing: f32, as x is
+    assert zero_d.dtype == torch.float32
+    assert torch.equal(zero_d, torch.minimum(x, v.mean()))
+    lam = model("forward", x)
+    product = (s.to(torch.bfloat16) * v[0].to(torch.bfloat16)).float()
+    assert lam.dtype == torch.float32 and torch.equal(lam, (x - s) + product)
+
+
+def test_the_interpreter_takes_a_rank_not_known_when_the_file_compiles_as_having_axes():
+    """An element of a value whose rank depends on the argument decides like a tensor: bf16
+    by contagion from v, where the runtime rank (x is [2 4]) made it a 0-d element (f32);
+    a full reduction of x is 0-d whatever x's rank."""
+    source = """
+(defparam v (normal [4]))
+(defun forward (x) (- (at (+ (sum x :axes [0]) v) 3) x))
+(defun full (x) (- (sum x) x))
+(defrun train :precision :bf16)
+"""
+    v = torch.tensor([0.5, 0.25, 1.0, 1 + 2**-6])
+    model = interpret.load(source, state={"v": v})
+    x = torch.full((2, 4), 1 + 2**-9)
+    bf = torch.bfloat16
+    row = x.sum(0).to(bf) + v.to(bf)
+    got = model("forward", x)
+    assert got.dtype == bf and torch.equal(got, row[3] - x.to(bf))
+    full = model("full", x)
+    assert full.dtype == torch.float32 and torch.equal(full, x.sum() - x)

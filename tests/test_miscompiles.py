@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from sx2torch.compiler import compile_source
 from sx2torch.errors import SourceError
@@ -286,3 +287,46 @@ def test_a_frozen_parameter_a_public_method_reads_in_f32_stays_f32(build, source
     weight, method = read(model)
     assert weight.dtype == torch.float32
     assert torch.equal(method(torch.ones(1, 4)), torch.full((1, 4), 4.015625))
+
+
+IF_OF_PARAMS = """
+(defconst d 4)
+(defparam w (normal [4 4]))
+(defparam s (normal [4 4]) :dtype :bf16)
+(defparam hi (normal [4 4]) :numerics :high)
+(defparam f (normal [4 4]) :trainable false)
+(defun forward (x) (linear x (if (= d 4) w w)))
+(defun stored (x) (linear x (if (= d 4) s w)))
+(defun high (x) (linear x (if (= d 4) w hi)))
+(defun frozen (x) (linear x (if (= d 4) f f)))
+(defun value (x) (if (= d 4) w s))
+(defrun train :precision :bf16)
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_an_if_of_parameter_reads_is_a_parameter_read(build, target):
+    """`(linear x (if c w w))` under :bf16 computes in bf16, each branch reading w as the
+    linear does (it read f32 masters: an f32 linear); f32 where a branch is :numerics
+    :high; a frozen one is stored bf16; returned, the if has its branches' join."""
+    module, _ = build(IF_OF_PARAMS, target=target)
+    model = module.Model()
+    odd = torch.full((4, 4), 1 + 2**-8)  # not a bf16 value: a cast down shows
+    model.load_state_dict({k: odd for k in model.state_dict()})
+    x = torch.full((2, 4), 1 + 2**-7)
+    held = torch.float32 if target != "cuda" else torch.bfloat16
+    bf16 = F.linear(x.bfloat16(), odd.bfloat16())
+    for method, expected in (
+        (model.forward, bf16),
+        (model.stored, bf16),
+        (model.frozen, bf16),
+        (model.high, F.linear(x, odd)),
+    ):
+        got = method(x)
+        assert got.dtype == (
+            held if expected.dtype == torch.bfloat16 else expected.dtype
+        )
+        assert torch.equal(got.float(), expected.float())
+    assert model.f.dtype == torch.bfloat16
+    value = model.value(x)
+    assert value.dtype == held and torch.equal(value.float(), odd.bfloat16().float())

@@ -18,7 +18,7 @@ import torch
 from sx2torch import resolve
 from sx2torch.errors import UsageError
 from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
-from sx2torch.interpret.evaluate import EvalError, Evaluator, Lam
+from sx2torch.interpret.evaluate import EvalError, Evaluator, Lam, without_rank
 from sx2torch.interpret.model import build, state_dict
 from sx2torch.syntax import read
 
@@ -49,7 +49,8 @@ class Interpreted:
         keys = keys or {}
         evaluator = Evaluator(self.instance, precision or self.precision, self.training)
         with torch.enable_grad():
-            value = evaluator.call(self.instance, method, list(args), keys)
+            entry = [without_rank(a) for a in args]
+            value = evaluator.call(self.instance, method, entry, keys)
         self.bf16_gradients = evaluator.gradients
         if not detach:
             return value.t if isinstance(value, Lam) else value

@@ -4,8 +4,9 @@ The rules (docs/LANGUAGE.md, "Precision"): under `:bf16` a value stays f32 until
 parameter or a bf16 value; trained parameters are f32 masters read in the dtype of the op
 that reads them; `:numerics :high` readers compute in f32; an island computes in f32 and a
 region in bf16 under either policy, the innermost winning, and a defun called inside one
-computes as it says; library marks are islands; a 0-d element `(at v i)`, and elementwise
-ops on such, decide no dtype (torch's type promotion). Nothing here reads the compiler's
+computes as it says; library marks are islands; a 0-d value (an element `(at v i)`, a full
+reduction, a parameter of shape [], an elementwise op on such) decides no dtype beside a
+tensor with axes (torch's type promotion). Nothing here reads the compiler's
 trace, policy or emission: this is the oracle they are checked against.
 """
 
@@ -51,7 +52,9 @@ DEFINED: dict = {}
 
 
 # ops whose 0-d result (a full reduction) is 0-d by rank whatever their inputs are
-ZERO_D_MAKERS = frozenset({"sum", "mean", "amax", "amin", "scalar-like"})
+ZERO_D_MAKERS = frozenset(
+    {"sum", "mean", "amax", "amin", "scalar-like", "cross-entropy"}
+)
 
 
 class EvalError(Exception):
@@ -86,11 +89,16 @@ def is_float(v) -> bool:
     return isinstance(v, torch.Tensor) and v.is_floating_point()
 
 
+def zero_d(v) -> bool:
+    """0-d by rank: an element, a full reduction, or a parameter of shape []."""
+    return isinstance(v, Lam) or isinstance(v, ParamValue) and v.tensor.dim() == 0
+
+
 def dtype_of(v):
     if isinstance(v, Lam):
         return v.t.dtype
     if isinstance(v, ParamValue):
-        return v.tensor.dtype
+        return v.joined or v.tensor.dtype
     return v.dtype if isinstance(v, torch.Tensor) else None
 
 
@@ -102,8 +110,39 @@ def leaf(v):
         and not v.requires_grad
         and torch.is_grad_enabled()
     ):
-        return v.detach().requires_grad_()
+        return keep_rank(v, v.detach().requires_grad_())
     return v
+
+
+# A tensor whose rank is not known when the file compiles (it depends on an entry point's
+# argument) has this attribute: it is treated as having axes, as the compiler does, even
+# where it is 0-d when it runs.
+UNRANKED = "sx_unranked"
+
+
+def unranked(v) -> bool:
+    return isinstance(v, torch.Tensor) and getattr(v, UNRANKED, False)
+
+
+def without_rank(v):
+    """An entry point's argument: a view of it whose rank is not known."""
+    if not isinstance(v, torch.Tensor):
+        return v
+    view = v.view_as(v)
+    _mark(view)
+    return view
+
+
+def keep_rank(old, new):
+    """`new`, made from `old`, has a rank not known where `old`'s is not."""
+    if unranked(old):
+        _mark(new)
+    return new
+
+
+def _mark(v) -> None:
+    if isinstance(v, torch.Tensor):
+        setattr(v, UNRANKED, True)
 
 
 class Evaluator:
@@ -124,9 +163,13 @@ class Evaluator:
             self.precision == "f64"
         ):  # every rule's dtype widened: is f32 arithmetic exact?
             return F64
+        # 0-d values decide no dtype beside tensors with axes; between themselves they
+        # decide as two tensors do (an f32 sum and a bf16 element: bf16)
+        among = _among_themselves(floats)
+        deciding = [v for v in floats if among or not zero_d(v)]
         if mode == ISLAND:
             return F32
-        if any(isinstance(v, ParamValue) and v.high for v in floats):
+        if any(isinstance(v, ParamValue) and v.high for v in deciding):
             return F32
         if mode == REGION:
             return BF16
@@ -134,14 +177,7 @@ class Evaluator:
             return F32
         if run:
             return BF16
-        # 0-d values decide no dtype beside tensors with axes; between themselves they
-        # decide as two tensors do (an f32 sum and a bf16 element: bf16)
-        among = _among_themselves(floats)
-        if any(
-            isinstance(v, ParamValue)
-            or ((among or not isinstance(v, Lam)) and dtype_of(v) == BF16)
-            for v in floats
-        ):
+        if any(isinstance(v, ParamValue) or dtype_of(v) == BF16 for v in deciding):
             return BF16
         return None if among else F32
 
@@ -165,7 +201,7 @@ class Evaluator:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             if dtype is not None and implicit:
                 self._read(v, dtype)
-            return v if dtype is None or v.dtype == dtype else v.to(dtype)
+            return v if dtype is None or v.dtype == dtype else keep_rank(v, v.to(dtype))
         return v
 
     def _read(self, tensor, dtype):
@@ -189,7 +225,10 @@ class Evaluator:
         unknown = set(keys) - {s.name for s, _ in defun.keys}
         if unknown:
             raise EvalError(f"'{name}' has no key {sorted(unknown)}")
-        return self.body(defun.body, frame.bind(env))
+        value = self.body(defun.body, frame.bind(env))
+        if isinstance(value, ParamValue) and value.joined:
+            return self.cast(value, value.joined)  # an `if` of parameter reads, a value
+        return value
 
     def body(self, forms, frame: Frame):
         value = None
@@ -282,11 +321,13 @@ class Evaluator:
             dtype = None
         elif dtype is None and not any(is_float(v) for v in deciding):
             dtype = BF16 if mode == REGION else F32
-        if _among_themselves([v for v in deciding if is_float(v)]):
-            # read in the dtype they decide, as tensors are
-            args = [_unlam(v) for v in args]
-            if spec.lists:
-                args[0] = [_unlam(v) for v in args[0]]
+        # 0-d among themselves: read in the dtype they decide, as tensors are; else a
+        # 0-d parameter is read as an element is
+        among = _among_themselves([v for v in deciding if is_float(v)])
+        read = _unlam if among else _as_lam
+        args = [read(v) for v in args]
+        if spec.lists:
+            args[0] = [read(v) for v in args[0]]
         cast = [
             self._uncast(v) if i in spec.skip else self.cast(v, dtype)
             for i, v in enumerate(args)
@@ -307,6 +348,9 @@ class Evaluator:
             and not (name == "matmul" and keys.get("out") == ":f32")
         ):
             result = result.to(dtype)
+        if not _fixes_rank(name, keys) and any(unranked(v) for v in parts):
+            for made in result if isinstance(result, tuple) else (result,):
+                _mark(made)
         return self._lam(name, parts, args, result)
 
     def _uncast(self, v):
@@ -318,25 +362,38 @@ class Evaluator:
         """A 0-d value, which decides no dtype beside tensors with axes: an element of a
         vector, a full reduction, a cast of one, an elementwise op on such (0-d by rank).
         """
-        if not isinstance(result, torch.Tensor) or result.dim() != 0:
+        if (
+            not isinstance(result, torch.Tensor)
+            or result.dim() != 0
+            or unranked(result)
+        ):
             return result
         if name == "at":
             return Lam(result) if dtype_of(args[0]) and _rank(args[0]) == 1 else result
         tensors = [v for v in parts if isinstance(v, (torch.Tensor, Lam, ParamValue))]
-        if tensors and (
-            name in ZERO_D_MAKERS or all(isinstance(v, Lam) for v in tensors)
-        ):
+        if tensors and (name in ZERO_D_MAKERS or all(zero_d(v) for v in tensors)):
             return Lam(result)
         return result
 
 
+def _fixes_rank(name: str, keys: dict) -> bool:
+    """The op's result has a rank known whatever its inputs' ranks are."""
+    if name in ("sum", "mean", "amax", "amin"):
+        return keys.get("axes") is None and not keys.get("keepdims")
+    return name in ("reshape", "scalar-like", "cross-entropy")
+
+
 def _among_themselves(floats: list) -> bool:
     """Every float operand is 0-d: they decide between themselves as tensors do."""
-    return bool(floats) and all(isinstance(v, Lam) for v in floats)
+    return bool(floats) and all(zero_d(v) for v in floats)
 
 
 def _unlam(v):
     return v.t if isinstance(v, Lam) else v
+
+
+def _as_lam(v):
+    return Lam(v.tensor) if isinstance(v, ParamValue) and zero_d(v) else v
 
 
 def _rank(v) -> int:

@@ -3,6 +3,8 @@ the library defines by other ops, evaluated on tensors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from sx2torch.interpret.evaluate import (
@@ -18,7 +20,9 @@ from sx2torch.interpret.evaluate import (
     Lam,
     dtype_of,
     is_float,
+    keep_rank,
     leaf,
+    zero_d,
 )
 from sx2torch.interpret.model import ParamValue
 from sx2torch.syntax.read import Vector
@@ -44,17 +48,24 @@ def _if(ev, items, frame):
         raise EvalError("if's condition must be known when the module runs")
     chosen, other = (items[1], items[2]) if condition else (items[2], items[1])
     value = ev.eval(chosen, frame)
-    if not is_float(value) or isinstance(value, Lam):
+    if not is_float(value):
         return value
     try:
         # the branch not taken draws nothing from the generator, as in the module
         with torch.random.fork_rng(devices=[]):
-            other_dtype = dtype_of(ev.eval(other, frame))
+            other_value = ev.eval(other, frame)
     except (EvalError, KeyError):  # a branch reading a parameter this instance lacks
         return value
+    other_dtype = dtype_of(other_value)
     joined = ev.join(dtype_of(value), other_dtype)
-    floating = other_dtype is not None and other_dtype.is_floating_point
-    return ev.cast(value, joined) if floating else value
+    if isinstance(value, ParamValue) and isinstance(other_value, ParamValue):
+        high = value.high or other_value.high
+        return dataclasses.replace(value, high=high, joined=joined)
+    if other_dtype is None or not other_dtype.is_floating_point:
+        return value
+    read = value.t.to(joined) if isinstance(value, Lam) else ev.cast(value, joined)
+    # 0-d by rank where both branches are
+    return Lam(read) if zero_d(value) and zero_d(other_value) else read
 
 
 def _cast(ev, items, frame):
@@ -94,7 +105,7 @@ def _gradient(ev, items, frame):
     dtype = None
     for d in sorted(read, key=str):
         dtype = ev.join(dtype, d)
-    return g.to(dtype) if dtype is not None else g
+    return keep_rank(tensor, g.to(dtype) if dtype is not None else g)
 
 
 def _layers(ev, stack, frame):

@@ -102,6 +102,9 @@ class ParamValue:
     tensor: torch.Tensor
     high: bool = False
     trainable: bool = True
+    # an `if` of parameter reads is a read of the one it chose, :numerics :high where any
+    # of them is; as a value (a defun's result) it has the join of their dtypes
+    joined: Optional[torch.dtype] = None
 
     def read(self, dtype: torch.dtype) -> torch.Tensor:
         return self.tensor if self.tensor.dtype == dtype else self.tensor.to(dtype)

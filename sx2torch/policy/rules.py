@@ -132,8 +132,31 @@ class ParamRef:
     name: str
 
 
+@dataclass(frozen=True)
+class ParamChoice:
+    """The dtype of an `if` whose branches read different parameters: a read of the one it
+    chooses, until its readers decide how they read it."""
+
+    refs: tuple  # ParamRefs, each once
+
+    @property
+    def name(self) -> str:
+        return " or ".join(ref.name for ref in self.refs)
+
+
 def is_param(dtype) -> bool:
-    return isinstance(dtype, ParamRef)
+    return isinstance(dtype, (ParamRef, ParamChoice))
+
+
+def refs(dtype) -> tuple:
+    """The parameters a read of `dtype` may read."""
+    return dtype.refs if isinstance(dtype, ParamChoice) else (dtype,)
+
+
+def _choice(reads: list):
+    """The read of whichever parameter an `if` of parameter reads chooses."""
+    found = tuple(dict.fromkeys(ref for read in reads for ref in refs(read)))
+    return found[0] if len(found) == 1 else ParamChoice(found)
 
 
 class Why(Enum):
@@ -272,6 +295,7 @@ class _Policy:
         for node, dtype in zip(graph.inputs, signature):
             typed.decided[node] = Decision(dtype)
         self._block(typed, graph.nodes)
+        self._settle(typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
@@ -297,19 +321,70 @@ class _Policy:
                 self._op(typed, node)
 
     def _if(self, typed: Typed, node: Node) -> None:
-        """Both branches are compiled; the value has the join of their dtypes."""
-        outputs = []
+        """Both branches are compiled; the value has the join of their dtypes. An `if` of
+        parameter reads is a parameter read, for contagion and :numerics :high alike, until
+        `_settle` gives it the dtype its readers read it in."""
         for region in node.regions:
             self._block(typed, region.nodes)
-            outputs.append(_data_dtype(typed, region.outputs[0]))
+        reads = [typed.decision(r.outputs[0]).dtype for r in node.regions]
+        if all(is_param(d) for d in reads):
+            typed.decided[node] = Decision(_choice(reads))
+            return
+        outputs = [self._data_dtype(typed, r.outputs[0]) for r in node.regions]
         joined = self._join([d for d in outputs if d is not None], node)
         typed.decided[node] = Decision(joined)
+
+    def _settle(self, typed: Typed) -> None:
+        """Each `if` of parameter reads stores the dtype its readers read it in, each branch
+        casting its parameter (an outer `if` first, which an inner one is read by); passed
+        to a call, the f32 master; where they differ, or it is the result, its value: the
+        join of the parameters'."""
+        graph = typed.graph
+        if not any(
+            n.kind is Kind.IF and is_param(typed.decided[n].dtype)
+            for n in walk(graph.nodes)
+        ):
+            return
+        read_in: dict = {}
+        for node in walk(graph.nodes):
+            for index, operand in enumerate(node.inputs):
+                read_in.setdefault(operand, set()).add(
+                    self._read_in(typed, node, index)
+                )
+            if node.kind is Kind.IF:
+                for region in node.regions:
+                    read_in.setdefault(region.outputs[0], set()).add(node)
+        outputs = graph.output if isinstance(graph.output, tuple) else (graph.output,)
+        for node in walk(graph.nodes):
+            if node.kind is Kind.IF and is_param(typed.decided[node].dtype):
+                dtypes = {
+                    typed.decided[r].dtype if isinstance(r, Node) else r
+                    for r in read_in.get(node, ())
+                } - {None}
+                if Kind.CALL in dtypes:  # passed on as a parameter is: its f32 master
+                    dtypes = {DType.F32}
+                elif len(dtypes) != 1 or node in outputs:
+                    dtypes = {self._data_dtype(typed, node)}
+                typed.decided[node] = Decision(dtypes.pop())
+
+    def _read_in(self, typed: Typed, node: Node, index: int):
+        """How `node` reads its input `index` of a parameter read: None for its shape only,
+        the CALL kind where it passes the read on."""
+        if node.kind in CALLS or node.kind is Kind.ITEM:
+            return Kind.CALL
+        if node.kind is Kind.FOR:
+            return typed.decided[node].dtype[index]
+        if node.kind is Kind.CAST:
+            return DType.F32  # a cast of a parameter reads it in f32 (its storage)
+        if _kind(REGISTRY[node.op], index) in UNCAST:
+            return None
+        return typed.decided[node].compute
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' and join with what an iteration
         gives, until they stay the same (at most once more: bf16 absorbs f32)."""
         (body,) = node.regions
-        carried = [_data_dtype(typed, init) for init in node.inputs]
+        carried = [self._data_dtype(typed, init) for init in node.inputs]
         forward = node.attrs.get("reverse")
         # an adjoint loop: the forward's carried values, recorded
         if forward is not None:
@@ -321,7 +396,7 @@ class _Policy:
                 typed.decided[carried_input] = Decision(dtype)
             self._block(typed, body.nodes)
             after = [
-                self._join(_carried(before, _data_dtype(typed, out), node), node)
+                self._join(_carried(before, self._data_dtype(typed, out), node), node)
                 for before, out in zip(carried, body.outputs)
             ]
             if after == carried:
@@ -431,10 +506,23 @@ class _Policy:
         return DType.F32, Reason(Why.NOT_YET)
 
     def _is_high(self, dtype) -> bool:
-        return (
-            is_param(dtype)
-            and self.program.model(dtype.model).params[dtype.name].numerics_high
+        return is_param(dtype) and any(
+            self._param(ref).numerics_high for ref in refs(dtype)
         )
+
+    def _param(self, ref: ParamRef):
+        return self.program.model(ref.model).params[ref.name]
+
+    def _data_dtype(self, typed: Typed, operand) -> Optional[str]:
+        """An operand's dtype as a value: a parameter read's is its f32 master, a `:dtype
+        :bf16` one's bf16; of an `if` of them, their join."""
+        if isinstance(operand, Scalar) or operand is None:
+            return None
+        dtype = typed.decided[operand].dtype
+        if not is_param(dtype):
+            return dtype
+        stored = {self._param(ref).dtype or DType.F32 for ref in refs(dtype)}
+        return self._join(list(stored), operand)
 
 
 NOT_YET = Reason(Why.NOT_YET)
@@ -444,8 +532,16 @@ def _storage(program: Program, used: list) -> dict:
     """A parameter's `:dtype` is its storage; else trained parameters stay f32 and a frozen
     one is stored in the dtype every reader reads (6.7)."""
     readers: dict = {}
+
+    def read(dtype, read_as) -> None:
+        if is_param(dtype):
+            for ref in refs(dtype):
+                readers.setdefault(_key(ref), set()).add(read_as)
+
     for typed in used:
         for node in walk(typed.graph.nodes):
+            if node.kind is Kind.CAST:
+                read(typed.decision(node.inputs[0]).dtype, DType.F32)
             if node.kind in CALLS or node.kind is Kind.CAST:
                 continue
             for index, operand in enumerate(node.inputs):
@@ -454,18 +550,21 @@ def _storage(program: Program, used: list) -> dict:
                 )
                 if is_param(dtype):
                     decided = typed.decided[node]
-                    read_as = (
-                        decided.dtype[index]  # a loop's initial value, carried
-                        if node.kind is Kind.FOR
-                        else decided.compute
+                    read(
+                        dtype,
+                        (
+                            decided.dtype[index]  # a loop's initial value, carried
+                            if node.kind is Kind.FOR
+                            else decided.compute
+                        ),
                     )
-                    readers.setdefault(_key(dtype), set()).add(read_as)
-        for node in walk(typed.graph.nodes):
-            if node.kind is not Kind.CAST:
-                continue
-            read = typed.decision(node.inputs[0]).dtype
-            if is_param(read):
-                readers.setdefault(_key(read), set()).add(DType.F32)
+            for region in node.regions:  # a branch's or an iteration's value, stored
+                for index, out in enumerate(region.outputs):
+                    stored = (
+                        typed.decision(out).dtype if isinstance(out, Node) else None
+                    )
+                    if is_param(stored):
+                        read(stored, output_dtype(typed, node, index))
     storage = {}
     for model in program.all_models():
         for param in model.params.values():
@@ -494,14 +593,6 @@ def _carried(before, after, node: Node) -> list:
     return [before, after]
 
 
-def _data_dtype(typed: Typed, operand) -> Optional[str]:
-    """An operand's dtype as a value: a parameter's read is its f32 master."""
-    if isinstance(operand, Scalar) or operand is None:
-        return None
-    dtype = typed.decided[operand].dtype
-    return DType.F32 if is_param(dtype) else dtype
-
-
 def _promoted(typed: Typed, node: Node) -> list:
     """For each input of an op, whether it is a 0-d tensor that another data input with
     axes (or of a rank not known) decides the dtype beside."""
@@ -524,9 +615,7 @@ def _kind(op, index: int) -> str:
 def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
     if kind is ArgKind.IDS and dtype != DType.INT:
         got = (
-            "a number"
-            if isinstance(operand, Scalar)
-            else f"{_describe(dtype)} tensor"
+            "a number" if isinstance(operand, Scalar) else f"{_describe(dtype)} tensor"
         )
         raise SourceError(
             node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
@@ -541,9 +630,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         and not is_param(dtype)
     ):
         got = (
-            "a number"
-            if isinstance(operand, Scalar)
-            else f"{_describe(dtype)} tensor"
+            "a number" if isinstance(operand, Scalar) else f"{_describe(dtype)} tensor"
         )
         raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
     if (

@@ -148,6 +148,11 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "f_f32_region": (Floats((2, 4)),),
         "forward": (Floats((2, 4)),),
     },
+    "if-of-params": {
+        "chosen": (Floats((2, 4)),),
+        "forward": (Floats((2, 4)),),
+        "high": (Floats((2, 4)),),
+    },
     "gradient-around-loop": {
         "forward": (Floats((2, 4)),),
         "blocks.0.forward": (Floats((2, 4)),),
