@@ -6,7 +6,7 @@ training track writes a GPT: f32 master weights cast at their use with
 ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, the lm head's logits
 cast up with ``.float()`` before the softcap, cross-entropy in f32. Its parameters
 have the generated ``TinyGpt``'s names and shapes, so either model's ``state_dict``
-loads into the other. ``tests/test_reference_gpt.py`` compares the two numerically;
+loads into the other. ``tests/models/test_reference_gpt.py`` compares the two numerically;
 this script compares their speed.
 
 Six variants are measured side by side in one process, their repetitions
@@ -117,7 +117,7 @@ class ReferenceBlock(nn.Module):
             y = weights.type_as(v) @ v
         else:
             # default scale 1/sqrt(head_dim); the CPU flash kernel does not round
-            # the scores to bf16 (tests/test_reference_gpt.py measures how close
+            # the scores to bf16 (tests/models/test_reference_gpt.py measures how close
             # to the f32 attention it is).
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(batch, time_steps, d)
@@ -148,7 +148,7 @@ class ReferenceGpt(nn.Module):
       modded-nanogpt head is a bf16 GEMM rounded to bf16, then ``.float()``.
 
     All three on, the forward is the generated module's, op for op: the same
-    bits on CPU (``tests/test_reference_gpt.py``).
+    bits on CPU (``tests/models/test_reference_gpt.py``).
     """
 
     def __init__(

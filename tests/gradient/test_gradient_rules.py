@@ -287,7 +287,7 @@ def test_every_differentiable_op_is_covered():
     }
     # new values: no gradient reaches their input
     constants = {"arange-of", "arange", "linspace"}
-    constants |= {"randn-like", "rand-like"}  # their zero: tests/test_noise.py
+    constants |= {"randn-like", "rand-like"}  # their zero: tests/ops/test_noise.py
     without_gradient = {
         "newton-schulz"
     }  # an optimizer step: its iteration has no derivative rule

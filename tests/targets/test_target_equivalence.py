@@ -250,40 +250,40 @@ SKIPPED: dict[str, str] = {
     "held targets run in f32 and round once, which is not the bits of cuda's bf16 kernels; "
     "tests/ops/test_conv_ops.py checks each target against the torch call",
     "convnet": "as conv: its F.conv2d on the held targets runs in f32 and rounds once; "
-    "tests/test_convnet.py trains it on the cuda and cpu targets against a hand-written module",
+    "tests/models/test_convnet.py trains it on the cuda and cpu targets against a hand-written module",
     "vit": "as llama: F.conv2d, F.layer_norm, F.linear and SDPA on the held targets run in f32 "
-    "and round once, which is not the bits of cuda's bf16 kernels; tests/test_vit.py checks "
+    "and round once, which is not the bits of cuda's bf16 kernels; tests/models/test_vit.py checks "
     "it against transformers' ViTModel",
     "dropout": "its draws depend on the generator's state at each call, and torch's CPU "
     "dropout kernel on a bf16 tensor rounds the scale to bf16 first, where the held targets "
-    "scale in f32; tests/test_noise.py checks that every target draws the same numbers",
+    "scale in f32; tests/ops/test_noise.py checks that every target draws the same numbers",
     "fused-layer-norm": "as modded-nanogpt-simple's F.rms_norm: F.layer_norm runs in f32 and "
     "rounds once on the held targets, which is not the bits of cuda's bf16 kernel; "
-    "tests/test_everyday.py checks it against F.layer_norm",
+    "tests/language/test_everyday.py checks it against F.layer_norm",
     "attention-mask": "as llama: SDPA on the held targets runs in f32 and rounds once, which is "
-    "not the bits of cuda's bf16 kernel; tests/test_everyday.py checks it against SDPA",
+    "not the bits of cuda's bf16 kernel; tests/language/test_everyday.py checks it against SDPA",
     "modded-nanogpt-simple": "its fused kernels (F.linear, F.rms_norm, SDPA) run in f32 and "
     "round once on the held targets, which is not the bits of cuda's bf16 kernels; its "
-    "numbers are checked against the real model in tests/test_ports.py",
+    "numbers are checked against the real model in tests/models/test_ports.py",
     "bert": "as llama: F.linear, F.layer_norm and SDPA on the held targets run in f32 and "
     "round once, which is not the bits of cuda's bf16 kernels; its numbers are checked "
-    "against transformers' BertModel in tests/test_bert.py",
+    "against transformers' BertModel in tests/models/test_bert.py",
     "llama": "as modded-nanogpt-simple: F.linear and SDPA on the held targets run in f32 and "
     "round once (measured: 1.2 U relative norm from cuda's logits); its numbers are checked "
-    "against transformers' LlamaForCausalLM in tests/test_llama.py",
+    "against transformers' LlamaForCausalLM in tests/models/test_llama.py",
     "gemma2": "as llama: F.linear on the held targets runs in f32 and rounds once; its "
-    "numbers are checked against transformers' Gemma2ForCausalLM in tests/test_gemma2.py",
+    "numbers are checked against transformers' Gemma2ForCausalLM in tests/models/test_gemma2.py",
     "gpt2": "as llama: F.linear, F.layer_norm and SDPA on the held targets run in f32 and "
     "round once; its numbers are checked against transformers' GPT2LMHeadModel in "
-    "tests/test_gpt2.py",
+    "tests/models/test_gpt2.py",
     "zero-d-lambdas": "an f32 0-d lambda times a bf16 tensor: cuda's generated code leaves "
     "the rounding to torch, whose CPU kernel rounds a first 0-d operand to bf16 and a second "
     "not; the held targets compute in f32 from the unrounded lambda (not yet reproduced)",
     "mixtral": "as llama: F.linear and SDPA on the held targets run in f32 and round once, "
     "and so does sx.sparse_experts inside; its numbers are checked against transformers' "
-    "MixtralForCausalLM in tests/test_mixtral.py",
+    "MixtralForCausalLM in tests/models/test_mixtral.py",
     "modded-nanogpt-medium": "as modded-nanogpt-simple: its fused kernels round once on the "
-    "held targets; its numbers are checked against the real model in tests/test_ports.py",
+    "held targets; its numbers are checked against the real model in tests/models/test_ports.py",
 }
 
 COMPARED = [case for case in CASES if case not in SKIPPED]

@@ -5,7 +5,7 @@
     ;; known: the fix is not on this branch yet (the test expects the failure)
     ;; expect: no-internal-error       (only the compile oracle counts: a diagnostic is fine)
 
-`replay` runs every oracle on every target with the header's seed; tests/test_difftest.py
+`replay` runs every oracle on every target with the header's seed; tests/interpret/test_difftest.py
 replays each file, a `known:` one as a strict xfail.
 """
 

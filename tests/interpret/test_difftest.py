@@ -1,6 +1,6 @@
 """The differential tester (tools/difftest) on a small budget: random programs compiled for
 every target against the interpreter (sx2torch.interpret), and every failure it ever found
-(tests/difftest_corpus) replayed. A case marked `;; known:` fails until its fix lands; then
+(tests/interpret/difftest_corpus) replayed. A case marked `;; known:` fails until its fix lands; then
 the strict xfail turns red and the mark must go."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1])
+    0, str(Path(__file__).resolve().parents[2])
 )  # tools/ is beside the package
 
 from sx2torch import interpret  # noqa: E402
@@ -92,7 +92,7 @@ def test_the_oracles_see_a_wrong_result():
 
 def test_the_interpreter_draws_the_modules_parameters():
     """Without a state_dict it draws in source order, as the generated __init__ does."""
-    source = (Path(__file__).parents[1] / "examples" / "rms-mlp.lisp").read_text()
+    source = (Path(__file__).parents[2] / "examples" / "rms-mlp.lisp").read_text()
     module = check.instantiate(check.compile_module(source, "cuda"))
     torch.manual_seed(3)
     module = type(module)()
@@ -134,7 +134,7 @@ def test_sx2torch_run_evaluates_a_source(tmp_path, capsys):
 def test_the_interpreter_gives_tiny_gpts_logits():
     """The bf16 tiny-gpt, its heads reshaped with 0 (keep that size), run by the
     interpreter: the compiled module's logits bit for bit."""
-    source = (Path(__file__).parents[1] / "examples" / "tiny-gpt.lisp").read_text()
+    source = (Path(__file__).parents[2] / "examples" / "tiny-gpt.lisp").read_text()
     torch.manual_seed(0)
     module = check.instantiate(check.compile_module(source, "cuda"))
     for p in module.parameters():

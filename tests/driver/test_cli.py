@@ -241,7 +241,7 @@ def test_check_something_that_is_not_a_source(capsys, source, tmp_path):
 
 
 def test_the_bundled_modules_are_fresh(capsys):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert run(capsys, "check", root / "golden", root / "examples") == (0, "", "")
 
 

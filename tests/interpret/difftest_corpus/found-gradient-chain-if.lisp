@@ -1,5 +1,5 @@
 ;; difftest seed=6 methods=forward(x,ids);helper(x)
-;; Found by the campaign (seed 6 of tests/test_difftest.py, and seed 1061), minimized: a
+;; Found by the campaign (seed 6 of tests/interpret/test_difftest.py, and seed 1061), minimized: a
 ;; gradient through a chain whose layer's forward is an if on the layer's const; the
 ;; interpreter gives d/dx of the mean of x -> x*x*x (layer 0) -> itself (layer 1).
 ;; found: compile cuda: KeyError: <- @1:...> (sx2torch/policy/rules.py, _op: a node of the adjoint loop has no dtype)

@@ -15,7 +15,7 @@ from sx2torch.ir import Kind, verify, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import run as read
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 def regions_reference(model, x0: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,5 +1,5 @@
 ;; difftest seed=82 methods=forward(x,ids)
-;; Found by the campaign (seed 82 of tests/test_difftest.py), minimized: the loop carries c,
+;; Found by the campaign (seed 82 of tests/interpret/test_difftest.py), minimized: the loop carries c,
 ;; which starts as x, and its body gives x itself, so its value is x and d/dx sum is 1.
 ;; found: value cuda:forward (the module's gradient drops a contribution)
 (defconst d 4)

@@ -1,5 +1,5 @@
 """--dump-after prints each intermediate form; every specialization keeps the policy's invariants
-under both precisions (tests/test_pipeline.py verifies each pass under the source's own run).
+under both precisions (tests/driver/test_pipeline.py verifies each pass under the source's own run).
 """
 
 import pytest

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 
 from sx2torch import runtime as sx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 try:
     from benchmarks.gpt import SEED_ROUNDINGS, ReferenceGpt, norm
 except ModuleNotFoundError:

@@ -102,7 +102,7 @@ def emitted(source: str, **options) -> str:
     return handed[0]
 
 
-GOLDEN = sorted((Path(__file__).parent.parent / "golden").glob("*.lisp"))
+GOLDEN = sorted((Path(__file__).parents[2] / "golden").glob("*.lisp"))
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda path: path.stem)

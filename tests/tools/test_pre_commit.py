@@ -12,7 +12,7 @@ import yaml
 
 from sx2torch.compiler import Options, compile_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "(defparam w (normal [4 4]))\n(defun forward (x) (relu (matmul x w)))\n"
 
 

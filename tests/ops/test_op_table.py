@@ -11,7 +11,7 @@ from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import Scalar
 from sx2torch.tools.ops_table import markdown
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "OPS.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "OPS.md"
 
 
 def test_the_committed_op_table_is_current():

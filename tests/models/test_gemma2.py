@@ -20,7 +20,7 @@ from transformers.models.gemma2 import modeling_gemma2
 from cases import lisp
 from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
-from test_gpt2 import code_lines
+from models.test_gpt2 import code_lines
 
 SIZES = dict(
     vocab_size=256,

@@ -25,7 +25,7 @@ from cases import lisp
 from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SIZES = dict(
     vocab_size=256,

@@ -5,7 +5,7 @@ transformers' own, under both runs.
 transformers runs with attn_implementation="sdpa", its default: without a mask it calls
 F.scaled_dot_product_attention(q, k, v, attn_mask=None, scale=head_dim ** -0.5,
 is_causal=False), the call the example's `(attention q k v)` makes (the kernel's default
-scale is the same f32 number; tests/test_llama.py checks that for every head size).
+scale is the same f32 number; tests/models/test_llama.py checks that for every head size).
 """
 
 from __future__ import annotations
