@@ -231,6 +231,7 @@ class _Backward:
         self.first = True
         self.depends: set = set()  # the values that depend on X, in regions too
         self.grads: dict = {}  # value -> its contributions, once run
+        self.readers: dict = {}  # value -> the nodes its contributions come from
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
@@ -244,7 +245,7 @@ class _Backward:
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
         self.grads = grads
         if grads.get(x):
-            with self.stamped(x):
+            with self.stamped(x, self.readers[x]):
                 return self._sum(grads[x], x)
         return self._zeros(x)
 
@@ -260,11 +261,14 @@ class _Backward:
             if node.kind is Kind.FOR:
                 found = _Adjoint(self, node).run(contributions)
             else:
+                with self.stamped(node, self.readers.get(node)):
+                    total = self._sum(contributions, node)
                 with self.stamped(node):
-                    found = self._rule(node, self._sum(contributions, node))
+                    found = self._rule(node, total)
             for operand, gradient in found:
                 if gradient is not None and operand in self.depends:
                     grads.setdefault(operand, []).append(gradient)
+                    self.readers.setdefault(operand, []).append(node)
         return grads
 
     def _zeros(self, x: Node) -> Operand:
@@ -385,13 +389,17 @@ class _Backward:
         return found
 
     @contextmanager
-    def stamped(self, node: Node):
+    def stamped(self, node: Node, readers: Optional[list] = None):
         """Nodes made now carry the forward node's frames, then the frames around `gradient`,
         and know the forward node (the policy reads the marks it has from its parameters).
+        `readers`: the nodes whose contributions to `node` are being summed: the sum carries
+        the frames they share, so it is computed where they are (a value read twice in a
+        region gets its gradient there, as one read once does), whatever frames `node` has.
         """
         t = self.t
         outer = t.frames, t.datum, t.of
-        t.frames, t.datum, t.of = node.frames + t.stamps, node.form, node
+        frames = _shared([r.frames for r in readers]) if readers else node.frames
+        t.frames, t.datum, t.of = frames + t.stamps, node.form, node
         try:
             yield
         finally:
@@ -463,6 +471,15 @@ def _carried_check(gradient: Node, around: list, grads: dict, expansion: tuple):
                 "before, and a backward does not go back through a loop's earlier "
                 "iterations: take the gradient outside the loop",
             )
+
+
+def _shared(frames: list) -> tuple:
+    """The frames every one of `frames` starts with."""
+    common = frames[0]
+    for more in frames[1:]:
+        n = next((k for k, (a, b) in enumerate(zip(common, more)) if a != b), None)
+        common = common[: min(len(common), len(more)) if n is None else n]
+    return common
 
 
 def _valued(node: Node) -> list:
