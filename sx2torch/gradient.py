@@ -245,7 +245,7 @@ class _Backward:
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
         self.grads = grads
         if grads.get(x):
-            with self.stamped(x, self.readers[x]):
+            with self.stamped(x, self.readers.get(x)):
                 return self._sum(grads[x], x)
         return self._zeros(x)
 

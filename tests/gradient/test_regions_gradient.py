@@ -173,3 +173,9 @@ def test_the_gradient_of_x_read_in_a_region_is_bf16_however_often_it_is_read(
             assert torch.equal(got, got.to(torch.bfloat16).float()), name
         torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=2**-7)
     assert torch.equal(model(x), torch.full((2, 4), 2.0, dtype=model(x).dtype))
+
+
+def test_the_gradient_of_a_sum_of_x_itself_is_the_seed(build):
+    """No node reads X on the way: the seed is its gradient (a KeyError once)."""
+    module, _ = build("(defun forward (x) (gradient (sum x) x))")
+    assert torch.equal(module.Model()(torch.randn(2, 4)), torch.ones(2, 4))
