@@ -16,16 +16,19 @@ class GradientRegionReads(nn.Module):
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
             x_bf16 = x.to(torch.bfloat16)
-            concat_x = torch.cat([x_bf16, x_bf16], dim=1)
+            tanh_x = torch.tanh(x_bf16)
+            concat_x = torch.cat([x_bf16, tanh_x], dim=1)
         # (gradient (sum (with-numerics (...) (...))) x)
         grad_concat_x = torch.ones_like(concat_x, dtype=torch.float32)
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
             grad_concat_x_bf16 = grad_concat_x.to(torch.bfloat16)
+            # gradient of (tanh x)
+            grad_tanh_x = sx.concat_part(grad_concat_x_bf16, [x, tanh_x], 1, 1)
             # gradient of x
-            grad_x = sx.concat_part(grad_concat_x_bf16, [x, x], 0, 1) + sx.concat_part(
-                grad_concat_x_bf16, [x, x], 1, 1
-            )
+            grad_x = sx.concat_part(
+                grad_concat_x_bf16, [x, tanh_x], 0, 1
+            ) + grad_tanh_x * (1.0 - torch.square(tanh_x))
         return grad_x
 
     def twice(self, x):
