@@ -87,7 +87,7 @@ class GradientRegions(nn.Module):
                 + (
                     grad_backout
                     if i == self.backout_layer
-                    else sx.round_to_bf16(torch.zeros_like(y_2, dtype=torch.float32))
+                    else torch.zeros_like(y_2, dtype=torch.float32)
                 )
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
@@ -106,7 +106,7 @@ class GradientRegions(nn.Module):
             grad_x, grad_backout = sx.store_bf16(
                 sum_to_grad_y + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             ), (
-                sx.round_to_bf16(torch.zeros_like(backout, dtype=torch.float32))
+                torch.zeros_like(backout, dtype=torch.float32)
                 if i == self.backout_layer
                 else grad_backout
             )

@@ -73,7 +73,7 @@ class GradientRegions(nn.Module):
             grad_y = grad_x + (
                 grad_backout
                 if i == self.backout_layer
-                else torch.zeros_like(y_2, dtype=torch.float32).to(torch.bfloat16)
+                else torch.zeros_like(y_2, dtype=torch.bfloat16)
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
             grad_y = (grad_y * gate_bf16).sum_to_size(y.shape) if i == 1 else grad_y
@@ -86,7 +86,7 @@ class GradientRegions(nn.Module):
             grad_x, grad_backout = grad_y.sum_to_size(
                 x.shape
             ) + grad_matmul_x @ w_bf16.transpose(-1, -2), (
-                torch.zeros_like(backout, dtype=torch.float32).to(torch.bfloat16)
+                torch.zeros_like(backout, dtype=torch.bfloat16)
                 if i == self.backout_layer
                 else grad_backout
             )

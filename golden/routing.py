@@ -27,10 +27,8 @@ class Routing(nn.Module):
         top = torch.gather(probs, -1, chosen)
         weights = top / torch.sum(top, dim=-1, keepdim=True)
         picked = torch.index_select(x, 0, tokens)
-        out = (
-            torch.zeros_like(x, dtype=torch.float32)
-            .to(torch.bfloat16)
-            .index_add(0, tokens, picked.to(torch.bfloat16) @ expert_bf16)
+        out = torch.zeros_like(x, dtype=torch.bfloat16).index_add(
+            0, tokens, picked.to(torch.bfloat16) @ expert_bf16
         )
         return (
             torch.zeros_like(probs, dtype=torch.float32).scatter_add(

@@ -23,6 +23,7 @@ from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, SAME
+from sx2torch.ops.registry import ArgKind
 from sx2torch.syntax.program import Program
 from sx2torch.trace.builder import Builder
 
@@ -59,7 +60,8 @@ class _Expansion:
                 visible = [
                     n for block, end in [*opened, (nodes, k)] for n in block[:end]
                 ]
-                built = self._expand(node, visible)
+                around = [block[end] for block, end in opened]
+                built = self._expand(node, visible, around)
                 nodes[k : k + 1] = built
                 k += len(built)
                 continue
@@ -80,8 +82,9 @@ class _Expansion:
             self.values.get(operand, operand) if isinstance(operand, Node) else operand
         )
 
-    def _expand(self, node: Node, visible: list) -> list:
-        """The nodes that compute dY/dX in place of the GRADIENT node."""
+    def _expand(self, node: Node, visible: list, around: list) -> list:
+        """The nodes that compute dY/dX in place of the GRADIENT node; `around`: the
+        nodes whose regions hold it."""
         t = _Writer(self.graph, self.shapes)
         t.nodes = []
         t.frames, t.datum, t.stamps = node.frames, node.form, node.attrs["marks"]
@@ -94,7 +97,9 @@ class _Expansion:
             )
         if scalar is None:
             y = _expect_scalar(t, y, y_form)
-        value = _Backward(t, node.form, [*visible, *t.nodes]).run(y, x)
+        backward = _Backward(t, node.form, [*visible, *t.nodes], around)
+        value = backward.run(y, x)
+        _carried_check(node, around, backward.grads, (t.nodes, value))
         self.values[node] = value
         _bind(value, node)
         return t.nodes
@@ -218,12 +223,15 @@ def _bind(value: Operand, node: Node) -> None:
 
 
 class _Backward:
-    def __init__(self, t: Builder, datum, visible: list):
+    def __init__(self, t: Builder, datum, visible: list, around: list):
         self.t = t
         self.datum = datum
         self.visible = visible  # the nodes Y may read
+        self.around = around  # the nodes whose regions hold the gradient form
         self.first = True
         self.depends: set = set()  # the values that depend on X, in regions too
+        self.grads: dict = {}  # value -> its contributions, once run
+        self.readers: dict = {}  # value -> the nodes its contributions come from
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
@@ -235,8 +243,9 @@ class _Backward:
         with self.stamped(y):
             seed = self._note(self.t.op("ones-like", [_shaped_as(seeded)]))
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
+        self.grads = grads
         if grads.get(x):
-            with self.stamped(x):
+            with self.stamped(x, self.readers.get(x)):
                 return self._sum(grads[x], x)
         return self._zeros(x)
 
@@ -252,11 +261,14 @@ class _Backward:
             if node.kind is Kind.FOR:
                 found = _Adjoint(self, node).run(contributions)
             else:
+                with self.stamped(node, self.readers.get(node)):
+                    total = self._sum(contributions, node)
                 with self.stamped(node):
-                    found = self._rule(node, self._sum(contributions, node))
+                    found = self._rule(node, total)
             for operand, gradient in found:
                 if gradient is not None and operand in self.depends:
                     grads.setdefault(operand, []).append(gradient)
+                    self.readers.setdefault(operand, []).append(node)
         return grads
 
     def _zeros(self, x: Node) -> Operand:
@@ -268,35 +280,14 @@ class _Backward:
         """The nodes on some path from x to y, in trace order, among those Y may read; an IF
         or FOR depends on X where a node in its regions does."""
         visible = self.visible
-        self.depends = {x}
-
-        def mark(nodes: list) -> None:
-            for node in nodes:
-                if node.kind is Kind.FOR:
-                    carry(node)
-                for region in node.regions:
-                    mark(region.nodes)
-                if any(isinstance(i, Node) and i in self.depends for i in reads(node)):
-                    self.depends.add(node)
-
-        def carry(loop: Node) -> None:
-            """A carried value depends on X where its start or an iteration's result does."""
-            (body,) = loop.regions
-            while True:
-                mark(body.nodes)
-                more = {
-                    carried
-                    for carried, start, out in zip(
-                        body.inputs, loop.inputs, body.outputs
-                    )
-                    if carried not in self.depends
-                    and (start in self.depends or out in self.depends)
-                }
-                if not more:
-                    return
-                self.depends |= more
-
-        mark(visible)
+        marked = _Dependence(x)
+        for loop in self.around:
+            if loop.kind is Kind.FOR and x not in _inside(loop):
+                marked.carry(
+                    loop
+                )  # for _carried_check to see what reaches a carried value
+        marked.mark(visible)
+        self.depends = marked.found
         needed, pending = set(), [y]
         while pending:
             node = pending.pop()
@@ -398,13 +389,17 @@ class _Backward:
         return found
 
     @contextmanager
-    def stamped(self, node: Node):
+    def stamped(self, node: Node, readers: Optional[list] = None):
         """Nodes made now carry the forward node's frames, then the frames around `gradient`,
         and know the forward node (the policy reads the marks it has from its parameters).
+        `readers`: the nodes whose contributions to `node` are being summed: the sum carries
+        the frames they share, so it is computed where they are (a value read twice in a
+        region gets its gradient there, as one read once does), whatever frames `node` has.
         """
         t = self.t
         outer = t.frames, t.datum, t.of
-        t.frames, t.datum, t.of = node.frames + t.stamps, node.form, node
+        frames = _shared([r.frames for r in readers]) if readers else node.frames
+        t.frames, t.datum, t.of = frames + t.stamps, node.form, node
         try:
             yield
         finally:
@@ -415,6 +410,94 @@ class _Backward:
             node.note = echo(self.datum)
             self.first = False
         return node
+
+
+class _Dependence:
+    """The values that depend on X: a node where it reads one, a loop's carried value where
+    its start or an iteration's result does. `expansion`: (the GRADIENT node being expanded,
+    its nodes, its value): that node depends on X as its value does."""
+
+    def __init__(self, x: Node, expansion: tuple = (None, (), None)):
+        self.found = {x}
+        self.gradient, self.nodes, self.value = expansion
+
+    def mark(self, nodes: list) -> None:
+        for node in nodes:
+            if node is self.gradient:
+                self.mark(self.nodes)
+                if self.value in self.found:
+                    self.found.add(node)
+                continue
+            if node.kind is Kind.FOR:
+                self.carry(node)
+            for region in node.regions:
+                self.mark(region.nodes)
+            if any(isinstance(i, Node) and i in self.found for i in _valued(node)):
+                self.found.add(node)
+
+    def carry(self, loop: Node) -> None:
+        (body,) = loop.regions
+        while True:
+            self.mark(body.nodes)
+            more = {
+                carried
+                for carried, start, out in zip(body.inputs, loop.inputs, body.outputs)
+                if carried not in self.found
+                and (start in self.found or out in self.found)
+            }
+            if not more:
+                return
+            self.found |= more
+
+
+def _carried_check(gradient: Node, around: list, grads: dict, expansion: tuple):
+    """A gradient inside a loop whose backward reaches a carried value that depends on X
+    through the iterations before would have to go back through them, and each may hold
+    this gradient's backward again (a nesting as deep as the loop is long): a diagnostic.
+    Where the carried value depends on X only as it is held fixed, the backward is right.
+    """
+    x = gradient.inputs[1]
+    for loop in (n for n in around if n.kind is Kind.FOR and x not in _inside(n)):
+        reached = [c for c in loop.regions[0].inputs if grads.get(c)]
+        if not reached:
+            continue
+        marked = _Dependence(x, (gradient, *expansion))
+        marked.carry(loop)
+        for carried in (c for c in reached if c in marked.found):
+            raise SourceError(
+                gradient.span,
+                f"this gradient reaches '{_label(carried)}', which the loop around it "
+                f"carries and which depends on '{_label(x)}' through the iterations "
+                "before, and a backward does not go back through a loop's earlier "
+                "iterations: take the gradient outside the loop",
+            )
+
+
+def _shared(frames: list) -> tuple:
+    """The frames every one of `frames` starts with."""
+    common = frames[0]
+    for more in frames[1:]:
+        n = next((k for k, (a, b) in enumerate(zip(common, more)) if a != b), None)
+        common = common[: min(len(common), len(more)) if n is None else n]
+    return common
+
+
+def _valued(node: Node) -> list:
+    """What a node reads for its values: not the tensors an op reads only for the shape."""
+    if node.kind is not Kind.OP:
+        return reads(node)
+    args = REGISTRY[node.op].args
+    return [
+        value
+        for k, value in enumerate(node.inputs)
+        if args[min(k, len(args) - 1)].kind is not ArgKind.LIKE
+    ]
+
+
+def _inside(node: Node) -> set:
+    """The values made in a node's regions, their inputs included."""
+    nodes = [*walk([n for region in node.regions for n in region.nodes])]
+    return {*nodes, *(v for n in [node, *nodes] for r in n.regions for v in r.inputs)}
 
 
 class _Adjoint:

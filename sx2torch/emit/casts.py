@@ -24,13 +24,18 @@ class Casts:
     def gathered(self, node: Node) -> Optional[tuple]:
         """The cast of a parameter's rows that a `take` reads: written after the gather,
         since the cast is elementwise, so a forward casts the rows it reads, not the table.
-        A held target widens a bf16-stored table first: it makes no bf16 tensor."""
+        A bf16-stored table read in f32 is widened first (and a held target's always: it
+        makes no bf16 tensor): the cast's backward then rounds the summed f32 gradient once,
+        where a widening after the gather would sum repeated ids' rows in bf16."""
         if node.kind is not Kind.OP or node.op != "take":
             return None
         if node.inputs[0].kind is not Kind.PARAM:
             return None
         conversion = self._wanted(node, 0)
-        return None if conversion and conversion[0] == "bf16-stored" else conversion
+        widened = (
+            conversion and "bf16-stored" in conversion or conversion == ("bf16", "f32")
+        )
+        return None if widened else conversion
 
     def _wanted(self, node: Node, index: int) -> Optional[tuple]:
         want = self.lowered.read_dtype(self.typed, node, index)

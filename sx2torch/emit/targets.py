@@ -36,6 +36,12 @@ class Target:
 
     def cast(self, value: b.Expr, have: str, want: str) -> b.Expr:
         """`value`, a tensor of dtype `have` ("bf16" for a real bf16 tensor), as `want`."""
+        if _is_fill(value):  # zeros and ones are exact in either dtype: made in `want`
+            held = "f32" if self.held else want
+            dtype = b.dotted("torch.float32" if held == "f32" else "torch.bfloat16")
+            return value.with_changes(
+                args=[*value.args[:-1], value.args[-1].with_changes(value=dtype)]
+            )
         if not self.held:
             return (
                 b.method(value, "float")
@@ -60,4 +66,16 @@ def _rounds(value: b.Expr) -> bool:
     return isinstance(value, cst.Call) and cst.Module([]).code_for_node(value.func) in (
         "sx.round_to_bf16",
         "sx.store_bf16",
+    )
+
+
+def _is_fill(value: b.Expr) -> bool:
+    """Whether `value` is written as `torch.zeros_like(x, dtype=...)` or `ones_like`."""
+    return (
+        isinstance(value, cst.Call)
+        and cst.Module([]).code_for_node(value.func)
+        in ("torch.zeros_like", "torch.ones_like")
+        and len(value.args) == 2
+        and value.args[-1].keyword is not None
+        and value.args[-1].keyword.value == "dtype"
     )

@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sx2torch.compiler import compile_source
+from sx2torch.errors import SourceError
+
 BLOCK = """
 (defmodel blk (&key (d 4))
   (defparam w (normal [d d]))
@@ -95,4 +98,70 @@ def test_a_loop_that_gives_a_value_read_around_it(build):
     module, _ = build(LOOP)
     assert torch.equal(
         module.Model().given(torch.randn(2, 4)), torch.full((2, 4), 1 / 8)
+    )
+
+
+INSIDE = """
+(defmodel blk (&key (d 4)) (defparam w (normal [d d])) (defun forward (x) x))
+(defparam blocks (stack 2 (blk :d 4)))
+(defun fixed (x y) (for (layer blocks) ((c y)) (layer (* c (gradient (sum (* c x)) x)))))
+(defun forward (x) (for (layer blocks) ((c x)) (layer (- c (gradient (sum (* c c c)) c)))))
+"""
+
+
+def _inside_reference(step, c, n=2):
+    """`step(c)` per layer, each gradient taken by autograd through all that came before."""
+    for _ in range(n):
+        c = step(c)
+    return c
+
+
+def test_a_gradient_in_a_loop_reaching_a_carried_value_that_needs_no_x(build):
+    """c starts as y and each iteration multiplies it by d(sum c*x)/dx = c, which does not
+    depend on x: the carried value depends on x only as the gradient node reads it, so the
+    backward holds it fixed rightly, as autograd does."""
+    module, _ = build(INSIDE)
+    x = torch.randn(2, 4).requires_grad_()
+    y = torch.randn(2, 4)
+
+    def step(c):
+        (g,) = torch.autograd.grad((c * x).sum(), x, create_graph=True)
+        return c * g
+
+    want = _inside_reference(step, y)
+    assert torch.allclose(module.Model().fixed(x.detach(), y), want, rtol=1e-6)
+
+
+def test_a_gradient_in_a_loop_with_respect_to_the_carried_value(build):
+    module, _ = build(INSIDE)
+    x = torch.randn(2, 4)
+
+    def step(c):
+        c = c.detach().requires_grad_()
+        (g,) = torch.autograd.grad((c * c * c).sum(), c)
+        return c.detach() - g
+
+    want = _inside_reference(step, x)
+    assert torch.allclose(module.Model()(x), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "start, body",
+    [
+        ("x", "(layer (* c (gradient (sum (* c x)) x)))"),  # c is x at first
+        ("y", "(layer (+ x (* c (gradient (sum (* c x)) x))))"),  # x + ... after one
+    ],
+)
+def test_a_gradient_in_a_loop_through_a_carried_value_that_depends_on_x(start, body):
+    """known-6: where c is x, d(sum c*x)/dx is c + x, not c; after an iteration c depends
+    on x through the layers before (and this gradient's value): the backward would have to
+    go back through them, a diagnostic at the gradient form."""
+    line = f"(defun forward (x y) (for (layer blocks) ((c {start})) {body}))"
+    source = INSIDE.split("(defun fixed")[0] + line
+    with pytest.raises(SourceError) as error:
+        compile_source(source, "model.lisp")
+    assert (error.value.line, error.value.column) == (4, line.index("(gradient") + 1)
+    assert error.value.message.startswith(
+        "this gradient reaches 'c', which the loop around it carries and which depends "
+        "on 'x' through the iterations before"
     )

@@ -138,3 +138,43 @@ def test_the_adjoint_loop_runs_in_the_policys_dtypes(build):
     got = model(x0)
     assert got.dtype == torch.bfloat16
     assert ((got.float() - dx).norm() / dx.norm()).item() < 2**-5
+
+
+READS = """
+(defun forward (x) (gradient (sum (with-numerics (:precision :bf16) (concat [x (tanh x)] :axis 1))) x))
+(defun twice (x) (gradient (sum (with-numerics (:precision :bf16) (* x (tanh x)))) x))
+(defun once (x) (gradient (sum (with-numerics (:precision :bf16) (tanh x))) x))
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_the_gradient_of_x_read_in_a_region_is_bf16_however_often_it_is_read(
+    build, target
+):
+    """known-4: the sum of X's contributions is computed where its readers all are, in the
+    region, so X read twice gets a bf16 gradient as X read once does (it was an f32 sum of
+    two bf16 contributions, outside the region); against torch.autograd on bf16 tensors.
+    """
+    module, _ = build(READS, target=target)
+    model = module.Model()
+    x = torch.randn(2, 4)
+    functions = {
+        "forward": lambda b: torch.cat([b, torch.tanh(b)], dim=1),
+        "twice": lambda b: b * torch.tanh(b),
+        "once": torch.tanh,
+    }
+    for name, f in functions.items():
+        b = x.to(torch.bfloat16).requires_grad_()
+        (want,) = torch.autograd.grad(f(b).sum(), b)
+        got = getattr(model, name)(x)
+        held = target == "cpu"
+        assert got.dtype == (torch.float32 if held else torch.bfloat16), name
+        if held:
+            assert torch.equal(got, got.to(torch.bfloat16).float()), name
+        torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=2**-7)
+
+
+def test_the_gradient_of_a_sum_of_x_itself_is_the_seed(build):
+    """No node reads X on the way: the seed is its gradient (a KeyError once)."""
+    module, _ = build("(defun forward (x) (gradient (sum x) x))")
+    assert torch.equal(module.Model()(torch.randn(2, 4)), torch.ones(2, 4))

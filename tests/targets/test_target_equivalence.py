@@ -163,6 +163,17 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "plain": (Floats((3, 4)),),
     },
     "gradient-high": {"forward": (Floats((2, 4)),)},
+    "gradient-in-loop": {
+        "forward": (Floats((2, 4)),),
+        "fixed": (Floats((2, 4)), Floats((2, 4))),
+        "blocks.0.forward": (Floats((2, 4)),),
+    },
+    "gradient-region-reads": {
+        "forward": (Floats((2, 4)),),
+        "twice": (Floats((2, 4)),),
+        "once": (Floats((2, 4)),),
+        "apart": (Floats((2, 4)),),
+    },
     "gradient-if-in-loop": {
         "forward": (Floats((2, 4)),),
         "blocks.0.forward": (Floats((2, 4)),),
