@@ -59,7 +59,26 @@ class Block(nn.Module):
         )
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
+        w_up_bf16 = self.w_up.to(torch.bfloat16)
+        w_down_bf16 = self.w_down.to(torch.bfloat16)
+        # (rms-norm x)
+        with torch.autocast("cuda", enabled=False):
+            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + 1e-06)
+        x = x.to(torch.bfloat16) + self.attend(x * rsqrt_x)
+        # (rms-norm x)
+        with torch.autocast("cuda", enabled=False):
+            x_f32 = x.float()
+            rsqrt_x = torch.rsqrt(
+                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
+            )
+        return (
+            x
+            + torch.square(torch.relu((x * rsqrt_x.to(torch.bfloat16)) @ w_up_bf16))
+            @ w_down_bf16
+        )
+
+    # forward for x: bf16
+    def forward_bf16(self, x):
         w_up_bf16 = self.w_up.to(torch.bfloat16)
         w_down_bf16 = self.w_down.to(torch.bfloat16)
         # (rms-norm x)
@@ -106,7 +125,7 @@ class TinyGpt(nn.Module):
             )
         x = take_wte * rsqrt_take_wte.to(torch.bfloat16)
         for layer in self.blocks:
-            x = layer(x)
+            x = layer.forward_bf16(x)
         # (rms-norm x)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()
