@@ -8,8 +8,7 @@ from sx2torch import runtime as sx
 __all__ = ["Convnet", "ConvLayer", "BatchNorm2d", "BasicBlock", "LinearLayer"]
 
 
-# batch-norm for x: bf16
-def batch_norm_bf16(x, *, eps=1e-05):
+def batch_norm(x, *, eps=1e-05):
     # (batch-norm x)
     with torch.autocast("cuda", enabled=False):
         x_f32 = x.float()
@@ -18,17 +17,6 @@ def batch_norm_bf16(x, *, eps=1e-05):
             torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
         )
     return (x - mean_x.to(torch.bfloat16)) * rsqrt_x.to(torch.bfloat16)
-
-
-# batch-norm for x: f32
-def batch_norm_f32(x, *, eps=1e-05):
-    # (batch-norm x)
-    with torch.autocast("cuda", enabled=False):
-        mean_x = torch.mean(x, dim=(0, 2, 3), keepdim=True)
-        rsqrt_x = torch.rsqrt(
-            torch.mean(torch.square(x - mean_x), dim=(0, 2, 3), keepdim=True) + eps
-        )
-    return (x - mean_x) * rsqrt_x
 
 
 class ConvLayer(nn.Module):
@@ -58,17 +46,10 @@ class BatchNorm2d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(num_features))
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
-        return batch_norm_f32(x, eps=self.eps).to(torch.bfloat16) * weight_bf16.reshape(
-            -1, 1, 1
-        ) + bias_bf16.reshape(-1, 1, 1)
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return batch_norm_bf16(x, eps=self.eps) * weight_bf16.reshape(
+        return batch_norm(x, eps=self.eps) * weight_bf16.reshape(
             -1, 1, 1
         ) + bias_bf16.reshape(-1, 1, 1)
 
@@ -85,9 +66,7 @@ class BasicBlock(nn.Module):
     def forward(self, x):
         return torch.relu(
             x.to(torch.bfloat16)
-            + self.bn2.forward_bf16(
-                self.conv2(torch.relu(self.bn1.forward_bf16(self.conv1(x))))
-            )
+            + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
         )
 
 
@@ -122,7 +101,7 @@ class Convnet(nn.Module):
         self.head = LinearLayer(in_features=channels, out_features=num_classes)
 
     def forward(self, images):
-        h = F.max_pool2d(torch.relu(self.stem_bn.forward_bf16(self.stem(images))), 2)
+        h = F.max_pool2d(torch.relu(self.stem_bn(self.stem(images))), 2)
         for layer in self.blocks:
             h = layer(h)
         # (with-numerics (:sensitivity :high) ...)

@@ -84,15 +84,12 @@ class LlamaAttention(nn.Module):
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
     def apply_rotary_pos_emb(self, x, cos, sin):
-        return x * cos + self.rotate_half(x) * sin
-
-    # apply-rotary-pos-emb for x: bf16, cos: f32, sin: f32
-    def apply_rotary_pos_emb_bf16(self, x, cos, sin):
+        x = x.to(torch.bfloat16)
         return x * cos.to(torch.bfloat16) + self.rotate_half(x) * sin.to(torch.bfloat16)
 
     def forward(self, x, cos, sin):
-        q = self.apply_rotary_pos_emb_bf16(self.split_heads(self.q_proj(x)), cos, sin)
-        k = self.apply_rotary_pos_emb_bf16(self.split_heads(self.k_proj(x)), cos, sin)
+        q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
+        k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
         split_heads_x = self.split_heads(self.v_proj(x))
         y = F.scaled_dot_product_attention(
             q, k, split_heads_x, is_causal=True, enable_gqa=True

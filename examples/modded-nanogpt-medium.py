@@ -66,12 +66,7 @@ class CausalSelfAttention(nn.Module):
         return g.reshape(g.shape[0], g.shape[1], self.num_heads, 1)
 
     def rotary(self, x, cos, sin):
-        x1 = x[..., : self.head_dim // 2]
-        x2 = x[..., self.head_dim // 2 :]
-        return torch.cat([x1 * cos + x2 * sin, x1 * -sin + x2 * cos], dim=3)
-
-    # rotary for x: bf16, cos: f32, sin: f32
-    def rotary_bf16(self, x, cos, sin):
+        x = x.to(torch.bfloat16)
         x1 = x[..., : self.head_dim // 2]
         x2 = x[..., self.head_dim // 2 :]
         cos_bf16 = cos.to(torch.bfloat16)
@@ -105,9 +100,9 @@ class CausalSelfAttention(nn.Module):
             linear_x.shape[0], linear_x.shape[1], 3 * self.num_heads, self.head_dim
         )
         slice_qkv = qkv[:, :, : self.num_heads]
-        q = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        q = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
-        k = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        k = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         k = self.offset_keys(k) if key_offset else k
         v = qkv[:, :, 2 * self.num_heads :]
         v = (

@@ -20,14 +20,7 @@ class RmsMlp(nn.Module):
 
     def rms_norm_star(self, x, *, eps=1e-06):
         """The rms-norm of the precision page, written out."""
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("mps", enabled=False):
-            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
-        return x * rsqrt_x
-
-    # rms-norm* for x: bf16
-    def rms_norm_star_bf16(self, x, *, eps=1e-06):
-        """The rms-norm of the precision page, written out."""
+        x = sx.round_to_bf16(x)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("mps", enabled=False):
             x_f32 = sx.as_f32(x)
@@ -40,7 +33,7 @@ class RmsMlp(nn.Module):
         w2_bf16 = sx.round_to_bf16(self.w2)
         matmul_x = sx.store_bf16(sx.round_to_bf16(x) @ w1_bf16)
         h = torch.relu(sx.store_bf16(matmul_x + b1_bf16))
-        return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16, held=True)
+        return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16, held=True)
 
     def loss(self, x, labels):
         forward_x = self.forward(x)

@@ -20,14 +20,7 @@ class RmsMlp(nn.Module):
 
     def rms_norm_star(self, x, *, eps=1e-06):
         """The rms-norm of the precision page, written out."""
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
-        return x * rsqrt_x
-
-    # rms-norm* for x: bf16
-    def rms_norm_star_bf16(self, x, *, eps=1e-06):
-        """The rms-norm of the precision page, written out."""
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()
@@ -39,7 +32,7 @@ class RmsMlp(nn.Module):
         b1_bf16 = self.b1.to(torch.bfloat16)
         w2_bf16 = self.w2.to(torch.bfloat16)
         h = torch.relu(x.to(torch.bfloat16) @ w1_bf16 + b1_bf16)
-        return sx.matmul_f32_out(self.rms_norm_star_bf16(h), w2_bf16)
+        return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16)
 
     def loss(self, x, labels):
         forward_x = self.forward(x)

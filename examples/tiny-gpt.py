@@ -8,8 +8,7 @@ from sx2torch import runtime as sx
 __all__ = ["TinyGpt", "Block"]
 
 
-# rms-norm for x: bf16
-def rms_norm_bf16(x, *, eps=1e-06):
+def rms_norm(x, *, eps=1e-06):
     # (rms-norm x)
     with torch.autocast("cuda", enabled=False):
         x_f32 = x.float()
@@ -23,14 +22,6 @@ def causal_attention(q, k, v):
     with torch.autocast("cuda", enabled=False):
         weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
     return weights.to(torch.bfloat16) @ v
-
-
-# rms-norm for x: f32
-def rms_norm_f32(x, *, eps=1e-06):
-    # (rms-norm x)
-    with torch.autocast("cuda", enabled=False):
-        rsqrt_x = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
-    return x * rsqrt_x
 
 
 class Block(nn.Module):
@@ -57,7 +48,7 @@ class Block(nn.Module):
         q = self.heads(qkv[..., : self.d])
         k = self.heads(qkv[..., self.d : 2 * self.d])
         v = self.heads(qkv[..., 2 * self.d : 3 * self.d])
-        y = causal_attention(rms_norm_bf16(q), rms_norm_bf16(k), v)
+        y = causal_attention(rms_norm(q), rms_norm(k), v)
         transpose_y = y.permute(0, 2, 1, 3)
         return (
             transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
@@ -65,17 +56,11 @@ class Block(nn.Module):
         )
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         w_up_bf16 = self.w_up.to(torch.bfloat16)
         w_down_bf16 = self.w_down.to(torch.bfloat16)
-        x = x.to(torch.bfloat16) + self.attend(rms_norm_f32(x))
-        return x + torch.square(torch.relu(rms_norm_bf16(x) @ w_up_bf16)) @ w_down_bf16
-
-    # forward for x: bf16
-    def forward_bf16(self, x):
-        w_up_bf16 = self.w_up.to(torch.bfloat16)
-        w_down_bf16 = self.w_down.to(torch.bfloat16)
-        x = x + self.attend(rms_norm_bf16(x))
-        return x + torch.square(torch.relu(rms_norm_bf16(x) @ w_up_bf16)) @ w_down_bf16
+        x = x + self.attend(rms_norm(x))
+        return x + torch.square(torch.relu(rms_norm(x) @ w_up_bf16)) @ w_down_bf16
 
 
 class TinyGpt(nn.Module):
@@ -93,10 +78,10 @@ class TinyGpt(nn.Module):
 
     def forward(self, idx):
         lm_head_bf16 = self.lm_head.to(torch.bfloat16)
-        x = rms_norm_bf16(self.wte[idx].to(torch.bfloat16))
+        x = rms_norm(self.wte[idx].to(torch.bfloat16))
         for layer in self.blocks:
-            x = layer.forward_bf16(x)
-        logits = sx.matmul_f32_out(rms_norm_bf16(x), lm_head_bf16)
+            x = layer(x)
+        logits = sx.matmul_f32_out(rms_norm(x), lm_head_bf16)
         # (softcap logits 15.0)
         with torch.autocast("cuda", enabled=False):
             return 15.0 * torch.tanh(logits / 15.0)

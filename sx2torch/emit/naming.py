@@ -61,7 +61,7 @@ class Naming:
     specialized: set = field(default_factory=set)  # the Typed named with their dtypes
     # model -> {param or sub-model whose key is no plain attribute -> its store}
     stores: dict = field(default_factory=dict)
-    # a method's Typed that casts f32 arguments down at entry -> those arguments' indices
+    # the public Typed that casts f32 arguments down at entry -> those arguments' indices
     entry: dict = field(default_factory=dict)
     # a Typed whose method is another's code, which serves its arguments -> that Typed
     code: dict = field(default_factory=dict)
@@ -169,18 +169,20 @@ def _method_names(
     program: Program, lowered: Lowered, namespaces: dict, naming: Naming, sharing
 ):
     """Method names: specializations of a defun that one method serves share it
-    (sx2torch/emit/sharing.py). The public method, named as the source names the defun,
-    is the one at f32 (and integer) arguments, on every target: given f32 from outside
-    it computes what the source gives for f32. The others the program runs are named
-    with their dtypes and returned as `specialized`."""
+    (sx2torch/emit/sharing.py). The public method is named as the source names the
+    defun: the one at f32 (and integer) arguments where the program calls it so, else the
+    one its callers call, which casts f32 arguments at entry (`entry`); a specialization
+    only a public copy would call is left out. The others are named with their dtypes and
+    returned as `specialized`."""
     by_defun = defuns(lowered)
     group = sharing.run(by_defun)  # Typed -> its Group
     naming.code = {t: g.rep for t, g in group.items() if g.rep is not t}
-    public = lowered.natural
-    called = _closure(
-        _called(program, lowered) | {t for t in public.values() if t is not None},
-        group,
-    )
+    public, called = _publics(program, lowered, by_defun, group)
+    naming.entry = {
+        typed: _entry(lowered.natural[key], typed)
+        for key, typed in public.items()
+        if typed is not lowered.natural[key]
+    }
     _cast_at_entry(naming, sharing, set(group.values()))
     kept = {key: [t for t in specs if t in called] for key, specs in by_defun.items()}
     names: dict = {}
@@ -214,19 +216,70 @@ def _cast_at_entry(naming: Naming, sharing, groups: set) -> None:
             layout = Layout(rep, layout.target, layout.lowered, entry)
             naming.layouts[rep] = layout
             naming.locals[rep] = _LocalNaming(layout).run()
-            naming.entry[rep] = found
+            naming.entry[rep] = sorted(set(naming.entry.get(rep) or []) | set(found))
 
 
-def _called(program: Program, lowered: Lowered) -> set:
-    """The specializations the program runs from outside: the top model's public methods
-    (its forward and the defuns it does not call itself)."""
+def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
+    """(model, defun) -> its public specialization, and the specializations emitted: those
+    the program runs, the public ones and what they call. A public method the program
+    does not run may call a natural specialization, which is then public itself."""
+    called = _called(program, lowered, group)
+    while True:
+        optional = _optional(called)
+        public = {
+            key: _public(natural, by_defun.get(key, []), called, group, optional)
+            for key, natural in lowered.natural.items()
+        }
+        grown = _closure(called | {t for t in public.values() if t is not None}, group)
+        if grown == called:
+            return public, called
+        called = grown
+
+
+def _called(program: Program, lowered: Lowered, group: dict) -> set:
+    """The specializations the program runs: the top model's public methods (its forward
+    and the defuns it does not call itself) and what they call."""
     top = [t for t in lowered.specializations if t.model == program.top.name]
     inner = {c.graph.name for t in top for c in t.callee.values() if c.model == t.model}
-    return {
-        lowered.natural[program.top.name, defun]
-        for defun in program.top.defuns
-        if defun == "forward" or defun not in inner
-    } - {None}
+    return _closure(
+        {
+            lowered.natural[program.top.name, defun]
+            for defun in program.top.defuns
+            if defun == "forward" or defun not in inner
+        }
+        - {None},
+        group,
+    )
+
+
+def _optional(called: set) -> set:
+    """(specialization, argument index) for the arguments a caller may pass None: an
+    `if` with a `none` branch, or an argument of its own that may be None."""
+    found: set = set()
+    grown = True
+    while grown:
+        grown = False
+        for typed in called:
+            for node, callee in typed.callee.items():
+                for index, operand in enumerate(node.inputs):
+                    if (callee, index) not in found and _may_be_none(
+                        operand, typed, found
+                    ):
+                        found.add((callee, index))
+                        grown = True
+    return found
+
+
+def _may_be_none(operand, typed, found: set) -> bool:
+    if operand is None:
+        return True
+    if not isinstance(operand, Node):
+        return False
+    if operand.kind is Kind.IF:
+        outputs = [o for region in operand.regions for o in region.outputs]
+        return any(_may_be_none(o, typed, found) for o in outputs)
+    inputs = typed.graph.inputs
+    return operand in inputs and (typed, inputs.index(operand)) in found
 
 
 def _closure(roots: set, group: dict) -> set:
@@ -240,6 +293,41 @@ def _closure(roots: set, group: dict) -> set:
             seen.add(typed)
             stack.extend(group[typed].rep.callee.values())
     return seen
+
+
+def _public(natural, specs: list, called: set, group: dict, optional: set):
+    """The specialization named as the source names the defun: the natural one, unless
+    the program calls the defun only with bf16 where the natural one takes f32 and other
+    code: then the first of those, which casts its f32 arguments down at entry, serves
+    callers from outside too (not where such an argument may be None)."""
+    if natural is None or any(group[t] == group[natural] for t in specs if t in called):
+        return natural
+    for typed in specs:
+        mates = [t for t in specs if group[t] == group[typed] and t in called]
+        casts = _entry(natural, typed)
+        if (
+            typed in called
+            and group[typed].rep is typed
+            and casts is not None
+            and all(_entry(natural, t) == casts for t in mates)
+            and not any((typed, i) in optional for i in casts)
+        ):
+            return typed
+    return natural
+
+
+def _entry(natural, typed) -> Optional[list]:
+    """The arguments `typed` casts at entry to serve f32 callers, or None where it cannot."""
+    if typed.ambient != natural.ambient:
+        return None
+    casts = []
+    for index, (have, want) in enumerate(zip(natural.signature, typed.signature)):
+        if have == want:
+            continue
+        if (have, want) != ("f32", "bf16"):
+            return None
+        casts.append(index)
+    return casts
 
 
 def defuns(lowered: Lowered) -> dict:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-import pytest
 import torch
 
-from cases import GOLDEN
 from sx2torch import policy, ranks, resolve, trace
 from sx2torch.syntax import read
 from sx2torch.emit import module, naming
@@ -236,25 +234,6 @@ def test_a_sub_model_called_only_with_bf16_is_one_method_casting_at_entry(build)
     expected = h + torch.relu(h @ net.b.w.to(bf16))
     assert torch.equal(net(x), expected) and net(x).dtype == bf16
     assert torch.equal(net.b(x), net.b(x.to(bf16)))
-
-
-@pytest.mark.parametrize("target", ["cuda", "metal", "cpu"])
-def test_a_public_defun_called_alone_with_f32_computes_its_f32_body_on_every_target(
-    build, target
-):
-    """The program calls helper only with bf16; called alone with f32, it squares in
-    f32 on every target (what the source gives for f32), while forward squares in bf16.
-    """
-    module, code = build(
-        (GOLDEN / "public-f32.lisp").read_text(), run="train", target=target
-    )
-    net, x = module.Model(), torch.randn(3, 4)
-    helper = net.helper(x)
-    assert helper.dtype == torch.float32 and torch.equal(helper, torch.square(x))
-    bf16 = torch.bfloat16
-    h = x.to(bf16) @ net.w.to(bf16)
-    assert torch.equal(net(x).float(), torch.square(h).float())
-    assert net(x).dtype == (bf16 if target == "cuda" else torch.float32)
 
 
 def test_mixed_matmul_and_products_are_parenthesized_and_no_local_is_a_method(build):

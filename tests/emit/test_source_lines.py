@@ -17,10 +17,9 @@ def test_statements_name_their_source_line():
         in code
     )
     assert (
-        "return sx.matmul_f32_out(\n"
-        "            self.rms_norm_star_bf16(h), w2_bf16\n"
-        "        )  # rms-mlp.lisp:20:5"
-    ) in code
+        "return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16)  # rms-mlp.lisp:20:5"
+        in code
+    )
 
 
 def test_without_the_comments_the_code_is_the_default_output():

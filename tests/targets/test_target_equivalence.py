@@ -224,13 +224,9 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "lambda_": (Floats((4, 4)), Floats((4, 4))),
         "forward": (Floats((4, 4)),),
     },
-    "public-f32": {
-        "forward": (Floats((2, 4)),),
-        "helper": (Floats((2, 4)),),
-    },
     "rms-mlp": {
         "rms_norm_star": (Floats((16, 256)),),
-        "rms_norm_star_bf16": (Bf16s((16, 256)),),
+        "rms_norm_star with bf16": (Bf16s((16, 256)),),
         "forward": (Floats((16, 784)),),
         "loss": (Floats((16, 784)), Ids((16,), 10)),
     },
@@ -248,13 +244,12 @@ INPUTS: dict[str, dict[str, tuple]] = {
     "tiny-gpt": {
         "forward": (Ids((2, 8), 512),),
         "loss": (Ids((2, 8), 512), Ids((2, 8), 512)),
-        # A block's public methods compute what the source gives for f32; the model
-        # calls forward_bf16 on its bf16 residual stream, and attend, whose f32 code
-        # reads x only cast down, serves it too.
+        # A block's public methods take f32 from outside, cast at entry; inside the
+        # model they read the bf16 residual stream.
         "blocks.0.forward": (Floats((2, 8, 128)),),
         "blocks.0.attend": (Floats((2, 8, 128)),),
         "blocks.0.heads": (Floats((2, 8, 128)),),
-        "blocks.0.forward_bf16": (Bf16s((2, 8, 128)),),
+        "blocks.0.forward with bf16": (Bf16s((2, 8, 128)),),
         "blocks.0.attend with bf16": (Bf16s((2, 8, 128)),),
     },
 }
@@ -860,7 +855,7 @@ def compile_and_compare(net: torch.nn.Module) -> None:
         assert explanation.graph_count == 1
 
     def both(x, labels):
-        return net(x), net.loss(x, labels), net.rms_norm_star_bf16(torch.relu(x))
+        return net(x), net.loss(x, labels), net.rms_norm_star(torch.relu(x))
 
     compiled = torch.compile(both, fullgraph=True)
     with torch.no_grad():
