@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import libcst as cst
 
 from sx2torch.emit.names import Namespace, mangle
 from sx2torch.emit.naming import Locals, Naming
@@ -54,7 +55,8 @@ def definitions(naming: Naming, method: Callable) -> list:
         written.add(function)
         definition = method(naming.code.get(typed, typed), function)
         params = definition.params.with_changes(params=definition.params.params[1:])
-        found.append(definition.with_changes(params=params))
+        leading = [cst.EmptyLine(), cst.EmptyLine(), *definition.leading_lines]
+        found.append(definition.with_changes(params=params, leading_lines=leading))
     return found
 
 

@@ -111,7 +111,7 @@ def test_tiny_gpt_runs_attention_in_bf16_with_an_f32_softmax(load):
     module = load("tiny-gpt.lisp")
     source = Path(module.__file__).read_text()
     assert "weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)" in source
-    assert "y = weights.to(torch.bfloat16) @ v" in source
+    assert "return weights.to(torch.bfloat16) @ v" in source
 
 
 @pytest.mark.parametrize("precision", ["bf16", "f32"])
