@@ -21,7 +21,7 @@ from sx2torch.tools import lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
-from sx2torch.ir import CALLS, ISLAND, Kind, Node, walk
+from sx2torch.ir import CALLS, ISLAND, LIBRARY, Kind, Node, walk
 from sx2torch.ops import initializers
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
@@ -54,11 +54,12 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     source_lines = errors.source_lines(text)
     lines: dict[int, Line] = {}
     for typed in lint.reached_specializations(program, lowered):
-        for node in walk(typed.graph.nodes):
+        if typed.model == LIBRARY:
+            continue  # each use's line, below
+        for number, typed, node in _at_lines(typed):
             reason = _reason(typed, node, precision)
             if reason is None:
                 continue
-            number = node.span.line
             entry = lines.setdefault(
                 number, Line(number, source_lines[number - 1].strip())
             )
@@ -89,6 +90,18 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "totals": totals,
         "casts": _cast_bytes(lint.reached_specializations(program, lowered), elements),
     }
+
+
+def _at_lines(typed, line: Optional[int] = None):
+    """(source line, specialization, node) of each node `typed` runs; a library function's
+    nodes at the line of the use that calls it, as if written out there."""
+    for node in walk(typed.graph.nodes):
+        callee = typed.callee.get(node)
+        number = node.span.line if line is None else line
+        if callee is not None and callee.model == LIBRARY:
+            yield from _at_lines(callee, number)
+        else:
+            yield number, typed, node
 
 
 def _cast_bytes(reached, elements: dict) -> dict:
