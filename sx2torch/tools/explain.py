@@ -56,15 +56,15 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
     for typed in lint.reached_specializations(program, lowered):
         if typed.model == LIBRARY:
             continue  # each use's line, below
-        for number, typed, node in _at_lines(typed):
-            reason = _reason(typed, node, precision)
+        for number, owner, node in _at_lines(typed):
+            reason = _reason(owner, node, precision)
             if reason is None:
                 continue
             entry = lines.setdefault(
                 number, Line(number, source_lines[number - 1].strip())
             )
             _add(entry.reasons, reason)
-            for cast in _casts(typed, node, lowered):
+            for cast in _casts(owner, node, lowered):
                 _add(entry.casts, cast)
     warnings = _warnings(program, lowered, data, source_lines)
     contagion = _contagion(lowered, precision, source_lines)
