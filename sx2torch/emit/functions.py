@@ -14,8 +14,7 @@ from typing import Callable
 import libcst as cst
 
 from sx2torch.emit.names import Namespace, mangle
-from sx2torch.emit.naming import Locals, Naming
-from sx2torch.emit.naming import _suffix  # the defuns' specialization names
+from sx2torch.emit.naming import Locals, Naming, specialization_suffix
 from sx2torch.ir import LIBRARY
 from sx2torch.policy import Lowered
 
@@ -36,7 +35,7 @@ def name(lowered: Lowered, naming: Naming) -> None:
         for rep in group:
             base = mangle(function)
             if len(group) > 1:
-                base = f"{base}_{_suffix(rep)}"
+                base = f"{base}_{specialization_suffix(rep)}"
                 naming.specialized.add(rep)
             chosen[rep] = names.fresh(base)
     for typed in lowered.specializations:

@@ -198,7 +198,9 @@ def _method_names(
                 chosen[group[plain]] = plain_names[defun]
             for typed in kept.get((model.name, defun), []):
                 if group[typed] not in chosen:
-                    chosen[group[typed]] = namespace.fresh(f"{defun}_{_suffix(typed)}")
+                    chosen[group[typed]] = namespace.fresh(
+                        f"{defun}_{specialization_suffix(typed)}"
+                    )
                 names[typed] = chosen[group[typed]]
                 if plain is None or group[typed] != group[plain]:
                     specialized.update((typed, group[typed].rep))
@@ -338,7 +340,7 @@ def defuns(lowered: Lowered) -> dict:
     return found
 
 
-def _suffix(typed: Typed) -> str:
+def specialization_suffix(typed: Typed) -> str:
     """`bf16` where an argument is bf16, else `f32`; `island` or `region` for a call in a
     with-numerics form. Never the signature spelled out: two specializations of one
     dtype are numbered (`ln_bf16`, `ln_bf16_2`)."""
