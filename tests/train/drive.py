@@ -62,3 +62,5 @@ for run in runs:
     if mode == "fsdp2":
         rank = os.environ.get("RANK", "0")
         (out / name / f"rank-{rank}.json").write_text(json.dumps(record))
+if dist.is_initialized():  # gloo's threads outliving the interpreter abort the rank at exit
+    dist.destroy_process_group()
