@@ -41,12 +41,30 @@ def run(
     source_lines=None,
     chosen: Optional[Run] = None,
 ) -> cst.Module:
+    """The module: imports, the library's functions, one class per model, and the
+    `__main__` block of the chosen `run` form where it trains."""
     classes = naming.classes
     contexts = {
         model.name: ClassContext(target, naming, naming.attrs[model.name], source_lines)
         for model in program.all_models()
     }
-    body: list = [
+    body = _preamble(program, classes)
+    bare = ClassContext(target, naming, {}, source_lines)
+    body += functions.definitions(naming, lambda t, name: _method(t, name, bare))
+    by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
+    for model in program.all_models():
+        body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
+    if chosen is not None and chosen.loss is not None:
+        body.append(_main(program, naming, chosen))
+    comments = [
+        cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
+    ]
+    return cst.Module(body=body, header=comments)
+
+
+def _preamble(program: Program, classes: dict) -> list:
+    """The imports the module's code reads, and `__all__`: its classes, the top one first."""
+    return [
         _import("torch"),
         cst.SimpleStatementLine(
             [cst.ImportFrom(cst.Name("torch"), [cst.ImportAlias(cst.Name("nn"))])]
@@ -89,25 +107,19 @@ def run(
             ]
         ),
     ]
-    bare = ClassContext(target, naming, {}, source_lines)
-    body += functions.definitions(naming, lambda t, name: _method(t, name, bare))
-    by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
-    for model in program.all_models():
-        body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
-    if chosen is not None and chosen.loss is not None:
-        loss = next(
-            name
-            for typed, name in naming.methods.items()
-            if typed.model == program.top.name
-            and typed.graph.name == chosen.loss.name
-            and typed not in naming.specialized
-        )
-        top = classes[program.top.name]
-        body.append(main.block(program, chosen, top, loss, naming.attrs))
-    comments = [
-        cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
-    ]
-    return cst.Module(body=body, header=comments)
+
+
+def _main(program: Program, naming: Naming, chosen: Run) -> cst.If:
+    """The `__main__` block that runs the chosen `run` form, with its loss's public method."""
+    loss = next(
+        name
+        for typed, name in naming.methods.items()
+        if typed.model == program.top.name
+        and typed.graph.name == chosen.loss.name
+        and typed not in naming.specialized
+    )
+    top = naming.classes[program.top.name]
+    return main.block(program, chosen, top, loss, naming.attrs)
 
 
 def _import(name: str) -> cst.SimpleStatementLine:
