@@ -1,18 +1,32 @@
-"""Where a method's casts are written: the dtype each operand is read in, which casts
-several readers share, and which cast a reader may read by name.
-
-`Casts` is the part of the layout (sx2torch/emit/layout.py) that decides casts; the layout
-gives it `typed`, `target`, `lowered`, `scope`, `parent`, `nodes_of` and `region_of`.
+"""Where a method's casts are written: the dtype each operand is read in (`Conversions`),
+and which casts are written as statements of their own, before which statement, and read
+by name by which reads (`Hoists`). The layout (sx2torch/emit/layout.py) holds one of each
+and gives `Hoists` its statements in the order they are written; naming names the hoisted
+casts and emission writes them, neither deciding them again.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
+from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, Node, Scalar, walk
+from sx2torch.policy import Lowered, Typed
 
 
-class Casts:
+class Conversions:
+    """The cast, if any, each read of a specialization needs on a target; `entry` holds the
+    arguments cast down once at entry, read as they are then."""
+
+    def __init__(
+        self, typed: Typed, target: Target, lowered: Lowered, entry=frozenset()
+    ):
+        self.typed = typed
+        self.target = target
+        self.lowered = lowered
+        self.entry = entry
+
     def conversion(self, node: Node, index: int) -> Optional[tuple]:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
         if not self.target.held and self.lowered.promoted(self.typed, node, index):
@@ -56,47 +70,104 @@ class Casts:
                 return None  # a bf16 value already is an f32 tensor there
         return None if have == want else (have, want)
 
-    def _casts(self) -> dict:
-        """(value, dtype, region) -> how many operand slots of that region read the value
-        cast to dtype; a cast is shared within its region only."""
-        counts: dict = {}
-        for node in walk(self.graph.nodes):
-            for index, operand in enumerate(node.inputs):
-                conversion = self.conversion(node, index)
-                if conversion and node.kind not in (Kind.CAST, Kind.FOR):
-                    key = (operand, conversion, self.scope[node])
-                    counts[key] = counts.get(key, 0) + 1
-        return counts
 
-    def shared_casts(self, statement, hoisted: dict) -> list:
-        """Casts to write before this statement: those read more than once in a region (or
+def cast_reads(nodes: list, conversions: Conversions, scope: dict) -> dict:
+    """(value, conversion, region) -> how many operand slots of that region read the value
+    so cast; a cast is shared within its region only."""
+    counts: dict = {}
+    for node in walk(nodes):
+        for index, operand in enumerate(node.inputs):
+            conversion = conversions.conversion(node, index)
+            if conversion and node.kind not in (Kind.CAST, Kind.FOR):
+                key = (operand, conversion, scope[node])
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@dataclass(frozen=True)
+class Hoist:
+    """A cast written as a statement of its own, before `statement`, and read by name."""
+
+    operand: Node
+    conversion: tuple
+    statement: object  # a Node, a region's end (a Yield), or the layout's TOP or RETURN
+
+
+class Hoists:
+    """Which casts are hoisted: written once before a statement, their readers then reading
+    them by name. Its inputs: the conversions, `cast_reads`'s counts, the region each node
+    is made in (`scope`) and the region each region is in (`parent`); then the layout calls
+    `top` and `write`, statement by statement, in the order the statements are written.
+    """
+
+    def __init__(self, conversions: Conversions, counts: dict, scope: dict, parent):
+        self.conversions = conversions
+        self.counts = counts
+        self.scope = scope
+        self.parent = parent
+        self.at: dict = {}  # statement -> [Hoist], in the order they are written
+        self.reads: dict = (
+            {}
+        )  # (node, input index) -> the Hoist that read reads by name
+        self._written: dict = {}  # (value, conversion) -> [(region, Hoist)]
+
+    def top(self, statement) -> None:
+        """Every cast of a parameter read outside loops and `:when`, written at the top."""
+        for operand, conversion, _ in self.counts:
+            if (
+                operand.kind is Kind.PARAM
+                and not is_local_param(operand)
+                and (operand, conversion) not in self._written
+            ):
+                self._add(Hoist(operand, conversion, statement), None)
+
+    def write(self, statement, region, written: list) -> None:
+        """The casts due before a statement written in `region`, whose expression holds the
+        nodes `written`; then which of its reads read a hoisted cast. A loop's own reads
+        (its initial values) are cast where it reads them, never hoisted for it."""
+        for operand, conversion in self._due(region, written):
+            self._add(Hoist(operand, conversion, statement), region)
+        loop = [statement] if getattr(statement, "kind", None) is Kind.FOR else []
+        for node in written + loop:
+            for index, operand in enumerate(node.inputs):
+                conversion = self.conversions.conversion(node, index)
+                if conversion is None:
+                    continue
+                hoist = self._visible((operand, conversion), self.scope[node])
+                if hoist is not None:
+                    self.reads[node, index] = hoist
+
+    def _add(self, hoist: Hoist, region) -> None:
+        self.at.setdefault(hoist.statement, []).append(hoist)
+        key = (hoist.operand, hoist.conversion)
+        self._written.setdefault(key, []).append((region, hoist))
+
+    def _due(self, region, written: list) -> list:
+        """Casts to write before a statement: those read more than once in a region (or
         of a loop's layer's parameter) whose first reader is in it, and not written in its
         region or around it already."""
-        region = self.region_of(statement)
         due = []
-        for node in self.nodes_of.get(id(statement), []):
+        for node in written:
             for index, operand in enumerate(node.inputs):
-                conversion = self.conversion(node, index)
+                conversion = self.conversions.conversion(node, index)
                 key = (operand, conversion)
                 shared = (
-                    self.casts.get((operand, conversion, self.scope[node]), 0) > 1
+                    self.counts.get((operand, conversion, self.scope[node]), 0) > 1
                     or conversion is not None
                     and is_local_param(operand)
                 ) and not is_conditional(operand)
-                written = self.visible(hoisted, key, region) is not None
-                if shared and not written and key not in due:
+                if shared and self._visible(key, region) is None and key not in due:
                     due.append(key)
         return due
 
-    def visible(self, hoisted: dict, key: tuple, region) -> Optional[str]:
-        """The name of a cast written in `region` or around it; `hoisted` holds
-        (value, conversion) -> [(region, name)]."""
-        for where, name in hoisted.get(key, ()):
+    def _visible(self, key: tuple, region) -> Optional[Hoist]:
+        """The cast written in `region` or around it, if any."""
+        for where, hoist in self._written.get(key, ()):
             inner = region
             while inner is not where and inner is not None:
                 inner = self.parent[inner]
             if inner is where:
-                return name
+                return hoist
         return None
 
 

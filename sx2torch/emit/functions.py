@@ -73,7 +73,7 @@ def _called(lowered: Lowered, naming: Naming) -> list:
 
 def _local_names(locals_: Locals) -> set:
     found = {*locals_.args, *locals_.keys.values(), *locals_.values.values()}
-    found |= {name for hoists in locals_.hoists.values() for _, _, name in hoists}
+    found |= set(locals_.hoists.values())
     found |= {n for pair in locals_.loops.values() for n in pair if n}
     for names in (locals_.records, locals_.aliases, locals_.unpacked):
         found |= {n for group in names.values() for n in group}

@@ -11,8 +11,9 @@ The layout also knows, for liveness, the last statement that reads each value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
-from sx2torch.emit.casts import Casts, is_conditional
+from sx2torch.emit.casts import Conversions, Hoists, cast_reads, is_conditional
 from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, Node, outputs, reads, walk
 from sx2torch.ops import REGISTRY
@@ -34,19 +35,29 @@ class Yield:
     region: int
 
 
-class Layout(Casts):
+class Layout:
+    """A specialization's statements on a target: which values are statements, in which
+    precision blocks, and the casts (`conversions`: each read's; `hoists`: those written as
+    statements). `conversions` defaults to the specialization's own (sharing compares
+    another's); `entry` holds the arguments cast down once at entry."""
+
     def __init__(
-        self, typed: Typed, target: Target, lowered: Lowered, entry=frozenset()
+        self,
+        typed: Typed,
+        target: Target,
+        lowered: Lowered,
+        entry=frozenset(),
+        conversions: Optional[Conversions] = None,
     ):
         self.typed = typed
         self.target = target
         self.lowered = lowered
-        self.entry = entry  # arguments cast down once at entry, read as they are then
+        self.conversions = conversions or Conversions(typed, target, lowered, entry)
         self.graph = typed.graph
         self.yields: dict = {}
         self.scope = self._scopes()
         self.readers = self._readers()
-        self.casts = self._casts()
+        self.casts = cast_reads(self.graph.nodes, self.conversions, self.scope)
         self.named = self._named()
         self.statement_of = self._statement_of()
         self.nodes_of = self._nodes_of()
@@ -58,7 +69,12 @@ class Layout(Casts):
         }
         self.order[RETURN] = len(self.order)
         self.order[TOP] = -1
-        self.last_read = self._last_reads()
+        self.last_read = _last_reads(self)
+        self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
+        self.hoists.top(TOP)
+        for statement in self._statements():
+            region = self.region_of(statement)
+            self.hoists.write(statement, region, self.nodes_of.get(statement, []))
 
     def _scopes(self) -> dict:
         """Each node and region input -> the region it is made in (None: the method's own)."""
@@ -92,6 +108,25 @@ class Layout(Casts):
 
     def end(self, node: Node, index: int) -> Yield:
         return self.yields.setdefault((node, index), Yield(node, index))
+
+    def _statements(self) -> list:
+        """The statements casts may be written before, in the order they are written: the
+        named nodes, the end of each region of a compound one, and a return that computes.
+        """
+        found: list = []
+
+        def visit(nodes: list) -> None:
+            for node in nodes:
+                if node not in self.named:
+                    continue
+                found.append(node)
+                if self.compound(node, self.named):
+                    for index, region in enumerate(node.regions):
+                        visit(region.nodes)
+                        found.append(self.end(node, index))
+
+        visit(self.graph.nodes)
+        return found + [RETURN] if returns_expression(self) else found
 
     def _readers(self) -> dict:
         readers: dict = {node: [] for node in self.scope}
@@ -183,7 +218,7 @@ class Layout(Casts):
             0  # the casts down written inside the expression, not hoisted before it
         )
         for index, operand in enumerate(node.inputs):
-            conversion = self.conversion(node, index)
+            conversion = self.conversions.conversion(node, index)
             if conversion is None or conversion[1] != "bf16":
                 continue
             shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
@@ -193,7 +228,7 @@ class Layout(Casts):
                 and not is_conditional(operand)
             )
             written += not hoisted
-        gathered = self.gathered(node)
+        gathered = self.conversions.gathered(node)
         return stores + written + (gathered is not None and gathered[1] == "bf16")
 
     def compound(self, node: Node, named: set) -> bool:
@@ -220,12 +255,12 @@ class Layout(Casts):
         return where
 
     def _nodes_of(self) -> dict:
-        """id(statement) -> the nodes written in it, in walk order, loops left out: found
-        once, not by a walk of the whole graph per statement."""
+        """Statement -> the nodes written in it, in walk order, loops left out: found once,
+        not by a walk of the whole graph per statement."""
         nodes: dict = {}
         for node in walk(self.graph.nodes):
-            if node.kind is not Kind.FOR:
-                nodes.setdefault(id(self.statement_of.get(node)), []).append(node)
+            if node.kind is not Kind.FOR and node in self.statement_of:
+                nodes.setdefault(self.statement_of[node], []).append(node)
         return nodes
 
     def written_in(self, reader, where: dict):
@@ -236,43 +271,6 @@ class Layout(Casts):
             return reader if compound else where[reader.node]
         return reader if reader == RETURN else where[reader]
 
-    def _last_reads(self) -> dict:
-        """The last statement that reads each value, and each cast of a value; a value made
-        before a loop and read in it is live until the loop ends. A carried value is live
-        until its iteration last reads it: the loop's store at the end gives the next.
-        """
-        last: dict = {}
-
-        def note(value, at: int) -> None:
-            last[value] = max(last.get(value, -1), at)
-
-        for node in walk(self.graph.nodes):
-            at = self.order.get(self.statement_of.get(node), -1)
-            for index, operand in enumerate(node.inputs):
-                conversion = self.conversion(node, index)
-                for value in (operand, (operand, conversion and conversion[1])):
-                    note(value, at)
-            for r, region in enumerate(node.regions):
-                end = self.written_in(self.end(node, r), self.statement_of)
-                for out in region.outputs:
-                    note(out, self.order.get(end, -1))
-        for output in outputs(self.graph):
-            if isinstance(output, Node):
-                last[output] = self.order[RETURN]
-        for loop in (n for n in walk(self.graph.nodes) if n.kind is Kind.FOR):
-            (body,) = loop.regions
-            start, end = self.order[loop], self.order[self.end(loop, 0)]
-            inside = set(walk(body.nodes)) | set(body.inputs)
-            for value, at in list(last.items()):
-                key = value[0] if isinstance(value, tuple) else value
-                if start < at <= end and key not in inside:
-                    last[value] = max(at, end)
-            last[loop, "layer"] = last[loop, "index"] = end
-            forward = loop.attrs.get("reverse")
-            if forward is not None:  # the lists of the forward's carried values
-                last.update(((forward, k), end) for k in range(len(forward.inputs)))
-        return last
-
     def path(self, node: Node) -> tuple:
         """The precision blocks a node's statement sits in, outermost first."""
         blocks, mode = [], self.typed.ambient
@@ -282,7 +280,43 @@ class Layout(Casts):
                 mode = frame.mode
         return _without_repeats(tuple(blocks))
 
-    # Dtypes.
+
+def _last_reads(layout: Layout) -> dict:
+    """The last statement that reads each value, and each cast of a value; a value made
+    before a loop and read in it is live until the loop ends. A carried value is live
+    until its iteration last reads it: the loop's store at the end gives the next.
+    """
+    last: dict = {}
+
+    def note(value, at: int) -> None:
+        last[value] = max(last.get(value, -1), at)
+
+    for node in walk(layout.graph.nodes):
+        at = layout.order.get(layout.statement_of.get(node), -1)
+        for index, operand in enumerate(node.inputs):
+            conversion = layout.conversions.conversion(node, index)
+            for value in (operand, (operand, conversion and conversion[1])):
+                note(value, at)
+        for r, region in enumerate(node.regions):
+            end = layout.written_in(layout.end(node, r), layout.statement_of)
+            for out in region.outputs:
+                note(out, layout.order.get(end, -1))
+    for output in outputs(layout.graph):
+        if isinstance(output, Node):
+            last[output] = layout.order[RETURN]
+    for loop in (n for n in walk(layout.graph.nodes) if n.kind is Kind.FOR):
+        (body,) = loop.regions
+        start, end = layout.order[loop], layout.order[layout.end(loop, 0)]
+        inside = set(walk(body.nodes)) | set(body.inputs)
+        for value, at in list(last.items()):
+            key = value[0] if isinstance(value, tuple) else value
+            if start < at <= end and key not in inside:
+                last[value] = max(at, end)
+        last[loop, "layer"] = last[loop, "index"] = end
+        forward = loop.attrs.get("reverse")
+        if forward is not None:  # the lists of the forward's carried values
+            last.update(((forward, k), end) for k in range(len(forward.inputs)))
+    return last
 
 
 def _without_repeats(blocks: tuple) -> tuple:

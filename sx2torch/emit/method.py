@@ -31,16 +31,61 @@ class ClassContext:
     )
 
 
+class Spelling:
+    """How a method spells what it reads but does not compute: members (`self.w`, a
+    loop's `layer.w`), &key arguments, loop indices and compile-time scalars."""
+
+    def __init__(self, typed: Typed, ctx: ClassContext, locals_: Locals):
+        self.typed = typed
+        self.ctx = ctx
+        self.locals = locals_
+
+    def attr(self, value):
+        """An op's attribute: its scalars spelled, anything else as it is."""
+        if isinstance(value, Scalar):
+            return self.scalar(value)
+        if isinstance(value, tuple):
+            return tuple(self.scalar(v) for v in value)
+        return value
+
+    def member(
+        self, name: str, via: tuple = (), owner: Optional[str] = None, loop=None
+    ) -> b.Expr:
+        """`self.name`; `self.enc.name` for a sub-model's member read where its forward is
+        inlined, `layer.name` for a loop's layer's."""
+        naming = self.ctx.naming
+        node = b.name("self" if loop is None else self.locals.loops[loop][1])
+        for model, member in (*via, (owner or self.typed.model, name)):
+            store = naming.stores.get(model, {}).get(member)
+            node = b.member(node, naming.attrs[model][member], store)
+        return node
+
+    def scalar(self, scalar: Scalar) -> b.Expr:
+        if scalar.op is ScalarOp.LIT:
+            return b.number(scalar.value)
+        if scalar.op is ScalarOp.CONST:
+            return self.member(*scalar.args)
+        if scalar.op is ScalarOp.KEY:
+            return b.name(self.locals.keys[scalar.args[0]])
+        if scalar.op is ScalarOp.INDEX:
+            return b.name(self.locals.loops[scalar.args[0]][0])
+        return scalars.python(scalar.op, scalar.args, self.scalar)
+
+
 class MethodEmitter:
+    """Writes one specialization's method as its plan says: the layout's statements,
+    precision blocks and hoisted casts (sx2torch/emit/layout.py, casts.py), under the
+    names the names pass gave them (sx2torch/emit/naming.py)."""
+
     def __init__(self, typed: Typed, ctx: ClassContext):
         self.typed = typed
         self.ctx = ctx
         self.graph = typed.graph
         self.layout: Layout = ctx.naming.layouts[typed]
         self.locals: Locals = ctx.naming.locals[typed]
+        self.conversions = self.layout.conversions
         self.py = self.locals.values
-        # (operand, conversion) -> [(region, name)], once its statement is written
-        self.hoisted: dict = {}
+        self.spelling = Spelling(typed, ctx, self.locals)
 
     # Emission.
 
@@ -76,11 +121,9 @@ class MethodEmitter:
     def _hoists(self, statement, path: tuple) -> list:
         """The casts written before a statement, which its readers then read by name."""
         hoists = []
-        for operand, conversion, name in self.locals.hoists.get(statement, []):
-            cast = self.ctx.target.cast(self.ref(operand), *conversion)
-            region = self.layout.region_of(statement)
-            self.hoisted.setdefault((operand, conversion), []).append((region, name))
-            hoists.append((path, _assign(name, cast)))
+        for hoist in self.layout.hoists.at.get(statement, []):
+            cast = self.ctx.target.cast(self.ref(hoist.operand), *hoist.conversion)
+            hoists.append((path, _assign(self.locals.hoists[hoist], cast)))
         return hoists
 
     def _statements(self, node: Node) -> list:
@@ -122,7 +165,7 @@ class MethodEmitter:
         """A region's output as its node stores it: cast to the node's dtype for it."""
         operand = node.regions[region].outputs[index]
         want = output_dtype(self.typed, node, index)
-        conversion = self.layout.conversion_of(operand, want)
+        conversion = self.conversions.conversion_of(operand, want)
         value = self.ref(operand)
         return value if conversion is None else self.ctx.target.cast(value, *conversion)
 
@@ -134,10 +177,10 @@ class MethodEmitter:
         statements = [
             _assign(name, self.read(node, k))
             for k, (init, name) in enumerate(zip(node.inputs, names))
-            if self.py.get(init) != name or self.layout.conversion(node, k)
+            if self.py.get(init) != name or self.conversions.conversion(node, k)
         ]
         index, layer = self.locals.loops[node]
-        stack = self.member(node.attrs["stack"])
+        stack = self.spelling.member(node.attrs["stack"])
         target = b.name(layer)
         if index is not None:
             target = cst.Tuple(
@@ -170,7 +213,7 @@ class MethodEmitter:
         name = self._target(node)
         then, otherwise = (self._region_body(node, r, [name]) for r in (0, 1))
         return cst.If(
-            self.scalar(node.attrs["condition"]),
+            self.spelling.scalar(node.attrs["condition"]),
             cst.IndentedBlock(then or [cst.SimpleStatementLine([cst.Pass()])]),
             orelse=cst.Else(cst.IndentedBlock(otherwise)) if otherwise else None,
         )
@@ -181,7 +224,9 @@ class MethodEmitter:
     def _invoke(self, node: Node, module: b.Expr, args: list) -> b.Expr:
         callee = self.typed.callee[node]
         keys = self.ctx.naming.locals[callee].keys
-        kwargs = {keys[k]: self.scalar(v) for k, v in node.attrs["keys"].items()}
+        kwargs = {
+            keys[k]: self.spelling.scalar(v) for k, v in node.attrs["keys"].items()
+        }
         method = self.ctx.naming.methods[callee]
         if node.kind is Kind.CALL and node.attrs.get("library"):
             return b.call(b.name(method), *args, **kwargs)  # a module-level function
@@ -194,10 +239,12 @@ class MethodEmitter:
     def ref(self, operand) -> b.Expr:
         """An operand as it is, without a cast."""
         if isinstance(operand, Scalar) or operand is None:
-            return self.scalar(operand) if operand is not None else b.name("None")
+            return (
+                self.spelling.scalar(operand) if operand is not None else b.name("None")
+            )
         if operand.kind is Kind.PARAM:
             attrs = operand.attrs
-            return self.member(
+            return self.spelling.member(
                 attrs["param"],
                 attrs.get("via", ()),
                 attrs.get("owner"),
@@ -210,14 +257,12 @@ class MethodEmitter:
     def read(self, node: Node, index: int) -> b.Expr:
         """An operand as `node` reads it: cast to the dtype the node computes in."""
         operand = node.inputs[index]
-        conversion = self.layout.conversion(node, index)
+        conversion = self.conversions.conversion(node, index)
         if conversion is None:
             return self.ref(operand)
-        hoisted = self.layout.visible(
-            self.hoisted, (operand, conversion), self.layout.scope[node]
-        )
-        if hoisted is not None:
-            return b.name(hoisted)
+        hoist = self.layout.hoists.reads.get((node, index))
+        if hoist is not None:
+            return b.name(self.locals.hoists[hoist])
         return self.ctx.target.cast(self.ref(operand), *conversion)
 
     def expr(self, node: Node) -> b.Expr:
@@ -228,7 +273,7 @@ class MethodEmitter:
                 ScalarOp.IF,
                 (node.attrs["condition"], 0, 1),
                 lambda a: (
-                    self.scalar(a)
+                    self.spelling.scalar(a)
                     if isinstance(a, Scalar)
                     else self._output(node, a, 0)
                 ),
@@ -240,10 +285,10 @@ class MethodEmitter:
             module = (
                 b.name(self.locals.loops[loop][1])
                 if loop is not None
-                else self.member(node.attrs["target"])
+                else self.spelling.member(node.attrs["target"])
             )
             if "at" in node.attrs:  # (nth STACK I ...)
-                module = b.subscript(module, self.scalar(node.attrs["at"]))
+                module = b.subscript(module, self.spelling.scalar(node.attrs["at"]))
             return self._invoke(node, module, [self.ref(i) for i in node.inputs])
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
@@ -251,44 +296,14 @@ class MethodEmitter:
         context = EmitContext(
             self.ctx.target.name,
             decided.compute,
-            {k: self._attr(v) for k, v in node.attrs.items()},
+            {k: self.spelling.attr(v) for k, v in node.attrs.items()},
             {k: _value(v) for k, v in node.attrs.items()},
             tuple(map(_is_number, node.inputs)),
         )
         rounds = decided.dtype == "bf16" and not op.is_exact(node.inputs)
         value = self.ctx.target.store(op.emit(operands, context), rounds)
-        gathered = self.layout.gathered(node)
+        gathered = self.conversions.gathered(node)
         return value if gathered is None else self.ctx.target.cast(value, *gathered)
-
-    def _attr(self, value):
-        if isinstance(value, Scalar):
-            return self.scalar(value)
-        if isinstance(value, tuple):
-            return tuple(self.scalar(v) for v in value)
-        return value
-
-    def member(
-        self, name: str, via: tuple = (), owner: Optional[str] = None, loop=None
-    ) -> b.Expr:
-        """`self.name`; `self.enc.name` for a sub-model's member read where its forward is
-        inlined, `layer.name` for a loop's layer's."""
-        naming = self.ctx.naming
-        node = b.name("self" if loop is None else self.locals.loops[loop][1])
-        for model, member in (*via, (owner or self.typed.model, name)):
-            store = naming.stores.get(model, {}).get(member)
-            node = b.member(node, naming.attrs[model][member], store)
-        return node
-
-    def scalar(self, scalar: Scalar) -> b.Expr:
-        if scalar.op is ScalarOp.LIT:
-            return b.number(scalar.value)
-        if scalar.op is ScalarOp.CONST:
-            return self.member(*scalar.args)
-        if scalar.op is ScalarOp.KEY:
-            return b.name(self.locals.keys[scalar.args[0]])
-        if scalar.op is ScalarOp.INDEX:
-            return b.name(self.locals.loops[scalar.args[0]][0])
-        return scalars.python(scalar.op, scalar.args, self.scalar)
 
 
 def _value(value):

@@ -165,7 +165,7 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
         for i in ctx.naming.entry.get(typed, ())
     ]
     prologue += [
-        _if_none(key, emitter.scalar(default))
+        _if_none(key, emitter.spelling.scalar(default))
         for key, (_, default) in zip(keys, typed.graph.keys)
         if default.op != "lit"
     ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sx2torch.emit.casts import is_local_param
+from sx2torch.emit.casts import Hoist
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
 from sx2torch.emit.sharing import Sharing
@@ -35,9 +35,7 @@ class Locals:
     args: list
     keys: dict  # &key -> name
     values: dict  # Node -> local name
-    hoists: dict = field(
-        default_factory=dict
-    )  # statement -> [(operand, conversion, name)]
+    hoists: dict = field(default_factory=dict)  # Hoist (the layout's) -> name
     loops: dict = field(default_factory=dict)  # FOR -> (index name or None, layer name)
     # a FOR whose adjoint loop reads the carried values of each layer -> their lists' names
     records: dict = field(default_factory=dict)
@@ -367,17 +365,10 @@ class _LocalNaming:
         )
         self.values = self.locals.values
         self.holder: dict = {name: node for node, name in self.values.items()}
-        self.hoisted: dict = {}  # (operand, conversion) -> [(region, name)]
 
     def run(self) -> Locals:
         layout = self.layout
-        for operand, conversion, _ in layout.casts:
-            if (
-                operand.kind is Kind.PARAM
-                and not is_local_param(operand)
-                and (operand, conversion) not in self.hoisted
-            ):
-                self._hoist(TOP, operand, conversion)
+        self._hoists(TOP)
         self._block(layout.graph.nodes)
         if returns_expression(layout):
             self._hoists(RETURN)
@@ -402,16 +393,14 @@ class _LocalNaming:
         self._hoists(self.layout.end(node, index))
 
     def _hoists(self, statement) -> None:
-        for operand, conversion in self.layout.shared_casts(statement, self.hoisted):
-            self._hoist(statement, operand, conversion)
+        for hoist in self.layout.hoists.at.get(statement, []):
+            self._hoist(hoist)
 
-    def _hoist(self, statement, operand: Node, conversion: tuple) -> None:
-        want = conversion[1]
+    def _hoist(self, hoist: Hoist) -> None:
+        operand, want = hoist.operand, hoist.conversion[1]
         base = f"{self.values.get(operand) or operand.name or operand.what}_{want}"
-        name = self._fresh(base, (operand, want), self.layout.order[statement])
-        region = self.layout.region_of(statement)
-        self.hoisted.setdefault((operand, conversion), []).append((region, name))
-        self.locals.hoists.setdefault(statement, []).append((operand, conversion, name))
+        at = self.layout.order[hoist.statement]
+        self.locals.hoists[hoist] = self._fresh(base, (operand, want), at)
 
     def _for(self, node: Node) -> None:
         """The carried values, then the layer and its index; the items a loop gives are

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from sx2torch.emit.casts import Conversions
 from sx2torch.emit.layout import Layout
 from sx2torch.ir import Kind, Node
 from sx2torch.policy import Lowered, Typed
@@ -30,9 +31,9 @@ class Group:
     members: list = field(default_factory=list)
 
 
-class View(Layout):
-    """A specialization's layout as its code runs on another's arguments (`under`): the
-    casts that are identities there are left out."""
+class View(Conversions):
+    """A specialization's casts as its code runs on another's arguments (`under`): those
+    that are identities there are left out."""
 
     def __init__(self, typed: Typed, target, lowered: Lowered, under: Typed):
         self.under = under
@@ -114,7 +115,8 @@ class Sharing:
         for index, node in enumerate(rep.graph.inputs):
             reads = layout.readers[node]
             if reads and all(
-                isinstance(r, Node) and layout.conversion(r, i) == ("f32", "bf16")
+                isinstance(r, Node)
+                and layout.conversions.conversion(r, i) == ("f32", "bf16")
                 for r, i in reads
             ):
                 if any(layout.scope[r] is None for r, _ in reads):
@@ -140,7 +142,8 @@ class Sharing:
                 called = theirs
             callee[node] = called
         view = replace(rep, callee=callee)
-        layout = View(view, self.target, self.lowered, typed)
+        conversions = View(view, self.target, self.lowered, typed)
+        layout = Layout(view, self.target, self.lowered, conversions=conversions)
         naming = replace(
             self.stand_ins,
             layouts={**self.stand_ins.layouts, view: layout},

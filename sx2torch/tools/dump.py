@@ -168,9 +168,8 @@ def names(naming: Naming) -> str:
         lines += [f"  :{key} {name}" for key, name in local.keys.items()]
         for loop, (index, layer) in local.loops.items():
             lines.append(f"  {ids[loop]} for {index + ', ' if index else ''}{layer}")
-        for hoists in local.hoists.values():
-            lines += [
-                f"  {name} = {ids[operand]} as {want}"
-                for operand, (_, want), name in hoists
-            ]
+        lines += [
+            f"  {name} = {ids[hoist.operand]} as {hoist.conversion[1]}"
+            for hoist, name in local.hoists.items()
+        ]
     return "\n".join(lines) + "\n"
