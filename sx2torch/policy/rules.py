@@ -216,7 +216,7 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
     for defun in program.top.defuns:
         if defun == "forward" or defun not in called:
             graph = graphs[top, defun]
-            policy.specialize(graph, policy.natural_signature(graph))
+            policy.specialize(graph, policy.integers.natural_signature(graph))
     with_forward: set = set()  # models with a forward in policy.order[:seen]
     seen = 0
     for model in program.models.values():
@@ -238,13 +238,16 @@ def run(program: Program, graphs: dict, precision: str) -> Lowered:
 
 
 class _Policy:
+    """Specializes graphs per dtype signature and decides each node's dtypes; `order`
+    holds the specializations, callees first."""
+
     def __init__(self, program: Program, graphs: dict, precision: str):
         self.program = program
         self.graphs = graphs
         self.precision = precision
+        self.integers = _IntegerInputs(program, graphs)
         self.done: dict = {}
         self.order: list = []
-        self.int_inputs: dict = {}
 
     def natural(self, graph: Graph) -> Optional[Typed]:
         """The specialization at f32 (and integer) arguments, which only names methods.
@@ -253,36 +256,9 @@ class _Policy:
         it chains can need a bf16 input, say. It then names no method.
         """
         try:
-            return self.specialize(graph, self.natural_signature(graph))
+            return self.specialize(graph, self.integers.natural_signature(graph))
         except SourceError:
             return None
-
-    def natural_signature(self, graph: Graph) -> tuple:
-        ints = self.integer_inputs(graph)
-        return tuple(DType.INT if node in ints else DType.F32 for node in graph.inputs)
-
-    def integer_inputs(self, graph: Graph) -> set:
-        """Arguments that reach an index slot (through ops that keep dtypes) are integer tensors."""
-        if graph not in self.int_inputs:
-            found = set()
-            for node in walk(graph.nodes):
-                for index, operand in enumerate(node.inputs):
-                    if self._wants_int(node, index, graph.model):
-                        found |= _origins(operand, graph)
-            self.int_inputs[graph] = found
-        return self.int_inputs[graph]
-
-    def _wants_int(self, node: Node, index: int, owner: str) -> bool:
-        if node.kind in CALLS:
-            callee = self._callee_graph(node, owner)
-            return callee.inputs[index] in self.integer_inputs(callee)
-        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
-
-    def _callee_graph(self, node: Node, owner: str) -> Graph:
-        if node.kind is Kind.CALL:
-            return self.graphs[ir.callee_key(node, owner)]
-        model = self.program.model(owner).params[node.attrs["target"]].init.model
-        return self.graphs[model, "forward"]
 
     def specialize(
         self, graph: Graph, signature: tuple, ambient: Optional[str] = None
@@ -348,9 +324,7 @@ class _Policy:
         read_in: dict = {}
         for node in walk(graph.nodes):
             for index, operand in enumerate(node.inputs):
-                read_in.setdefault(operand, set()).add(
-                    self._read_in(typed, node, index)
-                )
+                read_in.setdefault(operand, set()).add(_read_in(typed, node, index))
             if node.kind is Kind.IF:
                 for region in node.regions:
                     read_in.setdefault(region.outputs[0], set()).add(node)
@@ -366,19 +340,6 @@ class _Policy:
                 elif len(dtypes) != 1 or node in outputs:
                     dtypes = {self._data_dtype(typed, node)}
                 typed.decided[node] = Decision(dtypes.pop())
-
-    def _read_in(self, typed: Typed, node: Node, index: int):
-        """How `node` reads its input `index` of a parameter read: None for its shape only,
-        the CALL kind where it passes the read on."""
-        if node.kind in CALLS or node.kind is Kind.ITEM:
-            return Kind.CALL
-        if node.kind is Kind.FOR:
-            return typed.decided[node].dtype[index]
-        if node.kind is Kind.CAST:
-            return DType.F32  # a cast of a parameter reads it in f32 (its storage)
-        if _kind(REGISTRY[node.op], index) in UNCAST:
-            return None
-        return typed.decided[node].compute
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' and join with what an iteration
@@ -419,7 +380,7 @@ class _Policy:
         )
 
     def _call(self, typed: Typed, node: Node) -> None:
-        callee_graph = self._callee_graph(node, typed.model)
+        graph = _callee_graph(self.program, self.graphs, node, typed.model)
         signature = tuple(typed.decided[i].dtype for i in node.inputs)
         if None in signature:
             raise SourceError(
@@ -431,7 +392,7 @@ class _Policy:
                 node.span,
                 "pass a parameter to a sub-model through an activation, not as an argument",
             )
-        callee = self.specialize(callee_graph, signature, node.mode or typed.ambient)
+        callee = self.specialize(graph, signature, node.mode or typed.ambient)
         typed.callee[node] = callee
         typed.decided[node] = Decision(callee.output_dtype)
 
@@ -523,6 +484,59 @@ class _Policy:
             return dtype
         stored = {self._param(ref).dtype or DType.F32 for ref in refs(dtype)}
         return self._join(list(stored), operand)
+
+
+class _IntegerInputs:
+    """Which arguments of each graph are integer tensors, found once per graph; an entry
+    point's other tensor arguments are f32."""
+
+    def __init__(self, program: Program, graphs: dict):
+        self.program = program
+        self.graphs = graphs
+        self.found: dict = {}  # Graph -> its integer inputs
+
+    def natural_signature(self, graph: Graph) -> tuple:
+        ints = self.integer_inputs(graph)
+        return tuple(DType.INT if node in ints else DType.F32 for node in graph.inputs)
+
+    def integer_inputs(self, graph: Graph) -> set:
+        """Arguments that reach an index slot (through ops that keep dtypes) are integer tensors."""
+        if graph not in self.found:
+            found = set()
+            for node in walk(graph.nodes):
+                for index, operand in enumerate(node.inputs):
+                    if self._wants_int(node, index, graph.model):
+                        found |= _origins(operand, graph)
+            self.found[graph] = found
+        return self.found[graph]
+
+    def _wants_int(self, node: Node, index: int, owner: str) -> bool:
+        if node.kind in CALLS:
+            callee = _callee_graph(self.program, self.graphs, node, owner)
+            return callee.inputs[index] in self.integer_inputs(callee)
+        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
+
+
+def _callee_graph(program: Program, graphs: dict, node: Node, owner: str) -> Graph:
+    """The graph a call or a sub-model's forward runs, called from a defun of `owner`."""
+    if node.kind is Kind.CALL:
+        return graphs[ir.callee_key(node, owner)]
+    model = program.model(owner).params[node.attrs["target"]].init.model
+    return graphs[model, "forward"]
+
+
+def _read_in(typed: Typed, node: Node, index: int):
+    """How `node` reads its input `index` of a parameter read: None for its shape only,
+    the CALL kind where it passes the read on."""
+    if node.kind in CALLS or node.kind is Kind.ITEM:
+        return Kind.CALL
+    if node.kind is Kind.FOR:
+        return typed.decided[node].dtype[index]
+    if node.kind is Kind.CAST:
+        return DType.F32  # a cast of a parameter reads it in f32 (its storage)
+    if _kind(REGISTRY[node.op], index) in UNCAST:
+        return None
+    return typed.decided[node].compute
 
 
 NOT_YET = Reason(Why.NOT_YET)
