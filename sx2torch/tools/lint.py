@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from sx2torch import ranks
 from sx2torch.errors import Span
 from sx2torch.ir import CALLS, ISLAND, Kind, Node, outputs, walk
 from sx2torch.ops import REGISTRY
@@ -33,7 +32,7 @@ def find(program, lowered, data: list) -> list:
     found = set(_unused(data))
     reached = reached_specializations(program, lowered)
     for typed in reached:
-        found.update(_precision(program, typed, lowered.precision))
+        found.update(_precision(typed, lowered.precision))
     found.update(_useless_out_f32(reached))
     return sorted(found)
 
@@ -61,9 +60,8 @@ def reached_specializations(program, lowered) -> list:
     return [t for t in lowered.specializations if t in reached]
 
 
-def _precision(program, typed, precision: str):
+def _precision(typed, precision: str):
     returned = outputs(typed.graph)
-    rank = ranks.ranks(typed.graph, program)
     for node in walk(typed.graph.nodes):
         if node.kind in CALLS and precision == "bf16" and _in_user_island(node):
             yield Finding(
@@ -77,7 +75,7 @@ def _precision(program, typed, precision: str):
         form = echo(node.form)
         if (
             node in returned
-            and rank.get(node) == 0
+            and node.shape.dims == ()  # the ranks pass's, as the file calls it
             and typed.decided[node].dtype == "bf16"
         ):
             yield Finding(
