@@ -193,7 +193,12 @@ PASSES = (
     Pass(
         "gradient", _gradient, _verify_expanded, lambda unit: dump.graphs(unit.graphs)
     ),
-    Pass("ranks", _ranks, _verify_shapes),
+    Pass(
+        "ranks",
+        _ranks,
+        _verify_shapes,
+        lambda unit: dump.graphs(unit.graphs, shapes=True),
+    ),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
     Pass(
         "functions",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
-from sx2torch.ir import Frame, Graph, Node, Scalar, outputs
+from sx2torch.ir import Frame, Graph, Kind, Node, Scalar, outputs, walk
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax import scalars
 from sx2torch.syntax.program import Init
@@ -47,11 +49,12 @@ def program(prog) -> str:
     return "\n".join(lines) + "\n"
 
 
-def graphs(traced: dict) -> str:
-    return "".join(graph(g) for g in traced.values())
+def graphs(traced: dict, shapes: bool = False) -> str:
+    """Each graph; with `shapes`, each value's shape as the ranks pass set it."""
+    return "".join(graph(g, shapes=shapes) for g in traced.values())
 
 
-def graph(g: Graph, typed: Typed = None) -> str:
+def graph(g: Graph, typed: Typed = None, shapes: bool = False) -> str:
     ids: dict = {}
     for node in [*g.inputs, *_values(g.nodes)]:
         ids[node] = f"%{len(ids)}"
@@ -59,8 +62,17 @@ def graph(g: Graph, typed: Typed = None) -> str:
     if typed is not None:
         ambient = f" called {typed.ambient}" if typed.ambient else ""
         head += f" : ({', '.join(typed.signature)}){ambient}"
+    if typed is not None:
+        note = partial(_dtypes, typed)
+    elif shapes:
+        several = {n.inputs[0] for n in walk(g.nodes) if n.kind is Kind.ITEM}
+        note = partial(_shape, several)
+    else:
+        note = None
     lines = [head]
-    _block(g.nodes, ids, typed, "  ", lines)
+    if shapes:
+        lines += [f"  {ids[n]}{note(n)}" for n in g.inputs]
+    _block(g.nodes, ids, note, "  ", lines, shapes)
     lines.append(f"  return {', '.join(_operand(o, ids) for o in outputs(g))}")
     return "\n".join(lines) + "\n"
 
@@ -80,7 +92,9 @@ def _operand(operand, ids: dict) -> str:
     return scalar(operand) if operand is not None else "None"
 
 
-def _block(nodes: list, ids: dict, typed, indent: str, lines: list) -> None:
+def _block(nodes: list, ids: dict, note, indent: str, lines: list, each_input=False):
+    """`note(node)`: what the line of a node ends with (its dtypes, or its shape); with
+    `each_input`, each region's inputs get a line of their own with theirs."""
     for node in nodes:
         inputs = ", ".join(_operand(i, ids) for i in node.inputs)
         attrs = "".join(
@@ -90,22 +104,39 @@ def _block(nodes: list, ids: dict, typed, indent: str, lines: list) -> None:
             f" [{f.mode}{' library' if f.library else ''}]" for f in node.frames
         )
         name = f" {node.name}" if node.name else ""
-        dtypes = (
-            f" : {typed.decision(node).compute or '-'} -> {typed.decision(node).dtype}"
-            if typed
-            else ""
-        )
+        noted = note(node) if note else ""
         lines.append(
-            f"{indent}{ids[node]}{name} = {node.what}({inputs}){attrs}{frames}{dtypes}  @{node.span.line}:{node.span.col}"
+            f"{indent}{ids[node]}{name} = {node.what}({inputs}){attrs}{frames}{noted}  @{node.span.line}:{node.span.col}"
         )
         for region in node.regions:
             carried = ", ".join(
                 f"{ids[i]} {i.name or ''}".strip() for i in region.inputs
             )
             lines.append(f"{indent}  region({carried}):")
-            _block(region.nodes, ids, typed, indent + "    ", lines)
+            if each_input:
+                lines += [f"{indent}    {ids[i]}{note(i)}" for i in region.inputs]
+            _block(region.nodes, ids, note, indent + "    ", lines, each_input)
             outputs = ", ".join(_operand(o, ids) for o in region.outputs)
             lines.append(f"{indent}    yield {outputs}")
+
+
+def _dtypes(typed: Typed, node: Node) -> str:
+    return f" : {typed.decision(node).compute or '-'} -> {typed.decision(node).dtype}"
+
+
+def _shape(several: set, node: Node) -> str:
+    """` : [4 ?]`: a size per axis, `?` where it is not known; `[...]` where the rank is
+    not known; a loop's, or a call's that gives several values, `([4] [...])`."""
+    dims = node.shape.dims
+    if dims is not None and (node.kind is Kind.FOR or node in several):
+        return " : (" + " ".join(_dims(d) for d in dims) + ")"
+    return " : " + _dims(dims)
+
+
+def _dims(dims) -> str:
+    if dims is None:
+        return "[...]"
+    return "[" + " ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def lowered(low: Lowered) -> str:

@@ -47,6 +47,7 @@ def test_dump_after_offers_every_pass_that_prints(capsys):
         "resolve",
         "trace",
         "gradient",
+        "ranks",
         "policy",
         "functions",
         "names",

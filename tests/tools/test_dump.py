@@ -18,6 +18,7 @@ def test_each_pass_can_be_printed(capsys):
         "read": "2:1 (require sexpgpu/nn)",
         "resolve": "  param w1 = normal(shape=[d-in=784 d-hidden=256], std=0.02, mean=0)",
         "trace": "  %4 = rsqrt(%3) [island]  @16:8",
+        "ranks": "  %3 = cross-entropy(%2, %1) [island library] : []  @23:3",
         "policy": "  %8 = matmul(%6, %7) out=f32 : bf16 -> f32  @20:5",
         "names": "  w1_bf16 = %1 as bf16",
     }
