@@ -5,7 +5,9 @@ nodes read it, when an op must read it twice, or when it sits in another
 precision block than its reader; otherwise its expression is written inside its
 reader's. Casts are explicit: a parameter's cast down is written once at the
 top of the method, a cast several readers share once before the first of them.
-The layout also knows, for liveness, the last statement that reads each value.
+The layout also knows, for liveness, the last statement that reads each value. It is
+the plan the names pass names and emission writes: which values are statements, in which
+blocks, and which casts are hoisted before which statement (sx2torch/emit/casts.py).
 """
 
 from __future__ import annotations

@@ -87,8 +87,6 @@ class MethodEmitter:
         self.py = self.locals.values
         self.spelling = Spelling(typed, ctx, self.locals)
 
-    # Emission.
-
     def body(self) -> list:
         """The method's statements, precision blocks nested."""
         statements: list = self._hoists(TOP, ())
@@ -98,8 +96,7 @@ class MethodEmitter:
         one = returns_expression(self.layout) and not several
         # one value computed is returned in its block; several are returned outside any
         path = self.layout.path(output) if one else ()
-        if returns_expression(self.layout):
-            statements += self._hoists(RETURN, path)
+        statements += self._hoists(RETURN, path)  # only a return that computes has any
         value = (
             _bare_tuple([self.ref(o) for o in output]) if several else self.ref(output)
         )

@@ -1,5 +1,6 @@
 """The emit pass: typed specializations and their names -> one libcst Module (header,
-imports, one class per model)."""
+imports, the library's functions, one class per model, and a `__main__` block that trains
+where the chosen run has a loss). Each method is written by sx2torch/emit/method.py."""
 
 from __future__ import annotations
 

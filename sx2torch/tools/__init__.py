@@ -1,2 +1,3 @@
 """The tools around the pipeline, apart from its passes: `explain` (and its HTML `report`),
-`dump` (`--dump-after`) and `check` (is a generated module current?)."""
+`dump` (`--dump-after`), `lint` (the warnings a compile prints), `check` (is a generated
+module current?) and `ops_table` (docs/OPS.md, from the registry)."""

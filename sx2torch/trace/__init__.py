@@ -4,7 +4,8 @@ Names resolve here (locals, arguments, &key arguments, consts, params, sub-model
 ops); calls are checked against their defun's signature and ops against their registry
 signature (trace/arguments.py); special forms are traced by their handlers (trace/forms.py);
 nodes are made by the builder (trace/builder.py), which stamps the `with-numerics` frames on
-every node traced inside them.
+every node traced inside them. A `(gradient Y X)` form is one GRADIENT node, which the
+gradient pass, next, expands.
 """
 
 from __future__ import annotations
