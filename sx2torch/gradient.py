@@ -474,12 +474,21 @@ def _carried_check(gradient: Node, around: list, grads: dict, expansion: tuple):
 
 
 def _shared(frames: list) -> tuple:
-    """The frames every one of `frames` starts with."""
+    """The frames every one of `frames` starts with, by their marks: two `with-numerics`
+    forms of the same marks are one precision to a sum of contributions from both (the
+    first reader's frame stands for them)."""
     common = frames[0]
     for more in frames[1:]:
-        n = next((k for k, (a, b) in enumerate(zip(common, more)) if a != b), None)
+        n = next(
+            (k for k, (a, b) in enumerate(zip(common, more)) if _marks(a) != _marks(b)),
+            None,
+        )
         common = common[: min(len(common), len(more)) if n is None else n]
     return common
+
+
+def _marks(frame) -> tuple:
+    return frame.mode, frame.library
 
 
 def _valued(node: Node) -> list:

@@ -256,6 +256,8 @@ class Layout(Casts):
                 end = self.written_in(self.end(node, r), self.statement_of)
                 for out in region.outputs:
                     note(out, self.order.get(end, -1))
+                if node.kind is Kind.IF:  # each branch ends storing into the if's name
+                    note(node, self.order.get(end, -1))
         for output in outputs(self.graph):
             if isinstance(output, Node):
                 last[output] = self.order[RETURN]

@@ -176,7 +176,8 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
             f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
         )
         if same and target in HELD and want.dtype == torch.bfloat16 and not loose:
-            same = torch.equal(got, got.to(torch.bfloat16).float())
+            rounded = got.to(torch.bfloat16).float()  # a NaN is one, rounded or not
+            same = torch.allclose(got, rounded, rtol=0, atol=0, equal_nan=True)
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
             out.note("value", where, *_close(got, want, exact, out.bound))
