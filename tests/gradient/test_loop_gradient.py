@@ -170,7 +170,8 @@ def test_a_gradient_in_a_loop_through_a_carried_value_that_depends_on_x(start, b
 def test_an_adjoint_loop_keeps_a_branchs_value_its_backward_reads(build):
     """The adjoint loop computes the layer's `if` again, a value nothing reads: its name was
     taken as free and given to the (* x 3) inside the else branch, which the branch's end
-    then overwrote with the cos before the backward's sin read it (difftest seed 1058707)."""
+    then overwrote with the cos before the backward's sin read it (difftest seed 1058707).
+    """
     source = """
 (defmodel blk (&key (idx 0)) (defun forward (x) (if (= idx 1) (* x 3) (cos (* x 3)))))
 (defparam blocks (stack (i 2) (blk :idx i)))

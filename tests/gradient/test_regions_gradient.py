@@ -182,7 +182,8 @@ def test_the_gradient_of_a_sum_of_x_itself_is_the_seed(build):
 
 def test_x_read_in_two_bf16_regions_gets_a_bf16_gradient_summed_in_one(build):
     """The readers share their marks (bf16), though they are two regions: the sum of their
-    contributions is in a region too, as for X read twice in one (difftest seed 1052988)."""
+    contributions is in a region too, as for X read twice in one (difftest seed 1052988).
+    """
     source = """
 (defparam w (normal [4 4]))
 (defun forward (x)
