@@ -97,6 +97,7 @@ class _Expansion:
             )
         if scalar is None:
             y = _expect_scalar(t, y, y_form)
+        _aliased_start_check(node, y, visible, around)
         backward = _Backward(t, node.form, [*visible, *t.nodes], around)
         value = backward.run(y, x)
         _carried_check(node, around, backward.grads, (t.nodes, value))
@@ -471,6 +472,50 @@ def _carried_check(gradient: Node, around: list, grads: dict, expansion: tuple):
                 "before, and a backward does not go back through a loop's earlier "
                 "iterations: take the gradient outside the loop",
             )
+
+
+def _aliased_start_check(gradient: Node, y: Node, visible: list, around: list):
+    """A gradient with respect to a value a loop around it carries, where Y also reads
+    what that value starts as (or a value computed from it): in the first iteration the
+    two are one value, whose gradient has both contributions, and in the later ones they
+    are not, so no one backward of the body is the gradient of every iteration."""
+    x = gradient.inputs[1]
+    for loop in (n for n in around if n.kind is Kind.FOR):
+        (body,) = loop.regions
+        if x not in body.inputs:
+            continue
+        start = loop.inputs[body.inputs.index(x)]
+        if not isinstance(start, Node):
+            continue
+        marked = _Dependence(start)
+        marked.mark(visible)
+        inside = _inside(loop)
+        aliased = {v for v in marked.found if v not in inside}
+        aliased |= {
+            carried
+            for carried, begins in zip(body.inputs, loop.inputs)
+            if carried is not x and begins in marked.found
+        }
+        if aliased & _cone(y):
+            raise SourceError(
+                gradient.span,
+                f"this gradient is with respect to '{_label(x)}', which the loop around "
+                f"it carries, starting as '{_label(start)}', and Y reads that start too: "
+                "in the first iteration they are one value, in the later ones not, so "
+                "one backward of the body cannot be the gradient of every iteration; "
+                f"start the loop from a copy Y does not read, as (* {_label(start)} 1.0)",
+            )
+
+
+def _cone(y: Node) -> set:
+    """The values Y is computed from, Y included."""
+    seen, pending = set(), [y]
+    while pending:
+        node = pending.pop()
+        if node not in seen:
+            seen.add(node)
+            pending.extend(i for i in _reads_around(node) if isinstance(i, Node))
+    return seen
 
 
 def _shared(frames: list) -> tuple:

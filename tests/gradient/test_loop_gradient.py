@@ -185,3 +185,28 @@ def test_an_adjoint_loop_keeps_a_branchs_value_its_backward_reads(build):
         return (torch.cos(x * 3) * 3).mean()
 
     torch.testing.assert_close(model(x), autograd(reference, x))
+
+
+ALIASED = """
+(defmodel blk () (defun forward (x) x))
+(defparam blocks (stack 2 (blk)))
+(defun forward (x) (for (layer blocks) ((c {start})) (* c (gradient (sum (* x c)) c))))
+"""
+
+
+def test_a_gradient_to_a_carried_value_whose_start_y_reads_is_a_diagnostic():
+    """In the first iteration c is x, so d/dc sum(x c) is 2x; in the second c is x², and
+    it is x: no one backward of the body is right (difftest seed 1051441, at b3f533d: the
+    module gave x³ where the rules give 2x³)."""
+    source = ALIASED.format(start="x")
+    with pytest.raises(SourceError) as error:
+        compile_source(source, "m.lisp")
+    assert "starting as 'x', and Y reads that start too" in error.value.message
+    line = source.splitlines()[error.value.span.line - 1]
+    assert line[error.value.span.col - 1 :].startswith("(gradient (sum (* x c)) c)")
+
+
+def test_a_gradient_to_a_carried_value_started_from_a_copy_holds_x_fixed(build):
+    module, _ = build(ALIASED.format(start="(* x 1.0)"))
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(module.Model()(x), x**3)
