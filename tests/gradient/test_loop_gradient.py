@@ -210,3 +210,17 @@ def test_a_gradient_to_a_carried_value_started_from_a_copy_holds_x_fixed(build):
     module, _ = build(ALIASED.format(start="(* x 1.0)"))
     x = torch.randn(2, 4)
     torch.testing.assert_close(module.Model()(x), x**3)
+
+
+def test_a_gradient_through_a_for_inside_a_for(build):
+    """The outer adjoint loop computes the inner loop again for the lists it records; its
+    value is dead there, and prune dropped it (difftest seed 1072468: a KeyError)."""
+    source = """
+(defmodel blk () (defun forward (x) x))
+(defparam blocks (stack 2 (blk)))
+(defun forward (x)
+  (gradient (mean (for (layer blocks) ((c x)) (for (inner blocks) ((h c)) (* h c)))) x))
+"""
+    module, _ = build(source)
+    x = torch.rand(2, 4) + 0.5
+    torch.testing.assert_close(module.Model()(x), autograd(lambda x: (x**9).mean(), x))
