@@ -259,6 +259,13 @@ class _Backward:
             if not contributions or node is stop:
                 continue
             # (carried value's index, its gradient) from ITEMs
+            if node.kind is Kind.FOR and node.attrs.get("reverse") is not None:
+                raise SourceError(
+                    self.datum.span,
+                    "this gradient goes through the backward of a loop (a gradient of a "
+                    "gradient through for or chain), which is not supported yet: "
+                    "differentiate the loop once",
+                )
             if node.kind is Kind.FOR:
                 found = _Adjoint(self, node).run(contributions)
             else:
