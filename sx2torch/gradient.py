@@ -97,6 +97,7 @@ class _Expansion:
             )
         if scalar is None:
             y = _expect_scalar(t, y, y_form)
+        _aliased_start_check(node, y, visible, around)
         backward = _Backward(t, node.form, [*visible, *t.nodes], around)
         value = backward.run(y, x)
         _carried_check(node, around, backward.grads, (t.nodes, value))
@@ -258,6 +259,13 @@ class _Backward:
             if not contributions or node is stop:
                 continue
             # (carried value's index, its gradient) from ITEMs
+            if node.kind is Kind.FOR and node.attrs.get("reverse") is not None:
+                raise SourceError(
+                    self.datum.span,
+                    "this gradient goes through the backward of a loop (a gradient of a "
+                    "gradient through for or chain), which is not supported yet: "
+                    "differentiate the loop once",
+                )
             if node.kind is Kind.FOR:
                 found = _Adjoint(self, node).run(contributions)
             else:
@@ -473,13 +481,66 @@ def _carried_check(gradient: Node, around: list, grads: dict, expansion: tuple):
             )
 
 
+def _aliased_start_check(gradient: Node, y: Node, visible: list, around: list):
+    """A gradient with respect to a value a loop around it carries, where Y also reads
+    what that value starts as (or a value computed from it): in the first iteration the
+    two are one value, whose gradient has both contributions, and in the later ones they
+    are not, so no one backward of the body is the gradient of every iteration."""
+    x = gradient.inputs[1]
+    for loop in (n for n in around if n.kind is Kind.FOR):
+        (body,) = loop.regions
+        if x not in body.inputs:
+            continue
+        start = loop.inputs[body.inputs.index(x)]
+        if not isinstance(start, Node):
+            continue
+        marked = _Dependence(start)
+        marked.mark(visible)
+        inside = _inside(loop)
+        aliased = {v for v in marked.found if v not in inside}
+        aliased |= {
+            carried
+            for carried, begins in zip(body.inputs, loop.inputs)
+            if carried is not x and begins in marked.found
+        }
+        if aliased & _cone(y):
+            raise SourceError(
+                gradient.span,
+                f"this gradient is with respect to '{_label(x)}', which the loop around "
+                f"it carries, starting as '{_label(start)}', and Y reads that start too: "
+                "in the first iteration they are one value, in the later ones not, so "
+                "one backward of the body cannot be the gradient of every iteration; "
+                f"start the loop from a copy Y does not read, as (* {_label(start)} 1.0)",
+            )
+
+
+def _cone(y: Node) -> set:
+    """The values Y is computed from, Y included."""
+    seen, pending = set(), [y]
+    while pending:
+        node = pending.pop()
+        if node not in seen:
+            seen.add(node)
+            pending.extend(i for i in _reads_around(node) if isinstance(i, Node))
+    return seen
+
+
 def _shared(frames: list) -> tuple:
-    """The frames every one of `frames` starts with."""
+    """The frames every one of `frames` starts with, by their marks: two `with-numerics`
+    forms of the same marks are one precision to a sum of contributions from both (the
+    first reader's frame stands for them)."""
     common = frames[0]
     for more in frames[1:]:
-        n = next((k for k, (a, b) in enumerate(zip(common, more)) if a != b), None)
+        n = next(
+            (k for k, (a, b) in enumerate(zip(common, more)) if _marks(a) != _marks(b)),
+            None,
+        )
         common = common[: min(len(common), len(more)) if n is None else n]
     return common
+
+
+def _marks(frame) -> tuple:
+    return frame.mode, frame.library
 
 
 def _valued(node: Node) -> list:

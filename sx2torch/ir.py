@@ -184,7 +184,8 @@ def prune(graph: Graph, roots: tuple = ()) -> None:
     """Drop the nodes neither the output nor `roots` depend on: a defun has no side effects.
     A node made in a region keeps the IF or FOR around it: the backward of an IF reads the
     values its forward branch made (under the same condition), even where the IF's own
-    value is dead, as in an adjoint loop, which computes its layer's forward again.
+    value is dead, as in an adjoint loop, which computes its layer's forward again; an
+    adjoint loop keeps its forward loop, whose recorded values it reads.
     """
     owner = {
         inner: node
@@ -199,6 +200,8 @@ def prune(graph: Graph, roots: tuple = ()) -> None:
             live.add(node)
             pending.extend(reads(node))
             pending.append(owner.get(node))
+            # an adjoint loop reads the lists its forward loop records as it runs
+            pending.append(node.attrs.get("reverse") if node.kind is Kind.FOR else None)
     _keep(graph.nodes, live)
 
 

@@ -30,7 +30,12 @@ class Conversions:
     def conversion(self, node: Node, index: int) -> Optional[tuple]:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
         if not self.target.held and self.lowered.promoted(self.typed, node, index):
-            return None  # the GPU's kernel converts it as it loads it
+            # A GPU's kernel converts a 0-d operand to the op's dtype as it loads it, on
+            # either side; torch's CPU kernel reads a later one as a scalar, in f32: the
+            # cuda module writes that cast down, so it computes the rule on a CPU too.
+            conversion = self._wanted(node, index)
+            narrows = index > 0 and conversion and conversion[1] == "bf16"
+            return conversion if narrows else None
         if index == 0 and self.gathered(node) is not None:
             return None  # the rows are cast once gathered
         return self._wanted(node, index)

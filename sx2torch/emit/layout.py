@@ -303,6 +303,8 @@ def _last_reads(layout: Layout) -> dict:
             end = layout.written_in(layout.end(node, r), layout.statement_of)
             for out in region.outputs:
                 note(out, layout.order.get(end, -1))
+            if node.kind is Kind.IF:  # each branch ends storing into the if's name
+                note(node, layout.order.get(end, -1))
     for output in outputs(layout.graph):
         if isinstance(output, Node):
             last[output] = layout.order[RETURN]

@@ -192,8 +192,9 @@ class Evaluator:
     def cast(self, v, dtype, implicit: bool = True):
         """`v` read in `dtype`; an implicit read (an op's, not a `cast` form's) is recorded:
         a gradient to `v` is computed in the dtype of the ops reading it."""
-        if isinstance(v, Lam):
-            return v.t
+        if isinstance(v, Lam):  # beside a tensor with axes: read in the op's dtype too
+            wanted = dtype is not None and v.t.is_floating_point()
+            return keep_rank(v.t, v.t.to(dtype)) if wanted else v.t
         if isinstance(v, ParamValue):
             if implicit:
                 self._read(v.tensor, dtype or v.tensor.dtype)

@@ -227,13 +227,14 @@ def _causal_attention(ev, args, keys, frame):
 
 
 def _newton_schulz(ev, args, keys, frame):
-    """Muon's quintic iteration in bf16 on the normalized G; an f32 result."""
+    """Muon's quintic iteration on the normalized G, all of it in bf16, the normalization
+    too (a bf16 region around the op: G is cast down as it enters); an f32 result."""
     g = ev.cast(args[0], F64 if ev.precision == "f64" else F32)
     a, b, c = 3.4445, -4.7750, 2.0315
     tall = g.shape[-2] > g.shape[-1]
     x = g.mT if tall else g
-    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
     x = x if ev.precision == "f64" else x.to(BF16)
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
     for _ in range(keys.get("steps", 5)):
         gram = x @ x.mT
         x = a * x + (b * gram + c * gram @ gram) @ x

@@ -14,7 +14,7 @@ import libcst as cst
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import ATTENTION, SAME, RankRule, product
+from sx2torch.ops.rank import ATTENTION, SAME, RankRule, like, product
 
 LINEAR = RankRule(
     "X's with the last axis W's first",
@@ -24,10 +24,12 @@ LINEAR = RankRule(
         else product(shapes[0], tuple(reversed(shapes[1])))
     ),
 )
+LAST_AXIS = RankRule(
+    "X's last axis",
+    lambda shapes, attrs: None if shapes[1] is None else shapes[1][-1:],
+)
 TRUE = Scalar.lit(True)
 LAST = (Scalar.lit(-1),)
-# torch's eps for F.rms_norm on f32 and bf16 input: finfo of the f32 it computes in
-TORCH_RMS_EPS = Scalar.lit(2.0**-23)
 
 
 def _rms_norm(a, ctx):
@@ -40,19 +42,51 @@ def _rms_norm(a, ctx):
 
 
 def _rms_norm_grad(t, n, g):
-    """With r = rsqrt(mean(x²) + eps), n = x·r and u = g·w: dx = r·(u - n·mean(u·n)), dw = Σ g·n."""
-    x = n.inputs[0]
-    eps = n.attrs["eps"] or TORCH_RMS_EPS
-    with t.library_island():
-        mean_square = t.op("mean", [t.op("*", [x, x])], axes=LAST, keepdims=TRUE)
-        inverse_rms = t.op("rsqrt", [t.op("+", [mean_square, eps])])
-    normed = t.op("*", [x, inverse_rms])
-    u = g if len(n.inputs) == 1 else t.op("*", [g, n.inputs[1]])
-    along = t.op("mean", [t.op("*", [u, normed])], axes=LAST, keepdims=TRUE)
-    dx = t.op("*", [inverse_rms, t.op("-", [u, t.op("*", [normed, along])])])
-    if len(n.inputs) == 1:
+    """The kernel's backward, one kernel as its forward is: f32 inside, rounded once to
+    the dtype it computes in, for X and for WEIGHT (written out in ops, the cancelling
+    difference r·(u - n·mean(u·n)) was rounded in bf16 at each step)."""
+    eps = n.attrs["eps"]  # None: torch's, as the helpers' default is
+    x, *weight = n.inputs
+    dx = t.op("rms-norm-backward", [g, x, *weight], eps=eps)
+    if not weight:
         return [dx]
-    return [dx, t.sum_back(t.op("*", [g, normed]), n, 1)]
+    return [dx, t.op("rms-norm-weight-backward", [g, x], eps=eps)]
+
+
+def _rms_norm_backward(helper):
+    def emit(a, ctx):
+        eps = ctx.attrs["eps"]
+        return b.call(helper, *a, **({} if eps is None else {"eps": eps}))
+
+    return emit
+
+
+for _name, _args, _helper, _gives in (
+    (
+        "rms-norm-backward",
+        (Arg("g"), Arg("x"), Arg("weight")),
+        "sx.rms_norm_backward",
+        "X",
+    ),
+    (
+        "rms-norm-weight-backward",
+        (Arg("g"), Arg("x")),
+        "sx.rms_norm_weight_backward",
+        "WEIGHT",
+    ),
+):
+    register(
+        Op(
+            _name,
+            _args,
+            _rms_norm_backward(_helper),
+            keys=(Key("eps", "number"),),
+            arity=(2, len(_args)),
+            rank=like(1, "x") if _gives == "X" else LAST_AXIS,
+            doc=f"fused-rms-norm's gradient with respect to {_gives}: f32 inside, rounded once",
+            internal=True,
+        )
+    )
 
 
 register(

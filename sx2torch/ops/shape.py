@@ -147,9 +147,11 @@ register(
         doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
         "an element of a vector is a 0-d tensor (a row of a matrix is not), which decides no "
         "dtype beside a tensor with axes (torch's type promotion) and is read in the dtype "
-        "its op computes in: cuda writes an f32 one as it is, which a GPU's kernel rounds to "
-        "bf16 as it loads it, either operand (torch's CPU kernel rounds it in `lam * x`, not "
-        "in `x * lam`); metal and cpu round it with sx.round_to_bf16",
+        "its op computes in, either operand, as a GPU's kernel converts a 0-d tensor that is "
+        "not a CPU scalar to the op's dtype as it loads it: cuda writes an f32 first operand "
+        "as it is (`lam * x`) and a later one with its cast (`x * lam.to(torch.bfloat16)`), "
+        "which torch's CPU kernel would read as a scalar, in f32; metal and cpu round it "
+        "with sx.round_to_bf16",
     )
 )
 register(

@@ -8,6 +8,8 @@ from sx2torch.runtime.located import install as _show_source_of_errors
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
+    rms_norm_backward,
+    rms_norm_weight_backward,
     slice_backward,
     take_backward,
 )

@@ -48,3 +48,31 @@ def cross_entropy_backward(
     elif reduction == "none":
         grad = grad.unsqueeze(-1)
     return (torch.softmax(logits, dim=-1) - classes) * grad
+
+
+def rms_norm_backward(
+    grad: torch.Tensor, x: torch.Tensor, weight=None, eps: float = 2.0**-23
+) -> torch.Tensor:
+    """The gradient of `F.rms_norm(x, (x.size(-1),), weight, eps)` with respect to `x`, as
+    its kernel's backward gives it: f32 inside, rounded once to `grad`'s dtype."""
+    normed, inverse_rms = _rms_normed(x, eps)
+    u = grad.float() if weight is None else grad.float() * weight.float()
+    along = (u * normed).mean(-1, keepdim=True)
+    return (inverse_rms * (u - normed * along)).to(grad.dtype)
+
+
+def rms_norm_weight_backward(
+    grad: torch.Tensor, x: torch.Tensor, eps: float = 2.0**-23
+) -> torch.Tensor:
+    """The gradient of `F.rms_norm(x, (x.size(-1),), weight, eps)` with respect to
+    `weight`: the sum of `grad` times the normed `x` over every axis but the last, f32
+    inside, rounded once to `grad`'s dtype."""
+    normed, _ = _rms_normed(x, eps)
+    rows = (grad.float() * normed).reshape(-1, x.shape[-1])
+    return rows.sum(0).to(grad.dtype)
+
+
+def _rms_normed(x: torch.Tensor, eps: float) -> tuple:
+    wide = x.float()
+    inverse_rms = torch.rsqrt(wide.square().mean(-1, keepdim=True) + eps)
+    return wide * inverse_rms, inverse_rms

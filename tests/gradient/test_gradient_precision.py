@@ -44,3 +44,28 @@ def test_a_gradient_has_the_dtype_its_backward_computes_in(build):
     assert torch.equal(model(x), expected)
     assert torch.equal(model.as_f32(x), expected.float())
     assert torch.equal(model.plain(x), 2 * x)
+
+
+def test_the_backward_of_fused_rms_norm_is_one_kernel_rounded_once(build):
+    """As torch's backward of F.rms_norm on bf16 input: f32 inside, dX and dWEIGHT each
+    rounded once to bf16 (known-7 of the difftest corpus: the rule wrote it out in ops,
+    its cancelling difference rounded to bf16 at each step)."""
+    source = """
+(defparam v (normal [4]))
+(defparam w (normal [4 4]))
+(defun forward (x) (gradient (sum (matmul (fused-rms-norm x v) w)) x))
+(defun weight (x) (gradient (sum (matmul (fused-rms-norm x v) w)) v))
+(defrun train :precision :bf16)
+"""
+    module, _ = build(source)
+    model = module.Model()
+    torch.manual_seed(1)
+    x = torch.randn(3, 4) * 4
+    bf = torch.bfloat16
+    xb = x.to(bf).requires_grad_()
+    vb = model.v.detach().to(bf).requires_grad_()
+    out = torch.nn.functional.rms_norm(xb, (4,), vb) @ model.w.detach().to(bf)
+    dx, dv = torch.autograd.grad(out.sum(), [xb, vb])
+    got = model(x)
+    assert got.dtype == bf and torch.equal(got, dx)
+    assert torch.equal(model.weight(x).to(bf), dv)

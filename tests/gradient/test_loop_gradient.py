@@ -165,3 +165,62 @@ def test_a_gradient_in_a_loop_through_a_carried_value_that_depends_on_x(start, b
         "this gradient reaches 'c', which the loop around it carries and which depends "
         "on 'x' through the iterations before"
     )
+
+
+def test_an_adjoint_loop_keeps_a_branchs_value_its_backward_reads(build):
+    """The adjoint loop computes the layer's `if` again, a value nothing reads: its name was
+    taken as free and given to the (* x 3) inside the else branch, which the branch's end
+    then overwrote with the cos before the backward's sin read it (difftest seed 1058707).
+    """
+    source = """
+(defmodel blk (&key (idx 0)) (defun forward (x) (if (= idx 1) (* x 3) (cos (* x 3)))))
+(defparam blocks (stack (i 2) (blk :idx i)))
+(defun forward (x) (gradient (mean (for (layer blocks) ((c x)) (layer c))) x))
+"""
+    module, _ = build(source)
+    model = module.Model()
+    x = torch.randn(2, 4)
+
+    def reference(x):
+        return (torch.cos(x * 3) * 3).mean()
+
+    torch.testing.assert_close(model(x), autograd(reference, x))
+
+
+ALIASED = """
+(defmodel blk () (defun forward (x) x))
+(defparam blocks (stack 2 (blk)))
+(defun forward (x) (for (layer blocks) ((c {start})) (* c (gradient (sum (* x c)) c))))
+"""
+
+
+def test_a_gradient_to_a_carried_value_whose_start_y_reads_is_a_diagnostic():
+    """In the first iteration c is x, so d/dc sum(x c) is 2x; in the second c is x², and
+    it is x: no one backward of the body is right (difftest seed 1051441, at b3f533d: the
+    module gave x³ where the rules give 2x³)."""
+    source = ALIASED.format(start="x")
+    with pytest.raises(SourceError) as error:
+        compile_source(source, "m.lisp")
+    assert "starting as 'x', and Y reads that start too" in error.value.message
+    line = source.splitlines()[error.value.span.line - 1]
+    assert line[error.value.span.col - 1 :].startswith("(gradient (sum (* x c)) c)")
+
+
+def test_a_gradient_to_a_carried_value_started_from_a_copy_holds_x_fixed(build):
+    module, _ = build(ALIASED.format(start="(* x 1.0)"))
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(module.Model()(x), x**3)
+
+
+def test_a_gradient_through_a_for_inside_a_for(build):
+    """The outer adjoint loop computes the inner loop again for the lists it records; its
+    value is dead there, and prune dropped it (difftest seed 1072468: a KeyError)."""
+    source = """
+(defmodel blk () (defun forward (x) x))
+(defparam blocks (stack 2 (blk)))
+(defun forward (x)
+  (gradient (mean (for (layer blocks) ((c x)) (for (inner blocks) ((h c)) (* h c)))) x))
+"""
+    module, _ = build(source)
+    x = torch.rand(2, 4) + 0.5
+    torch.testing.assert_close(module.Model()(x), autograd(lambda x: (x**9).mean(), x))

@@ -178,3 +178,26 @@ def test_the_gradient_of_a_sum_of_x_itself_is_the_seed(build):
     """No node reads X on the way: the seed is its gradient (a KeyError once)."""
     module, _ = build("(defun forward (x) (gradient (sum x) x))")
     assert torch.equal(module.Model()(torch.randn(2, 4)), torch.ones(2, 4))
+
+
+def test_x_read_in_two_bf16_regions_gets_a_bf16_gradient_summed_in_one(build):
+    """The readers share their marks (bf16), though they are two regions: the sum of their
+    contributions is in a region too, as for X read twice in one (difftest seed 1052988).
+    """
+    source = """
+(defparam w (normal [4 4]))
+(defun forward (x)
+  (gradient (mean (concat [(with-numerics (:precision :bf16) (matmul x w))
+                           (with-numerics (:precision :bf16) (matmul x w))] :axis 1))
+            x))
+"""
+    module, code = build(source)
+    model = module.Model()
+    x = torch.randn(2, 4)
+    bf = torch.bfloat16
+    w = model.w.detach().to(bf)
+    g = torch.full((2, 4), 1 / 16).to(bf)  # the mean's gradient, each half
+    part = g @ w.T
+    got = model(x)
+    assert got.dtype == bf
+    assert torch.equal(got, part + part)

@@ -194,3 +194,19 @@ def test_the_interpreter_takes_a_rank_not_known_when_the_file_compiles_as_having
     assert got.dtype == bf and torch.equal(got, row[3] - x.to(bf))
     full = model("full", x)
     assert full.dtype == torch.float32 and torch.equal(full, x.sum() - x)
+
+
+def test_the_interpreters_newton_schulz_normalizes_in_bf16_as_the_module_does():
+    """newton-schulz is a bf16 region around the iteration: G is cast down as it enters and
+    normalized in bf16 (campaign seed 1073927: the interpreter normalized in f32, 0.077
+    from the module on an ill-conditioned G)."""
+    source = (
+        "(defparam w (normal [4 4]))\n(defun forward (x) (newton-schulz w :steps 2))\n"
+    )
+    torch.manual_seed(4)
+    w = torch.sigmoid(torch.randn(4, 4))  # entries near 0.5: close to rank one
+    module = check.instantiate(check.compile_module(source, "cuda"))
+    module.load_state_dict({"w": w})
+    model = interpret.load(source, "model.lisp", state={"w": w})
+    x = torch.ones(2, 4)
+    assert torch.equal(model("forward", x), module(x))

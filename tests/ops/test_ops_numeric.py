@@ -50,6 +50,13 @@ class Case:
     xfail: Optional[str] = None  # a known bug, reported
 
 
+def _vjp(f, at, g):
+    """The gradient of `(f(at) * g).sum()` with respect to `at`, by torch.autograd."""
+    at = at.detach().requires_grad_()
+    (grad,) = torch.autograd.grad(f(at), at, g)
+    return grad
+
+
 def case(args, body, inputs, reference, **extra) -> Case:
     return Case(args, body, inputs, reference, **extra)
 
@@ -614,6 +621,38 @@ CASES: dict[str, list[Case]] = {
             XY,
             lambda g, x: F.pad(g[:, 1:3], (1, 1)),
         )
+    ],
+    "rms-norm-backward": [
+        case(
+            "g x",
+            "(rms-norm-backward g x)",
+            XY,
+            lambda g, x: _vjp(lambda x: F.rms_norm(x, (4,)), x, g),
+            tolerance=FUSED,
+            why="the reference is autograd's backward: its order of operations differs",
+        ),
+        case(
+            "g x w",
+            "(rms-norm-backward g x (sum w :axes [0]) :eps 1e-3)",
+            lambda: (x34(0), x34(1), x34(2)),
+            lambda g, x, w: _vjp(
+                lambda x: F.rms_norm(x, (4,), weight=w.sum(0), eps=1e-3), x, g
+            ),
+            tolerance=FUSED,
+            why="the reference is autograd's backward: its order of operations differs",
+        ),
+    ],
+    "rms-norm-weight-backward": [
+        case(
+            "g x",
+            "(rms-norm-weight-backward g x)",
+            XY,
+            lambda g, x: _vjp(
+                lambda w: F.rms_norm(x, (4,), weight=w), torch.ones(4), g
+            ),
+            tolerance=FUSED,
+            why="the reference is autograd's backward: its order of operations differs",
+        ),
     ],
     "concat-part": [
         case("x", "(concat-part x x :index 0 :axis 1)", X, lambda x: x),

@@ -168,6 +168,8 @@ INTERNAL = [
     ("linear-scan-adjoint", {"a": [2, 3, 1], "g": [2, 3, 4]}, {}),
     ("matrix-scan-adjoint", {"a": [2, 2], "g": [2, 3, 2]}, {}),
     ("newton-schulz-bf16", {"x": [3, 4]}, {}),
+    ("rms-norm-backward", {"g": [2, 4], "x": [2, 4], "y": [4]}, {"eps": None}),
+    ("rms-norm-weight-backward", {"g": [2, 4], "x": [2, 4]}, {"eps": 1e-3}),
     (
         "conv2d-input-grad",
         {"g": [2, 4, 4, 4], "w": [4, 3, 3, 3], "x": [2, 3, 9, 9]},

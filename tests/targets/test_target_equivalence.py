@@ -179,6 +179,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "blocks.0.forward": (Floats((2, 4)),),
     },
     "zero-d-rules": {"forward": (Floats((2, 4)),)},
+    "zero-d-second-operand": {"forward": (Floats((2, 4)),)},
     "integer-ids": {
         "forward": (Ids((2, 5), 16),),
         "loss": (Ids((2, 5), 16), Ids((2, 5), 16)),

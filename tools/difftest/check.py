@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +45,9 @@ B, D = 2, 4
 # f32 throughout, and one with a bf16 value anywhere (one bf16 rounding flipped upstream
 # moves a result by 2^-8 of its size, and a few ops can double that).
 BOUNDS = {"f32": (1e-4, 1e-5), "bf16": (2**-4, 2**-5)}
+# A source with a bf16 value somewhere: a bf16 policy, region or parameter, or an op that
+# computes in bf16 under either precision (newton-schulz iterates in bf16).
+BF16_WORDS = (":bf16", "(newton-schulz ")
 
 
 @dataclass
@@ -105,7 +109,8 @@ def run(
     """Every oracle on one program; `exact_ops`: it uses only ops whose results the data
     make exact; `twice`: also compile it a second time (same bytes); `targets`: those to
     compile for (default: all)."""
-    out = Outcome(bound="bf16" if ":bf16" in source else "f32")
+    code = re.sub(r";[^\n]*", "", source)  # a corpus file's header says what it found
+    out = Outcome(bound="bf16" if any(w in code for w in BF16_WORDS) else "f32")
     codes = {}
     for target in targets or TARGETS:
         try:
@@ -176,7 +181,8 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
             f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
         )
         if same and target in HELD and want.dtype == torch.bfloat16 and not loose:
-            same = torch.equal(got, got.to(torch.bfloat16).float())
+            rounded = got.to(torch.bfloat16).float()  # a NaN is one, rounded or not
+            same = torch.allclose(got, rounded, rtol=0, atol=0, equal_nan=True)
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
             out.note("value", where, *_close(got, want, exact, out.bound))
