@@ -56,6 +56,7 @@ class Gemma2RmsNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()
@@ -110,6 +111,7 @@ class Gemma2Attention(nn.Module):
         self.o_proj = LinearLayer(in_features=heads * head_dim, out_features=dim)
 
     def rotate_half(self, x, *, half=None):
+        x = x.to(torch.bfloat16)
         if half is None:
             half = self.head_dim // 2
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -192,7 +194,8 @@ class Gemma2DecoderLayer(nn.Module):
         self.post_feedforward_layernorm = Gemma2RmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16) + self.post_attention_layernorm(
+        x = x.to(torch.bfloat16)
+        x = x + self.post_attention_layernorm(
             self.self_attn(self.input_layernorm(x), cos, sin)
         )
         return x + self.post_feedforward_layernorm(

@@ -117,6 +117,7 @@ class Gpt2Mlp(nn.Module):
         return self.c_proj(self.gelu_new(self.c_fc(hidden_states)))
 
     def gelu_new(self, x):
+        x = x.to(torch.bfloat16)
         return (
             0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
         )

@@ -55,6 +55,7 @@ class MixtralRmsNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
@@ -81,6 +82,7 @@ class MixtralAttention(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
 
     def rotate_half(self, x, *, half=None):
+        x = x.to(torch.bfloat16)
         if half is None:
             half = self.head_dim // 2
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -192,7 +194,8 @@ class MixtralDecoderLayer(nn.Module):
         self.post_attention_layernorm = MixtralRmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16) + self.self_attn(self.input_layernorm(x), cos, sin)
+        x = x.to(torch.bfloat16)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

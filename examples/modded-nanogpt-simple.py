@@ -62,6 +62,7 @@ class Rotary(nn.Module):
 
     def forward(self, x):
         """x [batch time head dim], rotated in f32"""
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             outer_x = torch.arange(

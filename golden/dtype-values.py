@@ -17,6 +17,7 @@ class DtypeValues(nn.Module):
         self.weight = nn.Parameter(torch.zeros(hidden))
 
     def norm(self, x):
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()

@@ -16,6 +16,7 @@ class Pooler(nn.Module):
 
     def forward(self, h):
         """The states as they came, and their mean through a dense layer."""
+        h = h.to(torch.bfloat16)
         dense_bf16 = self.dense.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):

@@ -11,7 +11,8 @@ its own. `--dump-after names` prints the result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable, Optional
 
 from sx2torch.emit.casts import Hoist
@@ -25,6 +26,8 @@ from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.syntax.program import Model, Program
 
+# the target whose code decides which specializations share a method (see `run`)
+DECIDING = Target("cpu")
 MAX_DERIVED = 40  # characters of a temporary's name made from its input's
 
 
@@ -69,10 +72,14 @@ def run(
     program: Program,
     lowered: Lowered,
     target: Target,
-    render: Callable[[Typed, "Naming"], str],
+    render: Callable[..., str],
 ) -> Naming:
-    """`render(typed, naming)` is a method's code under stand-in method names: the
-    specializations of a defun whose code is the same share one method."""
+    """`render(typed, naming, target=...)` is a method's code under stand-in method names:
+    the specializations of a defun whose code is the same share one method. Which share,
+    and what each public method computes, is decided once for every target, on a held
+    target's code, where every rounding is written out: a cuda method that computes two
+    specializations through its tensors' dtypes (`x * torch.sigmoid(x)` on f32 and on
+    bf16) cannot be one method there, whose tensors are all f32."""
     classes = _class_names(program)
     attrs = {}
     namespaces = {}
@@ -80,28 +87,43 @@ def run(
         attrs[model.name], namespaces[model.name] = attributes(
             model, _built_classes(model, classes)
         )
+    stores = {
+        model.name: _stores(model, attrs[model.name]) for model in program.all_models()
+    }
+    naming = _layouts(Naming(classes, attrs, {}, {}, stores=stores), lowered, target)
+    judge = target if target.held else DECIDING
+    deciding = naming if judge is target else _layouts(naming, lowered, judge)
+    sharing = Sharing(
+        lowered,
+        judge,
+        partial(render, target=judge),
+        deciding,
+        lambda layout: _LocalNaming(layout).run(),
+    )
+    methods, specialized = _method_names(
+        program, lowered, namespaces, deciding, sharing
+    )
+    naming.methods, naming.specialized = methods, specialized
+    naming.code, naming.entry = deciding.code, deciding.entry
+    if deciding is not naming:  # the arguments cast at entry, on this target's layouts
+        for typed, layout in deciding.layouts.items():
+            if layout.conversions.entry:
+                entry = layout.conversions.entry
+                naming.layouts[typed] = Layout(typed, target, lowered, entry)
+                naming.locals[typed] = _LocalNaming(naming.layouts[typed]).run()
+    return naming
+
+
+def _layouts(naming: Naming, lowered: Lowered, target: Target) -> Naming:
+    """`naming` with every specialization's layout and locals on `target`."""
     layouts = {
         typed: Layout(typed, target, lowered) for typed in lowered.specializations
     }
-    naming = Naming(
-        classes,
-        attrs,
-        layouts,
-        {typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
-    )
-    naming.stores = {
-        model.name: _stores(model, attrs[model.name]) for model in program.all_models()
-    }
-    naming.methods, naming.specialized = _method_names(
-        program,
-        lowered,
-        namespaces,
+    return replace(
         naming,
-        Sharing(
-            lowered, target, render, naming, lambda layout: _LocalNaming(layout).run()
-        ),
+        layouts=layouts,
+        locals={typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
     )
-    return naming
 
 
 def class_name(name: str) -> str:
