@@ -31,8 +31,9 @@ class RmsMlp(nn.Module):
         w1_bf16 = sx.round_to_bf16(self.w1)
         b1_bf16 = sx.round_to_bf16(self.b1)
         w2_bf16 = sx.round_to_bf16(self.w2)
-        matmul_x = sx.store_bf16(sx.round_to_bf16(x) @ w1_bf16)
-        h = torch.relu(sx.store_bf16(matmul_x + b1_bf16))
+        h = torch.relu(
+            sx.store_bf16(sx.store_bf16(sx.round_to_bf16(x) @ w1_bf16) + b1_bf16)
+        )
         return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16, held=True)
 
     def loss(self, x, labels):
