@@ -11,7 +11,6 @@ __all__ = ["DtypeValues"]
 class DtypeValues(nn.Module):
     def __init__(self, *, vocab=10, hidden=48):
         super().__init__()
-        self.vocab = vocab
         self.hidden = hidden
         self.wte = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, hidden)))
         self.weight = nn.Parameter(torch.zeros(hidden))

@@ -11,7 +11,6 @@ __all__ = ["PublicMethods", "Norm", "Block"]
 class Norm(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.g = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
@@ -30,7 +29,6 @@ class Norm(nn.Module):
 class Block(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.w = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
         self.ln = Norm(d=d)
 

@@ -11,7 +11,6 @@ __all__ = ["SeveralValues", "Pooler"]
 class Pooler(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.dense = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
 
     def forward(self, h):
@@ -27,7 +26,6 @@ class Pooler(nn.Module):
 class SeveralValues(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.w_in = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
         self.pool = Pooler(d=d)
 

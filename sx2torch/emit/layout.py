@@ -179,7 +179,7 @@ class Layout:
                     r != RETURN
                     and not isinstance(r, Yield)
                     and r.kind is Kind.OP
-                    and REGISTRY[r.op].name_inputs
+                    and REGISTRY[r.op].names_inputs(r)
                     for r, _ in readers
                 )
                 or self.region_of(readers[0][0]) is not self.scope[node]

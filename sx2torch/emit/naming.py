@@ -20,7 +20,8 @@ from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
 from sx2torch.emit.sharing import Sharing
 from sx2torch.emit.targets import Target
-from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
+from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, walk
+from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
@@ -66,6 +67,8 @@ class Naming:
     entry: dict = field(default_factory=dict)
     # a Typed whose method is another's code, which serves its arguments -> that Typed
     code: dict = field(default_factory=dict)
+    # model -> the consts its methods read, each stored as an attribute (`self.d = d`)
+    read_consts: dict = field(default_factory=dict)
 
 
 def run(
@@ -105,6 +108,7 @@ def run(
     )
     naming.methods, naming.specialized = methods, specialized
     naming.code, naming.entry = deciding.code, deciding.entry
+    naming.read_consts = _read_consts(naming.code.get(t, t) for t in methods)
     if deciding is not naming:  # the arguments cast at entry, on this target's layouts
         for typed, layout in deciding.layouts.items():
             if layout.conversions.entry:
@@ -112,6 +116,31 @@ def run(
                 naming.layouts[typed] = Layout(typed, target, lowered, entry)
                 naming.locals[typed] = _LocalNaming(naming.layouts[typed]).run()
     return naming
+
+
+def _read_consts(emitted) -> dict:
+    """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`)."""
+    found: dict = {}
+
+    def scan(typed, value) -> None:
+        if isinstance(value, Scalar):
+            if value.op is ScalarOp.CONST:
+                owner = value.args[2] if len(value.args) > 2 else typed.model
+                found.setdefault(owner, set()).add(value.args[0])
+            for arg in value.args:
+                scan(typed, arg)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                scan(typed, item)
+        elif isinstance(value, dict):
+            scan(typed, list(value.values()))
+
+    for typed in emitted:
+        scan(typed, typed.graph.output)
+        for node in walk(typed.graph.nodes):
+            scan(typed, [node.inputs, node.attrs])
+            scan(typed, [region.outputs for region in node.regions])
+    return found
 
 
 def _layouts(naming: Naming, lowered: Lowered, target: Target) -> Naming:
@@ -534,8 +563,11 @@ class _LocalNaming:
         return f"{node.attrs['target']}_{source or 'out'}"
 
     def _label(self, node: Node) -> Optional[str]:
-        """The name a value is known by: its local's, or its source name, or its first input's."""
+        """The name a value is known by: its local's, or its source name, or a call's value's
+        (`forward_idx`), or its first input's."""
         while node is not None and node not in self.values and node.name is None:
+            if node.kind is Kind.CALL:
+                return self._call_name(node)
             node = next((i for i in node.inputs if isinstance(i, Node)), None)
         if node is None:
             return None
