@@ -25,8 +25,6 @@ __all__ = [
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=768, out_features=768):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
         )
@@ -42,8 +40,6 @@ class LinearLayer(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num_embeddings=30522, embedding_dim=768):
         super().__init__()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
@@ -55,7 +51,6 @@ class Embedding(nn.Module):
 class LayerNormLayer(nn.Module):
     def __init__(self, *, dim=768, eps=1e-12):
         super().__init__()
-        self.dim = dim
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -72,11 +67,6 @@ class BertEmbeddings(nn.Module):
         self, *, vocab=30522, dim=768, max_positions=512, types=2, eps=1e-12, p=0.1
     ):
         super().__init__()
-        self.vocab = vocab
-        self.dim = dim
-        self.max_positions = max_positions
-        self.types = types
-        self.eps = eps
         self.p = p
         self.word_embeddings = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.position_embeddings = Embedding(
@@ -119,8 +109,7 @@ class BertSelfAttention(nn.Module):
             split_heads_hidden_states_3,
             attn_mask=mask.to(torch.bfloat16),
         )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
+        return y.permute(0, 2, 1, 3).flatten(2)
 
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
@@ -133,15 +122,12 @@ class BertSelfAttention(nn.Module):
             split_heads_hidden_states_3,
             attn_mask=mask,
         )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
+        return y.permute(0, 2, 1, 3).flatten(2)
 
 
 class BertSelfOutput(nn.Module):
     def __init__(self, *, dim=768, eps=1e-12, p=0.1):
         super().__init__()
-        self.dim = dim
-        self.eps = eps
         self.p = p
         self.dense = LinearLayer(in_features=dim, out_features=dim)
         self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
@@ -157,10 +143,6 @@ class BertSelfOutput(nn.Module):
 class BertAttention(nn.Module):
     def __init__(self, *, dim=768, heads=12, eps=1e-12, p=0.1):
         super().__init__()
-        self.dim = dim
-        self.heads = heads
-        self.eps = eps
-        self.p = p
         self.self = BertSelfAttention(dim=dim, heads=heads)
         self.output = BertSelfOutput(dim=dim, eps=eps, p=p)
 
@@ -175,8 +157,6 @@ class BertAttention(nn.Module):
 class BertIntermediate(nn.Module):
     def __init__(self, *, dim=768, hidden=3072):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
         self.dense = LinearLayer(in_features=dim, out_features=hidden)
 
     def forward(self, hidden_states):
@@ -186,9 +166,6 @@ class BertIntermediate(nn.Module):
 class BertOutput(nn.Module):
     def __init__(self, *, dim=768, hidden=3072, eps=1e-12, p=0.1):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
-        self.eps = eps
         self.p = p
         self.dense = LinearLayer(in_features=hidden, out_features=dim)
         self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
@@ -204,11 +181,6 @@ class BertOutput(nn.Module):
 class BertLayer(nn.Module):
     def __init__(self, *, dim=768, hidden=3072, heads=12, eps=1e-12, p=0.1):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
-        self.heads = heads
-        self.eps = eps
-        self.p = p
         self.attention = BertAttention(dim=dim, heads=heads, eps=eps, p=p)
         self.intermediate = BertIntermediate(dim=dim, hidden=hidden)
         self.output = BertOutput(dim=dim, hidden=hidden, eps=eps, p=p)
@@ -226,12 +198,6 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     def __init__(self, *, depth=12, dim=768, hidden=3072, heads=12, eps=1e-12, p=0.1):
         super().__init__()
-        self.depth = depth
-        self.dim = dim
-        self.hidden = hidden
-        self.heads = heads
-        self.eps = eps
-        self.p = p
         self.layer = nn.ModuleList(
             [
                 BertLayer(dim=dim, hidden=hidden, heads=heads, eps=eps, p=p)
@@ -255,7 +221,6 @@ class BertEncoder(nn.Module):
 class BertPooler(nn.Module):
     def __init__(self, *, dim=768):
         super().__init__()
-        self.dim = dim
         self.dense = LinearLayer(in_features=dim, out_features=dim)
 
     def forward(self, hidden_states):
@@ -281,15 +246,6 @@ class Bert(nn.Module):
         layer_norm_eps=1e-12
     ):
         super().__init__()
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.type_vocab_size = type_vocab_size
-        self.layer_norm_eps = layer_norm_eps
         self.embeddings = BertEmbeddings(
             vocab=vocab_size,
             dim=hidden_size,

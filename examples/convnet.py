@@ -22,9 +22,6 @@ def batch_norm(x, *, eps=1e-05):
 class ConvLayer(nn.Module):
     def __init__(self, *, in_channels=16, out_channels=16, std=0.1):
         super().__init__()
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.std = std
         self.weight = nn.Parameter(
             torch.normal(0.0, std, size=(out_channels, in_channels, 3, 3))
         )
@@ -40,7 +37,6 @@ class ConvLayer(nn.Module):
 class BatchNorm2d(nn.Module):
     def __init__(self, *, num_features=16, eps=1e-05):
         super().__init__()
-        self.num_features = num_features
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(num_features))
         self.bias = nn.Parameter(torch.zeros(num_features))
@@ -57,7 +53,6 @@ class BatchNorm2d(nn.Module):
 class BasicBlock(nn.Module):
     def __init__(self, *, channels=16):
         super().__init__()
-        self.channels = channels
         self.conv1 = ConvLayer(in_channels=channels, out_channels=channels)
         self.bn1 = BatchNorm2d(num_features=channels)
         self.conv2 = ConvLayer(in_channels=channels, out_channels=channels)
@@ -73,8 +68,6 @@ class BasicBlock(nn.Module):
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=16, out_features=4):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.1, size=(out_features, in_features))
         )
@@ -89,10 +82,6 @@ class LinearLayer(nn.Module):
 class Convnet(nn.Module):
     def __init__(self, *, in_channels=1, channels=16, depth=2, num_classes=4):
         super().__init__()
-        self.in_channels = in_channels
-        self.channels = channels
-        self.depth = depth
-        self.num_classes = num_classes
         self.stem = ConvLayer(in_channels=in_channels, out_channels=channels, std=0.3)
         self.stem_bn = BatchNorm2d(num_features=channels)
         self.blocks = nn.ModuleList(

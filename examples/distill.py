@@ -11,7 +11,6 @@ __all__ = ["Distill"]
 class Distill(nn.Module):
     def __init__(self, *, d=32):
         super().__init__()
-        self.d = d
         self.register_buffer(
             "teacher", torch.normal(0.0, 1.0, size=(d, d)).to(torch.bfloat16)
         )

@@ -11,8 +11,6 @@ __all__ = ["Energy"]
 class Energy(nn.Module):
     def __init__(self, *, d=3, hidden=64):
         super().__init__()
-        self.d = d
-        self.hidden = hidden
         self.w1 = nn.Parameter(torch.normal(0.0, 0.5, size=(d, hidden)))
         self.w2 = nn.Parameter(torch.normal(0.0, 0.1, size=(hidden, 1)))
 

@@ -20,8 +20,6 @@ __all__ = [
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=2304, out_features=2304):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
         )
@@ -35,7 +33,6 @@ class LinearLayer(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num_embeddings=256000, embedding_dim=2304):
         super().__init__()
-        self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
@@ -51,11 +48,11 @@ class Embedding(nn.Module):
 class Gemma2RmsNorm(nn.Module):
     def __init__(self, *, dim=2304, eps=1e-06):
         super().__init__()
-        self.dim = dim
         self.eps = eps
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()
@@ -72,8 +69,6 @@ class Gemma2RmsNorm(nn.Module):
 class Gemma2Mlp(nn.Module):
     def __init__(self, *, dim=2304, hidden=9216):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
         self.gate_proj = LinearLayer(in_features=dim, out_features=hidden)
         self.up_proj = LinearLayer(in_features=dim, out_features=hidden)
         self.down_proj = LinearLayer(in_features=hidden, out_features=dim)
@@ -97,7 +92,6 @@ class Gemma2Attention(nn.Module):
         window=0
     ):
         super().__init__()
-        self.dim = dim
         self.heads = heads
         self.kv_heads = kv_heads
         self.head_dim = head_dim
@@ -110,6 +104,7 @@ class Gemma2Attention(nn.Module):
         self.o_proj = LinearLayer(in_features=heads * head_dim, out_features=dim)
 
     def rotate_half(self, x, *, half=None):
+        x = x.to(torch.bfloat16)
         if half is None:
             half = self.head_dim // 2
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -144,11 +139,10 @@ class Gemma2Attention(nn.Module):
         with torch.autocast("cuda", enabled=False):
             softmax_scores = torch.softmax(scores.float(), dim=-1)
         y = softmax_scores.to(torch.bfloat16) @ self.split_heads(self.v_proj(x))
-        transpose_y = y.reshape(y.shape[0], self.heads, -1, self.head_dim).permute(
-            0, 2, 1, 3
-        )
         return self.o_proj(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
+            y.reshape(y.shape[0], self.heads, -1, self.head_dim)
+            .permute(0, 2, 1, 3)
+            .flatten(2)
         )
 
 
@@ -167,15 +161,6 @@ class Gemma2DecoderLayer(nn.Module):
         window=0
     ):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
-        self.heads = heads
-        self.kv_heads = kv_heads
-        self.head_dim = head_dim
-        self.eps = eps
-        self.scalar = scalar
-        self.softcap = softcap
-        self.window = window
         self.self_attn = Gemma2Attention(
             dim=dim,
             heads=heads,
@@ -192,7 +177,8 @@ class Gemma2DecoderLayer(nn.Module):
         self.post_feedforward_layernorm = Gemma2RmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16) + self.post_attention_layernorm(
+        x = x.to(torch.bfloat16)
+        x = x + self.post_attention_layernorm(
             self.self_attn(self.input_layernorm(x), cos, sin)
         )
         return x + self.post_feedforward_layernorm(
@@ -218,18 +204,8 @@ class Gemma2Model(nn.Module):
         window=4096
     ):
         super().__init__()
-        self.vocab = vocab
-        self.dim = dim
-        self.hidden = hidden
-        self.depth = depth
-        self.heads = heads
-        self.kv_heads = kv_heads
         self.head_dim = head_dim
-        self.eps = eps
         self.theta = theta
-        self.scalar = scalar
-        self.softcap = softcap
-        self.window = window
         self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.layers = nn.ModuleList(
             [
@@ -287,19 +263,7 @@ class Gemma2(nn.Module):
     ):
         super().__init__()
         self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim
-        self.max_position_embeddings = max_position_embeddings
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.query_pre_attn_scalar = query_pre_attn_scalar
-        self.sliding_window = sliding_window
         self.final_logit_softcapping = final_logit_softcapping
-        self.attn_logit_softcapping = attn_logit_softcapping
         self.model = Gemma2Model(
             vocab=vocab_size,
             dim=hidden_size,
@@ -325,8 +289,7 @@ class Gemma2(nn.Module):
         )
 
     def loss(self, input_ids, targets):
-        forward_input_ids = self.forward(input_ids)
-        reshape_forward_input_ids = forward_input_ids.reshape(-1, self.vocab_size)
+        reshape_forward_input_ids = self.forward(input_ids).reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):

@@ -23,8 +23,6 @@ class Conv1d(nn.Module):
 
     def __init__(self, *, nf=768, nx=768):
         super().__init__()
-        self.nf = nf
-        self.nx = nx
         self.weight = nn.Parameter(torch.normal(0.0, 0.02, size=(nx, nf)))
         self.bias = nn.Parameter(torch.zeros(nf))
 
@@ -38,8 +36,6 @@ class Conv1d(nn.Module):
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=768, out_features=50257):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
         )
@@ -53,8 +49,6 @@ class LinearLayer(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num_embeddings=50257, embedding_dim=768):
         super().__init__()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
@@ -66,7 +60,6 @@ class Embedding(nn.Module):
 class NnLayerNorm(nn.Module):
     def __init__(self, *, dim=768, eps=1e-05):
         super().__init__()
-        self.dim = dim
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -97,19 +90,12 @@ class Gpt2Attention(nn.Module):
         key = self.split_heads(qkv[..., self.embed_dim : 2 * self.embed_dim])
         value = self.split_heads(qkv[..., 2 * self.embed_dim :])
         attn_output = F.scaled_dot_product_attention(query, key, value, is_causal=True)
-        transpose_attn_output = attn_output.permute(0, 2, 1, 3)
-        return self.c_proj(
-            transpose_attn_output.reshape(
-                transpose_attn_output.shape[0], transpose_attn_output.shape[1], -1
-            )
-        )
+        return self.c_proj(attn_output.permute(0, 2, 1, 3).flatten(2))
 
 
 class Gpt2Mlp(nn.Module):
     def __init__(self, *, intermediate_size=3072, embed_dim=768):
         super().__init__()
-        self.intermediate_size = intermediate_size
-        self.embed_dim = embed_dim
         self.c_fc = Conv1d(nf=intermediate_size, nx=embed_dim)
         self.c_proj = Conv1d(nf=embed_dim, nx=intermediate_size)
 
@@ -117,6 +103,7 @@ class Gpt2Mlp(nn.Module):
         return self.c_proj(self.gelu_new(self.c_fc(hidden_states)))
 
     def gelu_new(self, x):
+        x = x.to(torch.bfloat16)
         return (
             0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
         )
@@ -125,10 +112,6 @@ class Gpt2Mlp(nn.Module):
 class Gpt2Block(nn.Module):
     def __init__(self, *, hidden_size=768, inner_dim=3072, num_heads=12, eps=1e-05):
         super().__init__()
-        self.hidden_size = hidden_size
-        self.inner_dim = inner_dim
-        self.num_heads = num_heads
-        self.eps = eps
         self.ln_1 = NnLayerNorm(dim=hidden_size, eps=eps)
         self.attn = Gpt2Attention(embed_dim=hidden_size, num_heads=num_heads)
         self.ln_2 = NnLayerNorm(dim=hidden_size, eps=eps)
@@ -154,13 +137,6 @@ class Gpt2Model(nn.Module):
         eps=1e-05
     ):
         super().__init__()
-        self.vocab_size = vocab_size
-        self.n_positions = n_positions
-        self.n_embd = n_embd
-        self.n_layer = n_layer
-        self.n_head = n_head
-        self.n_inner = n_inner
-        self.eps = eps
         self.wte = Embedding(num_embeddings=vocab_size, embedding_dim=n_embd)
         self.wpe = Embedding(num_embeddings=n_positions, embedding_dim=n_embd)
         self.h = nn.ModuleList(
@@ -196,14 +172,8 @@ class Gpt2(nn.Module):
     ):
         super().__init__()
         self.vocab_size = vocab_size
-        self.n_positions = n_positions
-        self.n_embd = n_embd
-        self.n_layer = n_layer
-        self.n_head = n_head
         if n_inner is None:
             n_inner = 4 * n_embd
-        self.n_inner = n_inner
-        self.layer_norm_epsilon = layer_norm_epsilon
         self.transformer = Gpt2Model(
             vocab_size=vocab_size,
             n_positions=n_positions,
@@ -225,8 +195,7 @@ class Gpt2(nn.Module):
         return self.lm_head(self.transformer(input_ids))
 
     def loss(self, input_ids, targets):
-        forward_input_ids = self.forward(input_ids)
-        reshape_forward_input_ids = forward_input_ids.reshape(-1, self.vocab_size)
+        reshape_forward_input_ids = self.forward(input_ids).reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):

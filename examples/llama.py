@@ -20,8 +20,6 @@ __all__ = [
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=4096, out_features=4096):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
         )
@@ -35,8 +33,6 @@ class LinearLayer(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num_embeddings=32000, embedding_dim=4096):
         super().__init__()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
@@ -48,11 +44,11 @@ class Embedding(nn.Module):
 class LlamaRmsNorm(nn.Module):
     def __init__(self, *, dim=4096, eps=1e-06):
         super().__init__()
-        self.dim = dim
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
@@ -66,9 +62,6 @@ class LlamaRmsNorm(nn.Module):
 class LlamaAttention(nn.Module):
     def __init__(self, *, dim=4096, heads=32, kv_heads=32, head_dim=128):
         super().__init__()
-        self.dim = dim
-        self.heads = heads
-        self.kv_heads = kv_heads
         self.head_dim = head_dim
         self.q_proj = LinearLayer(in_features=dim, out_features=heads * head_dim)
         self.k_proj = LinearLayer(in_features=dim, out_features=kv_heads * head_dim)
@@ -79,6 +72,7 @@ class LlamaAttention(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
 
     def rotate_half(self, x, *, half=None):
+        x = x.to(torch.bfloat16)
         if half is None:
             half = self.head_dim // 2
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -94,17 +88,12 @@ class LlamaAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, split_heads_x, is_causal=True, enable_gqa=True
         )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return self.o_proj(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-        )
+        return self.o_proj(y.permute(0, 2, 1, 3).flatten(2))
 
 
 class LlamaMlp(nn.Module):
     def __init__(self, *, dim=4096, hidden=11008):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
         self.gate_proj = LinearLayer(in_features=dim, out_features=hidden)
         self.up_proj = LinearLayer(in_features=dim, out_features=hidden)
         self.down_proj = LinearLayer(in_features=hidden, out_features=dim)
@@ -118,12 +107,6 @@ class LlamaDecoderLayer(nn.Module):
         self, *, dim=4096, hidden=11008, heads=32, kv_heads=32, head_dim=128, eps=1e-06
     ):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
-        self.heads = heads
-        self.kv_heads = kv_heads
-        self.head_dim = head_dim
-        self.eps = eps
         self.self_attn = LlamaAttention(
             dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim
         )
@@ -132,7 +115,8 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16) + self.self_attn(self.input_layernorm(x), cos, sin)
+        x = x.to(torch.bfloat16)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -151,14 +135,7 @@ class LlamaModel(nn.Module):
         theta=10000.0
     ):
         super().__init__()
-        self.vocab = vocab
-        self.dim = dim
-        self.hidden = hidden
-        self.depth = depth
-        self.heads = heads
-        self.kv_heads = kv_heads
         self.head_dim = head_dim
-        self.eps = eps
         self.theta = theta
         self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.layers = nn.ModuleList(
@@ -210,17 +187,8 @@ class Llama(nn.Module):
     ):
         super().__init__()
         self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
         if head_dim is None:
             head_dim = hidden_size // num_attention_heads
-        self.head_dim = head_dim
-        self.max_position_embeddings = max_position_embeddings
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
         self.model = LlamaModel(
             vocab=vocab_size,
             dim=hidden_size,
@@ -238,8 +206,7 @@ class Llama(nn.Module):
         return self.lm_head(self.model(input_ids))
 
     def loss(self, input_ids, targets):
-        forward_input_ids = self.forward(input_ids)
-        reshape_forward_input_ids = forward_input_ids.reshape(-1, self.vocab_size)
+        reshape_forward_input_ids = self.forward(input_ids).reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):

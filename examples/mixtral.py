@@ -22,8 +22,6 @@ __all__ = [
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=4096, out_features=4096):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
         )
@@ -37,8 +35,6 @@ class LinearLayer(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num_embeddings=32000, embedding_dim=4096):
         super().__init__()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
@@ -50,11 +46,11 @@ class Embedding(nn.Module):
 class MixtralRmsNorm(nn.Module):
     def __init__(self, *, dim=4096, eps=1e-06):
         super().__init__()
-        self.dim = dim
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
@@ -68,9 +64,6 @@ class MixtralRmsNorm(nn.Module):
 class MixtralAttention(nn.Module):
     def __init__(self, *, dim=4096, heads=32, kv_heads=32, head_dim=128):
         super().__init__()
-        self.dim = dim
-        self.heads = heads
-        self.kv_heads = kv_heads
         self.head_dim = head_dim
         self.q_proj = LinearLayer(in_features=dim, out_features=heads * head_dim)
         self.k_proj = LinearLayer(in_features=dim, out_features=kv_heads * head_dim)
@@ -81,6 +74,7 @@ class MixtralAttention(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
 
     def rotate_half(self, x, *, half=None):
+        x = x.to(torch.bfloat16)
         if half is None:
             half = self.head_dim // 2
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -96,17 +90,12 @@ class MixtralAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, split_heads_x, is_causal=True, enable_gqa=True
         )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return self.o_proj(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-        )
+        return self.o_proj(y.permute(0, 2, 1, 3).flatten(2))
 
 
 class MixtralTopKRouter(nn.Module):
     def __init__(self, *, num_experts=8, dim=4096, top_k=2):
         super().__init__()
-        self.num_experts = num_experts
-        self.dim = dim
         self.top_k = top_k
         self.weight = nn.Parameter(torch.normal(0.0, 0.02, size=(num_experts, dim)))
 
@@ -125,9 +114,6 @@ class MixtralTopKRouter(nn.Module):
 class MixtralExperts(nn.Module):
     def __init__(self, *, num_experts=8, dim=4096, hidden=14336):
         super().__init__()
-        self.num_experts = num_experts
-        self.dim = dim
-        self.hidden = hidden
         self.gate_up_proj = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_experts, 2 * hidden, dim))
         )
@@ -147,10 +133,7 @@ class MixtralExperts(nn.Module):
 class MixtralSparseMoeBlock(nn.Module):
     def __init__(self, *, num_experts=8, dim=4096, hidden=14336, top_k=2):
         super().__init__()
-        self.num_experts = num_experts
         self.dim = dim
-        self.hidden = hidden
-        self.top_k = top_k
         self.gate = MixtralTopKRouter(num_experts=num_experts, dim=dim, top_k=top_k)
         self.experts = MixtralExperts(num_experts=num_experts, dim=dim, hidden=hidden)
 
@@ -174,14 +157,6 @@ class MixtralDecoderLayer(nn.Module):
         top_k=2
     ):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
-        self.heads = heads
-        self.kv_heads = kv_heads
-        self.head_dim = head_dim
-        self.eps = eps
-        self.num_experts = num_experts
-        self.top_k = top_k
         self.self_attn = MixtralAttention(
             dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim
         )
@@ -192,7 +167,8 @@ class MixtralDecoderLayer(nn.Module):
         self.post_attention_layernorm = MixtralRmsNorm(dim=dim, eps=eps)
 
     def forward(self, x, cos, sin):
-        x = x.to(torch.bfloat16) + self.self_attn(self.input_layernorm(x), cos, sin)
+        x = x.to(torch.bfloat16)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -213,17 +189,8 @@ class MixtralModel(nn.Module):
         top_k=2
     ):
         super().__init__()
-        self.vocab = vocab
-        self.dim = dim
-        self.hidden = hidden
-        self.depth = depth
-        self.heads = heads
-        self.kv_heads = kv_heads
         self.head_dim = head_dim
-        self.eps = eps
         self.theta = theta
-        self.num_experts = num_experts
-        self.top_k = top_k
         self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.layers = nn.ModuleList(
             [
@@ -278,19 +245,8 @@ class Mixtral(nn.Module):
     ):
         super().__init__()
         self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
         if head_dim is None:
             head_dim = hidden_size // num_attention_heads
-        self.head_dim = head_dim
-        self.max_position_embeddings = max_position_embeddings
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.num_local_experts = num_local_experts
-        self.num_experts_per_tok = num_experts_per_tok
         self.model = MixtralModel(
             vocab=vocab_size,
             dim=hidden_size,
@@ -310,8 +266,7 @@ class Mixtral(nn.Module):
         return self.lm_head(self.model(input_ids))
 
     def loss(self, input_ids, targets):
-        forward_input_ids = self.forward(input_ids)
-        reshape_forward_input_ids = forward_input_ids.reshape(-1, self.vocab_size)
+        reshape_forward_input_ids = self.forward(input_ids).reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):

@@ -18,8 +18,6 @@ __all__ = [
 class CastedLinear(nn.Module):
     def __init__(self, *, in_features=16, out_features=1):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.zeros(out_features, in_features).to(torch.bfloat16)
         )
@@ -32,8 +30,6 @@ class CastedLinear(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num=50304, dim=1024):
         super().__init__()
-        self.num = num
-        self.dim = dim
         self.weight = nn.Parameter(torch.zeros(num, dim).to(torch.bfloat16))
 
     def forward(self, ids):
@@ -67,6 +63,14 @@ class CausalSelfAttention(nn.Module):
 
     def rotary(self, x, cos, sin):
         x = x.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
+        x1 = x[..., : self.head_dim // 2]
+        x2 = x[..., self.head_dim // 2 :]
+        return torch.cat([x1 * cos + x2 * sin, x1 * -sin + x2 * cos], dim=3)
+
+    # rotary for x: bf16, cos: f32, sin: f32
+    def rotary_bf16(self, x, cos, sin):
         x1 = x[..., : self.head_dim // 2]
         x2 = x[..., self.head_dim // 2 :]
         cos_bf16 = cos.to(torch.bfloat16)
@@ -100,9 +104,9 @@ class CausalSelfAttention(nn.Module):
             linear_x.shape[0], linear_x.shape[1], 3 * self.num_heads, self.head_dim
         )
         slice_qkv = qkv[:, :, : self.num_heads]
-        q = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        q = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
-        k = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        k = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         k = self.offset_keys(k) if key_offset else k
         v = qkv[:, :, 2 * self.num_heads :]
         v = (
@@ -122,15 +126,48 @@ class CausalSelfAttention(nn.Module):
             attn_mask=sx.window_mask(transpose_q.shape[-2], window, transpose_q.device),
             scale=0.1,
         ).permute(0, 2, 1, 3)
-        mul_y = y * self.heads(torch.sigmoid(self.attn_gate(x[..., :16])))
-        y = mul_y.reshape(mul_y.shape[0], mul_y.shape[1], -1)
+        y = (y * self.heads(torch.sigmoid(self.attn_gate(x[..., :16])))).flatten(2)
+        return F.linear(y, sa_lambdas[1] * qkvo_w_bf16[3 * self.dim :])
+
+    # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
+    def forward_bf16(
+        self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
+    ):
+        qkvo_w_bf16 = self.qkvo_w.to(torch.bfloat16)
+        linear_x = F.linear(x, sa_lambdas[0] * qkvo_w_bf16[: 3 * self.dim])
+        qkv = linear_x.reshape(
+            linear_x.shape[0], linear_x.shape[1], 3 * self.num_heads, self.head_dim
+        )
+        slice_qkv = qkv[:, :, : self.num_heads]
+        q = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
+        k = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        k = self.offset_keys(k) if key_offset else k
+        v = qkv[:, :, 2 * self.num_heads :]
+        v = (
+            v
+            + self.heads(2 * torch.sigmoid(self.value_embed_gate(x[..., :16])))
+            * ve.reshape(v.shape)
+            if self.layer_idx in (0, 1, 2, 3, 4, 11, 12, 13, 14, 15)
+            else v
+        )
+        transpose_q = q.permute(0, 2, 1, 3)
+        transpose_k = k.permute(0, 2, 1, 3)
+        transpose_v = v.permute(0, 2, 1, 3)
+        y = F.scaled_dot_product_attention(
+            transpose_q,
+            transpose_k,
+            transpose_v,
+            attn_mask=sx.window_mask(transpose_q.shape[-2], window, transpose_q.device),
+            scale=0.1,
+        ).permute(0, 2, 1, 3)
+        y = (y * self.heads(torch.sigmoid(self.attn_gate(x[..., :16])))).flatten(2)
         return F.linear(y, sa_lambdas[1] * qkvo_w_bf16[3 * self.dim :])
 
 
 class Mlp(nn.Module):
     def __init__(self, *, dim=1024):
         super().__init__()
-        self.dim = dim
         self.c_fc = nn.Parameter(
             torch.empty(4 * dim, dim).uniform_(
                 -(0.8660254037844386 * dim**-0.5), 0.8660254037844386 * dim**-0.5
@@ -150,10 +187,6 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     def __init__(self, *, dim=1024, head_dim=128, num_heads=8, layer_idx=0):
         super().__init__()
-        self.dim = dim
-        self.head_dim = head_dim
-        self.num_heads = num_heads
-        self.layer_idx = layer_idx
         self.attn = CausalSelfAttention(
             dim=dim, head_dim=head_dim, num_heads=num_heads, layer_idx=layer_idx
         )
@@ -161,6 +194,21 @@ class Block(nn.Module):
 
     def forward(self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False):
         x = x.to(torch.bfloat16) + self.attn(
+            F.rms_norm(x, (x.size(-1),)),
+            ve,
+            sa_lambdas,
+            cos,
+            sin,
+            window=window,
+            key_offset=key_offset,
+        )
+        return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
+
+    # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
+    def forward_bf16(
+        self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
+    ):
+        x = x + self.attn.forward_bf16(
             F.rms_norm(x, (x.size(-1),)),
             ve,
             sa_lambdas,
@@ -191,28 +239,21 @@ class ModdedNanogptMedium(nn.Module):
         pad=None
     ):
         super().__init__()
-        self.vocab_size = vocab_size
         self.num_layers = num_layers
-        self.num_heads = num_heads
         self.head_dim = head_dim
-        self.model_dim = model_dim
-        self.max_seq_len = max_seq_len
         self.ws_short = ws_short
         self.ws_long = ws_long
-        self.world_size = world_size
         self.split_embed = split_embed
         if vocab is None:
             vocab = 128 * ((vocab_size + 127) // 128)
         self.vocab = vocab
         if num_scalars is None:
             num_scalars = 3 * num_layers + 5
-        self.num_scalars = num_scalars
         if pad is None:
             pad = (
                 world_size * ((num_scalars + world_size + -1) // world_size)
                 - num_scalars
             )
-        self.pad = pad
         self.smear_gate = CastedLinear(in_features=16, out_features=1)
         self.skip_gates = nn.ModuleList(
             [CastedLinear(in_features=16, out_features=1) for _ in range(3)]
@@ -253,10 +294,10 @@ class ModdedNanogptMedium(nn.Module):
         angular_freq = torch.cat(
             [angular_freq, torch.zeros_like(angular_freq, dtype=torch.float32)], dim=0
         )
-        outer_x = torch.arange(
-            x.shape[1], dtype=torch.float32, device=x.device
-        ).unsqueeze(-1) * angular_freq.unsqueeze(-2)
-        return outer_x.reshape(1, -1, 1, self.head_dim // 2)
+        return (
+            torch.arange(x.shape[1], dtype=torch.float32, device=x.device).unsqueeze(-1)
+            * angular_freq.unsqueeze(-2)
+        ).reshape(1, -1, 1, self.head_dim // 2)
 
     def forward(self, input_seq):
         x = (
@@ -306,7 +347,7 @@ class ModdedNanogptMedium(nn.Module):
                     else None
                 )
             )
-            x = block(
+            x = block.forward_bf16(
                 x,
                 ve,
                 self.scalars[self.num_layers + 2 * i : self.num_layers + 2 * i + 2],
@@ -326,8 +367,7 @@ class ModdedNanogptMedium(nn.Module):
         return 23 * torch.sigmoid((self.lm_head(x) + 5) / 7.5)
 
     def loss(self, input_seq, target_seq):
-        forward_input_seq = self.forward(input_seq)
-        reshape_forward_input_seq = forward_input_seq.reshape(-1, self.vocab)
+        reshape_forward_input_seq = self.forward(input_seq).reshape(-1, self.vocab)
         reshape_target_seq = target_seq.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
         with torch.autocast("cuda", enabled=False):

@@ -20,7 +20,6 @@ __all__ = [
 class Norm(nn.Module):
     def __init__(self, *, dim=768):
         super().__init__()
-        self.dim = dim
         self.gains = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
@@ -32,8 +31,6 @@ class Norm(nn.Module):
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=768, out_features=768):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
         )
@@ -62,12 +59,15 @@ class Rotary(nn.Module):
 
     def forward(self, x):
         """x [batch time head dim], rotated in f32"""
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
-            outer_x = torch.arange(
-                x.shape[1], dtype=torch.float32, device=x.device
-            ).unsqueeze(-1) * self.angular_freq.unsqueeze(-2)
-            theta = outer_x.reshape(1, -1, 1, self.dim // 2)
+            theta = (
+                torch.arange(
+                    x.shape[1], dtype=torch.float32, device=x.device
+                ).unsqueeze(-1)
+                * self.angular_freq.unsqueeze(-2)
+            ).reshape(1, -1, 1, self.dim // 2)
             x_f32 = x.float()
             x1 = x_f32[..., : self.dim // 2]
             x2 = x_f32[..., self.dim // 2 :]
@@ -83,7 +83,6 @@ class Rotary(nn.Module):
 class AttentionLayer(nn.Module):
     def __init__(self, *, dim=768, head_dim=128):
         super().__init__()
-        self.dim = dim
         self.head_dim = head_dim
         self.q = LinearLayer(in_features=dim, out_features=dim)
         self.k = LinearLayer(in_features=dim, out_features=dim)
@@ -111,16 +110,12 @@ class AttentionLayer(nn.Module):
             scale=0.12,
             is_causal=True,
         )
-        transpose_y = y.permute(0, 2, 1, 3)
-        return self.proj(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-        )
+        return self.proj(y.permute(0, 2, 1, 3).flatten(2))
 
 
 class Mlp(nn.Module):
     def __init__(self, *, dim=768):
         super().__init__()
-        self.dim = dim
         self.fc = LinearLayer(in_features=dim, out_features=4 * dim)
         self.proj = LinearLayer(in_features=4 * dim, out_features=dim)
 
@@ -131,8 +126,6 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     def __init__(self, *, dim=768, head_dim=128):
         super().__init__()
-        self.dim = dim
-        self.head_dim = head_dim
         self.attn = AttentionLayer(dim=dim, head_dim=head_dim)
         self.mlp = Mlp(dim=dim)
         self.norm1 = Norm(dim=dim)
@@ -146,8 +139,6 @@ class Block(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, *, num=50304, dim=768):
         super().__init__()
-        self.num = num
-        self.dim = dim
         self.weight = nn.Parameter(
             torch.normal(0.0, 1.0, size=(num, dim)).to(torch.bfloat16)
         )
@@ -160,9 +151,6 @@ class ModdedNanogptSimple(nn.Module):
     def __init__(self, *, vocab_size=50304, num_layers=12, model_dim=768, head_dim=128):
         super().__init__()
         self.vocab_size = vocab_size
-        self.num_layers = num_layers
-        self.model_dim = model_dim
-        self.head_dim = head_dim
         self.embed = Embedding(num=vocab_size, dim=model_dim)
         self.blocks = nn.ModuleList(
             [Block(dim=model_dim, head_dim=head_dim) for _ in sx.layers(num_layers)]
@@ -179,8 +167,7 @@ class ModdedNanogptSimple(nn.Module):
         return 15 * logits * torch.rsqrt(torch.square(logits) + 225)
 
     def loss(self, inputs, targets):
-        forward_inputs = self.forward(inputs)
-        reshape_forward_inputs = forward_inputs.reshape(-1, self.vocab_size)
+        reshape_forward_inputs = self.forward(inputs).reshape(-1, self.vocab_size)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
         with torch.autocast("cuda", enabled=False):

@@ -11,9 +11,6 @@ __all__ = ["RmsMlp"]
 class RmsMlp(nn.Module):
     def __init__(self, *, d_in=784, d_hidden=256, n_class=10):
         super().__init__()
-        self.d_in = d_in
-        self.d_hidden = d_hidden
-        self.n_class = n_class
         self.w1 = nn.Parameter(torch.normal(0.0, 0.02, size=(d_in, d_hidden)))
         self.b1 = nn.Parameter(torch.zeros(d_hidden))
         self.w2 = nn.Parameter(torch.normal(0.0, 0.02, size=(d_hidden, n_class)))
@@ -31,8 +28,9 @@ class RmsMlp(nn.Module):
         w1_bf16 = sx.round_to_bf16(self.w1)
         b1_bf16 = sx.round_to_bf16(self.b1)
         w2_bf16 = sx.round_to_bf16(self.w2)
-        matmul_x = sx.store_bf16(sx.round_to_bf16(x) @ w1_bf16)
-        h = torch.relu(sx.store_bf16(matmul_x + b1_bf16))
+        h = torch.relu(
+            sx.store_bf16(sx.store_bf16(sx.round_to_bf16(x) @ w1_bf16) + b1_bf16)
+        )
         return sx.matmul_f32_out(self.rms_norm_star(h), w2_bf16, held=True)
 
     def loss(self, x, labels):

@@ -11,9 +11,6 @@ __all__ = ["RmsMlp"]
 class RmsMlp(nn.Module):
     def __init__(self, *, d_in=784, d_hidden=256, n_class=10):
         super().__init__()
-        self.d_in = d_in
-        self.d_hidden = d_hidden
-        self.n_class = n_class
         self.w1 = nn.Parameter(torch.normal(0.0, 0.02, size=(d_in, d_hidden)))
         self.b1 = nn.Parameter(torch.zeros(d_hidden))
         self.w2 = nn.Parameter(torch.normal(0.0, 0.02, size=(d_hidden, n_class)))

@@ -11,7 +11,6 @@ __all__ = ["Scan"]
 class Scan(nn.Module):
     def __init__(self, *, d=64):
         super().__init__()
-        self.d = d
         self.w_a = nn.Parameter(torch.normal(0.0, 0.02, size=(d, d)))
         self.w_b = nn.Parameter(torch.normal(0.0, 0.02, size=(d, d)))
         self.w_out = nn.Parameter(torch.normal(0.0, 0.02, size=(d, d)))

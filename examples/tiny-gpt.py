@@ -49,11 +49,7 @@ class Block(nn.Module):
         k = self.heads(qkv[..., self.d : 2 * self.d])
         v = self.heads(qkv[..., 2 * self.d : 3 * self.d])
         y = causal_attention(rms_norm(q), rms_norm(k), v)
-        transpose_y = y.permute(0, 2, 1, 3)
-        return (
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-            @ w_o_bf16
-        )
+        return y.permute(0, 2, 1, 3).flatten(2) @ w_o_bf16
 
     def forward(self, x):
         x = x.to(torch.bfloat16)
@@ -67,9 +63,6 @@ class TinyGpt(nn.Module):
     def __init__(self, *, vocab=512, d=128, n_head=4, n_layer=2):
         super().__init__()
         self.vocab = vocab
-        self.d = d
-        self.n_head = n_head
-        self.n_layer = n_layer
         self.wte = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))
         self.blocks = nn.ModuleList(
             [Block(d=d, n_head=n_head) for _ in sx.layers(n_layer)]
@@ -87,8 +80,7 @@ class TinyGpt(nn.Module):
             return 15.0 * torch.tanh(logits / 15.0)
 
     def loss(self, idx, targets):
-        forward_idx = self.forward(idx)
-        reshape_forward_idx = forward_idx.reshape(-1, self.vocab)
+        reshape_forward_idx = self.forward(idx).reshape(-1, self.vocab)
         reshape_targets = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):

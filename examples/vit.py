@@ -22,8 +22,6 @@ __all__ = [
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=768, out_features=768, with_bias=True):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
         self.with_bias = with_bias
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(out_features, in_features))
@@ -43,7 +41,6 @@ class LinearLayer(nn.Module):
 class LayerNorm(nn.Module):
     def __init__(self, *, dim=768, eps=1e-12):
         super().__init__()
-        self.dim = dim
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -58,8 +55,6 @@ class LayerNorm(nn.Module):
 class ConvLayer(nn.Module):
     def __init__(self, *, in_channels=3, out_channels=768, kernel_size=16):
         super().__init__()
-        self.in_channels = in_channels
-        self.out_channels = out_channels
         self.kernel_size = kernel_size
         self.weight = nn.Parameter(
             torch.normal(
@@ -79,9 +74,6 @@ class ConvLayer(nn.Module):
 class VitPatchEmbeddings(nn.Module):
     def __init__(self, *, channels=3, dim=768, patch=16):
         super().__init__()
-        self.channels = channels
-        self.dim = dim
-        self.patch = patch
         self.projection = ConvLayer(
             in_channels=channels, out_channels=dim, kernel_size=patch
         )
@@ -96,10 +88,6 @@ class VitPatchEmbeddings(nn.Module):
 class VitEmbeddings(nn.Module):
     def __init__(self, *, channels=3, dim=768, patch=16, image=224):
         super().__init__()
-        self.channels = channels
-        self.dim = dim
-        self.patch = patch
-        self.image = image
         self.cls_token = nn.Parameter(torch.normal(0.0, 0.02, size=(1, 1, dim)))
         self.patch_embeddings = VitPatchEmbeddings(
             channels=channels, dim=dim, patch=patch
@@ -121,9 +109,7 @@ class VitEmbeddings(nn.Module):
 class VitAttention(nn.Module):
     def __init__(self, *, dim=768, heads=12, bias=True):
         super().__init__()
-        self.dim = dim
         self.heads = heads
-        self.bias = bias
         self.q_proj = LinearLayer(in_features=dim, out_features=dim, with_bias=bias)
         self.k_proj = LinearLayer(in_features=dim, out_features=dim, with_bias=bias)
         self.v_proj = LinearLayer(in_features=dim, out_features=dim, with_bias=bias)
@@ -137,17 +123,12 @@ class VitAttention(nn.Module):
         key = self.split_heads(self.k_proj(x))
         value = self.split_heads(self.v_proj(x))
         y = F.scaled_dot_product_attention(query, key, value)
-        transpose_y = y.permute(0, 2, 1, 3)
-        return self.o_proj(
-            transpose_y.reshape(transpose_y.shape[0], transpose_y.shape[1], -1)
-        )
+        return self.o_proj(y.permute(0, 2, 1, 3).flatten(2))
 
 
 class VitMlp(nn.Module):
     def __init__(self, *, dim=768, hidden=3072):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
         self.fc1 = LinearLayer(in_features=dim, out_features=hidden)
         self.fc2 = LinearLayer(in_features=hidden, out_features=dim)
 
@@ -158,11 +139,6 @@ class VitMlp(nn.Module):
 class VitLayer(nn.Module):
     def __init__(self, *, dim=768, hidden=3072, heads=12, bias=True, eps=1e-12):
         super().__init__()
-        self.dim = dim
-        self.hidden = hidden
-        self.heads = heads
-        self.bias = bias
-        self.eps = eps
         self.attention = VitAttention(dim=dim, heads=heads, bias=bias)
         self.layernorm_before = LayerNorm(dim=dim, eps=eps)
         self.layernorm_after = LayerNorm(dim=dim, eps=eps)
@@ -176,8 +152,6 @@ class VitLayer(nn.Module):
 class VitPooler(nn.Module):
     def __init__(self, *, dim=768, out=768):
         super().__init__()
-        self.dim = dim
-        self.out = out
         self.dense = LinearLayer(in_features=dim, out_features=out)
 
     def forward(self, h):
@@ -201,18 +175,8 @@ class Vit(nn.Module):
         pooler_output_size=None
     ):
         super().__init__()
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.layer_norm_eps = layer_norm_eps
-        self.image_size = image_size
-        self.patch_size = patch_size
-        self.num_channels = num_channels
-        self.qkv_bias = qkv_bias
         if pooler_output_size is None:
             pooler_output_size = hidden_size
-        self.pooler_output_size = pooler_output_size
         self.embeddings = VitEmbeddings(
             channels=num_channels, dim=hidden_size, patch=patch_size, image=image_size
         )

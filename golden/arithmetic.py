@@ -23,7 +23,6 @@ class Arithmetic(nn.Module):
         self.n_layer = n_layer
         if window is None:
             window = 8 if n_layer % 2 == 0 else 16
-        self.window = window
         self.layers = nn.ModuleList(
             [Layer(window=window if i % 2 == 0 else 2 * i) for i in sx.layers(n_layer)]
         )

@@ -20,7 +20,7 @@ class AttentionMask(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_attention_mask)
 
     def causal(self, q, k, v, attention_mask):
-        where_attention_mask = torch.where(
+        where_keep_attention_mask = torch.where(
             self.keep(attention_mask), 0.0, -torch.inf
         ).to(torch.float32)
         return F.scaled_dot_product_attention(
@@ -28,7 +28,7 @@ class AttentionMask(nn.Module):
             k,
             v,
             attn_mask=sx.restrict_mask(
-                where_attention_mask,
+                where_keep_attention_mask,
                 torch.ones(
                     q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device
                 ).tril(),

@@ -11,9 +11,6 @@ __all__ = ["Bf16Params"]
 class Bf16Params(nn.Module):
     def __init__(self, *, vocab=32, d=16, n_layer=2):
         super().__init__()
-        self.vocab = vocab
-        self.d = d
-        self.n_layer = n_layer
         self.wte = nn.Parameter(
             torch.normal(0.0, 1.0, size=(vocab, d)).to(torch.bfloat16)
         )

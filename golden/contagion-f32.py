@@ -11,7 +11,6 @@ __all__ = ["ContagionF32"]
 class ContagionF32(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(d, d)))
 
     def forward(self, x):

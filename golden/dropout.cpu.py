@@ -17,8 +17,13 @@ class Dropout(nn.Module):
 
     def forward(self, x):
         enc_bf16 = sx.round_to_bf16(self.enc)
-        matmul_x = sx.store_bf16(sx.round_to_bf16(x) @ enc_bf16)
-        h = sx.store_bf16(F.dropout(matmul_x, self.p, training=self.training))
+        h = sx.store_bf16(
+            F.dropout(
+                sx.store_bf16(sx.round_to_bf16(x) @ enc_bf16),
+                self.p,
+                training=self.training,
+            )
+        )
         mu = h[:, : self.d]
         logvar = h[:, self.d :]
         # (with-numerics (:sensitivity :high) ...)

@@ -11,12 +11,12 @@ __all__ = ["DtypeValues"]
 class DtypeValues(nn.Module):
     def __init__(self, *, vocab=10, hidden=48):
         super().__init__()
-        self.vocab = vocab
         self.hidden = hidden
         self.wte = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, hidden)))
         self.weight = nn.Parameter(torch.zeros(hidden))
 
     def norm(self, x):
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()

@@ -11,7 +11,6 @@ __all__ = ["ExactKeys", "Self"]
 class Self(nn.Module):
     def __init__(self, *, d=4):
         super().__init__()
-        self.d = d
         self.input = nn.Parameter(torch.normal(0.0, 1.0, size=(d, d)))
         self._buffers["type"] = torch.zeros(d)
 
@@ -22,7 +21,6 @@ class Self(nn.Module):
 class ExactKeys(nn.Module):
     def __init__(self, *, d=4):
         super().__init__()
-        self.d = d
         self.register_parameter(
             "class", nn.Parameter(torch.normal(0.0, 1.0, size=(d, d)))
         )

@@ -11,8 +11,6 @@ __all__ = ["Flags"]
 class Flags(nn.Module):
     def __init__(self, *, vocab=10, d=4, split=False):
         super().__init__()
-        self.vocab = vocab
-        self.d = d
         self.split = split
         self.shared = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))
         self.embed = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))

@@ -11,7 +11,6 @@ __all__ = ["FusedLayerNorm"]
 class FusedLayerNorm(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.ln_w = nn.Parameter(torch.ones(d))
         self.ln_b = nn.Parameter(torch.zeros(d))
 

@@ -11,7 +11,6 @@ __all__ = ["GradientAroundLoop", "Blk"]
 class Blk(nn.Module):
     def __init__(self, *, d=4):
         super().__init__()
-        self.d = d
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(d, d)))
 
     def forward(self, x):

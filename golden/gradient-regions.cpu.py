@@ -11,14 +11,14 @@ __all__ = ["GradientRegions", "Block"]
 class Block(nn.Module):
     def __init__(self, *, d=4):
         super().__init__()
-        self.d = d
         self.w = nn.Parameter(torch.normal(0.0, 0.5, size=(d, d)))
 
     def forward(self, x, *, scale=1.0):
         x = sx.round_to_bf16(x)
         w_bf16 = sx.round_to_bf16(self.w)
-        mul_x = sx.store_bf16(scale * torch.relu(sx.store_bf16(x @ w_bf16)))
-        return sx.store_bf16(x + mul_x)
+        return sx.store_bf16(
+            x + sx.store_bf16(scale * torch.relu(sx.store_bf16(x @ w_bf16)))
+        )
 
 
 class GradientRegions(nn.Module):
@@ -36,8 +36,7 @@ class GradientRegions(nn.Module):
             y = layer(x, scale=1.0 if i < 2 else 0.5)
             y = sx.store_bf16(y * gate_bf16) if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
-        mul_x = sx.store_bf16(sx.store_bf16(x - backout) * x)
-        return sx.store_bf16(torch.sum(mul_x))
+        return sx.store_bf16(torch.sum(sx.store_bf16(sx.store_bf16(x - backout) * x)))
 
     def forward(self, x0):
         gate_bf16 = sx.round_to_bf16(self.gate)
@@ -49,10 +48,12 @@ class GradientRegions(nn.Module):
             x_per_layer.append(x)
             backout_per_layer.append(backout)
             w_bf16 = sx.round_to_bf16(layer.w)
-            mul_x = sx.store_bf16(
-                (1.0 if i < 2 else 0.5) * torch.relu(sx.store_bf16(x @ w_bf16))
+            y = sx.store_bf16(
+                x
+                + sx.store_bf16(
+                    (1.0 if i < 2 else 0.5) * torch.relu(sx.store_bf16(x @ w_bf16))
+                )
             )
-            y = sx.store_bf16(x + mul_x)
             y = sx.store_bf16(y * gate_bf16) if i == 1 else y
             x, backout = y, y if i == self.backout_layer else backout
         sub_x = sx.store_bf16(x - backout)
@@ -63,14 +64,12 @@ class GradientRegions(nn.Module):
         grad_sub_x = sx.store_bf16(
             sx.store_bf16(grad_mul_sub_bf16 * x).sum_to_size(sub_x.shape)
         )
-        sum_to_grad_mul_sub = sx.store_bf16(
-            sx.store_bf16(grad_mul_sub_bf16 * sub_x).sum_to_size(x.shape)
-        )
         # gradient of backout
         grad_backout = sx.store_bf16((-grad_sub_x).sum_to_size(backout.shape))
         # gradient of x
         grad_x = sx.store_bf16(
-            sum_to_grad_mul_sub + sx.store_bf16(grad_sub_x.sum_to_size(x.shape))
+            sx.store_bf16(sx.store_bf16(grad_mul_sub_bf16 * sub_x).sum_to_size(x.shape))
+            + sx.store_bf16(grad_sub_x.sum_to_size(x.shape))
         )
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
@@ -96,7 +95,6 @@ class GradientRegions(nn.Module):
                 if i == 1
                 else grad_y
             )
-            sum_to_grad_y = sx.store_bf16(grad_y.sum_to_size(x.shape))
             # gradient of (* scale (relu (matmul x w)))
             grad_mul_relu = sx.store_bf16(grad_y.sum_to_size(matmul_x.shape))
             # gradient of (relu (matmul x w))
@@ -104,7 +102,8 @@ class GradientRegions(nn.Module):
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
             grad_x, grad_backout = sx.store_bf16(
-                sum_to_grad_y + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
+                sx.store_bf16(grad_y.sum_to_size(x.shape))
+                + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             ), (
                 torch.zeros_like(backout, dtype=torch.float32)
                 if i == self.backout_layer
@@ -128,12 +127,12 @@ class GradientRegions(nn.Module):
             x = x_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)
             matmul_x = sx.store_bf16(x @ w_bf16)
-            sum_to_grad_x = sx.store_bf16(grad_x.sum_to_size(x.shape))
             # gradient of (* scale (relu (matmul x w)))
             grad_mul_relu = sx.store_bf16(grad_x.sum_to_size(matmul_x.shape))
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_mul_relu, 0.0)
             grad_x = sx.store_bf16(
-                sum_to_grad_x + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
+                sx.store_bf16(grad_x.sum_to_size(x.shape))
+                + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             )
         return grad_x

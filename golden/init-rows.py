@@ -11,10 +11,8 @@ __all__ = ["InitRows"]
 class InitRows(nn.Module):
     def __init__(self, *, d=4, bound=None):
         super().__init__()
-        self.d = d
         if bound is None:
             bound = 1.7320508075688772 * d**-0.5
-        self.bound = bound
         self.qkvo = nn.Parameter(
             torch.cat(
                 [torch.empty(3 * d, d).uniform_(-bound, bound), torch.zeros(d, d)]

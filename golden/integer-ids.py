@@ -12,7 +12,6 @@ class IntegerIds(nn.Module):
     def __init__(self, *, vocab=16, d=8):
         super().__init__()
         self.vocab = vocab
-        self.d = d
         self.table = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))
         self.head = nn.Parameter(torch.normal(0.0, 0.1, size=(d, vocab)))
 
@@ -21,8 +20,7 @@ class IntegerIds(nn.Module):
         return self.table[ids].to(torch.bfloat16) @ head_bf16
 
     def loss(self, ids, labels):
-        forward_ids = self.forward(ids)
-        reshape_forward_ids = forward_ids.reshape(-1, self.vocab)
+        reshape_forward_ids = self.forward(ids).reshape(-1, self.vocab)
         reshape_labels = labels.reshape(-1)
         # (cross-entropy (reshape (forward ids) [-1 vocab]) (reshape labels [-1]))
         with torch.autocast("cuda", enabled=False):

@@ -11,8 +11,6 @@ __all__ = ["LayerParams", "Embedding", "Layer"]
 class Embedding(nn.Module):
     def __init__(self, *, n=10, d=8):
         super().__init__()
-        self.n = n
-        self.d = d
         self.weight = nn.Parameter(torch.normal(0.0, 1.0, size=(n, d)))
 
     def forward(self, ids):
@@ -22,7 +20,6 @@ class Embedding(nn.Module):
 class Layer(nn.Module):
     def __init__(self, *, d=8, index=0):
         super().__init__()
-        self.d = d
         self.index = index
         self.w = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
         if index in (0, 3):
@@ -36,7 +33,6 @@ class Layer(nn.Module):
 class LayerParams(nn.Module):
     def __init__(self, *, n_layer=4):
         super().__init__()
-        self.n_layer = n_layer
         self.extras = nn.ModuleList([Embedding(n=10, d=8) for _ in range(2)])
         self.layers = nn.ModuleList([Layer(d=8, index=i) for i in sx.layers(n_layer)])
 

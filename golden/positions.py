@@ -11,9 +11,6 @@ __all__ = ["Positions"]
 class Positions(nn.Module):
     def __init__(self, *, vocab=10, d=4, n_pos=8):
         super().__init__()
-        self.vocab = vocab
-        self.d = d
-        self.n_pos = n_pos
         self.wte = nn.Parameter(torch.normal(0.0, 1.0, size=(vocab, d)))
         self.wpe = nn.Parameter(torch.normal(0.0, 1.0, size=(n_pos, d)))
 

@@ -11,7 +11,6 @@ __all__ = ["Regions", "Block"]
 class Block(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.w = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
 
     def forward(self, x, *, scale=1.0):
@@ -23,7 +22,6 @@ class Block(nn.Module):
 class Regions(nn.Module):
     def __init__(self, *, n_layer=4, backout_layer=2, gated=True):
         super().__init__()
-        self.n_layer = n_layer
         self.backout_layer = backout_layer
         self.gated = gated
         self.blocks = nn.ModuleList([Block(d=8) for _ in sx.layers(n_layer)])

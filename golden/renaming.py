@@ -11,7 +11,6 @@ __all__ = ["Renaming"]
 class Renaming(nn.Module):
     def __init__(self, *, class_=4):
         super().__init__()
-        self.class_ = class_
         self.self = nn.Parameter(torch.normal(0.0, 1.0, size=(class_, class_)))
         self.torch = nn.Parameter(torch.ones(class_))
 

@@ -11,8 +11,6 @@ __all__ = ["Routing"]
 class Routing(nn.Module):
     def __init__(self, *, d=4, n_experts=3):
         super().__init__()
-        self.d = d
-        self.n_experts = n_experts
         self.router = nn.Parameter(torch.normal(0.0, 0.5, size=(n_experts, d)))
         self.expert = nn.Parameter(torch.normal(0.0, 0.5, size=(d, d)))
 

@@ -11,11 +11,11 @@ __all__ = ["SeveralValues", "Pooler"]
 class Pooler(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.dense = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
 
     def forward(self, h):
         """The states as they came, and their mean through a dense layer."""
+        h = h.to(torch.bfloat16)
         dense_bf16 = self.dense.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
@@ -26,7 +26,6 @@ class Pooler(nn.Module):
 class SeveralValues(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
-        self.d = d
         self.w_in = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
         self.pool = Pooler(d=d)
 

@@ -16,6 +16,10 @@ class Specializations(nn.Module):
     def gate(self, x):
         return x * torch.sigmoid(x)
 
+    # gate for x: bf16
+    def gate_bf16(self, x):
+        return x * torch.sigmoid(x)
+
     # gate for x: bf16, called in an f32 island
     def gate_bf16_island(self, x):
         x_f32 = x.float()
@@ -24,7 +28,7 @@ class Specializations(nn.Module):
     def forward(self, x):
         w_bf16 = self.w.to(torch.bfloat16)
         a = self.gate(x)
-        b = self.gate(x.to(torch.bfloat16) @ w_bf16)
+        b = self.gate_bf16(x.to(torch.bfloat16) @ w_bf16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             c = self.gate_bf16_island(b)

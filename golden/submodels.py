@@ -13,8 +13,6 @@ class Mlp(nn.Module):
 
     def __init__(self, *, d=16, hidden=64):
         super().__init__()
-        self.d = d
-        self.hidden = hidden
         self.w_in = nn.Parameter(torch.normal(0.0, 0.02, size=(d, hidden)))
         self.w_out = nn.Parameter(torch.zeros(hidden, d))
 
@@ -25,7 +23,6 @@ class Mlp(nn.Module):
 class Head(nn.Module):
     def __init__(self, *, d=16):
         super().__init__()
-        self.d = d
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(d, 1)))
 
     def forward(self, x):
@@ -35,11 +32,8 @@ class Head(nn.Module):
 class Submodels(nn.Module):
     def __init__(self, *, d=16, n_layer=3, hidden=None):
         super().__init__()
-        self.d = d
-        self.n_layer = n_layer
         if hidden is None:
             hidden = 4 * d
-        self.hidden = hidden
         self.layers = nn.ModuleList(
             [Mlp(d=d, hidden=hidden) for _ in sx.layers(n_layer)]
         )

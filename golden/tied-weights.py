@@ -11,8 +11,6 @@ __all__ = ["TiedWeights", "Embedding", "Body", "Head"]
 class Embedding(nn.Module):
     def __init__(self, *, num=10, dim=4):
         super().__init__()
-        self.num = num
-        self.dim = dim
         self.weight = nn.Parameter(torch.normal(0.0, 1.0, size=(num, dim)))
 
     def forward(self, ids):
@@ -22,8 +20,6 @@ class Embedding(nn.Module):
 class Body(nn.Module):
     def __init__(self, *, vocab=10, d=4):
         super().__init__()
-        self.vocab = vocab
-        self.d = d
         self.wte = Embedding(num=vocab, dim=d)
         self.ln = nn.Parameter(torch.ones(d))
 
@@ -35,8 +31,6 @@ class Body(nn.Module):
 class Head(nn.Module):
     def __init__(self, *, in_=4, out=10):
         super().__init__()
-        self.in_ = in_
-        self.out = out
         self.weight = nn.Parameter(torch.normal(0.0, 1.0, size=(out, in_)))
 
     def forward(self, x):
@@ -48,8 +42,6 @@ class Head(nn.Module):
 class TiedWeights(nn.Module):
     def __init__(self, *, vocab=10, d=4):
         super().__init__()
-        self.vocab = vocab
-        self.d = d
         self.transformer = Body(vocab=vocab, d=d)
         self.lm_head = Head(in_=d, out=vocab)
         self.lm_head.weight = self.transformer.wte.weight

@@ -11,8 +11,6 @@ __all__ = ["ZeroDLambdas", "Head"]
 class Head(nn.Module):
     def __init__(self, *, d=8, v=10):
         super().__init__()
-        self.d = d
-        self.v = v
         self.weight = nn.Parameter(
             torch.normal(0.0, 1.0, size=(v, d)).to(torch.bfloat16)
         )

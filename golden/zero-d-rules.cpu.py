@@ -20,9 +20,11 @@ class ZeroDRules(nn.Module):
         x_bf16 = sx.round_to_bf16(x)
         row = sx.store_bf16(x_bf16 + w_bf16[0])
         total = x * sx.store_bf16(torch.sum(sx.store_bf16(x_bf16 @ w_bf16)))
-        matmul_x = sx.store_bf16(x_bf16 @ w_bf16)
-        gated = sx.store_bf16(sx.round_to_bf16(torch.sum(x)) * matmul_x)
+        gated = sx.store_bf16(
+            sx.round_to_bf16(torch.sum(x)) * sx.store_bf16(x_bf16 @ w_bf16)
+        )
         scaled = sx.as_f32(v_bf16[3]) * x
-        add_row = sx.store_bf16(row + sx.round_to_bf16(total))
-        add_add_row = sx.store_bf16(add_row + gated)
-        return sx.store_bf16(add_add_row + sx.round_to_bf16(scaled))
+        return sx.store_bf16(
+            sx.store_bf16(sx.store_bf16(row + sx.round_to_bf16(total)) + gated)
+            + sx.round_to_bf16(scaled)
+        )

@@ -151,7 +151,7 @@ def _verify_lowered(unit: Unit) -> None:
 
 
 def _names(unit: Unit) -> None:
-    render = partial(module.render, target=unit.target, source_lines=unit.shown)
+    render = partial(module.render, source_lines=unit.shown)
     unit.names = naming.run(unit.program, unit.lowered, unit.target, render)
     library.name(unit.lowered, unit.names)
 

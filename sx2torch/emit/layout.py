@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch.emit.casts import Conversions, Hoists, cast_reads, is_conditional
+from sx2torch.emit.casts import Conversions, Hoists, cast_reads
 from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, Node, outputs, reads, walk
 from sx2torch.ops import REGISTRY
@@ -24,7 +24,6 @@ from sx2torch.policy import Lowered, Typed
 RETURN = "return"
 TOP = "top"  # where a parameter's casts are written: before every statement
 MAX_BLOCKS = 4  # precision blocks nested as in the source; deeper, only those that change something
-MAX_ROUNDINGS = 2  # a held target's line is split where it would hold more
 MAX_INLINE_DEPTH = 24  # a deeper expression is split into statements (readable, and within Python's limits)
 
 
@@ -155,7 +154,7 @@ class Layout:
 
     def _named(self) -> set:
         """The nodes written as statements of their own."""
-        named, depth, roundings = set(), {}, {}
+        named, depth = set(), {}
         for node in _post_order(self.graph.nodes):
             if node.kind in (Kind.INPUT, Kind.PARAM, Kind.ITEM):
                 continue
@@ -180,7 +179,7 @@ class Layout:
                     r != RETURN
                     and not isinstance(r, Yield)
                     and r.kind is Kind.OP
-                    and REGISTRY[r.op].name_inputs
+                    and REGISTRY[r.op].names_inputs(r)
                     for r, _ in readers
                 )
                 or self.region_of(readers[0][0]) is not self.scope[node]
@@ -191,47 +190,7 @@ class Layout:
             ):
                 named.add(node)
                 depth[node] = 0
-            self._limit_roundings(node, named, roundings)
         return named
-
-    def _limit_roundings(self, node: Node, named: set, roundings: dict) -> None:
-        """On the held targets a line holds at most MAX_ROUNDINGS roundings: the inputs
-        that hold the most are written as statements of their own first."""
-        inlined = [i for i in node.inputs if isinstance(i, Node) and roundings.get(i)]
-        total = self._roundings(node) + sum(roundings[i] for i in inlined)
-        for operand in sorted(inlined, key=roundings.get, reverse=True):
-            if total <= MAX_ROUNDINGS:
-                break
-            named.add(operand)
-            total -= roundings[operand]
-        roundings[node] = 0 if node in named else total
-
-    def _roundings(self, node: Node) -> int:
-        """How many roundings (`sx.round_to_bf16`, `sx.store_bf16`) a node's own expression
-        writes on a held target."""
-        if not self.target.held:
-            return 0
-        stores = (
-            node.kind is Kind.OP
-            and self.typed.decision(node).dtype == "bf16"
-            and not REGISTRY[node.op].is_exact(node.inputs)
-        )
-        written = (
-            0  # the casts down written inside the expression, not hoisted before it
-        )
-        for index, operand in enumerate(node.inputs):
-            conversion = self.conversions.conversion(node, index)
-            if conversion is None or conversion[1] != "bf16":
-                continue
-            shared = self.casts.get((operand, conversion, self.scope[node]), 0) > 1
-            hoisted = (
-                node.kind is not Kind.CAST
-                and (operand.kind is Kind.PARAM or shared)
-                and not is_conditional(operand)
-            )
-            written += not hoisted
-        gathered = self.conversions.gathered(node)
-        return stores + written + (gathered is not None and gathered[1] == "bf16")
 
     def compound(self, node: Node, named: set) -> bool:
         """Whether a node is written as a compound statement: a FOR, or an IF whose

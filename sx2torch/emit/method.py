@@ -13,6 +13,7 @@ from sx2torch.emit.naming import Locals, Naming
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, Kind, Node, Scalar
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
+from sx2torch.ops.rank import rank_of
 from sx2torch.policy import Typed
 from sx2torch.policy.rules import output_dtype
 from sx2torch.syntax import scalars
@@ -296,6 +297,7 @@ class MethodEmitter:
             {k: self.spelling.attr(v) for k, v in node.attrs.items()},
             {k: _value(v) for k, v in node.attrs.items()},
             tuple(map(_is_number, node.inputs)),
+            tuple(map(rank_of, node.inputs)),
         )
         rounds = decided.dtype == "bf16" and not op.is_exact(node.inputs)
         value = self.ctx.target.store(op.emit(operands, context), rounds)

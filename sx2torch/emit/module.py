@@ -239,14 +239,16 @@ def _init(
     body: list = [
         cst.SimpleStatementLine([cst.Expr(b.call(b.attr(b.call("super"), "__init__")))])
     ]
+    read = ctx.naming.read_consts.get(model.name, set())
     for const in consts:
         if const.value.op is not ScalarOp.LIT:
             body.append(_if_none(names[const.name], _init_scalar(const.value, names)))
-        body.append(
-            _assign_name(
-                b.attr(b.name("self"), names[const.name]), b.name(names[const.name])
+        if const.flag or const.name in read:  # a flag is set on a built module
+            body.append(
+                _assign_name(
+                    b.attr(b.name("self"), names[const.name]), b.name(names[const.name])
+                )
             )
-        )
     for param in model.params.values():
         # located: an error building it (a size past the limit) points at its defparam
         statement = _param(model, param, lowered, ctx)

@@ -11,7 +11,8 @@ its own. `--dump-after names` prints the result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable, Optional
 
 from sx2torch.emit.casts import Hoist
@@ -19,12 +20,15 @@ from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
 from sx2torch.emit.sharing import Sharing
 from sx2torch.emit.targets import Target
-from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
+from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, walk
+from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.syntax.program import Model, Program
 
+# the target whose code decides which specializations share a method (see `run`)
+DECIDING = Target("cpu")
 MAX_DERIVED = 40  # characters of a temporary's name made from its input's
 
 
@@ -63,16 +67,22 @@ class Naming:
     entry: dict = field(default_factory=dict)
     # a Typed whose method is another's code, which serves its arguments -> that Typed
     code: dict = field(default_factory=dict)
+    # model -> the consts its methods read, each stored as an attribute (`self.d = d`)
+    read_consts: dict = field(default_factory=dict)
 
 
 def run(
     program: Program,
     lowered: Lowered,
     target: Target,
-    render: Callable[[Typed, "Naming"], str],
+    render: Callable[..., str],
 ) -> Naming:
-    """`render(typed, naming)` is a method's code under stand-in method names: the
-    specializations of a defun whose code is the same share one method."""
+    """`render(typed, naming, target=...)` is a method's code under stand-in method names:
+    the specializations of a defun whose code is the same share one method. Which share,
+    and what each public method computes, is decided once for every target, on a held
+    target's code, where every rounding is written out: a cuda method that computes two
+    specializations through its tensors' dtypes (`x * torch.sigmoid(x)` on f32 and on
+    bf16) cannot be one method there, whose tensors are all f32."""
     classes = _class_names(program)
     attrs = {}
     namespaces = {}
@@ -80,28 +90,69 @@ def run(
         attrs[model.name], namespaces[model.name] = attributes(
             model, _built_classes(model, classes)
         )
+    stores = {
+        model.name: _stores(model, attrs[model.name]) for model in program.all_models()
+    }
+    naming = _layouts(Naming(classes, attrs, {}, {}, stores=stores), lowered, target)
+    judge = target if target.held else DECIDING
+    deciding = naming if judge is target else _layouts(naming, lowered, judge)
+    sharing = Sharing(
+        lowered,
+        judge,
+        partial(render, target=judge),
+        deciding,
+        lambda layout: _LocalNaming(layout).run(),
+    )
+    methods, specialized = _method_names(
+        program, lowered, namespaces, deciding, sharing
+    )
+    naming.methods, naming.specialized = methods, specialized
+    naming.code, naming.entry = deciding.code, deciding.entry
+    naming.read_consts = _read_consts(naming.code.get(t, t) for t in methods)
+    if deciding is not naming:  # the arguments cast at entry, on this target's layouts
+        for typed, layout in deciding.layouts.items():
+            if layout.conversions.entry:
+                entry = layout.conversions.entry
+                naming.layouts[typed] = Layout(typed, target, lowered, entry)
+                naming.locals[typed] = _LocalNaming(naming.layouts[typed]).run()
+    return naming
+
+
+def _read_consts(emitted) -> dict:
+    """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`)."""
+    found: dict = {}
+
+    def scan(typed, value) -> None:
+        if isinstance(value, Scalar):
+            if value.op is ScalarOp.CONST:
+                owner = value.args[2] if len(value.args) > 2 else typed.model
+                found.setdefault(owner, set()).add(value.args[0])
+            for arg in value.args:
+                scan(typed, arg)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                scan(typed, item)
+        elif isinstance(value, dict):
+            scan(typed, list(value.values()))
+
+    for typed in emitted:
+        scan(typed, typed.graph.output)
+        for node in walk(typed.graph.nodes):
+            scan(typed, [node.inputs, node.attrs])
+            scan(typed, [region.outputs for region in node.regions])
+    return found
+
+
+def _layouts(naming: Naming, lowered: Lowered, target: Target) -> Naming:
+    """`naming` with every specialization's layout and locals on `target`."""
     layouts = {
         typed: Layout(typed, target, lowered) for typed in lowered.specializations
     }
-    naming = Naming(
-        classes,
-        attrs,
-        layouts,
-        {typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
-    )
-    naming.stores = {
-        model.name: _stores(model, attrs[model.name]) for model in program.all_models()
-    }
-    naming.methods, naming.specialized = _method_names(
-        program,
-        lowered,
-        namespaces,
+    return replace(
         naming,
-        Sharing(
-            lowered, target, render, naming, lambda layout: _LocalNaming(layout).run()
-        ),
+        layouts=layouts,
+        locals={typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
     )
-    return naming
 
 
 def class_name(name: str) -> str:
@@ -512,8 +563,11 @@ class _LocalNaming:
         return f"{node.attrs['target']}_{source or 'out'}"
 
     def _label(self, node: Node) -> Optional[str]:
-        """The name a value is known by: its local's, or its source name, or its first input's."""
+        """The name a value is known by: its local's, or its source name, or a call's value's
+        (`forward_idx`), or its first input's."""
         while node is not None and node not in self.values and node.name is None:
+            if node.kind is Kind.CALL:
+                return self._call_name(node)
             node = next((i for i in node.inputs if isinstance(i, Node)), None)
         if node is None:
             return None

@@ -1,11 +1,11 @@
 """Which specializations of a defun share one method, before they are named.
 
 Two share a method when the method of one, called with the other's arguments, computes the
-other: their code is the same, or it is the same once the casts that are identities on the
-other's arguments are left out (`x.to(torch.bfloat16)` on a bf16 `x`, `.float()` on an
-f32 one on cuda). The second is then "served" by the first, whose code the method is.
-A held target keeps its `sx.as_f32` reads: one rounds the gradient through it, which an f32
-argument's gradient is not.
+other on every target: their code on a held target (naming.DECIDING), where every rounding
+is written out, is the same, or it is the same once the casts down that are identities on
+the other's bf16 arguments are left out (`sx.round_to_bf16(x)` on a bf16 `x`). The second is
+then "served" by the first, whose code the method is. A cast up stays: `sx.as_f32` rounds
+the gradient through it, which an f32 argument's gradient is not.
 
 The specializations come callees first. Each joins the first group whose method serves it;
 else it starts a group, which then takes in an earlier group it serves whole (the f32 copy
@@ -32,8 +32,8 @@ class Group:
 
 
 class View(Conversions):
-    """A specialization's casts as its code runs on another's arguments (`under`): those
-    that are identities there are left out."""
+    """A specialization's casts as its code runs on another's arguments (`under`): the
+    casts down that are identities there are left out."""
 
     def __init__(self, typed: Typed, target, lowered: Lowered, under: Typed):
         self.under = under
@@ -45,7 +45,7 @@ class View(Conversions):
             found is None
             or not isinstance(operand, Node)
             or operand.kind is Kind.PARAM
-            or (self.target.held and want != "bf16")
+            or want != "bf16"
         ):
             return found
         return None if self.lowered.value_dtype(self.under, operand) == want else found

@@ -21,6 +21,13 @@ from sx2torch.syntax.scalars import Scalar, ScalarOp
 Dims = Optional[tuple]
 
 
+def rank_of(operand) -> Optional[int]:
+    """An operand's rank where the ranks pass found it (a node's `shape`), else None."""
+    shape = getattr(operand, "shape", None)
+    dims = getattr(shape, "dims", None)
+    return len(dims) if isinstance(dims, tuple) else None
+
+
 class ShapeError(Exception):
     """A provable shape mismatch; the message is the diagnostic's."""
 

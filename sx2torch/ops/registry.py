@@ -104,8 +104,8 @@ class Op:
     # why it has no derivative rule, where it has neither a rule nor a definition (an op the
     # compiler makes, `internal`, needs no reason: only a derivative rule makes one)
     no_grad: str = ""
-    # the emission reads an input twice, so it must be a local
-    name_inputs: bool = False
+    # the emission reads an input twice, so it must be a local: True, or a test of the node
+    name_inputs: Union[bool, Callable] = False
     # the output's shape from the inputs' (sx2torch/ops/rank.py)
     rank: Optional[RankRule] = None
     # n-ary in source, folded left into binary nodes: (+ a b c) is (+ (+ a b) c)
@@ -132,6 +132,9 @@ class Op:
 
     def is_exact(self, operands: tuple) -> bool:
         return self.exact(operands) if callable(self.exact) else self.exact
+
+    def names_inputs(self, node) -> bool:
+        return self.name_inputs(node) if callable(self.name_inputs) else self.name_inputs
 
     @property
     def word(self) -> str:
@@ -194,6 +197,8 @@ class EmitContext:
     values: dict = field(default_factory=dict)
     # for each operand, whether it is a compile-time number rather than a tensor
     scalars: tuple = ()
+    # for each operand, its rank where the ranks pass knows it, else None
+    ranks: tuple = ()
 
     @property
     def tensor_dtype(self) -> str:

@@ -1,10 +1,13 @@
 """Shape ops: they move data and keep its dtype."""
 
+from typing import Optional
+
 import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
-from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
+from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops.rank import (
     AT,
     CONCAT,
@@ -15,18 +18,40 @@ from sx2torch.ops.rank import (
     TAKE,
     TRANSPOSE,
     like,
+    rank_of,
 )
 
 X = Arg("x")
 
 
 def _reshape(a, ctx):
-    """`0` keeps the input's size at that position, as ONNX Reshape does."""
+    """`0` keeps the input's size at that position, as ONNX Reshape does; `[0 0 -1]` keeps
+    the first two axes and flattens the rest, `x.flatten(2)`, which reads no size."""
+    kept = _flattened_from(ctx.values["shape"], ctx.ranks[0])
+    if kept is not None:
+        return b.method(a[0], "flatten", b.number(kept))
     sizes = [
         b.subscript(b.attr(a[0], "shape"), b.number(i)) if value == 0 else expr
         for i, (expr, value) in enumerate(zip(ctx.attrs["shape"], ctx.values["shape"]))
     ]
     return b.method(a[0], "reshape", *sizes)
+
+
+def _flattened_from(values: tuple, rank) -> Optional[int]:
+    """The axis a reshape flattens from, where it keeps its leading axes (`0`) and flattens
+    the rest (a last `-1`) of an input of a known rank with more axes than it keeps."""
+    kept = next((i for i, v in enumerate(values) if v != 0), len(values))
+    if kept and values[kept:] == (-1,) and rank is not None and rank > kept:
+        return kept
+    return None
+
+
+def _reads_sizes(node) -> bool:
+    """Whether a reshape's code reads its input's sizes, so that the input is a local."""
+    values = tuple(
+        v.value if v.op is ScalarOp.LIT else SYMBOLIC for v in node.attrs["shape"]
+    )
+    return _flattened_from(values, rank_of(node.inputs[0])) is None and 0 in values
 
 
 def _reshape_grad(t, n, g):
@@ -46,7 +71,7 @@ register(
         _reshape,
         result="keep",
         exact=True,
-        name_inputs=True,
+        name_inputs=_reads_sizes,
         grad=_reshape_grad,
         rank=RESHAPE,
     )

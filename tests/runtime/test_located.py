@@ -27,7 +27,7 @@ SHAPE = """\
   (matmul (matmul x a) b))
 """
 NOTE = (
-    "shape.lisp:5:3: note: the error is raised in this form (shape.py, line 19)\n"
+    "shape.lisp:5:3: note: the error is raised in this form (shape.py, line 18)\n"
     "    (matmul (matmul x a) b))\n"
     "    ^"
 )
@@ -60,12 +60,12 @@ def test_an_uncaught_error_shows_the_source_form_after_the_traceback(folder):
     assert done.returncode == 1
     assert done.stderr.endswith(
         "RuntimeError: mat1 and mat2 shapes cannot be multiplied (3x8 and 16x2)\n"
-        f"{folder / 'shape.lisp'}:5:3: note: the error is raised in this form (shape.py, line 19)\n"
+        f"{folder / 'shape.lisp'}:5:3: note: the error is raised in this form (shape.py, line 18)\n"
         "    (matmul (matmul x a) b))\n"
         "    ^\n"
     )
     assert (
-        '  File "' + str(folder / "shape.py") + '", line 19, in forward' in done.stderr
+        '  File "' + str(folder / "shape.py") + '", line 18, in forward' in done.stderr
     )
 
 

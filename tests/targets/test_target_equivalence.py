@@ -123,6 +123,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "encode": (Floats((2, 3, 8)),),
         "pooled": (Floats((2, 3, 8)),),
         "pool.forward": (Bf16s((2, 3, 8)),),
+        "pool.forward with f32": (Floats((2, 3, 8)),),
     },
     "tied-weights": {
         "forward": (Ids((2, 5), 10),),
@@ -232,8 +233,17 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "loss": (Floats((16, 784)), Ids((16,), 10)),
     },
     "scan": {"forward": (Floats((2, 6, 64)),)},
+    "public-methods": {
+        "forward": (Floats((2, 8)),),
+        "gate": (Floats((2, 8)),),
+        "gate_bf16": (Bf16s((2, 8)),),
+        "blocks.0.forward": (Floats((2, 8)),),
+        "blocks.0.gate": (Floats((2, 8)),),
+        "blocks.0.ln.forward": (Floats((2, 8)),),
+    },
     "specializations": {
         "gate": (Floats((4, 8)),),
+        "gate_bf16": (Bf16s((4, 8)),),
         "gate_bf16_island": (Bf16s((4, 8)),),
         "forward": (Floats((4, 8)),),
     },
@@ -606,9 +616,11 @@ BF16_ARGUMENT = (
 GRADIENTS_DIFFER: dict[tuple[str, str], str] = {
     ("dtype-values", "bf16"): THREE_READS + " (the norm's x, behind an rsqrt)",
     ("library-marks", "bf16"): THREE_READS,
+    ("public-methods", "bf16"): BF16_ARGUMENT + " (gate-bf16 reads x twice)",
     ("rms-mlp", "bf16"): BF16_ARGUMENT,
     ("shared-defuns", "bf16"): THREE_READS
     + " (gelu-new reads x four times, behind a tanh)",
+    ("specializations", "bf16"): BF16_ARGUMENT + " (gate-bf16 reads x twice)",
     ("tiny-gpt", "bf16"): THREE_READS
     + " (the residual stream, in each block); "
     + BF16_ARGUMENT,
@@ -663,6 +675,73 @@ def test_other_gradients_agree_to_bf16_precision(case, precision, target):
         torch.testing.assert_close(
             actual, expected, rtol=0.0, atol=tolerance * scale, msg=f"{name}: {key}"
         )
+
+
+# --- Public methods called from outside with f32 --------------------------
+#
+# Every public method takes f32 from outside and computes the same on every target
+# (LANGUAGE.md, Specializations): fed values bf16 does not hold (k + 1/3), one that casts
+# its f32 arguments down at entry rounds them on every target, and one that computes at
+# f32 keeps them on every target; so do their gradients.
+
+
+@dataclass(frozen=True)
+class Thirds(Floats):
+    """Integer-valued f32 plus 1/3: no bf16 holds these values."""
+
+    def make(self, generator: torch.Generator, target: str) -> torch.Tensor:
+        return super().make(generator, target) + 1 / 3
+
+
+def from_outside(net: torch.nn.Module, case: str, name: str):
+    """The method's values and the gradients of its f32 arguments, called with thirds
+    where the table passes f32 (the same tensors on every target)."""
+    generator = torch.Generator().manual_seed(3)
+    args = [
+        (
+            Thirds(s.shape, s.low, s.high).make(generator, "cpu").requires_grad_()
+            if type(s) is Floats
+            else s.make(generator, "cpu")
+        )
+        for s in INPUTS[case][name]
+    ]
+    outs = values(method(net, name)(*args))
+    floats = [o for o in outs if o.is_floating_point()]
+    upstream = [
+        torch.randint(-2, 3, o.shape, generator=generator).to(o.dtype) for o in floats
+    ]
+    wrt = [a for a in args if a.requires_grad]
+    grads = torch.autograd.grad(floats, wrt, upstream, allow_unused=True) if wrt else ()
+    return outs, tuple(g for g in grads if g is not None)
+
+
+# The cases whose gradients with thirds differ though their values agree: those of
+# GRADIENTS_DIFFER, and one whose sums of non-integer gradients only thirds make so.
+THIRDS_GRADIENTS_DIFFER = {case for case, precision in GRADIENTS_DIFFER} | {
+    "gradient-regions"  # THREE_READS: the residual stream in each block
+}
+
+
+@pytest.mark.parametrize("target", HELD)
+@pytest.mark.parametrize("case", COMPARED)
+def test_public_methods_compute_the_same_with_f32_from_outside(case, target):
+    made = nets(case)
+    for net in made.values():
+        integer_parameters(net)
+    for name in shared_methods(made, case):
+        if Bf16s in map(type, INPUTS[case][name]):
+            continue
+        with HeldSums():
+            expected = from_outside(made["cuda"], case, name)
+        actual = from_outside(made[target], case, name)
+        compared = 1 if case in THIRDS_GRADIENTS_DIFFER else 2
+        for what, want, got in list(zip(("values", "gradients"), expected, actual))[
+            :compared
+        ]:
+            try:
+                assert_bitwise(want, got)
+            except AssertionError as error:
+                raise AssertionError(f"{name}: {what}: {error}") from None
 
 
 def test_every_policy_of_every_case_is_compared_or_excused():
