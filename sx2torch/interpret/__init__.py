@@ -35,6 +35,7 @@ class Interpreted:
         # the last call took a gradient where bf16 values can be: its dtype is autograd's
         # (cotangents cast back at each implicit cast), not the rules' symbolic backward's
         self.bf16_gradients = False
+        self.calls: dict = {}  # the calls the program made, as Evaluator.calls says
         # dropout is active, as in a new nn.Module, until eval()
         self.training = True
         for tensor in state_dict(self.instance).values():
@@ -47,10 +48,16 @@ class Interpreted:
         """`precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
         `detach=False` keeps the autograd graph to the parameters (`tensors()`)."""
         keys = keys or {}
-        evaluator = Evaluator(self.instance, precision or self.precision, self.training)
+        # another precision (is the arithmetic exact?) casts at entry as the run does
+        calls = self.calls
+        if precision not in (None, self.precision):
+            calls = {key: list(made) for key, made in calls.items()}
+        evaluator = Evaluator(
+            self.instance, precision or self.precision, self.training, calls
+        )
         with torch.enable_grad():
             entry = [without_rank(a) for a in args]
-            value = evaluator.call(self.instance, method, entry, keys)
+            value = evaluator.enter(method, entry, keys)
         self.bf16_gradients = evaluator.gradients
         if not detach:
             return value.t if isinstance(value, Lam) else value

@@ -102,6 +102,30 @@ def dtype_of(v):
     return v.dtype if isinstance(v, torch.Tensor) else None
 
 
+def signature(args) -> tuple:
+    """A call's arguments as the rules type them: "f32", "bf16", or what else they are
+    (a parameter passed to a defun is passed as its f32 master)."""
+    names = {F32: "f32", BF16: "bf16"}
+    return tuple(
+        "f32" if isinstance(v, ParamValue) else names.get(dtype_of(v), repr(dtype_of(v)))
+        for v in args
+    )
+
+
+def entry_casts(natural: tuple, calls: list) -> list:
+    """The arguments a public defun casts down at entry: none where the program calls it
+    with `natural` (its arguments from outside) or not at all; else those the first call
+    outside any with-numerics form passes as bf16 where `natural` has f32, if it differs
+    from `natural` in nothing else."""
+    if not calls or any(sig == natural and mode is None for sig, mode in calls):
+        return []
+    for sig, mode in calls:
+        pairs = list(zip(natural, sig))
+        if mode is None and all(a == b or (a, b) == ("f32", "bf16") for a, b in pairs):
+            return [i for i, (a, b) in enumerate(pairs) if a != b]
+    return []
+
+
 def leaf(v):
     """A float tensor without history as a leaf that autograd can differentiate to."""
     if (
@@ -146,10 +170,15 @@ def _mark(v) -> None:
 
 
 class Evaluator:
-    def __init__(self, top: Instance, precision: str, training: bool = True):
+    def __init__(
+        self, top: Instance, precision: str, training: bool = True, calls=None
+    ):
         self.top = top
         self.precision = precision
         self.training = training
+        # (model, defun) -> [(its arguments' dtypes, the form's mode)] of the calls the
+        # program made, in order: a defun called only with bf16 casts f32 down at entry
+        self.calls: dict = {} if calls is None else calls
         self.readers: dict = {}  # id(tensor) -> (tensor, {dtypes ops read it in})
         self.gradients = False  # whether a gradient was taken where bf16 can be
 
@@ -210,7 +239,23 @@ class Evaluator:
 
     # Calls.
 
+    def enter(self, name: str, args: list, keys: dict):
+        """A call of the top model's public `name` from outside, with f32 floats: where the
+        program calls that defun only with some of them bf16 (outside any with-numerics
+        form), its one method casts those down at entry, as its callers' specialization
+        serves callers from outside (docs/LANGUAGE.md, Specializations)."""
+        down = F64 if self.precision == "f64" else BF16
+        for index in entry_casts(signature(args), self.calls.get((self.top.model.name, name), [])):
+            args[index] = keep_rank(args[index], args[index].to(down))
+        return self._invoke(self.top, name, args, keys, None)
+
     def call(self, instance: Instance, name: str, args: list, keys: dict, mode=None):
+        self.calls.setdefault((instance.model.name, name), []).append(
+            (signature(args), mode)
+        )
+        return self._invoke(instance, name, args, keys, mode)
+
+    def _invoke(self, instance: Instance, name: str, args: list, keys: dict, mode):
         defun = instance.model.defuns.get(name)
         if defun is None:
             raise EvalError(f"model '{instance.model.name}' has no defun '{name}'")

@@ -143,10 +143,24 @@ def run(
             out.note("load", target, True)
         except Exception as error:  # noqa: BLE001
             out.note("load", target, False, f"{type(error).__name__}: {error}")
+    _survey(model, methods, seed)
     for method, names in methods.items():
         args = inputs(names, rng)
         _method(out, model, modules, method, args, exact_ops)
     return out
+
+
+def _survey(model, methods: dict, seed: int) -> None:
+    """Every method evaluated once, so the interpreter knows the calls the program makes
+    before it is asked for a method called alone (a defun called only with bf16 casts at
+    entry); torch's generator is left as it was."""
+    rng, generator = random.Random(seed), torch.random.get_rng_state()
+    for method, names in methods.items():
+        try:
+            model(method, *inputs(names, rng))
+        except Exception:  # noqa: BLE001: _method reports it
+            pass
+    torch.random.set_rng_state(generator)
 
 
 def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_ops):
