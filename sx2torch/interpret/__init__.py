@@ -44,9 +44,12 @@ class Interpreted:
     def __call__(self, method: str, *args, **keys):
         return self.evaluate(method, args, keys)
 
-    def evaluate(self, method: str, args, keys=None, precision=None, detach=True):
+    def evaluate(
+        self, method: str, args, keys=None, precision=None, detach=True, entry=True
+    ):
         """`precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
-        `detach=False` keeps the autograd graph to the parameters (`tensors()`)."""
+        `detach=False` keeps the autograd graph to the parameters (`tensors()`);
+        `entry=False` reads no argument cast down at entry (see `casts_at_entry`)."""
         keys = keys or {}
         # another precision (is the arithmetic exact?) casts at entry as the run does
         calls = self.calls
@@ -56,12 +59,22 @@ class Interpreted:
             self.instance, precision or self.precision, self.training, calls
         )
         with torch.enable_grad():
-            entry = [without_rank(a) for a in args]
-            value = evaluator.enter(method, entry, keys)
+            given = [without_rank(a) for a in args]
+            value = evaluator.enter(method, given, keys, entry=entry)
         self.bf16_gradients = evaluator.gradients
         if not detach:
             return value.t if isinstance(value, Lam) else value
         return _plain(value)
+
+    def casts_at_entry(self, method: str, args) -> list:
+        """The arguments of `method` called from outside that the rule casts down at entry
+        (the program calls it only with them bf16), given the calls evaluated so far. Where
+        the defun's f32 method also computes its bf16 callers' specialization (their code is
+        the same once written out), that method is the public one and casts nothing: which
+        of the two the compiler writes depends on the code, so `evaluate(entry=False)`
+        gives the other reading."""
+        evaluator = Evaluator(self.instance, self.precision, self.training, self.calls)
+        return evaluator.entry_casts(method, [without_rank(a) for a in args])
 
     def eval(self) -> "Interpreted":
         """Dropout is the identity from now on, as after nn.Module.eval()."""

@@ -107,7 +107,11 @@ def signature(args) -> tuple:
     (a parameter passed to a defun is passed as its f32 master)."""
     names = {F32: "f32", BF16: "bf16"}
     return tuple(
-        "f32" if isinstance(v, ParamValue) else names.get(dtype_of(v), repr(dtype_of(v)))
+        (
+            "f32"
+            if isinstance(v, ParamValue)
+            else names.get(dtype_of(v), repr(dtype_of(v)))
+        )
         for v in args
     )
 
@@ -239,15 +243,20 @@ class Evaluator:
 
     # Calls.
 
-    def enter(self, name: str, args: list, keys: dict):
+    def enter(self, name: str, args: list, keys: dict, entry: bool = True):
         """A call of the top model's public `name` from outside, with f32 floats: where the
         program calls that defun only with some of them bf16 (outside any with-numerics
         form), its one method casts those down at entry, as its callers' specialization
-        serves callers from outside (docs/LANGUAGE.md, Specializations)."""
+        serves callers from outside (docs/LANGUAGE.md, Specializations); `entry=False`:
+        as the f32 method that serves those callers too, where one does."""
         down = F64 if self.precision == "f64" else BF16
-        for index in entry_casts(signature(args), self.calls.get((self.top.model.name, name), [])):
+        for index in self.entry_casts(name, args) if entry else []:
             args[index] = keep_rank(args[index], args[index].to(down))
         return self._invoke(self.top, name, args, keys, None)
+
+    def entry_casts(self, name: str, args: list) -> list:
+        calls = self.calls.get((self.top.model.name, name), [])
+        return entry_casts(signature(args), calls)
 
     def call(self, instance: Instance, name: str, args: list, keys: dict, mode=None):
         self.calls.setdefault((instance.model.name, name), []).append(

@@ -22,12 +22,7 @@ from tools.difftest import campaign, check, corpus, generate  # noqa: E402
 CORPUS = sorted((Path(__file__).parent / "difftest_corpus").glob("*.lisp"))
 PROGRAMS = range(100)
 # Seeds of PROGRAMS that hit a known miscompile, with it: they must fail until it is fixed.
-KNOWN: dict = {
-    33: "the interpreter runs a public defun called from outside at its f32 signature, "
-    "where the contract (LANGUAGE.md, Specializations) casts f32 arguments down at entry "
-    "for a defun the program calls only with bf16: `helper` is called only with bf16, so "
-    "every target's helper returns bf16, the interpreter f32 (the oracle is to follow)",
-}
+KNOWN: dict = {}
 
 
 def _failures(outcome) -> list:
