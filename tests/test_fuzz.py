@@ -108,7 +108,8 @@ def op_call(draw, expr) -> str:
     return f"({op.name} {' '.join(args)})".replace(" )", ")")
 
 
-@functools.cache  # built once: validating a new recursive strategy at every draw was 3/4 of the tests' time
+# Built once: validating a new recursive strategy at every draw was 3/4 of the tests' time.
+@functools.cache
 def expressions(calls: bool) -> st.SearchStrategy:
     leaves = st.sampled_from(["x", "x", "w", "d", "1.5", "2"])
 
