@@ -7,6 +7,7 @@ asks for), then are mutated (near-valid), and the example files are mutated as t
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 from pathlib import Path
@@ -107,6 +108,8 @@ def op_call(draw, expr) -> str:
     return f"({op.name} {' '.join(args)})".replace(" )", ")")
 
 
+# Built once: validating a new recursive strategy at every draw was 3/4 of the tests' time.
+@functools.cache
 def expressions(calls: bool) -> st.SearchStrategy:
     leaves = st.sampled_from(["x", "x", "w", "d", "1.5", "2"])
 

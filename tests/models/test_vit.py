@@ -114,9 +114,7 @@ def test_it_compiles_as_one_graph():
     torch.manual_seed(2)
     model = vit("train")(**SIZES)
     x = pixels(5)
-    explained = torch._dynamo.explain(model)(x)
-    assert explained.graph_break_count == 0 and explained.graph_count == 1
-    torch._dynamo.reset()
+    # fullgraph: a graph break is an error, so this is the one graph
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     for mine, eager in zip(compiled(x), model(x)):
         assert torch.equal(mine, eager)

@@ -19,6 +19,5 @@ def test_compiles_without_graph_breaks() -> None:
         return h + 1
 
     x = torch.randn(8)
-    explanation = torch._dynamo.explain(region)(x)
-    assert explanation.graph_count == 1 and explanation.graph_break_count == 0
+    # fullgraph: a graph break is an error, so this is the one graph
     assert torch.equal(torch.compile(region, fullgraph=True)(x), region(x))

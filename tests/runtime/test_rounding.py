@@ -163,8 +163,7 @@ def test_compiles_without_graph_breaks_and_still_rounds_when_fused() -> None:
     wide = torch.randint(-(1 << 31), 1 << 31, (1 << 16,), generator=generator)
     edges = [p for p, _ in EDGES.values()] + NANS
     x = torch.cat([wide.to(torch.int32).view(torch.float32), from_bits(edges)])
-    assert torch._dynamo.explain(scaled)(x).graph_break_count == 0
-
+    # fullgraph: a graph break is an error
     assert_matches_cast(x, torch.compile(round_to_bf16, fullgraph=True)(x))
     compiled, eager = torch.compile(scaled, fullgraph=True)(x), scaled(x)
     assert torch.equal(compiled.isnan(), eager.isnan())
