@@ -17,7 +17,10 @@ class ZeroDSecondOperand(nn.Module):
     def forward(self, x):
         w_bf16 = sx.round_to_bf16(self.w)
         h = sx.store_bf16(F.linear(sx.round_to_bf16(x), w_bf16))
-        mul_v = sx.store_bf16(sx.round_to_bf16(torch.sigmoid(self.v[2])) * h)
-        mul_h = sx.store_bf16(h * sx.round_to_bf16(torch.sigmoid(self.v[2])))
-        mul_h_2 = sx.store_bf16(h * sx.round_to_bf16(self.v[1]))
-        return sx.store_bf16(sx.store_bf16(mul_v + mul_h) + mul_h_2)
+        return sx.store_bf16(
+            sx.store_bf16(
+                sx.store_bf16(sx.round_to_bf16(torch.sigmoid(self.v[2])) * h)
+                + sx.store_bf16(h * sx.round_to_bf16(torch.sigmoid(self.v[2])))
+            )
+            + sx.store_bf16(h * sx.round_to_bf16(self.v[1]))
+        )

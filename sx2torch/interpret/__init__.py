@@ -18,7 +18,14 @@ import torch
 from sx2torch import resolve
 from sx2torch.errors import UsageError
 from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
-from sx2torch.interpret.evaluate import EvalError, Evaluator, Lam, without_rank
+from sx2torch.interpret.evaluate import (
+    EvalError,
+    Evaluator,
+    Lam,
+    entry_casts,
+    signature,
+    without_rank,
+)
 from sx2torch.interpret.model import build, state_dict
 from sx2torch.syntax import read
 
@@ -73,8 +80,8 @@ class Interpreted:
         the same once written out), that method is the public one and casts nothing: which
         of the two the compiler writes depends on the code, so `evaluate(entry=False)`
         gives the other reading."""
-        evaluator = Evaluator(self.instance, self.precision, self.training, self.calls)
-        return evaluator.entry_casts(method, [without_rank(a) for a in args])
+        calls = self.calls.get((self.instance.model.name, method), [])
+        return entry_casts(signature(args), calls)
 
     def eval(self) -> "Interpreted":
         """Dropout is the identity from now on, as after nn.Module.eval()."""

@@ -117,10 +117,11 @@ def signature(args) -> tuple:
 
 
 def entry_casts(natural: tuple, calls: list) -> list:
-    """The arguments a public defun casts down at entry: none where the program calls it
-    with `natural` (its arguments from outside) or not at all; else those the first call
-    outside any with-numerics form passes as bf16 where `natural` has f32, if it differs
-    from `natural` in nothing else."""
+    """The arguments a public defun called from outside with `natural` casts down at entry
+    (docs/LANGUAGE.md, Specializations): none where the program calls it with `natural`
+    or not at all; else those the first call outside any with-numerics form passes as bf16
+    where `natural` has f32, if it differs from `natural` in nothing else: its one method
+    serves its callers and callers from outside."""
     if not calls or any(sig == natural and mode is None for sig, mode in calls):
         return []
     for sig, mode in calls:
@@ -244,19 +245,13 @@ class Evaluator:
     # Calls.
 
     def enter(self, name: str, args: list, keys: dict, entry: bool = True):
-        """A call of the top model's public `name` from outside, with f32 floats: where the
-        program calls that defun only with some of them bf16 (outside any with-numerics
-        form), its one method casts those down at entry, as its callers' specialization
-        serves callers from outside (docs/LANGUAGE.md, Specializations); `entry=False`:
-        as the f32 method that serves those callers too, where one does."""
+        """A call of the top model's public `name` from outside; `entry`: with the casts
+        down at entry the rule gives it (`entry_casts`)."""
         down = F64 if self.precision == "f64" else BF16
-        for index in self.entry_casts(name, args) if entry else []:
+        calls = self.calls.get((self.top.model.name, name), [])
+        for index in entry_casts(signature(args), calls) if entry else []:
             args[index] = keep_rank(args[index], args[index].to(down))
         return self._invoke(self.top, name, args, keys, None)
-
-    def entry_casts(self, name: str, args: list) -> list:
-        calls = self.calls.get((self.top.model.name, name), [])
-        return entry_casts(signature(args), calls)
 
     def call(self, instance: Instance, name: str, args: list, keys: dict, mode=None):
         self.calls.setdefault((instance.model.name, name), []).append(
