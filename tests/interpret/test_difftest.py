@@ -20,7 +20,7 @@ from sx2torch.errors import SourceError  # noqa: E402
 from tools.difftest import campaign, check, corpus, generate  # noqa: E402
 
 CORPUS = sorted((Path(__file__).parent / "difftest_corpus").glob("*.lisp"))
-PROGRAMS = range(100)
+PROGRAMS = range(300)
 # Seeds of PROGRAMS that hit a known miscompile, with it: they must fail until it is fixed.
 KNOWN: dict = {}
 
