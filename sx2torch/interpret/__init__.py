@@ -52,18 +52,33 @@ class Interpreted:
         return self.evaluate(method, args, keys)
 
     def evaluate(
-        self, method: str, args, keys=None, precision=None, detach=True, entry=True
+        self,
+        method: str,
+        args,
+        keys=None,
+        precision=None,
+        detach=True,
+        entry=True,
+        rounded_once=False,
     ):
         """`precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
         `detach=False` keeps the autograd graph to the parameters (`tensors()`);
-        `entry=False` reads no argument cast down at entry (see `casts_at_entry`)."""
+        `entry=False` reads no argument cast down at entry (see `casts_at_entry`);
+        `rounded_once`: a bf16 function (ops.FUNCTIONS) is its f32 value rounded once, as
+        the rules say and a GPU's kernel and the held targets compute it, where by default
+        it is torch's CPU kernel on bf16, which cuda's code gets when it runs on the CPU.
+        """
         keys = keys or {}
         # another precision (is the arithmetic exact?) casts at entry as the run does
         calls = self.calls
         if precision not in (None, self.precision):
             calls = {key: list(made) for key, made in calls.items()}
         evaluator = Evaluator(
-            self.instance, precision or self.precision, self.training, calls
+            self.instance,
+            precision or self.precision,
+            self.training,
+            calls,
+            rounded_once,
         )
         with torch.enable_grad():
             given = [without_rank(a) for a in args]

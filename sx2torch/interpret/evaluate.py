@@ -174,13 +174,33 @@ def _mark(v) -> None:
         setattr(v, UNRANKED, True)
 
 
+def _apply(ev: "Evaluator", spec, name: str, cast: list, keys: dict, dtype):
+    """The op on its operands cast to `dtype`: a matmul's :out :f32 product wide, a bf16
+    function in f32 where `ev.rounded_once` (Evaluator.op rounds it), else torch's kernel.
+    """
+    if name == "matmul" and keys.get("out") == ":f32":
+        wide = F64 if ev.precision == "f64" else F32
+        return cast[0].to(wide) @ cast[1].to(wide)
+    if spec.training:
+        return spec.fn(cast, {**keys, "training": ev.training})
+    if ev.rounded_once and name in ops.FUNCTIONS and dtype == BF16:
+        return spec.fn([c.float() for c in cast], keys)
+    return spec.fn(cast, keys)
+
+
 class Evaluator:
     def __init__(
-        self, top: Instance, precision: str, training: bool = True, calls=None
+        self,
+        top: Instance,
+        precision: str,
+        training: bool = True,
+        calls=None,
+        rounded_once=False,
     ):
         self.top = top
         self.precision = precision
         self.training = training
+        self.rounded_once = rounded_once  # bf16 functions: f32, then one rounding
         # (model, defun) -> [(its arguments' dtypes, the form's mode)] of the calls the
         # program made, in order: a defun called only with bf16 casts f32 down at entry
         self.calls: dict = {} if calls is None else calls
@@ -384,13 +404,7 @@ class Evaluator:
         ]
         if spec.lists:
             cast[0] = [self.cast(v, dtype) for v in args[0]]
-        if name == "matmul" and keys.get("out") == ":f32":
-            wide = F64 if self.precision == "f64" else F32
-            result = cast[0].to(wide) @ cast[1].to(wide)
-        elif spec.training:
-            result = spec.fn(cast, {**keys, "training": self.training})
-        else:
-            result = spec.fn(cast, keys)
+        result = _apply(self, spec, name, cast, keys, dtype)
         if (
             spec.kind in (ops.FLOAT, ops.ISLAND)
             and dtype is not None
