@@ -36,16 +36,15 @@ class GradientRegionReads(nn.Module):
         with sx.bf16_region():
             x_bf16 = x.to(torch.bfloat16)
             tanh_x = torch.tanh(x_bf16)
-            mul_x = x_bf16 * tanh_x
         # (gradient (sum (with-numerics (:precision :bf16) (* x (tanh x)))) x)
-        grad_mul_x = torch.ones_like(mul_x, dtype=torch.float32)
+        grad_mul_x = torch.ones_like(x, dtype=torch.float32)
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
             grad_mul_x_bf16 = grad_mul_x.to(torch.bfloat16)
             # gradient of (tanh x)
-            grad_tanh_x = (grad_mul_x_bf16 * x_bf16).sum_to_size(x.shape)
+            grad_tanh_x = grad_mul_x_bf16 * x_bf16
             # gradient of x
-            grad_x = (grad_mul_x_bf16 * tanh_x).sum_to_size(x.shape) + grad_tanh_x * (
+            grad_x = grad_mul_x_bf16 * tanh_x + grad_tanh_x * (
                 1.0 - torch.square(tanh_x)
             )
         return grad_x
@@ -62,18 +61,13 @@ class GradientRegionReads(nn.Module):
         return grad_x
 
     def apart(self, x):
-        # (with-numerics (:precision :bf16) ...)
-        with sx.bf16_region():
-            tanh_x = torch.tanh(x.to(torch.bfloat16))
         # (gradient (sum (+ (with-numerics (:precision :bf16) (tanh x)) x)) x)
-        grad_add_tanh = torch.ones_like(tanh_x.float() + x, dtype=torch.float32)
-        # gradient of (tanh x)
-        grad_tanh_x = grad_add_tanh.sum_to_size(x.shape)
+        grad_add_tanh = torch.ones_like(x, dtype=torch.float32)
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
-            mul_grad_tanh_x = grad_tanh_x.to(torch.bfloat16) * (
-                1.0 - torch.square(tanh_x)
+            mul_grad_add_tanh = grad_add_tanh.to(torch.bfloat16) * (
+                1.0 - torch.square(torch.tanh(x.to(torch.bfloat16)))
             )
         # gradient of x
-        grad_x = grad_add_tanh.sum_to_size(x.shape) + mul_grad_tanh_x.float()
+        grad_x = grad_add_tanh + mul_grad_add_tanh.float()
         return grad_x

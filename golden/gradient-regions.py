@@ -51,10 +51,10 @@ class GradientRegions(nn.Module):
             x, backout = y, y if i == self.backout_layer else backout
         sub_x = x - backout
         # (gradient (energy x0) x0)
-        grad_mul_sub = torch.ones_like(sub_x * x, dtype=torch.float32)
+        grad_mul_sub = torch.ones_like(sub_x, dtype=torch.float32)
         grad_mul_sub_bf16 = grad_mul_sub.to(torch.bfloat16)
         # gradient of (- x backout)
-        grad_sub_x = (grad_mul_sub_bf16 * x).sum_to_size(sub_x.shape)
+        grad_sub_x = grad_mul_sub_bf16 * x
         # gradient of backout
         grad_backout = (-grad_sub_x).sum_to_size(backout.shape)
         # gradient of x
