@@ -291,9 +291,10 @@ class _Backward:
         if not path:
             return self._zeros(x)
         # the gradient of a sum over all axes is ones shaped like its input: the sum
-        # itself is not needed for it
+        # itself is not needed for it, and the ones are made where their readers (the
+        # input's backward) are, so a region's bf16 ones are not f32 ones cast down
         seeded = y.inputs[0] if _sums_all(y) and y is not x else y
-        with self.stamped(y):
+        with self.stamped(y, None if seeded is x else [seeded]):
             seed = self._note(self.t.op("ones-like", [self.t.shaped_as(seeded)]))
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
         self.grads = grads
