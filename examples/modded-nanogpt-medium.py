@@ -356,12 +356,10 @@ class ModdedNanogptMedium(nn.Module):
                 window=self.ws_long if i in (0, 4, 11, 15) else self.ws_short,
                 key_offset=i in (0, 4, 11, 15),
             )
-            skip_2, skip_4, skip_6, x_backout = (
-                x if i == 2 else skip_2,
-                x if i == 4 else skip_4,
-                x if i == 6 else skip_6,
-                x if i == 11 else x_backout,
-            )
+            skip_2 = x if i == 2 else skip_2
+            skip_4 = x if i == 4 else skip_4
+            skip_6 = x if i == 6 else skip_6
+            x_backout = x if i == 11 else x_backout
         sub_x = x - self.scalars[3 * self.num_layers + 1] * x_backout
         x = F.rms_norm(sub_x, (sub_x.size(-1),))
         return 23 * torch.sigmoid((self.lm_head(x) + 5) / 7.5)

@@ -33,9 +33,8 @@ class GradientAroundLoop(nn.Module):
         grad_x = torch.zeros_like(x, dtype=torch.float32)
         for i, layer in reversed(list(enumerate(self.blocks))):
             h = h_per_layer[i]
-            grad_h, grad_x = (grad_h * x).sum_to_size(h.shape), grad_x + (
-                grad_h * h
-            ).sum_to_size(x.shape)
+            grad_x = grad_x + (grad_h * h).sum_to_size(x.shape)
+            grad_h = (grad_h * x).sum_to_size(h.shape)
         # gradient of x
         grad_x = grad_h + grad_x
         return grad_x

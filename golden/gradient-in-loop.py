@@ -33,13 +33,9 @@ class GradientInLoop(nn.Module):
             # gradient of (* c c c)
             grad_mul_mul = grad_sum_mul.expand_as(mul_mul_c)
             # gradient of (* c c c)
-            grad_mul_c = (grad_mul_mul * c).sum_to_size(c.shape)
+            grad_mul_c = grad_mul_mul * c
             # gradient of c
-            grad_c = (
-                (grad_mul_mul * mul_c).sum_to_size(c.shape)
-                + grad_mul_c * c
-                + grad_mul_c * c
-            )
+            grad_c = grad_mul_mul * mul_c + grad_mul_c * c + grad_mul_c * c
             c = layer(c - grad_c)
         return c
 

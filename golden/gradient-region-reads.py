@@ -17,18 +17,16 @@ class GradientRegionReads(nn.Module):
         with sx.bf16_region():
             x_bf16 = x.to(torch.bfloat16)
             tanh_x = torch.tanh(x_bf16)
-            concat_x = torch.cat([x_bf16, tanh_x], dim=1)
-        # (gradient (sum (with-numerics (...) (...))) x)
-        grad_concat_x = torch.ones_like(concat_x, dtype=torch.float32)
-        # (with-numerics (:precision :bf16) ...)
-        with sx.bf16_region():
-            grad_concat_x_bf16 = grad_concat_x.to(torch.bfloat16)
+            # (gradient (sum (with-numerics (...) (...))) x)
+            grad_concat_x = torch.ones_like(
+                torch.cat([x_bf16, tanh_x], dim=1), dtype=torch.bfloat16
+            )
             # gradient of (tanh x)
-            grad_tanh_x = sx.concat_part(grad_concat_x_bf16, [x, tanh_x], 1, 1)
+            grad_tanh_x = sx.concat_part(grad_concat_x, [x, tanh_x], 1, 1)
             # gradient of x
-            grad_x = sx.concat_part(
-                grad_concat_x_bf16, [x, tanh_x], 0, 1
-            ) + grad_tanh_x * (1.0 - torch.square(tanh_x))
+            grad_x = sx.concat_part(grad_concat_x, [x, tanh_x], 0, 1) + grad_tanh_x * (
+                1.0 - torch.square(tanh_x)
+            )
         return grad_x
 
     def twice(self, x):
@@ -36,44 +34,33 @@ class GradientRegionReads(nn.Module):
         with sx.bf16_region():
             x_bf16 = x.to(torch.bfloat16)
             tanh_x = torch.tanh(x_bf16)
-            mul_x = x_bf16 * tanh_x
-        # (gradient (sum (with-numerics (:precision :bf16) (* x (tanh x)))) x)
-        grad_mul_x = torch.ones_like(mul_x, dtype=torch.float32)
-        # (with-numerics (:precision :bf16) ...)
-        with sx.bf16_region():
-            grad_mul_x_bf16 = grad_mul_x.to(torch.bfloat16)
+            # (gradient (sum (with-numerics (:precision :bf16) (* x (tanh x)))) x)
+            grad_mul_x = torch.ones_like(x, dtype=torch.bfloat16)
             # gradient of (tanh x)
-            grad_tanh_x = (grad_mul_x_bf16 * x_bf16).sum_to_size(x.shape)
+            grad_tanh_x = grad_mul_x * x_bf16
             # gradient of x
-            grad_x = (grad_mul_x_bf16 * tanh_x).sum_to_size(x.shape) + grad_tanh_x * (
-                1.0 - torch.square(tanh_x)
-            )
+            grad_x = grad_mul_x * tanh_x + grad_tanh_x * (1.0 - torch.square(tanh_x))
         return grad_x
 
     def once(self, x):
-        # (gradient (sum (with-numerics (:precision :bf16) (tanh x))) x)
-        grad_tanh_x = torch.ones_like(x, dtype=torch.float32)
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
+            # (gradient (sum (with-numerics (:precision :bf16) (tanh x))) x)
+            grad_tanh_x = torch.ones_like(x, dtype=torch.bfloat16)
             # gradient of x
-            grad_x = grad_tanh_x.to(torch.bfloat16) * (
+            grad_x = grad_tanh_x * (
                 1.0 - torch.square(torch.tanh(x.to(torch.bfloat16)))
             )
         return grad_x
 
     def apart(self, x):
-        # (with-numerics (:precision :bf16) ...)
-        with sx.bf16_region():
-            tanh_x = torch.tanh(x.to(torch.bfloat16))
         # (gradient (sum (+ (with-numerics (:precision :bf16) (tanh x)) x)) x)
-        grad_add_tanh = torch.ones_like(tanh_x.float() + x, dtype=torch.float32)
-        # gradient of (tanh x)
-        grad_tanh_x = grad_add_tanh.sum_to_size(x.shape)
+        grad_add_tanh = torch.ones_like(x, dtype=torch.float32)
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
-            mul_grad_tanh_x = grad_tanh_x.to(torch.bfloat16) * (
-                1.0 - torch.square(tanh_x)
+            mul_grad_add_tanh = grad_add_tanh.to(torch.bfloat16) * (
+                1.0 - torch.square(torch.tanh(x.to(torch.bfloat16)))
             )
         # gradient of x
-        grad_x = grad_add_tanh.sum_to_size(x.shape) + mul_grad_tanh_x.float()
+        grad_x = grad_add_tanh + mul_grad_add_tanh.float()
         return grad_x

@@ -33,7 +33,8 @@ class GradientRegions(nn.Module):
         for i, layer in enumerate(self.blocks):
             y = layer(x, scale=1.0 if i < 2 else 0.5)
             y = y * gate_bf16 if i == 1 else y
-            x, backout = y, y if i == self.backout_layer else backout
+            x = y
+            backout = y if i == self.backout_layer else backout
         return torch.sum((x - backout) * x)
 
     def forward(self, x0):
@@ -48,13 +49,14 @@ class GradientRegions(nn.Module):
             w_bf16 = layer.w.to(torch.bfloat16)
             y = x + (1.0 if i < 2 else 0.5) * torch.relu(x @ w_bf16)
             y = y * gate_bf16 if i == 1 else y
-            x, backout = y, y if i == self.backout_layer else backout
+            x = y
+            backout = y if i == self.backout_layer else backout
         sub_x = x - backout
         # (gradient (energy x0) x0)
-        grad_mul_sub = torch.ones_like(sub_x * x, dtype=torch.float32)
+        grad_mul_sub = torch.ones_like(sub_x, dtype=torch.float32)
         grad_mul_sub_bf16 = grad_mul_sub.to(torch.bfloat16)
         # gradient of (- x backout)
-        grad_sub_x = (grad_mul_sub_bf16 * x).sum_to_size(sub_x.shape)
+        grad_sub_x = grad_mul_sub_bf16 * x
         # gradient of backout
         grad_backout = (-grad_sub_x).sum_to_size(backout.shape)
         # gradient of x
@@ -82,9 +84,10 @@ class GradientRegions(nn.Module):
             grad_relu_matmul = grad_mul_relu * (1.0 if i < 2 else 0.5)
             # gradient of (matmul x w)
             grad_matmul_x = torch.where(matmul_x > 0.0, grad_relu_matmul, 0.0)
-            grad_x, grad_backout = grad_y.sum_to_size(
-                x.shape
-            ) + grad_matmul_x @ w_bf16.transpose(-1, -2), (
+            grad_x = grad_y.sum_to_size(x.shape) + grad_matmul_x @ w_bf16.transpose(
+                -1, -2
+            )
+            grad_backout = (
                 torch.zeros_like(backout, dtype=torch.bfloat16)
                 if i == self.backout_layer
                 else grad_backout

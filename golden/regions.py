@@ -34,5 +34,6 @@ class Regions(nn.Module):
         for i, layer in enumerate(self.blocks):
             y = layer(x, scale=1.0 if i < 2 else 0.5)
             y = y * gate_bf16 if self.gated and i == 1 else y
-            x, backout = y, y if i == self.backout_layer else backout
+            x = y
+            backout = y if i == self.backout_layer else backout
         return x - backout

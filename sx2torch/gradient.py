@@ -146,7 +146,7 @@ class _Writer(Builder):
         others = [value for k, value in enumerate(n.inputs) if k != index]
         if all(self._kept(operand, other, batch) for other in others):
             return g
-        return self.op("sum-to", [g, _shaped_as(operand)])
+        return self.op("sum-to", [g, self.shaped_as(operand)])
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         """A product by 1 is the other factor (the rules multiply by the forward's numbers)."""
@@ -158,7 +158,9 @@ class _Writer(Builder):
 
     def _kept(self, operand: Node, other, batch: bool) -> bool:
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
-        if other is operand or not isinstance(other, Node):
+        if not isinstance(other, Node) or _spans(operand, other):
+            return True
+        if _shaped_like(other, operand):
             return True
         inner, outer = self._shape(other), self._shape(operand)
         if batch:
@@ -173,8 +175,71 @@ class _Writer(Builder):
             for size, against in zip(reversed(inner), reversed(outer))
         )
 
+    def shaped_as(self, value: Node) -> Node:
+        """The value whose shape `value` has, down through elementwise ops: to the first
+        input of an op shaped as it, to an operand of a broadcast that kept that operand's
+        shape (the only tensor, or one the others broadcast against). A sum back to its shape
+        or a `ones-like` then reads no value computed only for the shape."""
+        while _keeps_shape(value):
+            first = value.inputs[0]
+            if value.kind is Kind.CAST or REGISTRY[value.op].rank is SAME:
+                if not isinstance(first, Node):
+                    break
+                value = first
+                continue
+            tensors = [i for i in dict.fromkeys(value.inputs) if isinstance(i, Node)]
+            kept = [
+                operand
+                for operand in tensors
+                if all(self._kept(operand, other, False) for other in tensors)
+            ]
+            if not kept:
+                break
+            value = kept[0]
+        return value
+
     def _shape(self, value: Node):
         return self.shapes.get(self.origin.get(value, value))
+
+
+def _keeps_shape(value: Node) -> bool:
+    """Whether a node's shape is its first input's (a cast, an op shaped as its first input)
+    or the broadcast of its inputs'."""
+    return value.kind is Kind.CAST or (
+        value.kind is Kind.OP and REGISTRY[value.op].rank in (BROADCAST, SAME)
+    )
+
+
+def _spans(value: Node, other: Node) -> bool:
+    """Whether `value` is `other`, or computed from it by casts and elementwise ops that
+    broadcast it (`(* (- x b) x)` from x): broadcasting `other` against it then keeps its
+    shape, whatever the shapes are."""
+    seen, pending = set(), [value]
+    while pending:
+        node = pending.pop()
+        if node is other:
+            return True
+        if node in seen or not _keeps_shape(node):
+            continue
+        seen.add(node)
+        same = node.kind is Kind.CAST or REGISTRY[node.op].rank is SAME
+        inputs = node.inputs[:1] if same else node.inputs
+        pending.extend(i for i in inputs if isinstance(i, Node))
+    return False
+
+
+def _shaped_like(value: Node, other: Node, depth: int = 64) -> bool:
+    """Whether `value` has `other`'s shape whatever it is: it is `other`, or casts and
+    elementwise ops of it alone (`(* c c)` of c); `depth` bounds the search."""
+    if value is other:
+        return True
+    if depth == 0 or not _keeps_shape(value):
+        return False
+    same = value.kind is Kind.CAST or REGISTRY[value.op].rank is SAME
+    inputs = [
+        i for i in (value.inputs[:1] if same else value.inputs) if isinstance(i, Node)
+    ]
+    return bool(inputs) and all(_shaped_like(i, other, depth - 1) for i in inputs)
 
 
 def _is_one(value) -> bool:
@@ -184,19 +249,6 @@ def _is_one(value) -> bool:
         and not isinstance(value.value, bool)
         and value.value == 1
     )
-
-
-def _shaped_as(value: Node) -> Node:
-    """The value whose shape `value` has, down through elementwise ops of one tensor: a sum
-    back to its shape then reads no value computed only for the shape."""
-    while value.kind is Kind.OP and REGISTRY[value.op].rank in (BROADCAST, SAME):
-        tensors = {i for i in value.inputs if isinstance(i, Node)}
-        if len(tensors) != 1 or (
-            REGISTRY[value.op].rank is SAME and value.inputs[0] not in tensors
-        ):
-            break
-        (value,) = tensors
-    return value
 
 
 def _expect_scalar(t: Builder, y: Node, y_form) -> Node:
@@ -239,10 +291,11 @@ class _Backward:
         if not path:
             return self._zeros(x)
         # the gradient of a sum over all axes is ones shaped like its input: the sum
-        # itself is not needed for it
+        # itself is not needed for it, and the ones are made where their readers (the
+        # input's backward) are, so a region's bf16 ones are not f32 ones cast down
         seeded = y.inputs[0] if _sums_all(y) and y is not x else y
-        with self.stamped(y):
-            seed = self._note(self.t.op("ones-like", [_shaped_as(seeded)]))
+        with self.stamped(y, None if seeded is x else [seeded]):
+            seed = self._note(self.t.op("ones-like", [self.t.shaped_as(seeded)]))
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
         self.grads = grads
         if grads.get(x):

@@ -11,7 +11,7 @@ from sx2torch.emit import build as b
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.naming import Locals, Naming
 from sx2torch.emit.targets import Target
-from sx2torch.ir import ISLAND, Kind, Node, Scalar
+from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.ops.rank import rank_of
 from sx2torch.policy import Typed
@@ -156,7 +156,7 @@ class MethodEmitter:
             self.layout.end(node, index), path
         )
         stores = [(name, self._output(node, index, k)) for k, name in enumerate(names)]
-        inner += [(path, s) for s in _stores(stores)]
+        inner += [(path, s) for s in _stores(stores, not _may_draw(region.nodes))]
         return _nest([(p[len(path) :], s) for p, s in inner], self.ctx.target.device)
 
     def _output(self, node: Node, region: int, index: int) -> b.Expr:
@@ -314,18 +314,61 @@ def _value(value):
     return value
 
 
-def _stores(stores: list) -> list:
-    """`x = ...`, or `x, y = ..., ...` for several carried values (each reads the old ones);
-    a value already in its variable is not stored again."""
-    stores = [
+def _stores(stores: list, reorder: bool) -> list:
+    """`x = ...` for each carried value, in an order where none overwrites a name a later
+    one still reads (each reads the old values); those left (a swap, or the rest where
+    `reorder` is false: a value may draw, and the draws keep their order) as one
+    `x, y = ..., ...`. A value already in its variable is not stored again."""
+    pending = [
         (name, value)
         for name, value in stores
         if not (isinstance(value, cst.Name) and value.value == name)
     ]
-    if len(stores) <= 1:
-        return [_assign(name, value) for name, value in stores]
-    targets = _bare_tuple([b.name(n) for n, _ in stores])
-    return [_assign_all(targets, _bare_tuple([v for _, v in stores]))]
+    ordered = []
+    while pending:
+        free = next(
+            (
+                store
+                for store in (pending if reorder else pending[:1])
+                if not any(
+                    store[0] in _names(v) for other, v in pending if other != store[0]
+                )
+            ),
+            None,
+        )
+        if free is None:
+            targets = _bare_tuple([b.name(n) for n, _ in pending])
+            return ordered + [
+                _assign_all(targets, _bare_tuple([v for _, v in pending]))
+            ]
+        ordered.append(_assign(*free))
+        pending.remove(free)
+    return ordered
+
+
+def _may_draw(nodes: list) -> bool:
+    """Whether a region's values may draw random numbers: a draw, or a call."""
+    return any(
+        node.kind in (Kind.CALL, Kind.SUBMODEL)
+        or (node.kind is Kind.OP and REGISTRY[node.op].draws)
+        for node in walk(nodes)
+    )
+
+
+def _names(value: b.Expr) -> set:
+    """The names an expression reads (attribute and keyword names too: a superset)."""
+    names = _Names()
+    value.visit(names)
+    return names.found
+
+
+class _Names(cst.CSTVisitor):
+    def __init__(self):
+        super().__init__()
+        self.found: set = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.add(node.value)
 
 
 def _bare_tuple(items: list) -> cst.Tuple:

@@ -219,7 +219,8 @@ def test_traced_regions_verify_and_hold_their_nodes():
 
 
 def test_a_loop_beside_the_path_of_a_gradient_calls_its_layers(build):
-    """Y's loop does not depend on X: it is traced as it is, its layers called, not inlined."""
+    """Y's loop does not depend on X: it is traced as it is, its layers called, not inlined
+    (its value is the gradient: Y reads it only for the shape would leave it dead)."""
     source = """
 (defmodel layer ()
   (defparam w (normal [4 4]))
@@ -227,10 +228,13 @@ def test_a_loop_beside_the_path_of_a_gradient_calls_its_layers(build):
 (defparam layers (stack 2 (layer)))
 (defparam v (normal [3 4]))
 (defun forward (x)
-  (gradient (+ (sum (* x x)) (sum (for (l layers) ((h v)) (l h)))) x))
+  (gradient (+ (sum (* x x)) (sum (* x (for (l layers) ((h v)) (l h))))) x))
 """
     module, code = build(source)
     model = module.Model()
     x = torch.randn(3, 4)
-    assert torch.equal(model(x), 2.0 * x)
+    h = model.v.detach()
+    for layer in model.layers:
+        h = h @ layer.w.detach()
+    assert torch.equal(model(x), h + x + x)  # the contributions in the order summed
     assert "for l in self.layers:" in code
