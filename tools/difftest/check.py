@@ -187,7 +187,7 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
             entry: model.evaluate(method, args, entry=entry, rounded_once=True)
             for entry in readings
         }
-    results, entry = {}, True
+    results, entries = {}, {}
     for target, module in modules.items():
         try:
             got = getattr(module, method_name(method))(*[a.clone() for a in args])
@@ -200,8 +200,8 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         results[target] = got
         where = f"{target}:{method}"
         wanted = held_readings if target in HELD else readings
-        entry = _reading(got, wanted, target in HELD, exact, out.bound)
-        want = wanted[entry]
+        entries[target] = _reading(got, wanted, target in HELD, exact, out.bound)
+        want = wanted[entries[target]]
         expected = held(want.dtype) if target in HELD or loose else want.dtype
         same = (held(got.dtype) if loose else got.dtype) == expected
         same = same and got.shape == want.shape
@@ -209,15 +209,21 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
             f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
         )
         if same and target in HELD and want.dtype == torch.bfloat16 and not loose:
-            rounded = got.to(torch.bfloat16).float()  # a NaN is one, rounded or not
-            same = torch.allclose(got, rounded, rtol=0, atol=0, equal_nan=True)
+            same = _holds_bf16(got)
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
             out.note("value", where, *_close(got, want, exact, out.bound))
     kernels_agree = all(_equal(held_readings[e], readings[e])[0] for e in readings)
     _targets(out, method, results, exact, kernels_agree)
     if "cuda" in results and results["cuda"].requires_grad and want.is_floating_point():
-        _backward(out, model, modules["cuda"], method, args, want, entry)
+        entry = entries["cuda"]  # the reading cuda's method computes
+        _backward(out, model, modules["cuda"], method, args, readings[entry], entry)
+
+
+def _holds_bf16(got) -> bool:
+    """A held target's f32 tensor holds bf16 values (a NaN is one, rounded or not)."""
+    rounded = got.to(torch.bfloat16).float()
+    return torch.allclose(got, rounded, rtol=0, atol=0, equal_nan=True)
 
 
 def _targets(out: Outcome, method: str, results: dict, exact, kernels_agree: bool):
@@ -237,9 +243,8 @@ def _reading(got, readings: dict, in_f32: bool, exact: bool, bound: str) -> bool
     for entry, want in readings.items():
         dtype = held(want.dtype) if in_f32 else want.dtype
         kind = got.dtype == dtype and got.shape == want.shape
-        if in_f32 and want.dtype == torch.bfloat16:  # held bf16: rounded, a NaN too
-            rounded = got.to(want.dtype).float()
-            kind = kind and torch.allclose(got, rounded, rtol=0, atol=0, equal_nan=True)
+        if in_f32 and want.dtype == torch.bfloat16:
+            kind = kind and _holds_bf16(got)
         if kind and _close(got.float(), want.float(), exact, bound)[0]:
             return entry
     return True
