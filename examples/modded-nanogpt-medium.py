@@ -161,6 +161,7 @@ class Block(nn.Module):
         )
         return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
 
+    # a method of its own: (fused-rms-norm x) is bf16 here, f32 in forward
     # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
     def forward_bf16(
         self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
