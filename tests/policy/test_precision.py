@@ -104,7 +104,7 @@ def test_6_1_run_option_chooses_the_defrun(build):
     w, x = small(4, 3, seed=1), odd(2, 4)
     for run, expected in (("a", x @ w), ("b", down(x) @ down(w)), (None, x @ w)):
         module, code = build(source, "m.lisp", run=run)
-        net = module.Model()
+        net = module.M()
         assign(net, w=w)
         assert_same(net(x), expected)
 
