@@ -111,6 +111,7 @@ class BertSelfAttention(nn.Module):
         )
         return y.permute(0, 2, 1, 3).flatten(2)
 
+    # a method of its own: mask is bool here, f32 in forward
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
         split_heads_hidden_states = self.split_heads(self.query(hidden_states))
@@ -149,6 +150,7 @@ class BertAttention(nn.Module):
     def forward(self, hidden_states, mask):
         return self.output(self.self(hidden_states, mask), hidden_states)
 
+    # a method of its own: mask is bool here, f32 in forward
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
         return self.output(self.self.forward_bf16(hidden_states, mask), hidden_states)
@@ -189,6 +191,7 @@ class BertLayer(nn.Module):
         attention_output = self.attention(hidden_states, mask)
         return self.output(self.intermediate(attention_output), attention_output)
 
+    # a method of its own: mask is bool here, f32 in forward
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
         attention_output = self.attention.forward_bf16(hidden_states, mask)
@@ -211,6 +214,7 @@ class BertEncoder(nn.Module):
             hidden_states = layer(hidden_states, mask)
         return hidden_states
 
+    # a method of its own: mask is bool here, f32 in forward
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
         for layer in self.layer:

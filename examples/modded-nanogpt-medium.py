@@ -64,20 +64,12 @@ class CausalSelfAttention(nn.Module):
     def rotary(self, x, cos, sin):
         x = x.to(torch.bfloat16)
         cos = cos.to(torch.bfloat16)
-        sin = sin.to(torch.bfloat16)
         x1 = x[..., : self.head_dim // 2]
         x2 = x[..., self.head_dim // 2 :]
-        return torch.cat([x1 * cos + x2 * sin, x1 * -sin + x2 * cos], dim=3)
-
-    # rotary for x: bf16, cos: f32, sin: f32
-    def rotary_bf16(self, x, cos, sin):
-        x1 = x[..., : self.head_dim // 2]
-        x2 = x[..., self.head_dim // 2 :]
-        cos_bf16 = cos.to(torch.bfloat16)
         return torch.cat(
             [
-                x1 * cos_bf16 + x2 * sin.to(torch.bfloat16),
-                x1 * (-sin).to(torch.bfloat16) + x2 * cos_bf16,
+                x1 * cos + x2 * sin.to(torch.bfloat16),
+                x1 * -sin.to(torch.bfloat16) + x2 * cos,
             ],
             dim=3,
         )
@@ -104,41 +96,6 @@ class CausalSelfAttention(nn.Module):
             linear_x.shape[0], linear_x.shape[1], 3 * self.num_heads, self.head_dim
         )
         slice_qkv = qkv[:, :, : self.num_heads]
-        q = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
-        slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
-        k = self.rotary_bf16(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
-        k = self.offset_keys(k) if key_offset else k
-        v = qkv[:, :, 2 * self.num_heads :]
-        v = (
-            v
-            + self.heads(2 * torch.sigmoid(self.value_embed_gate(x[..., :16])))
-            * ve.reshape(v.shape).to(torch.bfloat16)
-            if self.layer_idx in (0, 1, 2, 3, 4, 11, 12, 13, 14, 15)
-            else v
-        )
-        transpose_q = q.permute(0, 2, 1, 3)
-        transpose_k = k.permute(0, 2, 1, 3)
-        transpose_v = v.permute(0, 2, 1, 3)
-        y = F.scaled_dot_product_attention(
-            transpose_q,
-            transpose_k,
-            transpose_v,
-            attn_mask=sx.window_mask(transpose_q.shape[-2], window, transpose_q.device),
-            scale=0.1,
-        ).permute(0, 2, 1, 3)
-        y = (y * self.heads(torch.sigmoid(self.attn_gate(x[..., :16])))).flatten(2)
-        return F.linear(y, sa_lambdas[1] * qkvo_w_bf16[3 * self.dim :])
-
-    # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
-    def forward_bf16(
-        self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
-    ):
-        qkvo_w_bf16 = self.qkvo_w.to(torch.bfloat16)
-        linear_x = F.linear(x, sa_lambdas[0] * qkvo_w_bf16[: 3 * self.dim])
-        qkv = linear_x.reshape(
-            linear_x.shape[0], linear_x.shape[1], 3 * self.num_heads, self.head_dim
-        )
-        slice_qkv = qkv[:, :, : self.num_heads]
         q = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
         slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
         k = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
@@ -147,7 +104,7 @@ class CausalSelfAttention(nn.Module):
         v = (
             v
             + self.heads(2 * torch.sigmoid(self.value_embed_gate(x[..., :16])))
-            * ve.reshape(v.shape)
+            * ve.reshape(v.shape).to(torch.bfloat16)
             if self.layer_idx in (0, 1, 2, 3, 4, 11, 12, 13, 14, 15)
             else v
         )
@@ -204,11 +161,12 @@ class Block(nn.Module):
         )
         return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
 
+    # a method of its own: (fused-rms-norm x) is bf16 here, f32 in forward
     # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
     def forward_bf16(
         self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
     ):
-        x = x + self.attn.forward_bf16(
+        x = x + self.attn(
             F.rms_norm(x, (x.size(-1),)),
             ve,
             sa_lambdas,

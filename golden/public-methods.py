@@ -53,6 +53,7 @@ class PublicMethods(nn.Module):
     def gate(self, x):
         return x * torch.sigmoid(x)
 
+    # a method of its own: (sigmoid x) is bf16 here, f32 in gate
     # gate for x: bf16
     def gate_bf16(self, x):
         return x * torch.sigmoid(x)

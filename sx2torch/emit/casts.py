@@ -13,6 +13,7 @@ from typing import Optional
 from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, Node, Scalar, walk
 from sx2torch.policy import Lowered, Typed
+from sx2torch.policy.rules import Why
 
 
 class Conversions:
@@ -60,6 +61,15 @@ class Conversions:
         want = self.lowered.read_dtype(self.typed, node, index)
         return self.conversion_of(node.inputs[index], want)
 
+    def own_cast(self, node: Node) -> bool:
+        """Whether `node` is a negation that reads its f32 operand cast down where the f32
+        code would cast its result (the policy's NEGATED): that cast stays its own, as the
+        one after the negation was, never shared with other reads of the operand, since
+        autograd sums the gradients through a shared cast in bf16 and through separate
+        casts in f32."""
+        reason = self.typed.decision(node).reason
+        return reason is not None and reason.why is Why.NEGATED
+
     def conversion_of(self, operand, want: Optional[str]) -> Optional[tuple]:
         """A bf16-stored parameter is "bf16-stored": a real bf16 tensor even where the target
         holds bf16 values in f32, so that target reads it through `.float()`."""
@@ -84,6 +94,8 @@ def cast_reads(nodes: list, conversions: Conversions, scope: dict) -> dict:
         for index, operand in enumerate(node.inputs):
             conversion = conversions.conversion(node, index)
             if conversion and node.kind not in (Kind.CAST, Kind.FOR):
+                if conversions.own_cast(node):
+                    continue
                 key = (operand, conversion, scope[node])
                 counts[key] = counts.get(key, 0) + 1
     return counts
@@ -136,7 +148,7 @@ class Hoists:
         for node in written + loop:
             for index, operand in enumerate(node.inputs):
                 conversion = self.conversions.conversion(node, index)
-                if conversion is None:
+                if conversion is None or self.conversions.own_cast(node):
                     continue
                 hoist = self._visible((operand, conversion), self.scope[node])
                 if hoist is not None:
@@ -152,7 +164,7 @@ class Hoists:
         of a loop's layer's parameter) whose first reader is in it, and not written in its
         region or around it already."""
         due = []
-        for node in written:
+        for node in (n for n in written if not self.conversions.own_cast(n)):
             for index, operand in enumerate(node.inputs):
                 conversion = self.conversions.conversion(node, index)
                 key = (operand, conversion)
@@ -174,6 +186,12 @@ class Hoists:
             if inner is where:
                 return hoist
         return None
+
+
+def cast_once(conversions: Conversions, reads: list) -> bool:
+    """Whether an argument's reads, (node, input index) each, all cast down, can read one
+    cast at entry: not where a negation's own cast is one of several (`own_cast`)."""
+    return len(reads) == 1 or not any(conversions.own_cast(r) for r, _ in reads)
 
 
 def is_conditional(operand) -> bool:

@@ -15,11 +15,12 @@ from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.emit.names import mangle
 from sx2torch.emit.naming import Naming, defuns, store as store_of
 from sx2torch.emit.targets import Target
-from sx2torch.ir import ISLAND, REGION, Scalar
+from sx2torch.ir import ISLAND, REGION, Scalar, walk
 from sx2torch.ops import initializers
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.syntax import scalars
+from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Model, Param, Program, Run, Tie
 from sx2torch.syntax.scalars import ScalarOp
 
@@ -138,11 +139,16 @@ def _class(
     for defun in model.defuns:
         specs = by_defun.get((model.name, defun), [])
         plain = lowered.natural[model.name, defun]
-        for typed in ([plain] if plain is not None else []) + specs:
-            name = ctx.naming.methods.get(typed)
-            if name is not None and name not in emitted:
+        methods = [
+            (ctx.naming.code.get(t, t), ctx.naming.methods[t])
+            for t in ([plain] if plain is not None else []) + specs
+            if t in ctx.naming.methods
+        ]
+        public = next((m for m in methods if m[0] not in ctx.naming.specialized), None)
+        for code, name in methods:
+            if name not in emitted:
                 emitted.add(name)
-                body.append(_method(ctx.naming.code.get(typed, typed), name, ctx))
+                body.append(_method(code, name, ctx, public))
     base = b.dotted("nn.Module")
     return cst.ClassDef(
         cst.Name(ctx.naming.classes[model.name]),
@@ -156,7 +162,7 @@ def _docstring(text: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Expr(b.docstring(text))])
 
 
-def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
+def _method(typed: Typed, name: str, ctx: ClassContext, public=None) -> cst.FunctionDef:
     emitter = MethodEmitter(typed, ctx)
     names = ctx.naming.locals[typed]
     args, keys = names.args, list(names.keys.values())
@@ -185,6 +191,8 @@ def _method(typed: Typed, name: str, ctx: ClassContext) -> cst.FunctionDef:
     )
     leading = []
     if typed in ctx.naming.specialized:
+        why = _why_own(typed, public)
+        leading += [cst.EmptyLine(comment=cst.Comment("# " + why))] if why else []
         leading.append(cst.EmptyLine(comment=cst.Comment("# " + _specialized(typed))))
     return cst.FunctionDef(
         cst.Name(name), params, cst.IndentedBlock(body), leading_lines=leading
@@ -198,6 +206,26 @@ def _specialized(typed: Typed) -> str:
     ]
     where = f", called {AMBIENT[typed.ambient]}" if typed.ambient else ""
     return f"{typed.graph.name} for {', '.join(parts) or 'no arguments'}{where}"
+
+
+def _why_own(typed: Typed, public) -> Optional[str]:
+    """Why a specialization is a method beside the public one, `public` (its Typed and
+    name): the first value it computes in another dtype, else the first argument it takes
+    as another kind than an f32 one cast down. A call in a with-numerics form says why in
+    its own comment."""
+    if public is None or typed.ambient:
+        return None
+    other, name = public
+    for node in walk(typed.graph.nodes):
+        mine, theirs = typed.decision(node).compute, other.decision(node).compute
+        if node.form is not None and None not in (mine, theirs) and mine != theirs:
+            what = f"{echo(node.form)} is {mine}"
+            return f"a method of its own: {what} here, {theirs} in {name}"
+    for node, mine, theirs in zip(typed.graph.inputs, typed.signature, other.signature):
+        if mine != theirs and (theirs, mine) != ("f32", "bf16"):
+            what = f"{node.name} is {_describe(mine)}"
+            return f"a method of its own: {what} here, {_describe(theirs)} in {name}"
+    return None
 
 
 def _describe(dtype: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sx2torch.emit.casts import Conversions
+from sx2torch.emit.casts import Conversions, cast_once
 from sx2torch.emit.layout import Layout
 from sx2torch.ir import Kind, Node
 from sx2torch.policy import Lowered, Typed
@@ -119,7 +119,9 @@ class Sharing:
                 and layout.conversions.conversion(r, i) == ("f32", "bf16")
                 for r, i in reads
             ):
-                if any(layout.scope[r] is None for r, _ in reads):
+                if any(layout.scope[r] is None for r, _ in reads) and cast_once(
+                    layout.conversions, reads
+                ):
                     found.append(index)
         return found
 

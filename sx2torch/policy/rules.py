@@ -173,6 +173,7 @@ class Why(Enum):
     AFTER_OUT_F32 = (
         "it reads the f32 result of an :out :f32 matmul, an island until bf16 (6.4)"
     )
+    NEGATED = "a negation read only in bf16 negates its operand cast down: the same bits"
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ class _Policy:
             typed.decided[node] = Decision(dtype)
         self._block(typed, graph.nodes)
         self._settle(typed)
+        _negate_after_cast(typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
@@ -540,6 +542,50 @@ def _read_in(typed: Typed, node: Node, index: int):
 
 
 NOT_YET = Reason(Why.NOT_YET)
+NEGATIONS = ("-", "neg")  # `-` of one operand negates
+
+
+def _negate_after_cast(typed: Typed) -> None:
+    """A negation of an f32 value that every reader reads in bf16 computes in bf16, on its
+    operand cast down: the cast is written before the negation, not after it, which is
+    the code a bf16 operand gives, so the two specializations can share one method.
+    The bits are the same on every target: rounding to nearest even is symmetric, so
+    round(-x) is -round(x), and the gradient of a negation is a negation, exact in bf16.
+    A 0-d one read beside a tensor is converted by the reader's kernel: it stays."""
+    readers: dict = {}
+    for node in walk(typed.graph.nodes):
+        for index, operand in enumerate(node.inputs):
+            readers.setdefault(operand, []).append(_reads_bf16(typed, node, index))
+        for out in (o for region in node.regions for o in region.outputs):
+            readers.setdefault(out, []).append(False)
+    output = typed.graph.output
+    for out in output if isinstance(output, tuple) else (output,):
+        readers.setdefault(out, []).append(False)
+    for node in reversed(list(walk(typed.graph.nodes))):
+        decided = typed.decided[node]
+        if (
+            node.kind is Kind.OP
+            and node.op in NEGATIONS
+            and len(node.inputs) == 1
+            and decided.reason == NOT_YET
+            and typed.decision(node.inputs[0]).dtype == DType.F32
+            and node.shape.dims != ()
+            and all(readers.get(node, [False]))
+        ):
+            typed.decided[node] = Decision(
+                DType.BF16, DType.BF16, Reason(Why.NEGATED)
+            )
+
+
+def _reads_bf16(typed: Typed, node: Node, index: int) -> bool:
+    """Whether an op or a cast reads its input `index` as data, in bf16."""
+    if node.kind is Kind.CAST:
+        return node.attrs["dtype"] == DType.BF16
+    return (
+        node.kind is Kind.OP
+        and _kind(REGISTRY[node.op], index) not in UNCAST
+        and typed.decided[node].compute == DType.BF16
+    )
 
 
 def _storage(program: Program, used: list) -> dict:

@@ -236,6 +236,26 @@ def test_a_sub_model_called_only_with_bf16_is_one_method_casting_at_entry(build)
     assert torch.equal(net.b(x), net.b(x.to(bf16)))
 
 
+def test_a_specialization_kept_beside_the_public_method_says_why(build):
+    """The bf16 gate computes its sigmoid in bf16 where the public f32 one computes it in
+    f32, so it is a method of its own, and its comment says so."""
+    _, code = build(
+        """
+(defparam w (normal [4 4]))
+(defun gate (x) (* x (sigmoid x)))
+(defun forward (x) (+ (gate x) (gate (matmul x w))))
+(defrun train :precision :bf16)
+""",
+        run="train",
+    )
+    lines = code.splitlines()
+    at = lines.index("    def gate_bf16(self, x):")
+    assert lines[at - 2 : at] == [
+        "    # a method of its own: (sigmoid x) is bf16 here, f32 in gate",
+        "    # gate for x: bf16",
+    ]
+
+
 def test_mixed_matmul_and_products_are_parenthesized_and_no_local_is_a_method(build):
     module, code = build(
         """

@@ -795,6 +795,46 @@ def test_defun_gets_one_method_per_dtype_signature(build):
     assert_same(net(x), down(torch.exp(x) * 2.0) + torch.exp(h) * 2.0)
 
 
+NEGATION = """
+(defparam w (zeros [4 4]))
+(defun rot (x s) (+ (* x s) (* x (- s))))
+(defun g (x s) (+ (rot (matmul x w) s) s))
+(defun forward (x s) (g x (cast s :bf16)))
+(defrun r :precision :bf16)
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_a_negation_read_in_bf16_is_cast_before_it_and_one_method_serves_both(
+    build, target
+):
+    """`(- s)` of an f32 `s`, read only by bf16 products, negates `s` cast down: the bits
+    of negating in f32 and rounding, in the code a bf16 `s` gives, so one method of `rot`
+    (and of `g`) serves f32 and bf16 `s`. `s` keeps a cast per read, so the gradient of an
+    f32 `s` is summed in f32 as two casts sum it."""
+    module, code = build(NEGATION, target=target)
+    assert re.findall(r"\n    def (\w+)\(", code) == ["__init__", "rot", "g", "forward"]
+    cast = "-s.to(torch.bfloat16)" if target == "cuda" else "-sx.round_to_bf16(s)"
+    assert cast in method_text(code, "rot"), code
+    net = module.Model()
+    w = small(4, 4, seed=1, low=-2, high=3)
+    assign(net, w=w)
+    for method, s_read in (("forward", lambda s: down(s)), ("g", lambda s: s)):
+        x = small(3, 4, seed=2, low=-2, high=3).requires_grad_()
+        s = odd(3, 4, seed=3).requires_grad_()
+        data_sanity_rounds(s)
+        net.zero_grad()
+        y = getattr(net, method)(x, s)
+        y.float().sum().backward()
+        xr, sr, wr = (t.detach().clone().requires_grad_() for t in (x, s, w))
+        h, s_in = down(xr) @ down(wr), s_read(sr)
+        expected = (h * down(s_in) + h * down(-s_in)) + down(s_in)
+        expected.float().sum().backward()
+        assert_same(y, expected if target == "cuda" else expected.float())
+        for got, want in ((x, xr), (s, sr), (net.w, wr)):
+            assert_same(got.grad, want.grad)
+
+
 @pytest.mark.parametrize("precision", POLICIES)
 def test_defun_called_inside_with_numerics_computes_with_that_mark(build, precision):
     cls, code = make(build, SPECIALIZE, precision)
