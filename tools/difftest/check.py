@@ -173,8 +173,7 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         out.note("interpret", method, False, f"the result is not a tensor: {want!r}")
         return
     out.note("interpret", method, True)
-    loose = model.bf16_gradients  # before _exact's evaluations reset it
-    exact = exact_ops and not loose and _exact(model, method, args)
+    exact = exact_ops and _exact(model, method, args)
     out.exact.append(exact)
     readings = {True: want}  # entry casts as the rule gives them -> the value
     if model.casts_at_entry(method, args):
@@ -202,13 +201,13 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         wanted = held_readings if target in HELD else readings
         entries[target] = _reading(got, wanted, target in HELD, exact, out.bound)
         want = wanted[entries[target]]
-        expected = held(want.dtype) if target in HELD or loose else want.dtype
-        same = (held(got.dtype) if loose else got.dtype) == expected
+        expected = held(want.dtype) if target in HELD else want.dtype
+        same = got.dtype == expected
         same = same and got.shape == want.shape
         shown = (
             f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
         )
-        if same and target in HELD and want.dtype == torch.bfloat16 and not loose:
+        if same and target in HELD and want.dtype == torch.bfloat16:
             same = _holds_bf16(got)
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
