@@ -309,7 +309,7 @@ def _backward(out: Outcome, model, module, method: str, args: list, want, entry)
     value = model.evaluate(method, xi, detach=False, entry=entry)
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
     loss = (value.float() * weights).sum()
-    grads = torch.autograd.grad(loss, wanted, allow_unused=True)
+    grads = _gradients(loss, wanted)
     got = [params[k].grad for k in names] + [a.grad for a in x if a.requires_grad]
     wide = None
     for k, (name, g, w) in enumerate(zip(names + ["input"] * len(args), got, grads)):
@@ -334,6 +334,14 @@ def _wide_gradients(model, method, args, weights, names, entry) -> list:
     leaves = model.tensors()
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
     loss = (value.double() * weights.double()).sum()
+    return _gradients(loss, wanted)
+
+
+def _gradients(loss, wanted) -> list:
+    """d loss / d each of `wanted`; None for all where the value is a constant (the
+    gradient of a linear Y, which the rules' backward computes from no input)."""
+    if not loss.requires_grad:
+        return [None] * len(wanted)
     return list(torch.autograd.grad(loss, wanted, allow_unused=True))
 
 
