@@ -39,9 +39,6 @@ class Interpreted:
         self.program = program
         self.precision = precision
         self.instance = build(program, program.top, consts, state)
-        # the last call took a gradient where bf16 values can be: its dtype is autograd's
-        # (cotangents cast back at each implicit cast), not the rules' symbolic backward's
-        self.bf16_gradients = False
         self.calls: dict = {}  # the calls the program made, as Evaluator.calls says
         # dropout is active, as in a new nn.Module, until eval()
         self.training = True
@@ -83,7 +80,6 @@ class Interpreted:
         with torch.enable_grad():
             given = [without_rank(a) for a in args]
             value = evaluator.enter(method, given, keys, entry=entry)
-        self.bf16_gradients = evaluator.gradients
         if not detach:
             return value.t if isinstance(value, Lam) else value
         return _plain(value)

@@ -20,6 +20,7 @@ import torch
 
 from sx2torch.interpret import ops
 from sx2torch.interpret.model import Instance, ParamValue
+from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
 
 F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
@@ -204,8 +205,7 @@ class Evaluator:
         # (model, defun) -> [(its arguments' dtypes, the form's mode)] of the calls the
         # program made, in order: a defun called only with bf16 casts f32 down at entry
         self.calls: dict = {} if calls is None else calls
-        self.readers: dict = {}  # id(tensor) -> (tensor, {dtypes ops read it in})
-        self.gradients = False  # whether a gradient was taken where bf16 can be
+        self.tape: list = []  # every op computed, as gradient differentiates it
 
     # Dtypes.
 
@@ -243,24 +243,23 @@ class Evaluator:
             return a
         return {"bf16": BF16, "f32": F32}.get(self.precision, F64)
 
-    def cast(self, v, dtype, implicit: bool = True):
-        """`v` read in `dtype`; an implicit read (an op's, not a `cast` form's) is recorded:
-        a gradient to `v` is computed in the dtype of the ops reading it."""
+    def cast(self, v, dtype):
+        """`v` read in `dtype` (None: as it is)."""
         if isinstance(v, Lam):  # beside a tensor with axes: read in the op's dtype too
             wanted = dtype is not None and v.t.is_floating_point()
             return keep_rank(v.t, v.t.to(dtype)) if wanted else v.t
         if isinstance(v, ParamValue):
-            if implicit:
-                self._read(v.tensor, dtype or v.tensor.dtype)
             return v.read(dtype or v.tensor.dtype)
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            if dtype is not None and implicit:
-                self._read(v, dtype)
             return v if dtype is None or v.dtype == dtype else keep_rank(v, v.to(dtype))
         return v
 
-    def _read(self, tensor, dtype):
-        self.readers.setdefault(id(tensor), (tensor, set()))[1].add(dtype)
+    def alias(self, source, value, frame: "Frame"):
+        """`value`, a cast of `source` the rules insert (an `if`'s or a loop's join, a
+        `cast` form): its backward passes the gradient on as it is."""
+        if _uncast(value) is not _uncast(source):
+            self.tape.append(Node("alias", [source], {}, frame, False, value))
+        return value
 
     # Calls.
 
@@ -296,8 +295,8 @@ class Evaluator:
         if unknown:
             raise EvalError(f"'{name}' has no key {sorted(unknown)}")
         value = self.body(defun.body, frame.bind(env))
-        if isinstance(value, ParamValue) and value.joined:
-            return self.cast(value, value.joined)  # an `if` of parameter reads, a value
+        if isinstance(value, ParamValue) and value.joined:  # an `if` of parameter reads
+            return self.alias(value, self.cast(value, value.joined), frame)
         return value
 
     def body(self, forms, frame: Frame):
@@ -382,6 +381,7 @@ class Evaluator:
     def op(self, name: str, args: list, keys: dict, frame: Frame):
         spec = ops.OPS[name]
         mode = ISLAND if spec.kind == ops.ISLAND else frame.mode
+        given = list(args)
         parts = list(args[0]) + args[1:] if spec.lists else args
         deciding = [v for i, v in enumerate(args) if i not in spec.skip]
         if spec.lists:
@@ -399,7 +399,7 @@ class Evaluator:
         if spec.lists:
             args[0] = [read(v) for v in args[0]]
         cast = [
-            self._uncast(v) if i in spec.skip else self.cast(v, dtype)
+            _uncast(v) if i in spec.skip else self.cast(v, dtype)
             for i, v in enumerate(args)
         ]
         if spec.lists:
@@ -415,29 +415,29 @@ class Evaluator:
         if not _fixes_rank(name, keys) and any(unranked(v) for v in parts):
             for made in result if isinstance(result, tuple) else (result,):
                 _mark(made)
-        return self._lam(name, parts, args, result)
+        value = _lam(name, parts, args, result)
+        high = any(isinstance(v, ParamValue) and v.high for v in deciding)
+        self.tape.append(Node(name, given, keys, frame.within(mode), high, value))
+        return value
 
-    def _uncast(self, v):
-        if isinstance(v, Lam):
-            return v.t
-        return v.tensor if isinstance(v, ParamValue) else v
 
-    def _lam(self, name, parts, args, result):
-        """A 0-d value, which decides no dtype beside tensors with axes: an element of a
-        vector, a full reduction, a cast of one, an elementwise op on such (0-d by rank).
-        """
-        if (
-            not isinstance(result, torch.Tensor)
-            or result.dim() != 0
-            or unranked(result)
-        ):
-            return result
-        if name == "at":
-            return Lam(result) if dtype_of(args[0]) and _rank(args[0]) == 1 else result
-        tensors = [v for v in parts if isinstance(v, (torch.Tensor, Lam, ParamValue))]
-        if tensors and (name in ZERO_D_MAKERS or all(zero_d(v) for v in tensors)):
-            return Lam(result)
+def _uncast(v):
+    if isinstance(v, Lam):
+        return v.t
+    return v.tensor if isinstance(v, ParamValue) else v
+
+
+def _lam(name, parts, args, result):
+    """A 0-d value, which decides no dtype beside tensors with axes: an element of a
+    vector, a full reduction, a cast of one, an elementwise op on such (0-d by rank)."""
+    if not isinstance(result, torch.Tensor) or result.dim() != 0 or unranked(result):
         return result
+    if name == "at":
+        return Lam(result) if dtype_of(args[0]) and _rank(args[0]) == 1 else result
+    tensors = [v for v in parts if isinstance(v, (torch.Tensor, Lam, ParamValue))]
+    if tensors and (name in ZERO_D_MAKERS or all(zero_d(v) for v in tensors)):
+        return Lam(result)
+    return result
 
 
 def _fixes_rank(name: str, keys: dict) -> bool:

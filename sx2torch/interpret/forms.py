@@ -24,8 +24,9 @@ from sx2torch.interpret.evaluate import (
     leaf,
     zero_d,
 )
+from sx2torch.interpret import backward
 from sx2torch.interpret.model import ParamValue
-from sx2torch.syntax.read import Vector
+from sx2torch.syntax.read import Symbol, Vector
 
 FIXED_POINT_ROUNDS = 4
 
@@ -65,15 +66,15 @@ def _if(ev, items, frame):
         return value
     read = value.t.to(joined) if isinstance(value, Lam) else ev.cast(value, joined)
     # 0-d by rank where both branches are
-    return Lam(read) if zero_d(value) and zero_d(other_value) else read
+    read = Lam(read) if zero_d(value) and zero_d(other_value) else read
+    return read if read is value else ev.alias(value, read, frame)
 
 
 def _cast(ev, items, frame):
     value = ev.eval(items[0], frame)
     dtype = F64 if ev.precision == "f64" else DTYPES[ev.eval(items[1], frame)]
-    if isinstance(value, Lam):
-        return Lam(value.t.to(dtype))
-    return ev.cast(value, dtype, implicit=False)
+    made = Lam(value.t.to(dtype)) if isinstance(value, Lam) else ev.cast(value, dtype)
+    return ev.alias(value, made, frame)
 
 
 def _with_numerics(ev, items, frame):
@@ -84,28 +85,25 @@ def _with_numerics(ev, items, frame):
         mode = REGION
     if mode is None:
         raise EvalError(f"unknown with-numerics mark :{key} :{value}")
-    return ev.body(items[1:], frame.within(mode))
+    body = items[1:]
+    if len(body) == 1 and _head(body[0]) == "gradient":  # it marks the backward only
+        return _gradient(ev, body[0].items[1:], frame, around=mode)
+    return ev.body(body, frame.within(mode))
 
 
-def _gradient(ev, items, frame):
-    target = ev.eval(items[1], frame)
-    tensor = target.tensor if isinstance(target, ParamValue) else target
+def _head(d):
+    items = getattr(d, "items", None)
+    return items[0].name if items and isinstance(items[0], Symbol) else None
+
+
+def _gradient(ev, items, frame, around=None):
+    """(gradient Y X): Y evaluated, then differentiated symbolically (backward.py);
+    `around`: the mode of a with-numerics form wrapped directly around it."""
+    x = ev.eval(items[1], frame)
     y = ev.eval(items[0], frame)
-    y = y.t if isinstance(y, Lam) else y
-    if y.dim() != 0:
+    if (y.t if isinstance(y, Lam) else y).dim() != 0:
         raise EvalError("gradient's Y must be a scalar")
-    if y.requires_grad and tensor.requires_grad:
-        (g,) = torch.autograd.grad(y, tensor, create_graph=True, allow_unused=True)
-    else:
-        g = None
-    if g is None:
-        g = torch.zeros_like(tensor)
-    ev.gradients |= ev.precision == "bf16" or frame.mode == REGION
-    read = ev.readers.get(id(tensor), (None, set()))[1]
-    dtype = None
-    for d in sorted(read, key=str):
-        dtype = ev.join(dtype, d)
-    return keep_rank(tensor, g.to(dtype) if dtype is not None else g)
+    return backward.gradient(ev, y, x, around)
 
 
 def _layers(ev, stack, frame):
@@ -115,28 +113,31 @@ def _layers(ev, stack, frame):
     return layers
 
 
-def _loop(ev, layers, carried, step):
+def _loop(ev, layers, carried, step, frame):
     """Runs `step(i, layer, values)` over the layers, each carried value given the join of
     its initial dtype and an iteration's, found by iterating to a fixed point."""
     dtypes = [dtype_of(v) if is_float(v) else None for v in carried]
     for _ in range(FIXED_POINT_ROUNDS if layers else 0):
-        out = step(0, layers[0], [_to(ev, v, d) for v, d in zip(carried, dtypes)])
+        out = step(
+            0, layers[0], [_to(ev, v, d, frame) for v, d in zip(carried, dtypes)]
+        )
         joined = [
             ev.join(d, dtype_of(v)) if is_float(v) else d for v, d in zip(out, dtypes)
         ]
         if joined == dtypes:
             break
         dtypes = joined
-    values = [_to(ev, v, d) for v, d in zip(carried, dtypes)]
+    values = [_to(ev, v, d, frame) for v, d in zip(carried, dtypes)]
     for i, layer in enumerate(layers):
-        values = [_to(ev, v, d) for v, d in zip(step(i, layer, values), dtypes)]
+        out = step(i, layer, values)
+        values = [_to(ev, v, d, frame) for v, d in zip(out, dtypes)]
     return values
 
 
-def _to(ev, v, dtype):
+def _to(ev, v, dtype, frame):
     if dtype is None or not is_float(v) or isinstance(v, Lam):
         return v
-    return leaf(ev.cast(v, dtype))
+    return ev.alias(v, leaf(ev.cast(v, dtype)), frame)
 
 
 def _for(ev, items, frame):
@@ -153,7 +154,7 @@ def _for(ev, items, frame):
         out = ev.body(body, frame.bind(bound))
         return list(out) if len(names) > 1 else [out]
 
-    values = _loop(ev, _layers(ev, stack, frame), carried, step)
+    values = _loop(ev, _layers(ev, stack, frame), carried, step, frame)
     return values if len(names) > 1 else values[0]
 
 
@@ -165,7 +166,7 @@ def _chain(ev, items, frame):
     def step(i, layer, values):
         return [ev.call(layer, "forward", [values[0], *args], keys, frame.mode)]
 
-    return _loop(ev, layers, [x], step)[0]
+    return _loop(ev, layers, [x], step, frame)[0]
 
 
 def _nth(ev, items, frame):

@@ -173,8 +173,7 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         out.note("interpret", method, False, f"the result is not a tensor: {want!r}")
         return
     out.note("interpret", method, True)
-    loose = model.bf16_gradients  # before _exact's evaluations reset it
-    exact = exact_ops and not loose and _exact(model, method, args)
+    exact = exact_ops and _exact(model, method, args)
     out.exact.append(exact)
     readings = {True: want}  # entry casts as the rule gives them -> the value
     if model.casts_at_entry(method, args):
@@ -202,13 +201,13 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         wanted = held_readings if target in HELD else readings
         entries[target] = _reading(got, wanted, target in HELD, exact, out.bound)
         want = wanted[entries[target]]
-        expected = held(want.dtype) if target in HELD or loose else want.dtype
-        same = (held(got.dtype) if loose else got.dtype) == expected
+        expected = held(want.dtype) if target in HELD else want.dtype
+        same = got.dtype == expected
         same = same and got.shape == want.shape
         shown = (
             f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
         )
-        if same and target in HELD and want.dtype == torch.bfloat16 and not loose:
+        if same and target in HELD and want.dtype == torch.bfloat16:
             same = _holds_bf16(got)
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
@@ -310,7 +309,7 @@ def _backward(out: Outcome, model, module, method: str, args: list, want, entry)
     value = model.evaluate(method, xi, detach=False, entry=entry)
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
     loss = (value.float() * weights).sum()
-    grads = torch.autograd.grad(loss, wanted, allow_unused=True)
+    grads = _gradients(loss, wanted)
     got = [params[k].grad for k in names] + [a.grad for a in x if a.requires_grad]
     wide = None
     for k, (name, g, w) in enumerate(zip(names + ["input"] * len(args), got, grads)):
@@ -335,6 +334,14 @@ def _wide_gradients(model, method, args, weights, names, entry) -> list:
     leaves = model.tensors()
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
     loss = (value.double() * weights.double()).sum()
+    return _gradients(loss, wanted)
+
+
+def _gradients(loss, wanted) -> list:
+    """d loss / d each of `wanted`; None for all where the value is a constant (the
+    gradient of a linear Y, which the rules' backward computes from no input)."""
+    if not loss.requires_grad:
+        return [None] * len(wanted)
     return list(torch.autograd.grad(loss, wanted, allow_unused=True))
 
 

@@ -4,7 +4,8 @@
 ;; computes in: x^T @ g reads no parameter and no bf16 value, so f32; the interpreter gives a
 ;; gradient the join of the dtypes X is read in (bf16), and (+ (at v 3) ...) then rounds.
 ;; found: value cuda:forward: max |diff| 2.52: got [1.6875, 1.1875, 0.21875, 1.8125, 0.9375, 0.6875], want [1.6875, 1.1875, 0.21875, -0.703125, 0.9375, 0.6875]
-;; known: the interpreter's gradient dtype is the join of X's reads, not its backward's dtype
+;; Passes since the interpreter's backward is symbolic (sx2torch/interpret/backward.py): each backward
+;; node typed by the rules, in its forward node's marks.
 (defconst d 4)
 (defparam w1 (normal [d d]))
 (defparam w2 (normal [d d]) :trainable false)

@@ -1,0 +1,125 @@
+"""The interpreter's gradient (sx2torch/interpret/backward.py) follows docs/LANGUAGE.md's
+rules, checked against the rules' arithmetic written in plain PyTorch: each backward node is
+typed as the forward is (contagion from the values it reads, its forward node's marks), a
+gradient has its last backward node's dtype, a value's contributions are summed in the marks
+its readers share, and a with-numerics form directly around a gradient marks the backward
+only."""
+
+import torch
+
+from sx2torch import interpret
+
+BF = torch.bfloat16
+X = torch.tensor([[0.5, -1.25, 1 + 2**-9, 0.75], [-0.5, 1.5, 0.25, -1 - 2**-8]])
+W = torch.tensor(
+    [[1 + 2**-8, 0.5, -0.25, 1.0], [0.5, -1.0, 0.75, 2**-7], [0.25, 1.5, -0.5, 1.0]] * 2
+)[:4]
+V = torch.tensor([0.5, -0.75, 1 + 2**-7, 0.25])
+
+
+def _model(source: str):
+    return interpret.load(source, state={"w": W, "v": V})
+
+
+def test_a_gradient_through_a_parameter_is_bf16_and_one_without_keeps_x_s_f32():
+    """golden gradient-dtype: d/dx sum(x w) is ones @ w^T, a bf16 node (it reads w); d/dx
+    sum(x x) reads no parameter: f32, the two contributions summed."""
+    model = _model(
+        "(defparam w (normal [4 4]))\n(defparam v (normal [4]))\n"
+        "(defun forward (x) (gradient (sum (matmul x w)) x))\n"
+        "(defun plain (x) (gradient (sum (* x x)) x))\n(defrun train :precision :bf16)\n"
+    )
+    got = model("forward", X)
+    want = torch.ones(2, 4, dtype=BF) @ W.to(BF).T
+    assert got.dtype == BF and torch.equal(got, want)
+    plain = model("plain", X)
+    assert plain.dtype == torch.float32 and torch.equal(plain, X + X)
+
+
+def test_a_parameter_s_gradient_has_the_dtype_of_the_node_that_computes_it():
+    """corpus rule-gradient-dtype-backward-f32: the gradient of a frozen v that a bf16
+    matmul reads is x^T @ g, which reads no parameter and no bf16 value: f32, where X's
+    reads (bf16) would give bf16."""
+    model = _model(
+        "(defparam v (normal [4]) :trainable false)\n"
+        "(defun forward (x) (gradient (mean (matmul x v)) v))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    got = model("forward", X)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, X.T @ torch.full((2,), 0.5))
+
+
+def test_the_backward_of_a_function_rounds_at_each_op_and_meets_bf16_late():
+    """corpus rule-gradient-dtype-backward-bf16: x is read by f32 ops only, before a bf16
+    matmul; the backward turns bf16 at w and stays so down to x, the quotient's rule
+    written out: g / b by the numerator, -(g * y / b) by the denominator."""
+    model = _model(
+        "(defparam w (normal [4 4]))\n"
+        "(defun forward (x) (gradient (sum (matmul (/ x (+ x 2.0)) w)) x))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    got = model("forward", X)
+    b = X + 2.0
+    y = (X / b).to(BF)
+    g = torch.ones(2, 4, dtype=BF) @ W.to(BF).T
+    want = g / b.to(BF) + -(g * y / b.to(BF))
+    assert got.dtype == BF and torch.equal(got, want)
+
+
+def test_contributions_sum_in_the_marks_their_readers_share():
+    """golden gradient-region-reads: under :f32, x read inside a bf16 region (tanh) and
+    outside it (+): each contribution in its reader's marks, the sum outside, in f32."""
+    model = _model(
+        "(defun forward (x) (gradient (sum (+ (with-numerics (:precision :bf16) "
+        "(tanh x)) x)) x))\n"
+        "(defun twice (x) (gradient (sum (with-numerics (:precision :bf16) "
+        "(* x (tanh x)))) x))\n"
+    )
+    ones = torch.ones(2, 4)
+    t = torch.tanh(X.to(BF))
+    got = model("forward", X)
+    want = ones + (ones.to(BF) * (1.0 - torch.square(t))).float()
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    twice = model("twice", X)
+    by_tanh = ones.to(BF) * X.to(BF)
+    want = ones.to(BF) * t + by_tanh * (1.0 - torch.square(t))
+    assert twice.dtype == BF and torch.equal(twice, want)
+
+
+def test_a_form_directly_around_a_gradient_marks_its_backward_only():
+    """corpus rule-region-around-gradient, and the seed's page: the forward computes as
+    the policy says (bf16 under :bf16), the whole backward as the form says (f32)."""
+    model = _model(
+        "(defparam w (normal [4 4]))\n"
+        "(defun forward (x) (with-numerics (:sensitivity :high) "
+        "(gradient (sum (* (matmul x w) x)) x)))\n(defrun train :precision :bf16)\n"
+    )
+    product = X.to(BF) @ W.to(BF)
+    ones = torch.ones(2, 4)
+    want = ones * product.float() + (ones * X) @ W.T
+    got = model("forward", X)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+
+
+def test_a_high_parameter_s_backward_reads_its_master_in_f32():
+    """golden gradient-high: (matmul x w) of a :numerics :high w is an f32 node, and so is
+    its backward, though the gradient reaching it is bf16."""
+    model = interpret.load(
+        "(defparam w (normal [4 4]) :numerics :high)\n(defparam v (normal [4 4]))\n"
+        "(defun forward (x) (gradient (mean (matmul (matmul x w) v)) x))\n"
+        "(defrun train :precision :bf16)\n",
+        state={"w": W, "v": W.T.contiguous()},
+    )
+    g = torch.full((2, 4), 1 / 8).to(BF) @ W.T.contiguous().to(BF).T
+    want = g.float() @ W.T
+    got = model("forward", X)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+
+
+def test_a_gradient_of_a_gradient_differentiates_the_first_backward():
+    """d/dx sum(d/dx sum(x^3)) = d/dx sum(3x^2) = 6x, through the first backward's nodes."""
+    model = _model(
+        "(defun forward (x) (gradient (sum (gradient (sum (* (* x x) x)) x)) x))\n"
+    )
+    assert torch.allclose(model("forward", X), 6 * X, rtol=0, atol=1e-6)
