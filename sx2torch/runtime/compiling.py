@@ -15,16 +15,21 @@ Compiled code calls the runtime's roundings and f32-out GEMM as custom ops
 a forward and a backward subgraph each, and which AOTAutograd's cache takes only
 behind a process-wide flag (``autograd_cache_allow_custom_autograd_functions``).
 An op is one node, which that cache takes as it is; inductor is given its
-decomposition, so that it fuses the op's plain operations with their neighbours
+decomposition (or lowering), so that it fuses the op's plain operations with their neighbours
 instead of calling the op. The registrations name only the runtime's own ops:
 nothing else compiles differently.
 
-The rounding is inlined in its integer form, which inductor keeps whatever its
-settings. Its code is what makes a held target's cold compile slower than cuda's
-(nine operations for each rounding in every kernel, where cuda's bf16 code stores
-with one cast). Where the user has set ``emulate_precision_casts``, inductor keeps a
-``.to(torch.bfloat16).float()`` round trip as eager computes it, and on the CPU that
-cast gives the same bits (all 2^32 patterns), so the rounding is inlined as the cast.
+On the CPU the rounding is lowered as torch's own cast there and back, fused, with
+``use_compute_types=False``, the flag inductor's own ``emulate_precision_casts`` sets on
+the casts it keeps: a plain cast to bf16 whose value stays in the kernel is one inductor
+may leave in f32 (in C++ it takes the cast back from the cache as the value it cast), and
+this one it keeps whatever the user's settings. That cast gives round_bits' bits (on x86
+ATen's vector cast is the same integer algorithm; the cast was checked on all 2^32
+patterns, as eager's CPU rounding is), in two
+operations where the integer form has nine, which inductor would copy into every kernel
+that rounds: that code is what made a held target's cold compile slower than cuda's, whose
+bf16 code stores with one cast. On other devices (bf16 support on MPS is patchy) inductor
+inlines ``round_bits``.
 """
 
 import importlib.abc
@@ -37,23 +42,28 @@ from sx2torch.runtime.matmul import gemm_forward
 from sx2torch.runtime.rounding import round_bits
 
 _AUTOCAST = ("_enter_autocast", "_exit_autocast")
-_INDUCTOR = "torch._inductor.decomposition"
+_DECOMPOSITIONS = "torch._inductor.decomposition"
+_LOWERINGS = "torch._inductor.lowering"
 
 
 def prepare_compiling() -> None:
     """Registers the ops with inductor now if it is loaded, else as soon as it is: importing
     it (dynamo with it) doubles the import time of a process that never compiles."""
-    if "torch._inductor" in sys.modules:
-        _register()
-    else:
-        sys.meta_path.insert(0, _AfterImport())
+    for name, register in ((_DECOMPOSITIONS, _register), (_LOWERINGS, _register_lowering)):
+        if "torch._inductor" in sys.modules:
+            register()
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, register))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `_register` once inductor's decomposition table is loaded, before any compile."""
+    """Runs ``register`` once the module ``name`` is loaded, before any compile."""
+
+    def __init__(self, name: str, register) -> None:
+        self.name, self.register = name, register
 
     def find_spec(self, name, path, target=None):
-        if name != _INDUCTOR:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
@@ -61,7 +71,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             load(module)
-            _register()
+            self.register()
 
         spec.loader.exec_module = exec_module
         return spec
@@ -84,6 +94,23 @@ def _register() -> None:
 
 
 def _rounding(x: torch.Tensor) -> torch.Tensor:
-    if torch._inductor.config.emulate_precision_casts and x.device.type == "cpu":
-        return x.to(torch.bfloat16).float()
+    if x.device.type == "cpu":
+        return NotImplemented  # the op stays whole, for `_cast_rounding`
     return round_bits(x)
+
+
+def _register_lowering() -> None:
+    # `as`, as in `_register`
+    import torch._inductor.lowering as lowering
+
+    lowering.register_lowering(
+        torch.ops.sx2torch.round_to_bf16.default, type_promotion_kind=None
+    )(lowering.make_pointwise(_cast_rounding))
+
+
+def _cast_rounding(x):
+    from torch._inductor.virtualized import ops
+
+    # The op's input, an f32 value in inductor's IR; use_compute_types=False keeps the cast.
+    kept = ops.to_dtype(x, torch.bfloat16, use_compute_types=False)
+    return ops.to_dtype(kept, torch.float32, src_dtype=torch.bfloat16)

@@ -8,7 +8,8 @@ on every one of the 2^32 patterns (NaN payloads aside).
 
 In eager mode the roundings are autograd Functions (and hooks on backward nodes);
 code that torch.compile traces calls them as an op, ``torch.ops.sx2torch.round_to_bf16``,
-which inductor computes in the integer form (``compiling.py``).
+which inductor computes as a cast it keeps on the CPU and in the integer form elsewhere
+(``compiling.py``).
 """
 
 import torch
@@ -31,7 +32,7 @@ def round_bits(x: Tensor) -> Tensor:
     the sign bit. A finite value past the largest bf16 carries into the exponent
     and becomes inf, as the cast does; subnormals need no special case. Nine
     operations, since inductor writes code for each of them in every kernel that
-    rounds.
+    rounds (off the CPU: there it inlines the cast, ``compiling.py``).
     """
     bits = torch.where(torch.isnan(x), _QUIET_NAN, x.view(torch.int32))
     lsb = (bits >> 16) & 1
@@ -39,7 +40,7 @@ def round_bits(x: Tensor) -> Tensor:
 
 
 def _round(x: Tensor) -> Tensor:
-    """The rounding on eager kernels (compiled code has ``round_bits`` inlined)."""
+    """The rounding on eager kernels (compiled code has it inlined, ``compiling.py``)."""
     if x.device.type == "cpu":
         # The same bits (checked on all 2^32 patterns) in one pass instead of about ten.
         return x.to(torch.bfloat16).float()
@@ -52,10 +53,10 @@ def rounding_op(x: Tensor) -> Tensor:
 
     Dynamo and AOTAutograd take an op whole, where they trace an autograd Function
     as two subgraphs (its forward and its backward) and AOTAutograd's cache takes it
-    only behind a flag. Inductor replaces the op by ``round_bits`` (compiling.py),
-    fused with its neighbours: integer operations, which it cannot drop, where a
+    only behind a flag. Inductor computes the op fused with its neighbours
+    (compiling.py): on the CPU as a cast that it keeps, where a plain
     ``.to(torch.bfloat16).float()`` round trip in a fused kernel keeps the f32 value
-    (unless the user has set ``emulate_precision_casts``: then by that cast).
+    unless the user has set ``emulate_precision_casts``; elsewhere as ``round_bits``.
     """
     return _round(x)
 

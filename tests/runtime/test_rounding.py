@@ -1,8 +1,8 @@
 """round_to_bf16 against torch's own cast, bit for bit.
 
-The algorithm tests run twice: on `round_bits`, the integer form every device
-and compiled code use, and on `round_to_bf16`, which on the CPU in eager mode
-takes torch's cast (the same bits, in one pass).
+The algorithm tests run twice: on `round_bits`, the integer form eager code off
+the CPU and compiled code off the CPU use, and on `round_to_bf16`, which on the
+CPU takes torch's cast (the same bits, in one pass; inlined so when compiled).
 """
 
 import pytest
@@ -153,8 +153,8 @@ def test_widens_a_bfloat16_tensor_exactly() -> None:
 
 
 def test_compiles_without_graph_breaks_and_still_rounds_when_fused() -> None:
-    """Inductor fuses the bit operations with their neighbours and keeps them all:
-    unlike a ``.to(torch.bfloat16).float()`` round trip, which it may elide."""
+    """Inductor fuses the rounding with its neighbours and keeps it: unlike a
+    plain ``.to(torch.bfloat16).float()`` round trip, which it may elide."""
 
     def scaled(x: torch.Tensor) -> torch.Tensor:
         return round_to_bf16(x * 0.75) * 2.0
@@ -169,7 +169,7 @@ def test_compiles_without_graph_breaks_and_still_rounds_when_fused() -> None:
     assert torch.equal(compiled.isnan(), eager.isnan())
     assert torch.equal(compiled.nan_to_num(), eager.nan_to_num())
 
-    # The compiled backward rounds in the integer form: grad = 0.75 * bf16(2 * upstream).
+    # The compiled backward rounds too: grad = 0.75 * bf16(2 * upstream).
     finite = x.nan_to_num(0.0, 0.0, 0.0).clamp(-1e30, 1e30)
     upstream = torch.randn(x.shape, generator=generator)
     leaf = finite.clone().requires_grad_()

@@ -909,8 +909,8 @@ def import_file(path: Path, name: str) -> types.ModuleType:
 
 def test_metal_rms_mlp_under_torch_compile_fullgraph(tmp_path):
     """No graph break, and the compiled forward gives eager's bits: the rounding is
-    integer arithmetic, which inductor cannot drop, unlike a round trip through
-    `.to(torch.bfloat16)` that a fused kernel may keep in f32. (The f32 mean of
+    one inductor keeps, unlike a plain round trip through `.to(torch.bfloat16)`
+    that a fused kernel may keep in f32. (The f32 mean of
     the rms-norm is one of inductor's own reductions; its rsqrt is rounded to
     bf16 before use, so a last-bit difference there would rarely show: with this
     seed it does not.)"""
@@ -948,12 +948,11 @@ def compile_and_compare(net: torch.nn.Module) -> None:
     assert torch.equal(bits(normed.to(BF16).float()), bits(normed))
 
 
-# The methods compiled for each case and setting. In the integer form, `chained` (an
-# emitted gradient through the stack of blocks, forward and adjoint loop, and its own
+# The methods compiled for each case and setting. Without `emulate_precision_casts`, `chained`
+# (an emitted gradient through the stack of blocks, forward and adjoint loop, and its own
 # backward) stands for `forward`: the same held ops, roundings and hooks, in under a third of
-# the compile (inductor inlines each rounding's nine operations into its readers; `forward`'s
-# gradient of the energy, twice as deep, took 120 CPU-s to compile from a cold cache).
-# `forward` itself is compiled under `emulate_precision_casts`, where a rounding is one cast.
+# the compile (`forward`'s gradient of the energy is twice as deep). `forward` itself is
+# compiled under `emulate_precision_casts`.
 COMPILED = {
     ("gradient-regions", False): ("chained", "blocks.0.forward with bf16"),
     ("gradient-regions", True): ("forward", "blocks.0.forward with bf16"),
@@ -969,8 +968,8 @@ def test_held_code_under_torch_compile_gives_the_bits_of_its_ops(
     case, emulate, tmp_path, monkeypatch
 ):
     """Inductor computes the held form's values and gradients bit for bit: every
-    rounding, forward and backward, is kept where it fuses with its neighbours, as
-    the integer form, or as the cast where the user has set `emulate_precision_casts`.
+    rounding, forward and backward, is kept where it fuses with its neighbours, with
+    or without the user's `emulate_precision_casts`.
 
     Compiled code calls the runtime's ops (`torch.ops.sx2torch.*`) and leaves out
     `sx.store_bf16`'s hooks on backward nodes, which dynamo cannot trace, so the
@@ -1058,7 +1057,7 @@ def test_metal_rms_mlp_on_mps_matches_cpu_bitwise():
 class BF16Ops(TorchDispatchMode):
     """Record every aten op but a conversion that returns a bf16 tensor: bf16 arithmetic.
 
-    (round_to_bf16 converts on the CPU in eager mode: the same bits as its integer form.)
+    (round_to_bf16 converts on the CPU: the same bits as its integer form.)
     """
 
     def __init__(self):
