@@ -6,7 +6,9 @@ from sx2torch import printer
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
 from sx2torch.ir import Graph, Kind, Node, walk
+from sx2torch.ops.rank import Tail
 from sx2torch.policy import Lowered, Typed
+from sx2torch.policy.rules import is_param
 
 
 def data(items: list) -> str:
@@ -54,9 +56,7 @@ def graphs(traced: dict, shapes: bool = False) -> str:
 def graph(g: Graph, typed: Typed = None, shapes: bool = False) -> str:
     if typed is not None:
         ambient = f" called {typed.ambient}" if typed.ambient else ""
-        return printer.graph(
-            g, _Dtypes(typed), f" : ({', '.join(typed.signature)}){ambient}"
-        )
+        return printer.graph(g, _Dtypes(typed), f" : ({_signature(typed)}){ambient}")
     if shapes:
         return printer.graph(g, _Shapes(g))
     return printer.graph(g)
@@ -90,9 +90,17 @@ class _Shapes(printer.Notes):
 
 
 def _dims(dims) -> str:
+    """`[...]` where the rank is not known, `[... 4]` where only the last sizes are."""
     if dims is None:
         return "[...]"
-    return "[" + " ".join("?" if d is None else str(d) for d in dims) + "]"
+    known = dims.sizes if isinstance(dims, Tail) else dims
+    sizes = ["?" if d is None else str(d) for d in known]
+    return "[" + " ".join(["..."] * isinstance(dims, Tail) + sizes) + "]"
+
+
+def _signature(typed: Typed) -> str:
+    """Its arguments' dtypes; a parameter passed as an argument is `param NAME`."""
+    return ", ".join(f"param {s.name}" if is_param(s) else s for s in typed.signature)
 
 
 def lowered(low: Lowered) -> str:
@@ -111,7 +119,7 @@ def names(naming: Naming) -> str:
     for typed, method in naming.methods.items():
         local = naming.locals[typed]
         ids = printer.numbering(typed.graph)
-        signature = ", ".join(typed.signature)
+        signature = _signature(typed)
         # a library function is at module level, in no class
         owner = naming.classes.get(typed.model)
         where = f"{owner}.{method}" if owner else method
