@@ -10,7 +10,6 @@ import gc
 import shlex
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
@@ -151,8 +150,7 @@ def _verify_lowered(unit: Unit) -> None:
 
 
 def _names(unit: Unit) -> None:
-    render = partial(module.render, source_lines=unit.shown)
-    unit.names = naming.run(unit.program, unit.lowered, unit.target, render)
+    unit.names = naming.run(unit.program, unit.lowered, unit.target)
     library.name(unit.lowered, unit.names)
 
 

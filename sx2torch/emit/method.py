@@ -8,6 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from sx2torch.emit import build as b
+from sx2torch.emit import plan
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.naming import Locals, Naming
 from sx2torch.emit.targets import Target
@@ -120,7 +121,10 @@ class MethodEmitter:
         """The casts written before a statement, which its readers then read by name."""
         hoists = []
         for hoist in self.layout.hoists.at.get(statement, []):
-            cast = self.ctx.target.cast(self.ref(hoist.operand), *hoist.conversion)
+            written = plan.written(self.layout, hoist.operand)
+            cast = self.ctx.target.cast(
+                self.ref(hoist.operand), *hoist.conversion, written
+            )
             hoists.append((path, _assign(self.locals.hoists[hoist], cast)))
         return hoists
 
@@ -165,7 +169,11 @@ class MethodEmitter:
         want = output_dtype(self.typed, node, index)
         conversion = self.conversions.conversion_of(operand, want)
         value = self.ref(operand)
-        return value if conversion is None else self.ctx.target.cast(value, *conversion)
+        if conversion is None:
+            return value
+        return self.ctx.target.cast(
+            value, *conversion, plan.written(self.layout, operand)
+        )
 
     def _for(self, node: Node) -> list:
         """`for i, layer in enumerate(self.stack):`, the carried values assigned before it
@@ -261,7 +269,9 @@ class MethodEmitter:
         hoist = self.layout.hoists.reads.get((node, index))
         if hoist is not None:
             return b.name(self.locals.hoists[hoist])
-        return self.ctx.target.cast(self.ref(operand), *conversion)
+        return self.ctx.target.cast(
+            self.ref(operand), *conversion, plan.written(self.layout, operand)
+        )
 
     def expr(self, node: Node) -> b.Expr:
         if node.kind is Kind.CAST:
@@ -299,10 +309,12 @@ class MethodEmitter:
             tuple(map(_is_number, node.inputs)),
             tuple(map(rank_of, node.inputs)),
         )
-        rounds = decided.dtype == "bf16" and not op.is_exact(node.inputs)
+        rounds = plan.rounds(self.typed, node)
         value = self.ctx.target.store(op.emit(operands, context), rounds)
         gathered = self.conversions.gathered(node)
-        return value if gathered is None else self.ctx.target.cast(value, *gathered)
+        if gathered is None:
+            return value
+        return self.ctx.target.cast(value, *gathered, plan.stored(self.layout, node))
 
 
 def _value(value):

@@ -27,13 +27,6 @@ from sx2torch.syntax.scalars import ScalarOp
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 
 
-def render(typed: Typed, naming: Naming, target: Target, source_lines=None) -> str:
-    """A method's code, under the method names `naming` gives so far."""
-    attrs = naming.attrs.get(typed.model, {})  # a library function has none
-    ctx = ClassContext(target, naming, attrs, source_lines)
-    return b.code(_method(typed, "method", ctx))
-
-
 def run(
     program: Program,
     lowered: Lowered,

@@ -12,8 +12,7 @@ its own. `--dump-after names` prints the result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Callable, Optional
+from typing import Optional
 
 from sx2torch.emit.casts import Hoist
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
@@ -71,18 +70,12 @@ class Naming:
     read_consts: dict = field(default_factory=dict)
 
 
-def run(
-    program: Program,
-    lowered: Lowered,
-    target: Target,
-    render: Callable[..., str],
-) -> Naming:
-    """`render(typed, naming, target=...)` is a method's code under stand-in method names:
-    the specializations of a defun whose code is the same share one method. Which share,
-    and what each public method computes, is decided once for every target, on a held
-    target's code, where every rounding is written out: a cuda method that computes two
-    specializations through its tensors' dtypes (`x * torch.sigmoid(x)` on f32 and on
-    bf16) cannot be one method there, whose tensors are all f32."""
+def run(program: Program, lowered: Lowered, target: Target) -> Naming:
+    """Which specializations of a defun share a method, and what each public method
+    computes, is decided once for every target, on a held target's plans (sharing.py),
+    where every rounding is written out: a cuda method that computes two specializations
+    through its tensors' dtypes (`x * torch.sigmoid(x)` on f32 and on bf16) cannot be one
+    method there, whose tensors are all f32."""
     classes = _class_names(program)
     attrs = {}
     namespaces = {}
@@ -96,13 +89,7 @@ def run(
     naming = _layouts(Naming(classes, attrs, {}, {}, stores=stores), lowered, target)
     judge = target if target.held else DECIDING
     deciding = naming if judge is target else _layouts(naming, lowered, judge)
-    sharing = Sharing(
-        lowered,
-        judge,
-        partial(render, target=judge),
-        deciding,
-        lambda layout: _LocalNaming(layout).run(),
-    )
+    sharing = Sharing(lowered, judge, deciding.layouts)
     methods, specialized = _method_names(
         program, lowered, namespaces, deciding, sharing
     )

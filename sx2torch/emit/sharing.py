@@ -1,11 +1,13 @@
 """Which specializations of a defun share one method, before they are named.
 
 Two share a method when the method of one, called with the other's arguments, computes the
-other on every target: their code on a held target (naming.DECIDING), where every rounding
-is written out, is the same, or it is the same once the casts down that are identities on
-the other's bf16 arguments are left out (`sx.round_to_bf16(x)` on a bf16 `x`). The second is
-then "served" by the first, whose code the method is. A cast up stays: `sx.as_f32` rounds
-the gradient through it, which an f32 argument's gradient is not.
+other on every target: their plans on a held target (naming.DECIDING), where every rounding
+is written out, print the same (sx2torch/emit/plan.py: the typed graph noted with each
+read's cast, the hoisted casts, the roundings on store and the methods called), or print
+the same once the casts down that are identities on the other's bf16 arguments are left
+out (`sx.round_to_bf16(x)` on a bf16 `x`). The second is then "served" by the first, whose
+code the method is. A cast up stays: `sx.as_f32` rounds the gradient through it, which an
+f32 argument's gradient is not. No code is written to decide it.
 
 The specializations come callees first. Each joins the first group whose method serves it;
 else it starts a group, which then takes in an earlier group it serves whole (the f32 copy
@@ -16,18 +18,21 @@ comparison already counted on that group's method.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from sx2torch.emit.casts import Conversions, cast_once
 from sx2torch.emit.layout import Layout
+from sx2torch.emit.plan import printed
 from sx2torch.ir import Kind, Node
 from sx2torch.policy import Lowered, Typed
 
 
 @dataclass(eq=False)
 class Group:
-    stand_in: str  # the name callers are rendered with while groups are formed
+    stand_in: str  # the name callers call it by while groups are formed
     rep: Typed  # whose code the method is
-    code: str
+    # the rep's printed plan; None where its defun has one specialization
+    plan: Optional[str]
     members: list = field(default_factory=list)
 
 
@@ -54,13 +59,11 @@ class View(Conversions):
 class Sharing:
     """`run(specializations)` -> Typed -> its Group."""
 
-    def __init__(self, lowered: Lowered, target, render, naming, local_naming):
+    def __init__(self, lowered: Lowered, target, layouts: dict):
         self.lowered = lowered
         self.target = target
-        self.render = render  # (typed, naming) -> code
-        # the names so far, with a stand-in for each group's method
-        self.stand_ins = replace(naming, methods={}, specialized=set(), entry={})
-        self.local_naming = local_naming  # Layout -> Locals
+        self.layouts = layouts  # Typed -> its Layout on `target`
+        self.stand_ins: dict = {}  # Typed -> the stand-in name of its group's method
         self.group: dict = {}
         self.relied: set = set()  # groups whose method a comparison counted on
         self.served: dict = {}  # (rep, typed) -> bool
@@ -72,21 +75,26 @@ class Sharing:
             if len(by_defun[key]) == 1:
                 self._start(typed, None, [])
                 continue
-            code = self.render(typed, self.stand_ins)
+            plan = self.plan_of(typed)
             found = groups.setdefault(key, [])
-            home = next((g for g in found if self._joins(g, typed, code)), None)
+            home = next((g for g in found if self._joins(g, typed, plan)), None)
             if home is None:
-                found.append(self._start(typed, code, found))
+                found.append(self._start(typed, plan, found))
             else:
                 home.members.append(typed)
                 self._assign(typed, home)
         return self.group
 
-    def _joins(self, group: Group, typed: Typed, code: str) -> bool:
-        return code == group.code or self.serves(group.rep, typed)
+    def plan_of(self, typed: Typed, layout: Optional[Layout] = None) -> str:
+        """A specialization's plan (or `layout`, another's as it runs on its arguments),
+        its calls by the stand-ins so far."""
+        return printed(layout or self.layouts[typed], self.stand_ins)
 
-    def _start(self, typed: Typed, code, found: list) -> Group:
-        group = Group(f"m{len(self.group)}", typed, code, [typed])
+    def _joins(self, group: Group, typed: Typed, plan: str) -> bool:
+        return plan == group.plan or self.serves(group.rep, typed)
+
+    def _start(self, typed: Typed, plan, found: list) -> Group:
+        group = Group(f"m{len(self.group)}", typed, plan, [typed])
         self._assign(typed, group)
         for earlier in list(found):
             if earlier not in self.relied and all(
@@ -100,15 +108,15 @@ class Sharing:
 
     def _assign(self, typed: Typed, group: Group) -> None:
         self.group[typed] = group
-        self.stand_ins.methods[typed] = group.stand_in
+        self.stand_ins[typed] = group.stand_in
 
     def entry(self, group: Group, layout: Layout) -> list:
         """The f32 arguments of a method that serves bf16 ones which it reads only cast
         down, once at least outside a branch (so never None): cast once at entry instead,
         the same code spelled as the bf16 callers read it."""
         rep = group.rep
-        if group.code is None or all(
-            self.render(t, self.stand_ins) == group.code for t in group.members
+        if group.plan is None or all(
+            self.plan_of(t) == group.plan for t in group.members
         ):
             return []
         found = []
@@ -131,10 +139,10 @@ class Sharing:
             return True
         key = (rep, typed)
         if key not in self.served:
-            self.served[key] = rep.graph is typed.graph and self._same_code(rep, typed)
+            self.served[key] = rep.graph is typed.graph and self._same_plan(rep, typed)
         return self.served[key]
 
-    def _same_code(self, rep: Typed, typed: Typed) -> bool:
+    def _same_plan(self, rep: Typed, typed: Typed) -> bool:
         callee = {}
         for node, called in rep.callee.items():
             theirs = typed.callee[node]
@@ -146,9 +154,4 @@ class Sharing:
         view = replace(rep, callee=callee)
         conversions = View(view, self.target, self.lowered, typed)
         layout = Layout(view, self.target, self.lowered, conversions=conversions)
-        naming = replace(
-            self.stand_ins,
-            layouts={**self.stand_ins.layouts, view: layout},
-            locals={**self.stand_ins.locals, view: self.local_naming(layout)},
-        )
-        return self.render(view, naming) == self.render(typed, self.stand_ins)
+        return self.plan_of(view, layout) == self.plan_of(typed)

@@ -13,8 +13,7 @@ tensor (half the memory) read through an exact `.float()`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import libcst as cst
+from typing import Optional
 
 from sx2torch.emit import build as b
 
@@ -34,48 +33,43 @@ class Target:
     def held(self) -> bool:
         return self.name != "cuda"
 
-    def cast(self, value: b.Expr, have: str, want: str) -> b.Expr:
-        """`value`, a tensor of dtype `have` ("bf16" for a real bf16 tensor), as `want`."""
-        if _is_fill(value):  # zeros and ones are exact in either dtype: made in `want`
-            held = "f32" if self.held else want
-            dtype = b.dotted("torch.float32" if held == "f32" else "torch.bfloat16")
+    def spelling(self, have: str, want: str, written: Optional[str]) -> Optional[str]:
+        """How a cast from `have` ("bf16-stored" for a real bf16 tensor) to `want` is written
+        on a value written as `written` ("fill": `torch.ones_like(x, dtype=...)`;
+        "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
+        "float", "to-bf16", "round", "as-f32", or None where nothing is written."""
+        if written == "fill":  # zeros and ones are exact in either dtype
+            return (
+                "fill" if not self.held else None
+            )  # a held target's are f32 either way
+        if not self.held:
+            return "float" if want == "f32" else "to-bf16"
+        if have == "bf16-stored":
+            return "float"
+        if want == "bf16":
+            return "round"
+        # The gradient through this read is rounded before it is summed with those of
+        # the value's other reads; a rounding written in place rounds it already.
+        return None if written == "rounding" else "as-f32"
+
+    def cast(
+        self, value: b.Expr, have: str, want: str, written: Optional[str] = None
+    ) -> b.Expr:
+        """`value`, a tensor of dtype `have` written as `written` (see `spelling`), as `want`."""
+        spelling = self.spelling(have, want, written)
+        if spelling == "fill":
+            dtype = b.dotted("torch.float32" if want == "f32" else "torch.bfloat16")
             return value.with_changes(
                 args=[*value.args[:-1], value.args[-1].with_changes(value=dtype)]
             )
-        if not self.held:
-            return (
-                b.method(value, "float")
-                if want == "f32"
-                else b.method(value, "to", b.dotted("torch.bfloat16"))
-            )
-        if have == "bf16-stored":
+        if spelling == "float":
             return b.method(value, "float")
-        if want == "bf16":
+        if spelling == "to-bf16":
+            return b.method(value, "to", b.dotted("torch.bfloat16"))
+        if spelling == "round":
             return b.call("sx.round_to_bf16", value)
-        # The gradient through this read is rounded before it is summed with those of
-        # the value's other reads; a rounding written in place rounds it already.
-        return value if _rounds(value) else b.call("sx.as_f32", value)
+        return b.call("sx.as_f32", value) if spelling == "as-f32" else value
 
     def store(self, value: b.Expr, rounds: bool) -> b.Expr:
         """A bf16 node's result: held targets round what they computed in f32."""
         return b.call("sx.store_bf16", value) if self.held and rounds else value
-
-
-def _rounds(value: b.Expr) -> bool:
-    """Whether `value` is written as a held target's rounding, whose backward rounds."""
-    return isinstance(value, cst.Call) and cst.Module([]).code_for_node(value.func) in (
-        "sx.round_to_bf16",
-        "sx.store_bf16",
-    )
-
-
-def _is_fill(value: b.Expr) -> bool:
-    """Whether `value` is written as `torch.zeros_like(x, dtype=...)` or `ones_like`."""
-    return (
-        isinstance(value, cst.Call)
-        and cst.Module([]).code_for_node(value.func)
-        in ("torch.zeros_like", "torch.ones_like")
-        and len(value.args) == 2
-        and value.args[-1].keyword is not None
-        and value.args[-1].keyword.value == "dtype"
-    )

@@ -33,6 +33,7 @@ register(
         rank=like(0, "like"),
         grad=lambda t, n, g: [None],
         exact=True,
+        fills=True,
     )
 )
 register(
@@ -43,6 +44,7 @@ register(
         rank=like(0, "like"),
         grad=lambda t, n, g: [None],
         exact=True,
+        fills=True,
     )
 )
 register(

@@ -120,6 +120,9 @@ class Op:
     bf16_risk: str = ""
     # draws from torch's generator (dropout, randn-like): computing it again draws anew
     draws: bool = False
+    # emitted as `torch.ones_like(x, dtype=...)` (or zeros): a cast of it is the same fill
+    # made in the dtype wanted (sx2torch/emit/targets.py)
+    fills: bool = False
     # gives a Python number when the module runs (`x.shape[1]`), which torch takes where it
     # takes a compile-time number: `torch.clamp(x, min=n)`, not `torch.maximum(x, n)`
     python_number: bool = False

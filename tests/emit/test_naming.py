@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
 from sx2torch import policy, ranks, resolve, trace
 from sx2torch.syntax import read
-from sx2torch.emit import module, naming
+from sx2torch.emit import naming
 from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, walk
 
@@ -18,8 +16,7 @@ def names_of(source: str, precision: str = "bf16", target: str = "cuda"):
     graphs = trace.run(program)
     ranks.run(program, graphs)
     lowered = policy.run(program, graphs, precision)
-    render = partial(module.render, target=Target(target))
-    return naming.run(program, lowered, Target(target), render)
+    return naming.run(program, lowered, Target(target))
 
 
 def method(result, name: str, model: str = "model"):

@@ -1,11 +1,13 @@
 """docs/OPS.md is the registry's own table, and every op has what the registry promises."""
 
+import re
 from pathlib import Path
 
 import pytest
 
+from sx2torch.emit import build as b
 from sx2torch.ir import DType
-from sx2torch.ops import REGISTRY, Arg, ArgKind, Op, Result, register
+from sx2torch.ops import REGISTRY, Arg, ArgKind, EmitContext, Op, Result, register
 from sx2torch.ops.rank import SAME, RankRule
 from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import Scalar
@@ -38,6 +40,18 @@ def test_every_op_has_a_rank_rule_and_each_fact_in_its_entry_is_of_its_kind():
         assert isinstance(op.bf16_risk, str) and isinstance(op.no_grad, str), name
         assert not op.folds or op.bounds[1] is None, name
         assert op.out_dtype is None or callable(op.out_dtype), name
+        assert isinstance(op.fills, bool), name
+
+
+def test_an_op_said_to_fill_is_emitted_as_a_fill_in_its_compute_dtype():
+    """A cast of a fill is written as the fill made in the wanted dtype
+    (sx2torch/emit/targets.py): so each op said to fill must emit exactly that."""
+    fill = re.compile(r"torch\.(ones|zeros)_like\(x, dtype=torch\.bfloat16\)")
+    for name, op in REGISTRY.items():
+        if op.fills:
+            code = b.code(op.emit([b.name("x")], EmitContext("cuda", "bf16")))
+            assert fill.fullmatch(code), name
+    assert {n for n, op in REGISTRY.items() if op.fills} == {"ones-like", "zeros-like"}
 
 
 def test_an_entry_with_an_unknown_kind_or_result_is_refused():

@@ -37,3 +37,22 @@ def test_every_specialization_verifies_after_the_policy(source, precision):
     lowered = policy.run(program, graphs, precision)
     for typed in lowered.specializations:
         rules.verify(typed)
+
+
+
+@pytest.mark.parametrize(
+    "name, stage, line",
+    [
+        # a parameter passed as an argument
+        ("distill", "policy", "distill.project(%0 x, %1 w) : (f32, param teacher)"),
+        ("distill", "names", "Distill.project <- distill.project(f32, param teacher)"),
+        # a loop's carried value of unknown rank whose last size is known (not a literal)
+        ("exact-keys", "ranks", "layer=layer : ([... ?])"),
+        # a member read through a sub-model
+        ("modded-nanogpt-medium", "trace", "via=[[modded-nanogpt-medium lm-head]]"),
+    ],
+)
+def test_a_dump_prints_what_was_an_internal_error(name, stage, line, capsys):
+    (source,) = [c for c in CASES if c.stem == name]
+    assert main([str(source), "--dump-after", stage]) == 0
+    assert line in capsys.readouterr().out

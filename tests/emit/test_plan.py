@@ -1,0 +1,112 @@
+"""The printed plan (sx2torch/emit/plan.py) that sharing compares: two specializations'
+plans print the same exactly where their held code is the same but for the names of their
+locals, and naming decides which share a method without writing any code."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sx2torch import compiler
+from sx2torch.compiler import Options, Unit
+from sx2torch.emit import build as b
+from sx2torch.emit import method, module, naming
+from sx2torch.emit.layout import Layout
+from sx2torch.emit.method import ClassContext
+from sx2torch.emit.naming import DECIDING, defuns
+from sx2torch.emit.plan import printed
+from sx2torch.emit.sharing import View
+from sx2torch.emit.targets import Target
+
+from cases import SOURCES
+
+
+def _lowered(text: str, name: str = "model.lisp"):
+    unit = compiler.run(Unit(text, name, Options(target="cpu")), until="functions")
+    return unit.program, unit.lowered
+
+
+def _held_code(typed, layout, names, methods) -> str:
+    """The method MethodEmitter writes on the deciding target from `layout`, its calls by
+    `methods`: the reference the printed plan is checked against."""
+    names = replace(
+        names,
+        methods=methods,
+        specialized=set(),
+        entry={},
+        layouts={**names.layouts, typed: layout},
+        locals={**names.locals, typed: naming._LocalNaming(layout).run()},
+    )
+    ctx = ClassContext(DECIDING, names, names.attrs.get(typed.model, {}))
+    return b.code(module._method(typed, "method", ctx))
+
+
+SHARED = [s for s in SOURCES if s.stem in ("specializations", "public-methods")] + [
+    s for s in SOURCES if s.parent.name == "examples"
+]
+
+
+@pytest.mark.parametrize("source", SHARED, ids=[s.stem for s in SHARED])
+def test_plans_print_the_same_exactly_where_the_held_code_is_the_same(source):
+    """Every pair of specializations of a defun, each as it runs on its own arguments and
+    on the other's (sharing's View): the plans print the same iff the held code does."""
+    program, lowered = _lowered(source.read_text(), source.name)
+    names = naming.run(program, lowered, DECIDING)
+    methods = {t: f"m{i}" for i, t in enumerate(lowered.specializations)}
+    compared = 0
+    for specs in defuns(lowered).values():
+        for a in specs:
+            own = Layout(a, DECIDING, lowered)
+            for other in specs:
+                view = Layout(
+                    a, DECIDING, lowered, conversions=View(a, DECIDING, lowered, other)
+                )
+                theirs = Layout(other, DECIDING, lowered)
+                for mine in (own, view):
+                    same_plan = printed(mine, methods) == printed(theirs, methods)
+                    same_code = _held_code(a, mine, names, methods) == _held_code(
+                        other, theirs, names, methods
+                    )
+                    assert same_plan == same_code, (a.graph.name, a.signature)
+                    compared += same_plan
+    assert compared
+
+
+SOURCE = """
+(defun same (x) (relu x))
+(defun differs (x) (* x x))
+(defun forward (x)
+  (let ((b (cast x :bf16)))
+    (+ (same x) (cast (same b) :f32) (differs x) (cast (differs b) :f32))))
+(defrun train :precision :bf16)
+"""
+
+
+def test_naming_groups_specializations_without_writing_code(monkeypatch):
+    """A held target's relu of a bf16 value is written as of an f32 one (it cannot leave
+    bf16 values), so `same` is one method; `differs` rounds its bf16 product, so it is two.
+    """
+
+    def refuse(*args):
+        raise AssertionError("naming wrote a method")
+
+    monkeypatch.setattr(method.MethodEmitter, "__init__", refuse)
+    program, lowered = _lowered(SOURCE)
+    for target in ("cuda", "cpu", "metal"):
+        names = naming.run(program, lowered, Target(target))
+        by_defun = {}
+        for typed, name in names.methods.items():
+            by_defun.setdefault(typed.graph.name, set()).add(name)
+        assert by_defun["same"] == {"same"}
+        assert by_defun["differs"] == {"differs", "differs_bf16"}
+
+
+def test_a_plan_notes_the_rounding_its_code_writes():
+    program, lowered = _lowered(SOURCE)
+    specs = defuns(lowered)["model", "differs"]
+    f32, bf16 = sorted(specs, key=lambda t: "bf16" in t.signature)
+    methods = {}
+    plans = [printed(Layout(t, DECIDING, lowered), methods) for t in (f32, bf16)]
+    assert [" rounds" in plan for plan in plans] == [False, True]
+    assert plans[0] == plans[1].replace(" rounds", "")
