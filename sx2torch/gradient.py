@@ -19,7 +19,7 @@ from typing import Optional
 from sx2torch import ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
+from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, SAME
@@ -100,6 +100,7 @@ class _Expansion:
         _aliased_start_check(node, y, visible, around)
         backward = _Backward(t, node.form, [*visible, *t.nodes], around)
         value = backward.run(y, x)
+        _pass_note(backward.noted, t.nodes, value)
         _carried_check(node, around, backward.grads, (t.nodes, value))
         self.values[node] = value
         _bind(value, node)
@@ -109,6 +110,19 @@ class _Expansion:
         """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
         rank = ranks.rank_of(node, self.graph, self.program)
         return None if rank is None else rank == 0
+
+
+def _pass_note(noted: Optional[Node], nodes: list, value: Operand) -> None:
+    """The gradient form's comment goes from a seed nothing reads (its readers made ones of
+    their own shapes) to the first value after it that is read and named, so a statement."""
+    made = list(walk(nodes))
+    read = {i for n in made for i in reads(n)}
+    if noted is None or noted in read or noted not in made:
+        return
+    later = made[made.index(noted) + 1 :]
+    heir = next((n for n in later if n is value or (n in read and n.name)), None)
+    if heir is not None:
+        heir.note, noted.note = noted.note, None
 
 
 def _iterated(nodes: list, found: set, inside: bool = False) -> set:
@@ -149,12 +163,41 @@ class _Writer(Builder):
         return self.op("sum-to", [g, self.shaped_as(operand)])
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
-        """A product by 1 is the other factor (the rules multiply by the forward's numbers)."""
+        """A product by 1 is the other factor (the rules multiply by the forward's numbers);
+        ones spread to a shape are ones of that shape (`_spread_ones`)."""
         if name == "*" and len(inputs) == 2:
             factor, other = inputs if _is_one(inputs[0]) else inputs[::-1]
             if _is_one(factor) and isinstance(other, Node):
                 return other
+        spread = self._spread_ones(name, inputs, attrs)
+        if spread is not None:
+            return super().op(spread[0], [self.shaped_as(spread[1])])
         return super().op(name, inputs, **attrs)
+
+    def _spread_ones(self, name: str, inputs: list, attrs: dict) -> Optional[tuple]:
+        """(fill, the value shaped as it) for a seed of ones that a sum's, a full mean's or
+        a concat's rule spreads to an operand's shape, so that the value the seed was shaped
+        as is not computed for its shape: `ones_like(torch.mean(x))` then `.expand_as(x) /
+        ...` is `ones_like(x) / x.numel()`. Only where the fill computes in the dtype the
+        spread would (outside any with-numerics form, a spread of bf16 ones from a region
+        computes in bf16 by contagion, a fill there in f32), and not where the seed reads
+        Y's check that it is 0-d, which must still run."""
+        seed = inputs[0] if inputs else None
+        if not (isinstance(seed, Node) and seed.kind is Kind.OP):
+            return None
+        if seed.op != "ones-like" or (seed.mode == REGION and _mode(self.frames) is None):
+            return None
+        if seed.inputs[0].kind is Kind.OP and seed.inputs[0].op == "expect-scalar":
+            return None
+        if name == "expand-as":
+            return "ones-like", inputs[1]
+        if name == "concat-part":
+            return "ones-like", inputs[1 + attrs["index"].value]
+        if name == "expand-reduced" and not attrs["mean"].value:
+            return "ones-like", inputs[1]
+        if name == "expand-reduced" and attrs["axes"] is None:
+            return "mean-ones", inputs[1]
+        return None
 
     def _kept(self, operand: Node, other, batch: bool) -> bool:
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
@@ -242,6 +285,10 @@ def _shaped_like(value: Node, other: Node, depth: int = 64) -> bool:
     return bool(inputs) and all(_shaped_like(i, other, depth - 1) for i in inputs)
 
 
+def _mode(frames: tuple) -> Optional[str]:
+    return frames[-1].mode if frames else None
+
+
 def _is_one(value) -> bool:
     return (
         isinstance(value, Scalar)
@@ -281,7 +328,7 @@ class _Backward:
         self.datum = datum
         self.visible = visible  # the nodes Y may read
         self.around = around  # the nodes whose regions hold the gradient form
-        self.first = True
+        self.noted: Optional[Node] = None  # the node the gradient form's comment is on
         self.depends: set = set()  # the values that depend on X, in regions too
         self.grads: dict = {}  # value -> its contributions, once run
         self.readers: dict = {}  # value -> the nodes its contributions come from
@@ -467,9 +514,9 @@ class _Backward:
             t.frames, t.datum, t.of = outer
 
     def _note(self, node: Operand) -> Operand:
-        if self.first and isinstance(node, Node):
+        if self.noted is None and isinstance(node, Node):
             node.note = echo(self.datum)
-            self.first = False
+            self.noted = node
         return node
 
 

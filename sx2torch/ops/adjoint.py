@@ -47,6 +47,20 @@ register(
 )
 register(
     Op(
+        "mean-ones",
+        (LIKE,),
+        lambda a, ctx: b.binop(
+            _filled("torch.ones_like")(a, ctx), "/", b.method(a[0], "numel")
+        ),
+        rank=like(0, "like"),
+        grad=lambda t, n, g: [None],
+        doc="ones shaped like `like` over its number of elements: the gradient of its mean over all axes",
+        name_inputs=True,
+        internal=True,
+    )
+)
+register(
+    Op(
         "sum-to",
         (G, LIKE),
         lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),

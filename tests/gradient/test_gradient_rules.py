@@ -263,6 +263,7 @@ def test_every_differentiable_op_is_covered():
     }
     internal = {
         "ones-like",
+        "mean-ones",
         "zeros-like",
         "sum-to",
         "expand-as",
