@@ -61,14 +61,13 @@ class GradientRegions(nn.Module):
         sub_x = sx.store_bf16(x - backout)
         # (gradient (energy x0) x0)
         grad_mul_sub = torch.ones_like(sub_x, dtype=torch.float32)
-        grad_mul_sub_bf16 = sx.round_to_bf16(grad_mul_sub)
         # gradient of (- x backout)
-        grad_sub_x = sx.store_bf16(grad_mul_sub_bf16 * x)
+        grad_sub_x = sx.store_bf16(grad_mul_sub * x)
         # gradient of backout
         grad_backout = sx.store_bf16((-grad_sub_x).sum_to_size(backout.shape))
         # gradient of x
         grad_x = sx.store_bf16(
-            sx.store_bf16(sx.store_bf16(grad_mul_sub_bf16 * sub_x).sum_to_size(x.shape))
+            sx.store_bf16(sx.store_bf16(grad_mul_sub * sub_x).sum_to_size(x.shape))
             + sx.store_bf16(grad_sub_x.sum_to_size(x.shape))
         )
         for i, layer in reversed(list(enumerate(self.blocks))):
@@ -123,7 +122,7 @@ class GradientRegions(nn.Module):
             x = sx.store_bf16(x + 1.0 * torch.relu(sx.store_bf16(x @ w_bf16)))
         # (gradient (sum (chain blocks x)) x)
         grad_chain = torch.ones_like(x, dtype=torch.float32)
-        grad_x = sx.round_to_bf16(grad_chain)
+        grad_x = grad_chain
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)
