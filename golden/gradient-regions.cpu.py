@@ -78,14 +78,13 @@ class GradientRegions(nn.Module):
             y = sx.store_bf16(
                 x + sx.store_bf16((1.0 if i < 2 else 0.5) * torch.relu(matmul_x))
             )
-            y_2 = sx.store_bf16(y * gate_bf16) if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
             grad_y = sx.store_bf16(
                 grad_x
                 + (
                     grad_backout
                     if i == self.backout_layer
-                    else torch.zeros_like(y_2, dtype=torch.float32)
+                    else torch.zeros_like(grad_x, dtype=torch.float32)
                 )
             )
             # gradient of (+ x (* scale (relu (matmul x w))))

@@ -68,12 +68,11 @@ class GradientRegions(nn.Module):
             w_bf16 = layer.w.to(torch.bfloat16)
             matmul_x = x @ w_bf16
             y = x + (1.0 if i < 2 else 0.5) * torch.relu(matmul_x)
-            y_2 = y * gate_bf16 if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
             grad_y = grad_x + (
                 grad_backout
                 if i == self.backout_layer
-                else torch.zeros_like(y_2, dtype=torch.bfloat16)
+                else torch.zeros_like(grad_x, dtype=torch.bfloat16)
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
             grad_y = (grad_y * gate_bf16).sum_to_size(y.shape) if i == 1 else grad_y

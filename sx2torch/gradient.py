@@ -332,6 +332,7 @@ class _Backward:
         self.depends: set = set()  # the values that depend on X, in regions too
         self.grads: dict = {}  # value -> its contributions, once run
         self.readers: dict = {}  # value -> the nodes its contributions come from
+        self.pending: dict = {}  # value -> its contributions so far, in the block running
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
@@ -354,6 +355,14 @@ class _Backward:
         """Contributions to the values that depend on X, from the last of `nodes` back to
         the first; a value read from around `nodes` collects them, for its block to sum.
         """
+        outer, self.pending = self.pending, grads
+        try:
+            self._propagate(nodes, grads, stop)
+        finally:
+            self.pending = outer
+        return grads
+
+    def _propagate(self, nodes: list, grads: dict, stop: Optional[Node]) -> None:
         for node in reversed(nodes):
             contributions = grads.get(node)
             if not contributions or node is stop:
@@ -377,7 +386,6 @@ class _Backward:
                 if gradient is not None and operand in self.depends:
                     grads.setdefault(operand, []).append(gradient)
                     self.readers.setdefault(operand, []).append(node)
-        return grads
 
     def _zeros(self, x: Node) -> Operand:
         """Y does not depend on X (or only through ops without a gradient): dY/dX is zero."""
@@ -477,7 +485,7 @@ class _Backward:
                         total = (
                             self.added(grads[value])
                             if grads.get(value)
-                            else self.t.op("zeros-like", [value])
+                            else self.t.op("zeros-like", [self._shaped(value)])
                         )
                 region.outputs = [total]
             with self.stamped(node):
@@ -495,6 +503,13 @@ class _Backward:
                 )
             found.append((value, backward))
         return found
+
+    def _shaped(self, value: Node) -> Node:
+        """A value of `value`'s shape for zeros to take it from: a contribution to its
+        gradient already made, so that a value an adjoint loop computes again is not computed
+        only for its shape, else the value itself."""
+        made = [g for g in self.pending.get(value, ()) if isinstance(g, Node)]
+        return made[0] if made else value
 
     @contextmanager
     def stamped(self, node: Node, readers: Optional[list] = None):
