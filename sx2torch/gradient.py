@@ -218,6 +218,16 @@ class _Writer(Builder):
             for size, against in zip(reversed(inner), reversed(outer))
         )
 
+    def ones(self, value: Node) -> Node:
+        """Ones of `value`'s shape, made without computing it: of a matmul by a matrix, from
+        its operands' shapes (read before a cast, which the forward may not make)."""
+        if value.kind is Kind.OP and value.op == "matmul":
+            x, w = (_uncast(i) for i in value.inputs)
+            shape = self._shape(w) if isinstance(w, Node) else None
+            if shape is not None and len(shape) == 2 and isinstance(x, Node):
+                return self.op("matmul-ones", [x, w])
+        return self.op("ones-like", [self.shaped_as(value)])
+
     def shaped_as(self, value: Node) -> Node:
         """The value whose shape `value` has, down through elementwise ops: to the first
         input of an op shaped as it, to an operand of a broadcast that kept that operand's
@@ -285,6 +295,12 @@ def _shaped_like(value: Node, other: Node, depth: int = 64) -> bool:
     return bool(inputs) and all(_shaped_like(i, other, depth - 1) for i in inputs)
 
 
+def _uncast(value: Operand) -> Operand:
+    while isinstance(value, Node) and value.kind is Kind.CAST:
+        value = value.inputs[0]
+    return value
+
+
 def _mode(frames: tuple) -> Optional[str]:
     return frames[-1].mode if frames else None
 
@@ -343,7 +359,7 @@ class _Backward:
         # input's backward) are, so a region's bf16 ones are not f32 ones cast down
         seeded = y.inputs[0] if _sums_all(y) and y is not x else y
         with self.stamped(y, None if seeded is x else [seeded]):
-            seed = self._note(self.t.op("ones-like", [self.t.shaped_as(seeded)]))
+            seed = self._note(self.t.ones(seeded))
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
         self.grads = grads
         if grads.get(x):

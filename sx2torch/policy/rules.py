@@ -519,7 +519,7 @@ class _IntegerInputs:
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
 
 
-FILLS = ("ones-like", "zeros-like")
+FILLS = ("ones-like", "zeros-like", "matmul-ones")
 
 
 def _fills_as_read(typed: Typed) -> None:
