@@ -22,7 +22,7 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
-from sx2torch.ops.rank import BROADCAST, SAME
+from sx2torch.ops.rank import BROADCAST, REDUCED, SAME
 from sx2torch.ops.registry import ArgKind
 from sx2torch.syntax.program import Program
 from sx2torch.trace.builder import Builder
@@ -203,7 +203,7 @@ class _Writer(Builder):
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
         if not isinstance(other, Node) or _spans(operand, other):
             return True
-        if _shaped_like(other, operand):
+        if _shaped_like(other, operand) or not batch and _reduced_from(other, operand):
             return True
         inner, outer = self._shape(other), self._shape(operand)
         if batch:
@@ -303,6 +303,21 @@ def _uncast(value: Operand) -> Operand:
 
 def _mode(frames: tuple) -> Optional[str]:
     return frames[-1].mode if frames else None
+
+
+def _reduced_from(other: Node, operand: Node) -> bool:
+    """Whether `other` reduces `operand` (or a value shaped like it) keeping its axes, so
+    broadcasts against it keeping its shape: (mean x :axes [-1] :keepdims true) of x."""
+    if other.kind is not Kind.OP or REGISTRY[other.op].rank is not REDUCED:
+        return False
+    keep = other.attrs.get("keepdims")
+    first = other.inputs[0]
+    return (
+        isinstance(keep, Scalar)
+        and keep.value is True
+        and isinstance(first, Node)
+        and _shaped_like(first, operand)
+    )
 
 
 def _is_one(value) -> bool:
