@@ -21,13 +21,13 @@ class Energy(nn.Module):
 
     def forces(self, pos):
         w1_bf16 = self.w1.to(torch.bfloat16)
-        w2_bf16 = self.w2.to(torch.bfloat16)
         tanh_pos = torch.tanh(pos.to(torch.bfloat16) @ w1_bf16)
-        matmul_tanh_pos = tanh_pos @ w2_bf16
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             # (gradient (energy pos) pos)
-            grad_matmul_tanh = torch.ones_like(matmul_tanh_pos, dtype=torch.float32)
+            grad_matmul_tanh = tanh_pos.new_ones(
+                tanh_pos.shape[:-1] + self.w2.shape[-1:], dtype=torch.float32
+            )
             # gradient of (tanh (matmul pos w1))
             grad_tanh_matmul = grad_matmul_tanh @ self.w2.transpose(-1, -2)
             # gradient of (matmul pos w1)

@@ -27,9 +27,8 @@ class Bf16Params(nn.Module):
         )
 
     def forward(self, ids):
-        wte_bf16 = self.wte.float()
         head_bf16 = sx.round_to_bf16(self.head)
         scalars_bf16 = sx.round_to_bf16(self.scalars)
         return sx.store_bf16(
-            sx.store_bf16(wte_bf16[ids] @ head_bf16) * scalars_bf16[:1]
+            sx.store_bf16(self.wte.float()[ids] @ head_bf16) * scalars_bf16[:1]
         )

@@ -16,21 +16,21 @@ class GradientDtype(nn.Module):
     def forward(self, x):
         w_bf16 = self.w.to(torch.bfloat16)
         # (gradient (sum (matmul x w)) x)
-        grad_matmul_x = torch.ones_like(
-            x.to(torch.bfloat16) @ w_bf16, dtype=torch.float32
+        grad_matmul_x = x.new_ones(
+            x.shape[:-1] + self.w.shape[-1:], dtype=torch.bfloat16
         )
         # gradient of x
-        grad_x = grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
+        grad_x = grad_matmul_x @ w_bf16.transpose(-1, -2)
         return grad_x
 
     def as_f32(self, x):
         w_bf16 = self.w.to(torch.bfloat16)
         # (gradient (sum (matmul x w)) x)
-        grad_matmul_x = torch.ones_like(
-            x.to(torch.bfloat16) @ w_bf16, dtype=torch.float32
+        grad_matmul_x = x.new_ones(
+            x.shape[:-1] + self.w.shape[-1:], dtype=torch.bfloat16
         )
         # gradient of x
-        grad_x = grad_matmul_x.to(torch.bfloat16) @ w_bf16.transpose(-1, -2)
+        grad_x = grad_matmul_x @ w_bf16.transpose(-1, -2)
         return grad_x.float()
 
     def plain(self, x):

@@ -18,10 +18,8 @@ class GradientHigh(nn.Module):
         w2_bf16 = self.w2.to(torch.bfloat16)
         matmul_x = (x @ self.w1).to(torch.bfloat16) @ w2_bf16
         # (gradient (mean (matmul (matmul x w1) w2)) x)
-        grad_mean_matmul = torch.ones_like(torch.mean(matmul_x), dtype=torch.float32)
-        # gradient of (matmul (matmul x w1) w2)
-        grad_matmul_matmul = grad_mean_matmul.expand_as(matmul_x) / (
-            matmul_x.numel() / grad_mean_matmul.numel()
+        grad_matmul_matmul = (
+            torch.ones_like(matmul_x, dtype=torch.float32) / matmul_x.numel()
         )
         # gradient of (matmul x w1)
         grad_matmul_x = grad_matmul_matmul.to(torch.bfloat16) @ w2_bf16.transpose(

@@ -15,17 +15,11 @@ class GradientRegionReads(nn.Module):
     def forward(self, x):
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():
-            x_bf16 = x.to(torch.bfloat16)
-            tanh_x = torch.tanh(x_bf16)
             # (gradient (sum (with-numerics (...) (...))) x)
-            grad_concat_x = torch.ones_like(
-                torch.cat([x_bf16, tanh_x], dim=1), dtype=torch.bfloat16
-            )
-            # gradient of (tanh x)
-            grad_tanh_x = sx.concat_part(grad_concat_x, [x, tanh_x], 1, 1)
+            grad_tanh_x = torch.ones_like(x, dtype=torch.bfloat16)
             # gradient of x
-            grad_x = sx.concat_part(grad_concat_x, [x, tanh_x], 0, 1) + grad_tanh_x * (
-                1.0 - torch.square(tanh_x)
+            grad_x = torch.ones_like(x, dtype=torch.bfloat16) + grad_tanh_x * (
+                1.0 - torch.square(torch.tanh(x.to(torch.bfloat16)))
             )
         return grad_x
 

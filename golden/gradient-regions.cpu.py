@@ -61,14 +61,13 @@ class GradientRegions(nn.Module):
         sub_x = sx.store_bf16(x - backout)
         # (gradient (energy x0) x0)
         grad_mul_sub = torch.ones_like(sub_x, dtype=torch.float32)
-        grad_mul_sub_bf16 = sx.round_to_bf16(grad_mul_sub)
         # gradient of (- x backout)
-        grad_sub_x = sx.store_bf16(grad_mul_sub_bf16 * x)
+        grad_sub_x = sx.store_bf16(grad_mul_sub * x)
         # gradient of backout
         grad_backout = sx.store_bf16((-grad_sub_x).sum_to_size(backout.shape))
         # gradient of x
         grad_x = sx.store_bf16(
-            sx.store_bf16(sx.store_bf16(grad_mul_sub_bf16 * sub_x).sum_to_size(x.shape))
+            sx.store_bf16(sx.store_bf16(grad_mul_sub * sub_x).sum_to_size(x.shape))
             + sx.store_bf16(grad_sub_x.sum_to_size(x.shape))
         )
         for i, layer in reversed(list(enumerate(self.blocks))):
@@ -79,14 +78,13 @@ class GradientRegions(nn.Module):
             y = sx.store_bf16(
                 x + sx.store_bf16((1.0 if i < 2 else 0.5) * torch.relu(matmul_x))
             )
-            y_2 = sx.store_bf16(y * gate_bf16) if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
             grad_y = sx.store_bf16(
                 grad_x
                 + (
                     grad_backout
                     if i == self.backout_layer
-                    else torch.zeros_like(y_2, dtype=torch.float32)
+                    else torch.zeros_like(grad_x, dtype=torch.float32)
                 )
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
@@ -123,7 +121,7 @@ class GradientRegions(nn.Module):
             x = sx.store_bf16(x + 1.0 * torch.relu(sx.store_bf16(x @ w_bf16)))
         # (gradient (sum (chain blocks x)) x)
         grad_chain = torch.ones_like(x, dtype=torch.float32)
-        grad_x = sx.round_to_bf16(grad_chain)
+        grad_x = grad_chain
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)

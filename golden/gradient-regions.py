@@ -53,28 +53,26 @@ class GradientRegions(nn.Module):
             backout = y if i == self.backout_layer else backout
         sub_x = x - backout
         # (gradient (energy x0) x0)
-        grad_mul_sub = torch.ones_like(sub_x, dtype=torch.float32)
-        grad_mul_sub_bf16 = grad_mul_sub.to(torch.bfloat16)
+        grad_mul_sub = torch.ones_like(sub_x, dtype=torch.bfloat16)
         # gradient of (- x backout)
-        grad_sub_x = grad_mul_sub_bf16 * x
+        grad_sub_x = grad_mul_sub * x
         # gradient of backout
         grad_backout = (-grad_sub_x).sum_to_size(backout.shape)
         # gradient of x
-        grad_x = (grad_mul_sub_bf16 * sub_x).sum_to_size(
+        grad_x = (grad_mul_sub * sub_x).sum_to_size(x.shape) + grad_sub_x.sum_to_size(
             x.shape
-        ) + grad_sub_x.sum_to_size(x.shape)
+        )
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             backout = backout_per_layer[i]
             w_bf16 = layer.w.to(torch.bfloat16)
             matmul_x = x @ w_bf16
             y = x + (1.0 if i < 2 else 0.5) * torch.relu(matmul_x)
-            y_2 = y * gate_bf16 if i == 1 else y
             # gradient of (if (= i 1) (* y gate) y)
             grad_y = grad_x + (
                 grad_backout
                 if i == self.backout_layer
-                else torch.zeros_like(y_2, dtype=torch.bfloat16)
+                else torch.zeros_like(grad_x, dtype=torch.bfloat16)
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
             grad_y = (grad_y * gate_bf16).sum_to_size(y.shape) if i == 1 else grad_y
@@ -104,8 +102,8 @@ class GradientRegions(nn.Module):
             w_bf16 = layer.w.to(torch.bfloat16)
             x = x + 1.0 * torch.relu(x @ w_bf16)
         # (gradient (sum (chain blocks x)) x)
-        grad_chain = torch.ones_like(x, dtype=torch.float32)
-        grad_x = grad_chain.to(torch.bfloat16)
+        grad_chain = torch.ones_like(x, dtype=torch.bfloat16)
+        grad_x = grad_chain
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = layer.w.to(torch.bfloat16)

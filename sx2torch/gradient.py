@@ -19,10 +19,10 @@ from typing import Optional
 from sx2torch import ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
+from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
-from sx2torch.ops.rank import BROADCAST, SAME
+from sx2torch.ops.rank import BROADCAST, REDUCED, SAME
 from sx2torch.ops.registry import ArgKind
 from sx2torch.syntax.program import Program
 from sx2torch.trace.builder import Builder
@@ -100,6 +100,7 @@ class _Expansion:
         _aliased_start_check(node, y, visible, around)
         backward = _Backward(t, node.form, [*visible, *t.nodes], around)
         value = backward.run(y, x)
+        _pass_note(backward.noted, t.nodes, value)
         _carried_check(node, around, backward.grads, (t.nodes, value))
         self.values[node] = value
         _bind(value, node)
@@ -109,6 +110,19 @@ class _Expansion:
         """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
         rank = ranks.rank_of(node, self.graph, self.program)
         return None if rank is None else rank == 0
+
+
+def _pass_note(noted: Optional[Node], nodes: list, value: Operand) -> None:
+    """The gradient form's comment goes from a seed nothing reads (its readers made ones of
+    their own shapes) to the first value after it that is read and named, so a statement."""
+    made = list(walk(nodes))
+    read = {i for n in made for i in reads(n)}
+    if noted is None or noted in read or noted not in made:
+        return
+    later = made[made.index(noted) + 1 :]
+    heir = next((n for n in later if n is value or (n in read and n.name)), None)
+    if heir is not None:
+        heir.note, noted.note = noted.note, None
 
 
 def _iterated(nodes: list, found: set, inside: bool = False) -> set:
@@ -149,18 +163,47 @@ class _Writer(Builder):
         return self.op("sum-to", [g, self.shaped_as(operand)])
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
-        """A product by 1 is the other factor (the rules multiply by the forward's numbers)."""
+        """A product by 1 is the other factor (the rules multiply by the forward's numbers);
+        ones spread to a shape are ones of that shape (`_spread_ones`)."""
         if name == "*" and len(inputs) == 2:
             factor, other = inputs if _is_one(inputs[0]) else inputs[::-1]
             if _is_one(factor) and isinstance(other, Node):
                 return other
+        spread = self._spread_ones(name, inputs, attrs)
+        if spread is not None:
+            return super().op(spread[0], [self.shaped_as(spread[1])])
         return super().op(name, inputs, **attrs)
+
+    def _spread_ones(self, name: str, inputs: list, attrs: dict) -> Optional[tuple]:
+        """(fill, the value shaped as it) for a seed of ones that a sum's, a full mean's or
+        a concat's rule spreads to an operand's shape, so that the value the seed was shaped
+        as is not computed for its shape: `ones_like(torch.mean(x))` then `.expand_as(x) /
+        ...` is `ones_like(x) / x.numel()`. Only where the fill computes in the dtype the
+        spread would (outside any with-numerics form, a spread of bf16 ones from a region
+        computes in bf16 by contagion, a fill there in f32), and not where the seed reads
+        Y's check that it is 0-d, which must still run."""
+        seed = inputs[0] if inputs else None
+        if not (isinstance(seed, Node) and seed.kind is Kind.OP):
+            return None
+        if seed.op != "ones-like" or (seed.mode == REGION and _mode(self.frames) is None):
+            return None
+        if seed.inputs[0].kind is Kind.OP and seed.inputs[0].op == "expect-scalar":
+            return None
+        if name == "expand-as":
+            return "ones-like", inputs[1]
+        if name == "concat-part":
+            return "ones-like", inputs[1 + attrs["index"].value]
+        if name == "expand-reduced" and not attrs["mean"].value:
+            return "ones-like", inputs[1]
+        if name == "expand-reduced" and attrs["axes"] is None:
+            return "mean-ones", inputs[1]
+        return None
 
     def _kept(self, operand: Node, other, batch: bool) -> bool:
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
         if not isinstance(other, Node) or _spans(operand, other):
             return True
-        if _shaped_like(other, operand):
+        if _shaped_like(other, operand) or not batch and _reduced_from(other, operand):
             return True
         inner, outer = self._shape(other), self._shape(operand)
         if batch:
@@ -174,6 +217,16 @@ class _Writer(Builder):
             size == 1 or (size is not None and size == against)
             for size, against in zip(reversed(inner), reversed(outer))
         )
+
+    def ones(self, value: Node) -> Node:
+        """Ones of `value`'s shape, made without computing it: of a matmul by a matrix, from
+        its operands' shapes (read before a cast, which the forward may not make)."""
+        if value.kind is Kind.OP and value.op == "matmul":
+            x, w = (_uncast(i) for i in value.inputs)
+            shape = self._shape(w) if isinstance(w, Node) else None
+            if shape is not None and len(shape) == 2 and isinstance(x, Node):
+                return self.op("matmul-ones", [x, w])
+        return self.op("ones-like", [self.shaped_as(value)])
 
     def shaped_as(self, value: Node) -> Node:
         """The value whose shape `value` has, down through elementwise ops: to the first
@@ -242,6 +295,31 @@ def _shaped_like(value: Node, other: Node, depth: int = 64) -> bool:
     return bool(inputs) and all(_shaped_like(i, other, depth - 1) for i in inputs)
 
 
+def _uncast(value: Operand) -> Operand:
+    while isinstance(value, Node) and value.kind is Kind.CAST:
+        value = value.inputs[0]
+    return value
+
+
+def _mode(frames: tuple) -> Optional[str]:
+    return frames[-1].mode if frames else None
+
+
+def _reduced_from(other: Node, operand: Node) -> bool:
+    """Whether `other` reduces `operand` (or a value shaped like it) keeping its axes, so
+    broadcasts against it keeping its shape: (mean x :axes [-1] :keepdims true) of x."""
+    if other.kind is not Kind.OP or REGISTRY[other.op].rank is not REDUCED:
+        return False
+    keep = other.attrs.get("keepdims")
+    first = other.inputs[0]
+    return (
+        isinstance(keep, Scalar)
+        and keep.value is True
+        and isinstance(first, Node)
+        and _shaped_like(first, operand)
+    )
+
+
 def _is_one(value) -> bool:
     return (
         isinstance(value, Scalar)
@@ -281,10 +359,11 @@ class _Backward:
         self.datum = datum
         self.visible = visible  # the nodes Y may read
         self.around = around  # the nodes whose regions hold the gradient form
-        self.first = True
+        self.noted: Optional[Node] = None  # the node the gradient form's comment is on
         self.depends: set = set()  # the values that depend on X, in regions too
         self.grads: dict = {}  # value -> its contributions, once run
         self.readers: dict = {}  # value -> the nodes its contributions come from
+        self.pending: dict = {}  # value -> its contributions so far, in the block running
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
@@ -295,7 +374,7 @@ class _Backward:
         # input's backward) are, so a region's bf16 ones are not f32 ones cast down
         seeded = y.inputs[0] if _sums_all(y) and y is not x else y
         with self.stamped(y, None if seeded is x else [seeded]):
-            seed = self._note(self.t.op("ones-like", [self.t.shaped_as(seeded)]))
+            seed = self._note(self.t.ones(seeded))
         grads = self.propagate(path, {seeded: [seed]}, stop=x)
         self.grads = grads
         if grads.get(x):
@@ -307,6 +386,14 @@ class _Backward:
         """Contributions to the values that depend on X, from the last of `nodes` back to
         the first; a value read from around `nodes` collects them, for its block to sum.
         """
+        outer, self.pending = self.pending, grads
+        try:
+            self._propagate(nodes, grads, stop)
+        finally:
+            self.pending = outer
+        return grads
+
+    def _propagate(self, nodes: list, grads: dict, stop: Optional[Node]) -> None:
         for node in reversed(nodes):
             contributions = grads.get(node)
             if not contributions or node is stop:
@@ -330,7 +417,6 @@ class _Backward:
                 if gradient is not None and operand in self.depends:
                     grads.setdefault(operand, []).append(gradient)
                     self.readers.setdefault(operand, []).append(node)
-        return grads
 
     def _zeros(self, x: Node) -> Operand:
         """Y does not depend on X (or only through ops without a gradient): dY/dX is zero."""
@@ -430,7 +516,7 @@ class _Backward:
                         total = (
                             self.added(grads[value])
                             if grads.get(value)
-                            else self.t.op("zeros-like", [value])
+                            else self.t.op("zeros-like", [self._shaped(value)])
                         )
                 region.outputs = [total]
             with self.stamped(node):
@@ -448,6 +534,13 @@ class _Backward:
                 )
             found.append((value, backward))
         return found
+
+    def _shaped(self, value: Node) -> Node:
+        """A value of `value`'s shape for zeros to take it from: a contribution to its
+        gradient already made, so that a value an adjoint loop computes again is not computed
+        only for its shape, else the value itself."""
+        made = [g for g in self.pending.get(value, ()) if isinstance(g, Node)]
+        return made[0] if made else value
 
     @contextmanager
     def stamped(self, node: Node, readers: Optional[list] = None):
@@ -467,9 +560,9 @@ class _Backward:
             t.frames, t.datum, t.of = outer
 
     def _note(self, node: Operand) -> Operand:
-        if self.first and isinstance(node, Node):
+        if self.noted is None and isinstance(node, Node):
             node.note = echo(self.datum)
-            self.first = False
+            self.noted = node
         return node
 
 

@@ -134,6 +134,7 @@ class Hoists:
             if (
                 operand.kind is Kind.PARAM
                 and not is_local_param(operand)
+                and not held_only(conversion)
                 and (operand, conversion) not in self._written
             ):
                 self._add(Hoist(operand, conversion, statement), None)
@@ -172,7 +173,7 @@ class Hoists:
                     self.counts.get((operand, conversion, self.scope[node]), 0) > 1
                     or conversion is not None
                     and is_local_param(operand)
-                ) and not is_conditional(operand)
+                ) and not (is_conditional(operand) or held_only(conversion))
                 if shared and self._visible(key, region) is None and key not in due:
                     due.append(key)
         return due
@@ -192,6 +193,14 @@ def cast_once(conversions: Conversions, reads: list) -> bool:
     """Whether an argument's reads, (node, input index) each, all cast down, can read one
     cast at entry: not where a negation's own cast is one of several (`own_cast`)."""
     return len(reads) == 1 or not any(conversions.own_cast(r) for r, _ in reads)
+
+
+def held_only(conversion: Optional[tuple]) -> bool:
+    """A bf16-stored parameter read in bf16 on a held target: the `.float()` that makes it
+    the f32 tensor such a target computes on, where the cuda file reads the parameter as it
+    is. Written where it is read, never a statement, so the two files have one set of
+    statements."""
+    return conversion == ("bf16-stored", "bf16")
 
 
 def is_conditional(operand) -> bool:

@@ -2,7 +2,7 @@
 
 from sx2torch.emit import build as b
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import CONCAT_PART, SCALAR, like
+from sx2torch.ops.rank import CONCAT_PART, MATMUL, SCALAR, like
 
 G, LIKE = Arg("g"), Arg("like", "like")
 LIKE_SHAPE = like(1, "like")
@@ -45,6 +45,45 @@ register(
         grad=lambda t, n, g: [None],
         exact=True,
         fills=True,
+    )
+)
+register(
+    Op(
+        "mean-ones",
+        (LIKE,),
+        lambda a, ctx: b.binop(
+            _filled("torch.ones_like")(a, ctx), "/", b.method(a[0], "numel")
+        ),
+        rank=like(0, "like"),
+        grad=lambda t, n, g: [None],
+        doc="ones shaped like `like` over its number of elements: the gradient of its mean over all axes",
+        name_inputs=True,
+        internal=True,
+    )
+)
+def _matmul_ones(a, ctx):
+    """`x.new_ones(x.shape[:-1] + w.shape[-1:])`: the shape of torch.matmul(x, w) for a
+    matrix w, whatever x's rank."""
+    x, w = a
+    shape = b.binop(
+        b.subscript(b.attr(x, "shape"), b.slice_(None, b.number(-1))),
+        "+",
+        b.subscript(b.attr(w, "shape"), b.slice_(b.number(-1), None)),
+    )
+    return b.method(x, "new_ones", shape, dtype=b.dotted(ctx.tensor_dtype))
+
+
+register(
+    Op(
+        "matmul-ones",
+        (Arg("x", "like"), Arg("w", "like")),
+        _matmul_ones,
+        rank=MATMUL,
+        grad=lambda t, n, g: [None, None],
+        exact=True,
+        doc="ones shaped as (matmul x w) for a matrix w, made without computing it",
+        name_inputs=True,
+        internal=True,
     )
 )
 register(

@@ -173,7 +173,9 @@ class Why(Enum):
     AFTER_OUT_F32 = (
         "it reads the f32 result of an :out :f32 matmul, an island until bf16 (6.4)"
     )
-    NEGATED = "a negation read only in bf16 negates its operand cast down: the same bits"
+    NEGATED = (
+        "a negation read only in bf16 negates its operand cast down: the same bits"
+    )
 
 
 @dataclass(frozen=True)
@@ -274,6 +276,8 @@ class _Policy:
         self._block(typed, graph.nodes)
         self._settle(typed)
         _negate_after_cast(typed)
+        if self.precision == DType.BF16:
+            _fills_as_read(typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
@@ -519,6 +523,46 @@ class _IntegerInputs:
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
 
 
+FILLS = ("ones-like", "zeros-like", "matmul-ones")
+
+
+def _fills_as_read(typed: Typed) -> None:
+    """A fill of ones or zeros that no parameter or bf16 value reached, read only by ops
+    that read it in bf16 (and loops that carry it so), is made in bf16 (which holds it exactly), not in f32 and cast
+    down: a gradient's seed under the bf16 policy. Its readers compute as they did."""
+    readers: dict = {}
+    for node in walk(typed.graph.nodes):
+        for index, operand in enumerate(node.inputs):
+            readers.setdefault(operand, []).append((node, index))
+        for out in (o for region in node.regions for o in region.outputs):
+            readers.setdefault(out, []).append((node, None))
+    out = typed.graph.output
+    for node in walk(typed.graph.nodes):
+        decision = typed.decided[node]
+        if (
+            node.kind is Kind.OP
+            and node.op in FILLS
+            and decision.reason.why is Why.NOT_YET
+            and node not in (out if isinstance(out, tuple) else (out,))
+            and readers.get(node)
+            and all(_reads_bf16(typed, r, k) for r, k in readers[node])
+        ):
+            typed.decided[node] = Decision(DType.BF16, DType.BF16, decision.reason)
+
+
+def _reads_bf16(typed: Typed, node: Node, index: Optional[int]) -> bool:
+    if node.kind is Kind.CAST:
+        return node.attrs["dtype"] == DType.BF16
+    if node.kind is Kind.FOR and index is not None:  # a loop's start, as it carries it
+        return typed.decided[node].dtype[index] == DType.BF16
+    return (
+        index is not None
+        and node.kind is Kind.OP
+        and _kind(REGISTRY[node.op], index) not in UNCAST
+        and typed.decided[node].compute == DType.BF16
+    )
+
+
 def _callee_graph(program: Program, graphs: dict, node: Node, owner: str) -> Graph:
     """The graph a call or a sub-model's forward runs, called from a defun of `owner`."""
     if node.kind is Kind.CALL:
@@ -572,9 +616,7 @@ def _negate_after_cast(typed: Typed) -> None:
             and node.shape.dims != ()
             and all(readers.get(node, [False]))
         ):
-            typed.decided[node] = Decision(
-                DType.BF16, DType.BF16, Reason(Why.NEGATED)
-            )
+            typed.decided[node] = Decision(DType.BF16, DType.BF16, Reason(Why.NEGATED))
 
 
 def _reads_bf16(typed: Typed, node: Node, index: int) -> bool:

@@ -263,6 +263,8 @@ def test_every_differentiable_op_is_covered():
     }
     internal = {
         "ones-like",
+        "mean-ones",
+        "matmul-ones",
         "zeros-like",
         "sum-to",
         "expand-as",

@@ -21,6 +21,7 @@ SOURCE = """
 (defun to-w (x) (* x (gradient (sum (tanh (matmul a w))) w)))
 (defun through-w (x) (* x (gradient (sum (tanh (matmul a w))) a)))
 (defun forward (x) (gradient (sum (* x b)) x))
+(defun by-mean (x) (gradient (sum (* x (mean x :axes [-1] :keepdims true))) x))
 """
 
 
@@ -51,6 +52,15 @@ def test_a_sum_back_is_written_where_a_broadcast_happened(built, name, summed):
     assert ("sum_to_size" in method(code, name)) == summed
 
 
+def test_a_reduction_keeping_its_axes_broadcasts_as_its_input(built):
+    """x's mean keeping its axes broadcasts against x keeping x's shape, whatever it is: x's
+    contribution is not summed back, the mean's (a real broadcast) is."""
+    _, code = built
+    body = method(code, "by_mean")
+    assert "sum_to_size(x.shape)" not in body
+    assert "sum_to_size(mean_x.shape)" in body
+
+
 def test_the_gradients_are_autograds(built):
     model, _ = built
     a, b, w = (
@@ -69,3 +79,6 @@ def test_the_gradients_are_autograds(built):
     close(model.through_w(one.float()).double(), da_w, rtol=1e-5, atol=1e-6)
     close(model.squared(x.float()).double(), 2 * x.float().double(), rtol=0, atol=0)
     close(model.forward(x.float()).double(), b.detach().expand(3, 4), rtol=0, atol=0)
+    leaf = x.clone().requires_grad_()
+    (by_mean,) = torch.autograd.grad((leaf * leaf.mean(-1, keepdim=True)).sum(), leaf)
+    close(model.by_mean(x.float()).double(), by_mean, rtol=1e-5, atol=1e-6)

@@ -529,6 +529,17 @@ CASES: dict[str, list[Case]] = {
     # Ops the derivative rules build backward sweeps from (usable in source too).
     "ones-like": [case("x", "(ones-like x)", X, torch.ones_like)],
     "zeros-like": [case("x", "(zeros-like x)", X, torch.zeros_like)],
+    "mean-ones": [
+        case("x", "(mean-ones x)", X, lambda x: torch.ones_like(x) / x.numel())
+    ],
+    "matmul-ones": [
+        case(
+            "x w",
+            "(matmul-ones x (transpose w [1 0]))",
+            XY,
+            lambda x, w: torch.ones_like(x @ w.T),
+        )
+    ],
     "sum-to": [
         case(
             "g x",

@@ -159,6 +159,9 @@ for _name in ("<", "<=", ">", ">=", "="):
 INTERNAL = [
     ("cross-entropy-backward", {"g": [], "x": [4, 5], "labels": [4]}, {}),
     ("sum-to", {"g": [3, 4], "x": [4]}, {}),
+    ("mean-ones", {"x": [3, 4]}, {}),
+    ("matmul-ones", {"x": [2, 3, 4], "w": [4, 5]}, {}),
+    ("matmul-ones", {"x": [4], "w": [4, 5]}, {}),
     ("expand-reduced", {"g": [3], "x": [3, 4]}, {"axes": (1,), "mean": True}),
     ("take-backward", {"g": [2, 4, 3], "x": [5, 3], "ids": [2, 4]}, {}),
     ("slice-backward", {"g": [2, 2], "x": [2, 5]}, {"axis": 1, "start": 1, "end": 3}),

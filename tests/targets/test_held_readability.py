@@ -52,6 +52,30 @@ def test_the_held_file_has_the_cuda_files_statements(target):
     assert "return sx.store_bf16(" in code
 
 
+BF16_STORED = """
+(defparam wte (normal [8 4]) :dtype :bf16)
+(defparam head (normal [4 8] :std 0.1))
+(defun forward (ids) (matmul (matmul (take wte ids) head) wte))
+(defrun train :precision :bf16)
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "metal"])
+def test_a_bf16_stored_parameter_is_widened_where_it_is_read(target):
+    """The cuda file reads a bf16-stored table as it is; a held one makes it the f32 tensor
+    it computes on with `.float()` at each read, not in a statement of its own (`wte_bf16 =
+    self.wte.float()`, a name saying bf16 over code saying f32), and gives cuda's bits."""
+    held, code = compiled(BF16_STORED, target)
+    native, cuda = compiled(BF16_STORED, "cuda")
+    assert statements(code) == statements(cuda)
+    assert code.count("self.wte.float()") == 2
+    torch.manual_seed(0)
+    a, b = held.M(), native.M()
+    b.load_state_dict(a.state_dict())
+    ids = torch.tensor([[1, 7, 7], [0, 3, 1]])
+    assert torch.equal(a(ids), b(ids).float())
+
+
 @pytest.mark.parametrize("target", ["cpu", "metal"])
 def test_the_split_residual_mlp_gives_cudas_bits(target):
     held, _ = compiled(RESIDUAL, target)

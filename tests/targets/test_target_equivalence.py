@@ -222,6 +222,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
     "region-f32": {"project": (Floats((4, 8)),), "forward": (Floats((4, 8)),)},
     "region-nested": {"forward": (Floats((4, 8)),)},
     "region-whole-model": {"forward": (Floats((4, 8)),)},
+    "name-bound-to-name": {"forward": (Floats((3, 4)),)},
     "renaming": {
         "lambda_": (Floats((4, 4)), Floats((4, 4))),
         "forward": (Floats((4, 4)),),
