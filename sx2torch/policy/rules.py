@@ -275,9 +275,9 @@ class _Policy:
             typed.decided[node] = Decision(dtype)
         self._block(typed, graph.nodes)
         self._settle(typed)
-        _negate_after_cast(typed)
         if self.precision == DType.BF16:
             _fills_as_read(typed)
+        _negate_after_cast(typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
@@ -528,36 +528,45 @@ FILLS = ("ones-like", "zeros-like", "matmul-ones")
 
 def _fills_as_read(typed: Typed) -> None:
     """A fill of ones or zeros that no parameter or bf16 value reached, read only by ops
-    that read it in bf16 (and loops that carry it so), is made in bf16 (which holds it exactly), not in f32 and cast
-    down: a gradient's seed under the bf16 policy. Its readers compute as they did."""
-    readers: dict = {}
-    for node in walk(typed.graph.nodes):
-        for index, operand in enumerate(node.inputs):
-            readers.setdefault(operand, []).append((node, index))
-        for out in (o for region in node.regions for o in region.outputs):
-            readers.setdefault(out, []).append((node, None))
-    out = typed.graph.output
+    that read it in bf16 (and loops that carry it so), is made in bf16 (which holds it
+    exactly), not in f32 and cast down: a gradient's seed under the bf16 policy. Its
+    readers compute as they did."""
+    reads = _reads_in_bf16(typed)
     for node in walk(typed.graph.nodes):
         decision = typed.decided[node]
         if (
             node.kind is Kind.OP
             and node.op in FILLS
             and decision.reason.why is Why.NOT_YET
-            and node not in (out if isinstance(out, tuple) else (out,))
-            and readers.get(node)
-            and all(_reads_bf16(typed, r, k) for r, k in readers[node])
+            and all(reads.get(node, [False]))
         ):
             typed.decided[node] = Decision(DType.BF16, DType.BF16, decision.reason)
 
 
-def _reads_bf16(typed: Typed, node: Node, index: Optional[int]) -> bool:
+def _reads_in_bf16(typed: Typed) -> dict:
+    """node -> whether each read of it reads it in bf16; a region's output and the graph's
+    are reads that are not."""
+    reads: dict = {}
+    for node in walk(typed.graph.nodes):
+        for index, operand in enumerate(node.inputs):
+            reads.setdefault(operand, []).append(_reads_bf16(typed, node, index))
+        for out in (o for region in node.regions for o in region.outputs):
+            reads.setdefault(out, []).append(False)
+    output = typed.graph.output
+    for out in output if isinstance(output, tuple) else (output,):
+        reads.setdefault(out, []).append(False)
+    return reads
+
+
+def _reads_bf16(typed: Typed, node: Node, index: int) -> bool:
+    """Whether an op or a cast reads its input `index` as data in bf16, or a loop carries
+    it so."""
     if node.kind is Kind.CAST:
         return node.attrs["dtype"] == DType.BF16
-    if node.kind is Kind.FOR and index is not None:  # a loop's start, as it carries it
+    if node.kind is Kind.FOR:
         return typed.decided[node].dtype[index] == DType.BF16
     return (
-        index is not None
-        and node.kind is Kind.OP
+        node.kind is Kind.OP
         and _kind(REGISTRY[node.op], index) not in UNCAST
         and typed.decided[node].compute == DType.BF16
     )
@@ -596,15 +605,7 @@ def _negate_after_cast(typed: Typed) -> None:
     The bits are the same on every target: rounding to nearest even is symmetric, so
     round(-x) is -round(x), and the gradient of a negation is a negation, exact in bf16.
     A 0-d one read beside a tensor is converted by the reader's kernel: it stays."""
-    readers: dict = {}
-    for node in walk(typed.graph.nodes):
-        for index, operand in enumerate(node.inputs):
-            readers.setdefault(operand, []).append(_reads_bf16(typed, node, index))
-        for out in (o for region in node.regions for o in region.outputs):
-            readers.setdefault(out, []).append(False)
-    output = typed.graph.output
-    for out in output if isinstance(output, tuple) else (output,):
-        readers.setdefault(out, []).append(False)
+    reads = _reads_in_bf16(typed)
     for node in reversed(list(walk(typed.graph.nodes))):
         decided = typed.decided[node]
         if (
@@ -614,20 +615,9 @@ def _negate_after_cast(typed: Typed) -> None:
             and decided.reason == NOT_YET
             and typed.decision(node.inputs[0]).dtype == DType.F32
             and node.shape.dims != ()
-            and all(readers.get(node, [False]))
+            and all(reads.get(node, [False]))
         ):
             typed.decided[node] = Decision(DType.BF16, DType.BF16, Reason(Why.NEGATED))
-
-
-def _reads_bf16(typed: Typed, node: Node, index: int) -> bool:
-    """Whether an op or a cast reads its input `index` as data, in bf16."""
-    if node.kind is Kind.CAST:
-        return node.attrs["dtype"] == DType.BF16
-    return (
-        node.kind is Kind.OP
-        and _kind(REGISTRY[node.op], index) not in UNCAST
-        and typed.decided[node].compute == DType.BF16
-    )
 
 
 def _storage(program: Program, used: list) -> dict:
