@@ -101,7 +101,7 @@ class _Expansion:
         backward = _Backward(t, node.form, [*visible, *t.nodes], around)
         value = backward.run(y, x)
         _pass_note(backward.noted, t.nodes, value)
-        _carried_check(node, around, backward.grads, (t.nodes, value))
+        _carried_check(node, visible, around, backward, (t.nodes, value))
         self.values[node] = value
         _bind(value, node)
         return t.nodes
@@ -362,6 +362,7 @@ class _Backward:
         self.noted: Optional[Node] = None  # the node the gradient form's comment is on
         self.depends: set = set()  # the values that depend on X, in regions too
         self.grads: dict = {}  # value -> its contributions, once run
+        self.cone: set = set()  # the values Y is computed from that depend on X
         self.readers: dict = {}  # value -> the nodes its contributions come from
         self.pending: dict = {}  # value -> its contributions so far, in the block running
 
@@ -427,25 +428,26 @@ class _Backward:
         """The nodes on some path from x to y, in trace order, among those Y may read; an IF
         or FOR depends on X where a node in its regions does."""
         visible = self.visible
-        marked = _Dependence(x)
-        for loop in self.around:
-            if loop.kind is Kind.FOR and x not in _inside(loop):
-                marked.carry(
-                    loop
-                )  # for _carried_check to see what reaches a carried value
-        marked.mark(visible)
-        self.depends = marked.found
+        # the loops around too, for _carried_check to see what reaches a carried value
+        self.depends = _Dependence(x).around(visible, self.around).found
         needed, pending = set(), [y]
         while pending:
             node = pending.pop()
             if node in self.depends and node not in needed:
                 needed.add(node)
                 pending.extend(i for i in _reads_around(node) if isinstance(i, Node))
+        self.cone = needed
         return (
             [x] + [n for n in visible if n in needed and n is not x]
             if x in needed
             else []
         )
+
+    def reaches(self, value: Node) -> bool:
+        """Whether the backward reaches `value`: it has contributions, or, where Y reads X
+        only through values a loop around carries (so no backward node is made and the
+        gradient is zeros), Y is computed from it through values that depend on X."""
+        return bool(self.grads.get(value)) or (not self.grads and value in self.cone)
 
     def _sum(self, contributions: list, node: Node) -> Operand:
         """A value's gradient, named after it."""
@@ -572,6 +574,7 @@ class _Dependence:
     its nodes, its value): that node depends on X as its value does."""
 
     def __init__(self, x: Node, expansion: tuple = (None, (), None)):
+        self.x = x
         self.found = {x}
         self.gradient, self.nodes, self.value = expansion
 
@@ -589,6 +592,18 @@ class _Dependence:
             if any(isinstance(i, Node) and i in self.found for i in _valued(node)):
                 self.found.add(node)
 
+    def around(self, visible: list, around: list) -> "_Dependence":
+        """Marks the values a gradient may read (`visible`) and those the loops around it
+        (`around`, those that hold it) carry: before the loops, since a carried value may
+        start as one computed from X before its loop, and after, since the values read in
+        the body (and the gradient's own nodes) may read a carried one."""
+        self.mark(visible)
+        for loop in around:
+            if loop.kind is Kind.FOR and self.x not in _inside(loop):
+                self.carry(loop)
+        self.mark(visible)
+        return self
+
     def carry(self, loop: Node) -> None:
         (body,) = loop.regions
         while True:
@@ -604,19 +619,18 @@ class _Dependence:
             self.found |= more
 
 
-def _carried_check(gradient: Node, around: list, grads: dict, expansion: tuple):
+def _carried_check(
+    gradient: Node, visible: list, around: list, backward: "_Backward", expansion: tuple
+):
     """A gradient inside a loop whose backward reaches a carried value that depends on X
     through the iterations before would have to go back through them, and each may hold
     this gradient's backward again (a nesting as deep as the loop is long): a diagnostic.
     Where the carried value depends on X only as it is held fixed, the backward is right.
     """
     x = gradient.inputs[1]
+    marked = _Dependence(x, (gradient, *expansion)).around(visible, around)
     for loop in (n for n in around if n.kind is Kind.FOR and x not in _inside(n)):
-        reached = [c for c in loop.regions[0].inputs if grads.get(c)]
-        if not reached:
-            continue
-        marked = _Dependence(x, (gradient, *expansion))
-        marked.carry(loop)
+        reached = [c for c in loop.regions[0].inputs if backward.reaches(c)]
         for carried in (c for c in reached if c in marked.found):
             raise SourceError(
                 gradient.span,

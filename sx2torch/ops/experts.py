@@ -4,6 +4,14 @@ from sx2torch.emit import build as b
 from sx2torch.ops.rank import SAME
 from sx2torch.ops.registry import Arg, Op, register
 
+
+def _sparse_experts_call(a, ctx):
+    """On metal and cpu a bf16 layer's operands are bf16 values held in f32: `held=True`
+    rounds each of its ops, as cuda's bf16 tensors do."""
+    held = ctx.target != "cuda" and ctx.compute == "bf16"
+    return b.call("sx.sparse_experts", *a, **({"held": b.name("True")} if held else {}))
+
+
 register(
     Op(
         "sparse-experts",
@@ -14,7 +22,7 @@ register(
             Arg("gate-up", "matrix"),
             Arg("down", "matrix"),
         ),
-        lambda a, ctx: b.call("sx.sparse_experts", *a),
+        _sparse_experts_call,
         no_grad=(
             "how many tokens each expert takes is known only when the module runs; "
             "loss.backward() differentiates it"

@@ -247,6 +247,15 @@ CASES = {
         13,
         "gradient needs a scalar Y: reduce it over all axes, as (sum ...) or (mean ...)",
     ),
+    "gradient-in-loop-carried": (  # Y reads x only through c, which starts as x^2
+        b"(defmodel blk () (defun forward (x) x))\n(defparam blocks (stack 2 (blk)))\n"
+        b"(defun forward (x)\n  (for (layer blocks) ((c (square x))) (gradient (mean c) x)))\n",
+        4,
+        40,
+        "this gradient reaches 'c', which the loop around it carries and which depends on "
+        "'x' through the iterations before, and a backward does not go back through a "
+        "loop's earlier iterations: take the gradient outside the loop",
+    ),
     "overflow": (
         b"(defconst big (* 1e200 1e200))\n(defun forward (x) x)\n",
         1,

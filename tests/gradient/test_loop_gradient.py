@@ -132,6 +132,15 @@ def test_a_gradient_in_a_loop_reaching_a_carried_value_that_needs_no_x(build):
     assert torch.allclose(module.Model().fixed(x.detach(), y), want, rtol=1e-6)
 
 
+def test_a_gradient_in_a_loop_of_a_carried_value_that_never_depends_on_x(build):
+    """c starts as y and becomes d(mean c)/dx, zeros: it never depends on x, so the zeros
+    are the gradient of every iteration and no diagnostic is due."""
+    line = "(defun forward (x y) (for (layer blocks) ((c y)) (gradient (mean c) x)))"
+    module, _ = build(INSIDE.split("(defun fixed")[0] + line)
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    assert torch.equal(module.Model()(x, y), torch.zeros(2, 4))
+
+
 def test_a_gradient_in_a_loop_with_respect_to_the_carried_value(build):
     module, _ = build(INSIDE)
     x = torch.randn(2, 4)
@@ -150,12 +159,19 @@ def test_a_gradient_in_a_loop_with_respect_to_the_carried_value(build):
     [
         ("x", "(layer (* c (gradient (sum (* c x)) x)))"),  # c is x at first
         ("y", "(layer (+ x (* c (gradient (sum (* c x)) x))))"),  # x + ... after one
+        # Y reads x only through c, which starts as x or x^2: no backward node reached c,
+        # and the gradient compiled to zeros where the first iteration's is 2x/8 or 1/8
+        ("(square x)", "(gradient (mean c) x)"),
+        ("x", "(gradient (mean c) x)"),
+        # a start computed from x before the loop depends on x as x itself does
+        ("(square x)", "(layer (+ c (gradient (sum (* c x)) x)))"),
     ],
 )
 def test_a_gradient_in_a_loop_through_a_carried_value_that_depends_on_x(start, body):
     """known-6: where c is x, d(sum c*x)/dx is c + x, not c; after an iteration c depends
     on x through the layers before (and this gradient's value): the backward would have to
-    go back through them, a diagnostic at the gradient form."""
+    go back through them, a diagnostic at the gradient form. So also where c starts as a
+    value computed from x, and where Y reads x only through c."""
     line = f"(defun forward (x y) (for (layer blocks) ((c {start})) {body}))"
     source = INSIDE.split("(defun fixed")[0] + line
     with pytest.raises(SourceError) as error:

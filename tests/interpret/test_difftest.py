@@ -90,6 +90,23 @@ def test_the_oracles_see_a_wrong_result():
     assert check._close(x, model("forward", x), True, "f32")[0]
 
 
+def test_an_f32_value_no_further_from_the_f64_evaluation_than_the_interpreters_passes():
+    """Seed 1106705: a gradient through a loop, then sin, in f32; the module and the
+    interpreter round apart by 1.2e-4, the module the nearer to the f64 evaluation."""
+    wide = torch.tensor([1.0, 2.0])
+    want = wide + torch.tensor([1e-3, -1e-3])  # the interpreter, off by 1e-3
+    near = wide + torch.tensor([-5e-4, 1e-3])  # outside the bound, but no further off
+    far = wide + torch.tensor([-5e-4, 3e-3])
+    assert not check._close(near, want, False, "f32")[0]
+    assert check._value(near, want, False, "f32", lambda: wide)[0]
+    assert not check._value(far, want, False, "f32", lambda: wide)[0]
+    # where a bf16 value may be, the f64 evaluation is not what the rules compute
+    off = torch.tensor([1.0, 3.0])
+    assert not check._value(off, torch.tensor([1.0, 2.0]), False, "bf16", lambda: off)[0]
+    _, _, outcome = campaign.one(1106705, every=True)
+    assert not _failures(outcome), outcome.failures
+
+
 def test_the_interpreter_draws_the_modules_parameters():
     """Without a state_dict it draws in source order, as the generated __init__ does."""
     source = (Path(__file__).parents[2] / "examples" / "rms-mlp.lisp").read_text()

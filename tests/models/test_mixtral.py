@@ -104,3 +104,51 @@ def test_it_trains_through_the_sparse_experts():
     for name, p in real.named_parameters():
         assert ours[name].grad is not None, name
         torch.testing.assert_close(ours[name].grad, p.grad, rtol=1e-4, atol=1e-5)
+
+
+EXPERTS = """
+(defun forward (x ids w gu dn)
+  (sparse-experts (cast x :bf16) ids w (cast gu :bf16) (cast dn :bf16)))
+(defrun train :precision :bf16)
+"""
+
+
+def experts_reference(x, ids, w, gu, dn):
+    """sparse-experts under :bf16 in plain PyTorch bf16 ops: each linear, the SiLU and the
+    product rounded, the weighted f32 result rounded, each addition rounded."""
+    x, gu, dn = (t.to(torch.bfloat16) for t in (x, gu, dn))
+    out = torch.zeros_like(x)
+    for e in range(gu.shape[0]):
+        rows, k = torch.where(ids == e)
+        gate, up = torch.nn.functional.linear(x[rows], gu[e]).chunk(2, dim=-1)
+        h = torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, dn[e])
+        out = out.index_add(0, rows, (h * w[rows, k, None]).to(torch.bfloat16))
+    return out
+
+
+def experts_inputs():
+    """Exact by construction: x and gate-up are multiples of 1/8 below 4, so each gate and
+    up is an exact f32 sum (about 15 bits) that bf16 must round; each row of down has one
+    power of two, so the second linear is one exact product."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-32, 32, (6, 8), generator=g) / 8
+    gu = torch.randint(-32, 32, (3, 4, 8), generator=g) / 8
+    dn = torch.zeros(3, 8, 2)
+    for e in range(3):
+        for r in range(8):
+            dn[e, r, (r + e) % 2] = 2.0 ** (r % 3 - 1) * (-1) ** r
+    ids = torch.tensor([[0, 2], [2, 1], [0, 1], [2, 0], [1, 2], [1, 0]])
+    w = torch.rand(6, 2, generator=g)
+    return x, ids, w / w.sum(-1, keepdim=True), gu, dn
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal", "cpu"])
+def test_the_sparse_experts_round_each_op_on_every_target(build, target):
+    """The held targets (bf16 values in f32 tensors) round each op inside the layer as
+    cuda's bf16 tensors do, not the f32 layer once (found-held-sparse-experts-rounding)."""
+    module, code = build(EXPERTS, target=target)
+    assert ("held=True" in code) == (target != "cuda"), code
+    got = module.Model()(*experts_inputs())
+    want = experts_reference(*experts_inputs())
+    assert got.dtype == (torch.bfloat16 if target == "cuda" else torch.float32)
+    assert torch.equal(got.float(), want.float()), (got, want)
