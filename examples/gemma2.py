@@ -104,7 +104,6 @@ class Gemma2Attention(nn.Module):
         self.o_proj = LinearLayer(in_features=heads * head_dim, out_features=dim)
 
     def rotate_half(self, x, *, half=None):
-        x = x.to(torch.bfloat16)
         if half is None:
             half = self.head_dim // 2
         return torch.cat([-x[..., half:], x[..., :half]], dim=-1)

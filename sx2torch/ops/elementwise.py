@@ -125,6 +125,7 @@ _register(
         arity=(1, None),
         folds=True,
         grad=_minus_grad,
+        exact=lambda operands: len(operands) == 1,
         doc="n-ary difference, folded left: (- x a b) is (- (- x a) b); negation with one argument",
     )
 )
