@@ -954,10 +954,12 @@ def compile_and_compare(net: torch.nn.Module) -> None:
 # (an emitted gradient through the stack of blocks, forward and adjoint loop, and its own
 # backward) stands for `forward`: the same held ops, roundings and hooks, in under a third of
 # the compile (`forward`'s gradient of the energy is twice as deep). `forward` itself is
-# compiled under `emulate_precision_casts`.
+# compiled under `emulate_precision_casts`. `blocks.0.forward with bf16` (bf16 arguments) is
+# compiled once: on the CPU the held rounding is a cast that inductor keeps either way, and its
+# kernels under the two settings are the same text.
 COMPILED = {
     ("gradient-regions", False): ("chained", "blocks.0.forward with bf16"),
-    ("gradient-regions", True): ("forward", "blocks.0.forward with bf16"),
+    ("gradient-regions", True): ("forward",),
     ("bf16-params", False): ("forward",),
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import signal
 import struct
 import subprocess
@@ -165,7 +166,9 @@ def test_synthetic_inputs_train_with_adamw(tmp_path):
     ],
     ids=["empty", "magic", "truncated", "no-match"],
 )  # fmt: skip
-def test_bad_data_is_one_line_and_exit_2(work, tmp_path, content, message):
+def test_bad_data_is_one_line_and_exit_2(work, tmp_path, content, message, monkeypatch, capsys):
+    """Run in this process as `python gpt.py` runs it (the other tests launch the script):
+    the data is checked before the model is built or the seed set, so no state is left."""
     if content is None:
         data, expected = (
             str(tmp_path / "none_*.bin"),
@@ -175,22 +178,11 @@ def test_bad_data_is_one_line_and_exit_2(work, tmp_path, content, message):
         data = str(tmp_path / "bad.bin")
         Path(data).write_bytes(content)
         expected = f"error: {data}: {message}"
-    process = subprocess.run(
-        [
-            sys.executable,
-            str(work / "gpt.py"),
-            "--data",
-            data,
-            "--out",
-            str(tmp_path / "run"),
-        ],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    script = str(work / "gpt.py")
+    monkeypatch.setattr(
+        sys, "argv", [script, "--data", data, "--out", str(tmp_path / "run")]
     )
-    assert (process.returncode, process.stderr, process.stdout) == (
-        2,
-        expected + "\n",
-        "",
-    )
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(script, run_name="__main__")
+    out, err = capsys.readouterr()
+    assert (exit.value.code, err, out) == (2, expected + "\n", "")
