@@ -84,6 +84,18 @@ def load_module(code: str, name: str = "generated") -> types.ModuleType:
     return module
 
 
+def method_code(code: str, name: str) -> str:
+    """The text of generated method `name`, up to the next method."""
+    return code.split(f"    def {name}(")[1].split("\n    def ")[0]
+
+
+def seeded_model(source: str):
+    """(the compiled source's Model, drawn from seed 0, and its code)."""
+    code = compile_source(source, "model.lisp")
+    torch.manual_seed(0)
+    return load_module(code).Model(), code
+
+
 @pytest.fixture
 def build():
     """build(source, filename="model.lisp", run=None, target="cuda") -> (module, code)."""

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import load_module
-from sx2torch.compiler import compile_source
+from conftest import method_code as method, seeded_model
 
 SOURCE = """
 (defparam w (normal [4 5]))
@@ -21,15 +20,9 @@ SOURCE = """
 """
 
 
-def method(code: str, name: str) -> str:
-    return code.split(f"    def {name}(")[1].split("\n    def ")[0]
-
-
 @pytest.fixture(scope="module")
 def built():
-    code = compile_source(SOURCE, "model.lisp")
-    torch.manual_seed(0)
-    return load_module(code).Model(), code
+    return seeded_model(SOURCE)
 
 
 @pytest.mark.parametrize(
