@@ -34,6 +34,7 @@ register(
         grad=lambda t, n, g: [None],
         exact=True,
         fills=True,
+        constant=True,
     )
 )
 register(
@@ -45,6 +46,7 @@ register(
         grad=lambda t, n, g: [None],
         exact=True,
         fills=True,
+        constant=True,
     )
 )
 register(
@@ -61,6 +63,8 @@ register(
         internal=True,
     )
 )
+
+
 def _matmul_ones(a, ctx):
     """`x.new_ones(x.shape[:-1] + w.shape[-1:])`: the shape of torch.matmul(x, w) for a
     matrix w, whatever x's rank."""
@@ -83,6 +87,7 @@ register(
         exact=True,
         doc="ones shaped as (matmul x w) for a matrix w, made without computing it",
         name_inputs=True,
+        constant=True,
         internal=True,
     )
 )

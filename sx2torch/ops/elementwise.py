@@ -109,6 +109,10 @@ def _minus(a, ctx):
     return b.neg(a[0]) if len(a) == 1 else b.binop(a[0], "-", a[1])
 
 
+def _negates(operands: tuple) -> bool:
+    return len(operands) == 1
+
+
 def _minus_grad(t, n, g):
     if len(n.inputs) == 1:
         return [t.op("neg", [g])]
@@ -125,7 +129,8 @@ _register(
         arity=(1, None),
         folds=True,
         grad=_minus_grad,
-        exact=lambda operands: len(operands) == 1,
+        exact=_negates,
+        negation=_negates,
         doc="n-ary difference, folded left: (- x a b) is (- (- x a) b); negation with one argument",
     )
 )
@@ -138,6 +143,7 @@ _register(
         numbers=partial(scalars.arithmetic, ScalarOp.NEG),
         grad=lambda t, n, g: [t.op("neg", [g])],
         exact=True,
+        negation=True,
     )
 )
 

@@ -113,6 +113,9 @@ class Op:
     # bf16 inputs give bf16 values, so held-in-f32 targets need not round the output: True,
     # or a test of the operands (a product with a power of two)
     exact: Union[bool, Callable] = False
+    # a negation, True or a test of the operands: round(-x) is -round(x), so the policy may
+    # cast its operand down instead of its result
+    negation: Union[bool, Callable] = False
     doc: str = ""
     # made by the compiler (a derivative rule, a definition); from source, an unknown op
     internal: bool = False
@@ -123,6 +126,9 @@ class Op:
     # emitted as `torch.ones_like(x, dtype=...)` (or zeros): a cast of it is the same fill
     # made in the dtype wanted (sx2torch/emit/targets.py)
     fills: bool = False
+    # its value is ones or zeros, which either dtype holds: the policy makes it in the dtype
+    # its readers read it in (a gradient's seed)
+    constant: bool = False
     # gives a Python number when the module runs (`x.shape[1]`), which torch takes where it
     # takes a compile-time number: `torch.clamp(x, min=n)`, not `torch.maximum(x, n)`
     python_number: bool = False
@@ -133,11 +139,16 @@ class Op:
     # policy decides: the f32-out matmul's `:out :f32`
     out_dtype: Optional[Callable] = None
 
+    def negates(self, operands: tuple) -> bool:
+        return self.negation(operands) if callable(self.negation) else self.negation
+
     def is_exact(self, operands: tuple) -> bool:
         return self.exact(operands) if callable(self.exact) else self.exact
 
     def names_inputs(self, node) -> bool:
-        return self.name_inputs(node) if callable(self.name_inputs) else self.name_inputs
+        return (
+            self.name_inputs(node) if callable(self.name_inputs) else self.name_inputs
+        )
 
     @property
     def word(self) -> str:

@@ -523,9 +523,6 @@ class _IntegerInputs:
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
 
 
-FILLS = ("ones-like", "zeros-like", "matmul-ones")
-
-
 def _fills_as_read(typed: Typed) -> None:
     """A fill of ones or zeros that no parameter or bf16 value reached, read only by ops
     that read it in bf16 (and loops that carry it so), is made in bf16 (which holds it
@@ -536,7 +533,7 @@ def _fills_as_read(typed: Typed) -> None:
         decision = typed.decided[node]
         if (
             node.kind is Kind.OP
-            and node.op in FILLS
+            and REGISTRY[node.op].constant
             and decision.reason.why is Why.NOT_YET
             and all(reads.get(node, [False]))
         ):
@@ -595,7 +592,6 @@ def _read_in(typed: Typed, node: Node, index: int):
 
 
 NOT_YET = Reason(Why.NOT_YET)
-NEGATIONS = ("-", "neg")  # `-` of one operand negates
 
 
 def _negate_after_cast(typed: Typed) -> None:
@@ -610,8 +606,7 @@ def _negate_after_cast(typed: Typed) -> None:
         decided = typed.decided[node]
         if (
             node.kind is Kind.OP
-            and node.op in NEGATIONS
-            and len(node.inputs) == 1
+            and REGISTRY[node.op].negates(node.inputs)
             and decided.reason == NOT_YET
             and typed.decision(node.inputs[0]).dtype == DType.F32
             and node.shape.dims != ()

@@ -37,10 +37,11 @@ def test_every_op_has_a_rank_rule_and_each_fact_in_its_entry_is_of_its_kind():
     for name, op in REGISTRY.items():
         assert isinstance(op.rank, RankRule) and op.rank.doc, name
         assert isinstance(op.exact, bool) or callable(op.exact), name
+        assert isinstance(op.negation, bool) or callable(op.negation), name
         assert isinstance(op.bf16_risk, str) and isinstance(op.no_grad, str), name
         assert not op.folds or op.bounds[1] is None, name
         assert op.out_dtype is None or callable(op.out_dtype), name
-        assert isinstance(op.fills, bool), name
+        assert isinstance(op.fills, bool) and isinstance(op.constant, bool), name
 
 
 def test_an_op_said_to_fill_is_emitted_as_a_fill_in_its_compute_dtype():
