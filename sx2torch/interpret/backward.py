@@ -8,10 +8,11 @@ gradient marks every backward node instead), and under `:bf16` is bf16 where it 
 parameter or a bf16 value. A value read by several nodes sums their contributions in the
 marks those readers share. So a gradient's dtype is its last backward node's, not X's.
 
-The tape (tape.py) is the evaluation as it ran, loops unrolled and the taken branch of each
-`if`. A node's derivative is written out as the rules write it where that is several ops,
-each rounding in bf16 (FORMULAS); else it is torch's derivative of the op computed on its
-operands cast to the backward node's dtype, rounded once. Either is itself on the tape, so a
+The tape (tape.py) is the evaluation as it ran, loops unrolled, each `if` with both of its
+branches: the backward `if` is joined with the backward of the branch not taken. A node's
+derivative is written out as the rules write it where that is several ops, each rounding in
+bf16 (FORMULAS); else it is torch's derivative of the op computed on its operands cast to
+the backward node's dtype, rounded once. Either is itself on the tape, so a
 gradient of a gradient differentiates it.
 """
 
@@ -28,6 +29,7 @@ from sx2torch.interpret.evaluate import (
     dtype_of,
     is_float,
     keep_rank,
+    tensor_of,
     zero_d,
 )
 from sx2torch.interpret.model import ParamValue
@@ -48,32 +50,90 @@ def gradient(ev, y, x, around=None):
     """dY/dX over the evaluator's tape; `around`: a with-numerics form's mode wrapped
     directly around the gradient, which marks every backward node."""
     want = _key(x)
-    live = _live(ev.tape, want)
+    walk = _Walk(ev, _live(ev.tape, want), want, around)
     seed = Lam(torch.ones(()))  # 0-d: the first backward node's operands decide
-    grads = {_key(y): [(seed, None)]}
-    for node in reversed(list(ev.tape)):
-        outputs = _outputs(node.result)
-        gs = [
-            None if _key(o) in (None, want) else _total(ev, grads.pop(_key(o), None))
-            for o in outputs
-        ]
-        if all(g is None for g in gs):
-            continue
-        mode = around or (ISLAND if node.high else node.frame.mode)
-        frame = node.frame.within(mode)
-        flat = _operands(node)
-        for i, v in enumerate(flat):
-            if _key(v) in live and is_float(v) and not _skipped(node, i):
-                made = _contribution(ev, node, gs, i, frame)
-                if made is not None:
-                    grads.setdefault(_key(v), []).append((made, mode))
+    grads = walk.run(list(ev.tape), {_key(y): [(seed, None)]})
     total = _total(ev, grads.get(want))
-    tensor = _tensor(x)
+    tensor = tensor_of(x)
     if total is None:  # Y does not depend on X
         total = torch.zeros_like(tensor)
     if isinstance(total, Lam) and not zero_d(x):
         total = total.t
     return total if isinstance(total, Lam) else keep_rank(tensor, total)
+
+
+class _Walk:
+    """The backward of a list of tape nodes, walked in reverse: `grads` maps a value to
+    its readers' contributions so far; what is left at the end are the contributions to
+    values made before the list."""
+
+    def __init__(self, ev, live: set, want, around):
+        self.ev, self.live, self.want, self.around = ev, live, want, around
+
+    def run(self, nodes: list, grads: dict) -> dict:
+        within = set()  # an `if`'s branches, walked by its node
+        for node in reversed(nodes):
+            if id(node) in within:
+                continue
+            if node.name == "if":
+                within.update(map(id, node.keys["taken"] + node.keys["other"]))
+            gs = [self._incoming(grads, o) for o in _outputs(node.result)]
+            if all(g is None for g in gs):
+                continue
+            mode = self.around or (ISLAND if node.high else node.frame.mode)
+            if node.name == "if":
+                self._join(node, gs[0], mode, grads)
+                continue
+            frame = node.frame.within(mode)
+            for i, v in enumerate(_operands(node)):
+                if _key(v) in self.live and is_float(v) and not _skipped(node, i):
+                    made = _contribution(self.ev, node, gs, i, frame)
+                    if made is not None:
+                        grads.setdefault(_key(v), []).append((made, mode))
+        return grads
+
+    def _incoming(self, grads: dict, output):
+        """The gradient reaching `output` (None for X itself: the walk stops there)."""
+        if _key(output) in (None, self.want):
+            return None
+        return _total(self.ev, grads.pop(_key(output), None))
+
+    def _join(self, node: Node, g, mode, grads: dict) -> None:
+        """docs/LANGUAGE.md (gradient): through an `if` the backward is an `if` per value
+        its branches read, each giving that value's contribution (zeros where it reads it
+        not), joined as the forward `if` is. The branch not taken is walked, seeded with
+        zeros of its shape, for its contributions' dtypes."""
+        taken, other = node.args
+        mine = self._branch(node.keys["taken"], taken, g, mode)
+        theirs = self._branch(node.keys["other"], other, _zeros(g, other), mode)
+        frame = node.frame.within(mode)
+        for key in list(mine) + [k for k in theirs if k not in mine]:
+            made, unmade = mine.get(key), theirs.get(key)
+            dtypes = [dtype_of(v) for v in (made, unmade) if v is not None]
+            dtype = self.ev.join(dtypes[0], dtypes[-1])
+            if made is None:
+                made = _zeros(unmade, unmade)
+            elif dtype_of(made) != dtype:
+                made = self.ev.alias(made, _recast(made, dtype), frame)
+            grads.setdefault(key, []).append((made, mode))
+
+    def _branch(self, nodes: list, value, g, mode) -> dict:
+        """A branch's contributions to the values made before it, from `g` at its value."""
+        made = self.run(nodes, {_key(value): [(g, mode)]})
+        return {
+            key: _total(self.ev, contributions) for key, contributions in made.items()
+        }
+
+
+def _zeros(like, shaped):
+    """Zeros in `like`'s dtype with `shaped`'s shape, 0-d by rank where both are."""
+    tensor = tensor_of(shaped)
+    zeros = keep_rank(tensor, torch.zeros(tensor.shape, dtype=dtype_of(like)))
+    return Lam(zeros) if zero_d(like) and zero_d(shaped) else zeros
+
+
+def _recast(v, dtype):
+    return Lam(v.t.to(dtype)) if isinstance(v, Lam) else keep_rank(v, v.to(dtype))
 
 
 def _key(v):
@@ -164,8 +224,8 @@ class _Writer:
 
 def _sum_to(ev, made, like, frame: Frame):
     """A contribution summed back over the axes its operand was broadcast along."""
-    shape = _tensor(like).shape
-    tensor = _tensor(made)
+    shape = tensor_of(like).shape
+    tensor = tensor_of(made)
     if tensor.shape == shape:
         return made
     summed = tensor.sum_to_size(shape)
@@ -177,14 +237,8 @@ def _sum_to(ev, made, like, frame: Frame):
 def _read(ev, v, dtype, node: Node, j: int):
     """Operand `j` of the derivative (j < 0: an output's gradient) in `dtype`."""
     if v is None or not is_float(v) or (j >= 0 and _skipped(node, j)):
-        return _tensor(v)
+        return tensor_of(v)
     return ev.cast(v, dtype)
-
-
-def _tensor(v):
-    if isinstance(v, Lam):
-        return v.t
-    return v.tensor if isinstance(v, ParamValue) else v
 
 
 def _vjp(fn, gs: list, tensors: list, i: int, dtype):

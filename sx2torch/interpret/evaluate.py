@@ -257,7 +257,7 @@ class Evaluator:
     def alias(self, source, value, frame: "Frame"):
         """`value`, a cast of `source` the rules insert (an `if`'s or a loop's join, a
         `cast` form): its backward passes the gradient on as it is."""
-        if _uncast(value) is not _uncast(source):
+        if tensor_of(value) is not tensor_of(source):
             self.tape.append(Node("alias", [source], {}, frame, False, value))
         return value
 
@@ -399,7 +399,7 @@ class Evaluator:
         if spec.lists:
             args[0] = [read(v) for v in args[0]]
         cast = [
-            _uncast(v) if i in spec.skip else self.cast(v, dtype)
+            tensor_of(v) if i in spec.skip else self.cast(v, dtype)
             for i, v in enumerate(args)
         ]
         if spec.lists:
@@ -421,7 +421,8 @@ class Evaluator:
         return value
 
 
-def _uncast(v):
+def tensor_of(v):
+    """The tensor a value holds: an element's, a parameter's as stored."""
     if isinstance(v, Lam):
         return v.t
     return v.tensor if isinstance(v, ParamValue) else v

@@ -22,10 +22,12 @@ from sx2torch.interpret.evaluate import (
     is_float,
     keep_rank,
     leaf,
+    tensor_of,
     zero_d,
 )
 from sx2torch.interpret import backward
 from sx2torch.interpret.model import ParamValue
+from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Symbol, Vector
 
 FIXED_POINT_ROUNDS = 4
@@ -48,9 +50,11 @@ def _if(ev, items, frame):
     if not isinstance(condition, bool):
         raise EvalError("if's condition must be known when the module runs")
     chosen, other = (items[1], items[2]) if condition else (items[2], items[1])
+    start = len(ev.tape)
     value = ev.eval(chosen, frame)
     if not is_float(value):
         return value
+    middle = len(ev.tape)
     try:
         # the branch not taken draws nothing from the generator, as in the module
         with torch.random.fork_rng(devices=[]):
@@ -64,10 +68,20 @@ def _if(ev, items, frame):
         return dataclasses.replace(value, high=high, joined=joined)
     if other_dtype is None or not other_dtype.is_floating_point:
         return value
-    read = value.t.to(joined) if isinstance(value, Lam) else ev.cast(value, joined)
+    read = _joined(ev, value, joined)
     # 0-d by rank where both branches are
     read = Lam(read) if zero_d(value) and zero_d(other_value) else read
-    return read if read is value else ev.alias(value, read, frame)
+    # the backward walks both branches: it is joined as the forward is
+    branches = {"taken": ev.tape[start:middle], "other": ev.tape[middle:]}
+    ev.tape.append(Node("if", [value, other_value], branches, frame, False, read))
+    return read
+
+
+def _joined(ev, value, dtype):
+    """The taken branch's value read in the join's dtype, a tensor of its own (the `if`'s
+    result), so that its gradient is the `if`'s."""
+    read = value.t.to(dtype) if isinstance(value, Lam) else ev.cast(value, dtype)
+    return keep_rank(read, read.view_as(read)) if read is tensor_of(value) else read
 
 
 def _cast(ev, items, frame):

@@ -15,7 +15,9 @@ from typing import Callable, Optional
 
 @dataclass(frozen=True, eq=False)  # its fields hold tensors: identity, not ==
 class Node:
-    name: str  # the op (interpret/ops.py), "alias" (a cast the rules insert), or "vjp"
+    # the op (interpret/ops.py), "alias" (a cast the rules insert), "vjp", or "if" (its
+    # keys: the nodes of the branch taken and of the other)
+    name: str
     args: list  # the operands as passed (concat's first one a list of them)
     keys: dict
     frame: object  # the forward's frame, in the mode the op computed in

@@ -123,3 +123,39 @@ def test_a_gradient_of_a_gradient_differentiates_the_first_backward():
         "(defun forward (x) (gradient (sum (gradient (sum (* (* x x) x)) x)) x))\n"
     )
     assert torch.allclose(model("forward", X), 6 * X, rtol=0, atol=1e-6)
+
+
+def _if_model(taken: str, other: str, y: str = "(sum {if})"):
+    """(gradient Y x) under :bf16, with `(if (= d 4) TAKEN OTHER)` as Y's {if}."""
+    form = y.format(**{"if": f"(if (= d 4) {taken} {other})"})
+    return _model(
+        "(defconst d 4)\n(defparam w (normal [4 4]))\n(defparam v (normal [4]))\n"
+        f"(defun forward (x) (gradient {form} x))\n(defrun train :precision :bf16)\n"
+    )
+
+
+def test_a_backward_if_is_joined_with_the_branch_not_taken():
+    """corpus found-if-backward-join: the x branch passes the gradient on in f32, the
+    matmul branch's would be bf16; the backward `if` joins the two, as the forward `if`:
+    bf16. Its contributions are summed within the branch, then cast to the join."""
+    got = _if_model("x", "(matmul x v)")("forward", X)
+    assert got.dtype == BF and torch.equal(got, torch.ones(2, 4, dtype=BF))
+    got = _if_model("(* x (sin x))", "(matmul x w)")("forward", X)
+    want = (torch.sin(X) + X * torch.cos(X)).to(BF)
+    assert got.dtype == BF and torch.equal(got, want)
+
+
+def test_a_backward_if_joins_where_the_forward_branches_agree():
+    """Both branches are f32 forward ((cast ... :f32)); the backward of the second reads
+    w in bf16, so the backward `if` is bf16 all the same."""
+    got = _if_model("(square x)", "(cast (matmul x w) :f32)")("forward", X)
+    assert got.dtype == BF and torch.equal(got, (2.0 * X).to(BF))
+
+
+def test_a_value_only_the_branch_not_taken_reads_gets_zeros_in_that_branch_s_dtype():
+    """x's contribution is zeros where the taken branch reads it not, in the dtype of the
+    other branch's (bf16, through w); a branch that reads x in f32 only leaves it f32."""
+    got = _if_model("(* w 2.0)", "(matmul x w)")("forward", X)
+    assert got.dtype == BF and torch.equal(got, torch.zeros(2, 4, dtype=BF))
+    plain = _if_model("(square x)", "(* w 2.0)", y="(sum (+ x {if}))")("forward", X)
+    assert plain.dtype == torch.float32 and torch.equal(plain, 1.0 + 2.0 * X)
