@@ -100,13 +100,10 @@ class BertSelfAttention(nn.Module):
         )
 
     def forward(self, hidden_states, mask):
-        split_heads_hidden_states = self.split_heads(self.query(hidden_states))
-        split_heads_hidden_states_2 = self.split_heads(self.key(hidden_states))
-        split_heads_hidden_states_3 = self.split_heads(self.value(hidden_states))
         y = F.scaled_dot_product_attention(
-            split_heads_hidden_states,
-            split_heads_hidden_states_2,
-            split_heads_hidden_states_3,
+            self.split_heads(self.query(hidden_states)),
+            self.split_heads(self.key(hidden_states)),
+            self.split_heads(self.value(hidden_states)),
             attn_mask=mask.to(torch.bfloat16),
         )
         return y.permute(0, 2, 1, 3).flatten(2)
@@ -114,13 +111,10 @@ class BertSelfAttention(nn.Module):
     # a method of its own: mask is bool here, f32 in forward
     # forward for hidden-states: bf16, mask: bool
     def forward_bf16(self, hidden_states, mask):
-        split_heads_hidden_states = self.split_heads(self.query(hidden_states))
-        split_heads_hidden_states_2 = self.split_heads(self.key(hidden_states))
-        split_heads_hidden_states_3 = self.split_heads(self.value(hidden_states))
         y = F.scaled_dot_product_attention(
-            split_heads_hidden_states,
-            split_heads_hidden_states_2,
-            split_heads_hidden_states_3,
+            self.split_heads(self.query(hidden_states)),
+            self.split_heads(self.key(hidden_states)),
+            self.split_heads(self.value(hidden_states)),
             attn_mask=mask,
         )
         return y.permute(0, 2, 1, 3).flatten(2)

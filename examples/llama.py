@@ -83,9 +83,8 @@ class LlamaAttention(nn.Module):
     def forward(self, x, cos, sin):
         q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
         k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
-        split_heads_x = self.split_heads(self.v_proj(x))
         y = F.scaled_dot_product_attention(
-            q, k, split_heads_x, is_causal=True, enable_gqa=True
+            q, k, self.split_heads(self.v_proj(x)), is_causal=True, enable_gqa=True
         )
         return self.o_proj(y.permute(0, 2, 1, 3).flatten(2))
 

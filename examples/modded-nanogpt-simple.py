@@ -100,13 +100,10 @@ class AttentionLayer(nn.Module):
         k = self.k(x)
         reshape_k = k.reshape(k.shape[0], k.shape[1], -1, self.head_dim)
         ks = self.rotary(F.rms_norm(reshape_k, (reshape_k.size(-1),)))
-        transpose_qs = qs.permute(0, 2, 1, 3)
-        transpose_ks = ks.permute(0, 2, 1, 3)
-        heads_x = self.heads(self.v(x))
         y = F.scaled_dot_product_attention(
-            transpose_qs.to(torch.bfloat16),
-            transpose_ks.to(torch.bfloat16),
-            heads_x,
+            qs.permute(0, 2, 1, 3).to(torch.bfloat16),
+            ks.permute(0, 2, 1, 3).to(torch.bfloat16),
+            self.heads(self.v(x)),
             scale=0.12,
             is_causal=True,
         )

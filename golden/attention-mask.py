@@ -16,8 +16,9 @@ class AttentionMask(nn.Module):
         return attention_mask.reshape(2, 1, 1, 5) > 0.5
 
     def padded(self, q, k, v, attention_mask):
-        keep_attention_mask = self.keep(attention_mask)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_attention_mask)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.keep(attention_mask)
+        )
 
     def causal(self, q, k, v, attention_mask):
         where_keep_attention_mask = torch.where(

@@ -13,6 +13,7 @@ import libcst as cst
 
 from sx2torch.emit import build as b
 from sx2torch.ir import Scalar
+from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, SAME, RankRule, like, product
 
@@ -202,6 +203,14 @@ def _literal_false(flag) -> bool:
     return isinstance(flag, cst.Name) and flag.value == "False"
 
 
+def _reads_q_and_k_twice(node) -> bool:
+    """A window, or a mask beside :causal, makes the code read q's and k's shapes: they are
+    locals there, and only there."""
+    causal = node.attrs["causal"]
+    never = causal.op is ScalarOp.LIT and causal.value is False
+    return node.attrs["window"] is not None or (len(node.inputs) == 4 and not never)
+
+
 def _attention(a, ctx):
     q, k, v = a[:3]
     extra = {}
@@ -254,7 +263,7 @@ register(
             Key("window", "int"),
             Key("enable-gqa", "bool", False),
         ),
-        name_inputs=True,
+        name_inputs=_reads_q_and_k_twice,
         no_grad="no derivative rule yet: under gradient, write the attention out by hand",
         doc=(
             "F.scaled_dot_product_attention on [..., T, D]: one kernel, its softmax and "
