@@ -19,10 +19,8 @@ from sx2torch.ops.rank import ATTENTION, SAME, RankRule, like, product
 
 LINEAR = RankRule(
     "X's with the last axis W's first",
-    lambda shapes, attrs: (
-        None
-        if shapes[0] is None or shapes[1] is None
-        else product(shapes[0], tuple(reversed(shapes[1])))
+    lambda shapes, attrs: product(
+        shapes[0], None if shapes[1] is None else tuple(reversed(shapes[1]))
     ),
 )
 LAST_AXIS = RankRule(

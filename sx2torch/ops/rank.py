@@ -150,6 +150,7 @@ def _scalar(shapes, attrs):
 
 def product(a: tuple, b: tuple) -> Optional[tuple]:
     """torch.matmul's shape: a vector operand gains an axis that the result drops."""
+    _with_axes(a, b)
     if not a or not b:
         return None
     inner = b[-2] if len(b) > 1 else b[0]
@@ -162,6 +163,16 @@ def product(a: tuple, b: tuple) -> Optional[tuple]:
     return broadcast(a[:-2], b[:-2]) + rows + cols
 
 
+def _with_axes(*operands) -> None:
+    """torch refuses a 0-d operand of a matrix product when the module runs: say so when
+    it compiles."""
+    if () in operands:
+        raise ShapeError(
+            "a matrix product of a 0-d value (an element, a full reduction or a parameter "
+            "of shape []): each operand needs an axis to multiply along; scale with * instead"
+        )
+
+
 def _matmul(shapes, attrs):
     a, b = shapes
     if isinstance(a, Tail) or isinstance(b, Tail):
@@ -172,6 +183,7 @@ def _matmul(shapes, attrs):
 def _product_of_unknown_rank(a, b) -> Optional[Tail]:
     """torch.matmul's shape where an operand's rank is unknown: the inner sizes are checked
     where both are known, and the result keeps the last sizes that are certain."""
+    _with_axes(a, b)
     x, y = _sizes(a), _sizes(b)
     matrix = len(y) >= 2  # B is at least 2-D: of a Tail, only two known sizes say so
     vector = not isinstance(b, Tail) and len(y) == 1
@@ -304,6 +316,7 @@ def _matrix_scan(shapes, attrs):
 
 def _attention(shapes, attrs):
     q, k, v = shapes[:3]  # a mask broadcasts against the scores
+    _with_axes(q, k, v)
     if q is None or k is None or v is None or len(k) < 2:
         return None
     gqa = known(attrs.get("enable-gqa", False)) is not False

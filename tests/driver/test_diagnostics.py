@@ -223,6 +223,13 @@ CASES = {
         8,
         "matmul of [3 4] and [5 6]: the inner sizes differ (4 against 5)",
     ),
+    "matmul-of-0d": (  # torch refuses it when the module runs
+        b"(defparam v (normal [4]))\n(defun forward (x)\n  (linear x (sum v)))\n",
+        3,
+        3,
+        "a matrix product of a 0-d value (an element, a full reduction or a parameter of "
+        "shape []): each operand needs an axis to multiply along; scale with * instead",
+    ),
     "shape-broadcast": (
         b"(defparam a (normal [3 4]))\n(defparam b (normal [5 6]))\n(defun forward (x)\n  (* x (+ a b)))\n",
         4,
