@@ -190,8 +190,9 @@ def _contribution(ev, node: Node, gs: list, i: int, frame: Frame):
     flat = _operands(node)
     if node.name == "alias":
         return gs[0]
-    if node.name in FORMULAS and node.keys.get("approximate", ":none") == ":none":
-        made = FORMULAS[node.name](_Writer(ev, frame), gs[0], flat, node.result, i)
+    formula = _formula(node)
+    if formula is not None:
+        made = formula(_Writer(ev, frame), gs[0], flat, node.result, i)
         return _sum_to(ev, made, flat[i], frame)
     given = [g for g in gs if g is not None]
     dtype = ev.decide(given + _reads(node, flat, i), frame.mode) or dtype_of(given[0])
@@ -305,13 +306,32 @@ FORMULAS = {
     ),
     "silu": lambda w, g, a, y, i: _silu(w, g, a[0], w.sigmoid(a[0])),
     "gelu": lambda w, g, a, y, i: w.mul(g, _gelu_slope(w, a[0])),
+    "gelu:tanh": lambda w, g, a, y, i: w.mul(g, _tanh_gelu_slope(w, a[0])),
 }
+
+
+def _formula(node: Node):
+    """The node's derivative written out, by its op and :approximate form; None: torch's."""
+    approximate = node.keys.get("approximate", ":none")
+    return FORMULAS.get(
+        node.name if approximate == ":none" else node.name + approximate
+    )
 
 
 def _gelu_slope(w, x):
     cdf = w.mul(0.5, w.add(1.0, w.erf(w.mul(x, 0.7071067811865475))))
     pdf = w.mul(0.3989422804014327, w.exp(w.mul(-0.5, w.square(x))))
     return w.add(cdf, w.mul(x, pdf))
+
+
+def _tanh_gelu_slope(w, x):
+    """With u = c (x + k x³): ½(1 + tanh u) + ½x (1 - tanh² u) c (1 + 3k x²)."""
+    c, k = 0.7978845608028654, 0.044715
+    square = w.mul(x, x)
+    tanh = w.tanh(w.mul(w.add(x, w.mul(w.mul(square, x), k)), c))
+    slope = w.mul(w.add(1.0, w.mul(square, 3 * k)), c)
+    rise = w.mul(w.mul(w.mul(x, 0.5), w.sub(1.0, w.mul(tanh, tanh))), slope)
+    return w.add(w.mul(0.5, w.add(1.0, tanh)), rise)
 
 
 def _silu(w, g, x, s):

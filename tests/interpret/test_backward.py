@@ -159,3 +159,22 @@ def test_a_value_only_the_branch_not_taken_reads_gets_zeros_in_that_branch_s_dty
     assert got.dtype == BF and torch.equal(got, torch.zeros(2, 4, dtype=BF))
     plain = _if_model("(square x)", "(* w 2.0)", y="(sum (+ x {if}))")("forward", X)
     assert plain.dtype == torch.float32 and torch.equal(plain, 1.0 + 2.0 * X)
+
+
+def test_tanh_gelu_s_backward_rounds_at_each_op_of_its_formula():
+    """golden-style (gelu :approximate :tanh) under :bf16: with u = c (x + k x^3), the
+    derivative 1/2 (1 + tanh u) + 1/2 x (1 - tanh^2 u) c (1 + 3k x^2), each op a bf16 node
+    (torch's own derivative would round once)."""
+    model = _model(
+        "(defparam w (normal [4 4]))\n"
+        "(defun forward (x) (gradient (sum (gelu (matmul x w) :approximate :tanh)) x))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    m = X.to(BF) @ W.to(BF)
+    c, k = 0.7978845608028654, 0.044715
+    square = m * m
+    tanh = torch.tanh((m + square * m * k) * c)
+    rise = m * 0.5 * (1.0 - tanh * tanh) * ((1.0 + square * (3 * k)) * c)
+    g = torch.ones(2, 4, dtype=BF) * (0.5 * (1.0 + tanh) + rise)
+    got = model("forward", X)
+    assert got.dtype == BF and torch.equal(got, g @ W.to(BF).T)
