@@ -91,11 +91,18 @@ register(
         internal=True,
     )
 )
+def _sum_to(a, ctx):
+    """`g.sum_to_size(like.shape)`; a full sum where `like` is 0-d, whose shape is known."""
+    if ctx.ranks and ctx.ranks[1] == 0:
+        return b.method(a[0], "sum")
+    return b.method(a[0], "sum_to_size", b.attr(a[1], "shape"))
+
+
 register(
     Op(
         "sum-to",
         (G, LIKE),
-        lambda a, ctx: b.method(a[0], "sum_to_size", b.attr(a[1], "shape")),
+        _sum_to,
         grad=_sum_to_grad,
         rank=LIKE_SHAPE,
         doc="sums a broadcast gradient back to the shape of `like`",

@@ -75,3 +75,15 @@ def test_the_gradients_are_autograds(built):
     leaf = x.clone().requires_grad_()
     (by_mean,) = torch.autograd.grad((leaf * leaf.mean(-1, keepdim=True)).sum(), leaf)
     close(model.by_mean(x.float()).double(), by_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_a_sum_back_to_a_0_d_operand_is_a_full_sum():
+    """(- b (sum x)) broadcasts the 0-d sum to b's shape: its gradient is summed over all
+    of b's axes, without computing the sum for its shape (it read torch.sum(x).shape)."""
+    model, code = seeded_model(
+        "(defparam b (normal [4]))\n(defun forward (x) (gradient (sum (- b (sum x))) x))\n"
+    )
+    body = method(code, "forward")
+    assert "(-grad_sub_b).sum()" in body and "torch.sum(x)" not in body
+    x = torch.randn(3, 4)
+    assert torch.equal(model(x), torch.full((3, 4), -4.0))
