@@ -29,8 +29,7 @@ class GradientIfInLoop(nn.Module):
             x_per_layer.append(x)
             x = x * x if layer.d == 4 else x @ layer.w.permute(1, 0)
         # (gradient (sum (chain blocks x)) x)
-        grad_chain = torch.ones_like(x, dtype=torch.float32)
-        grad_x = grad_chain
+        grad_x = torch.ones_like(x, dtype=torch.float32)
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             if layer.d == 4:

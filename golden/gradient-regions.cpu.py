@@ -120,8 +120,7 @@ class GradientRegions(nn.Module):
             w_bf16 = sx.round_to_bf16(layer.w)
             x = sx.store_bf16(x + 1.0 * torch.relu(sx.store_bf16(x @ w_bf16)))
         # (gradient (sum (chain blocks x)) x)
-        grad_chain = torch.ones_like(x, dtype=torch.float32)
-        grad_x = grad_chain
+        grad_x = torch.ones_like(x, dtype=torch.float32)
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = sx.round_to_bf16(layer.w)

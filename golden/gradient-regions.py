@@ -102,8 +102,7 @@ class GradientRegions(nn.Module):
             w_bf16 = layer.w.to(torch.bfloat16)
             x = x + 1.0 * torch.relu(x @ w_bf16)
         # (gradient (sum (chain blocks x)) x)
-        grad_chain = torch.ones_like(x, dtype=torch.bfloat16)
-        grad_x = grad_chain
+        grad_x = torch.ones_like(x, dtype=torch.bfloat16)
         for i, layer in reversed(list(enumerate(self.blocks))):
             x = x_per_layer[i]
             w_bf16 = layer.w.to(torch.bfloat16)

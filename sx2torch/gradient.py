@@ -743,6 +743,8 @@ class _Adjoint:
         loop, body, t = self.loop, self.body, self.t
         starts = self._starts(contributions)
         grads_in = [_input("grad_" + (c.name or "x"), loop) for c in body.inputs]
+        for start, carried in zip(starts, grads_in):
+            _named_as_carried(start, carried)
         sums = [_input("grad_" + _label(value), loop) for value in self.outer]
         recorded = [
             _input(c.name or _label(start), loop)
@@ -821,6 +823,13 @@ class _Adjoint:
                 for total, value in zip(sums, self.outer)
             ]
         adjoint.regions[0].outputs = outputs
+
+
+def _named_as_carried(start: Operand, carried: Node) -> None:
+    """A gradient that starts an adjoint loop is named as the gradient the loop carries
+    (`grad_x = torch.ones_like(x)`, not `grad_chain = ...` then `grad_x = grad_chain`)."""
+    if isinstance(start, Node) and (start.name or "grad_").startswith("grad_"):
+        start.name = carried.name
 
 
 def _input(name: str, loop: Node) -> Node:
