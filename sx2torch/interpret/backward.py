@@ -50,7 +50,7 @@ def gradient(ev, y, x, around=None):
     """dY/dX over the evaluator's tape; `around`: a with-numerics form's mode wrapped
     directly around the gradient, which marks every backward node."""
     want = _key(x)
-    walk = _Walk(ev, _live(ev.tape, want), want, around)
+    walk = _Walk(ev, _live(ev.tape, want), want, around, _seed_marks(ev.tape, y, want))
     seed = Lam(torch.ones(()))  # 0-d: the first backward node's operands decide
     grads = walk.run(list(ev.tape), {_key(y): [(seed, None)]})
     total = _total(ev, grads.get(want))
@@ -62,13 +62,34 @@ def gradient(ev, y, x, around=None):
     return total if isinstance(total, Lam) else keep_rank(tensor, total)
 
 
+def _marks(node: Node):
+    return ISLAND if node.high else node.frame.mode
+
+
+def _seed_marks(tape: list, y, want) -> dict:
+    """docs/LANGUAGE.md (gradient): the gradient of a full sum Y is ones of its input's
+    shape made where the input is computed (a region's ones are bf16, not f32 ones cast
+    down), so that backward node carries the marks of the node that made the input."""
+    made = {_key(o): node for node in tape for o in _outputs(node.result)}
+    node = made.get(_key(y))
+    if node is None or node.name != "sum" or node.keys.get("axes") is not None:
+        return {}
+    producer = made.get(_key(node.args[0]))
+    if producer is None or _key(node.args[0]) == want:
+        return {}
+    return {id(node): _marks(producer)}
+
+
 class _Walk:
     """The backward of a list of tape nodes, walked in reverse: `grads` maps a value to
     its readers' contributions so far; what is left at the end are the contributions to
     values made before the list."""
 
-    def __init__(self, ev, live: set, want, around):
+    def __init__(self, ev, live: set, want, around, marks: dict):
         self.ev, self.live, self.want, self.around = ev, live, want, around
+        self.marks = (
+            marks  # id(node) -> the marks its backward carries, where not its own
+        )
 
     def run(self, nodes: list, grads: dict) -> dict:
         within = set()  # an `if`'s branches, walked by its node
@@ -80,7 +101,7 @@ class _Walk:
             gs = [self._incoming(grads, o) for o in _outputs(node.result)]
             if all(g is None for g in gs):
                 continue
-            mode = self.around or (ISLAND if node.high else node.frame.mode)
+            mode = self.around or self.marks.get(id(node), _marks(node))
             if node.name == "if":
                 self._join(node, gs[0], mode, grads)
                 continue
@@ -188,8 +209,9 @@ def _contribution(ev, node: Node, gs: list, i: int, frame: Frame):
     """The node's backward by its operand `i`: torch's derivative of the op, computed on
     its operands cast to the dtype the rules give that backward node."""
     flat = _operands(node)
-    if node.name == "alias":
-        return gs[0]
+    if _passes_on(node, i, gs[0], flat[i]):  # no backward node, so no marks to carry
+        g = tensor_of(gs[0])
+        return Lam(g) if zero_d(flat[i]) else g
     formula = _formula(node)
     if formula is not None:
         made = formula(_Writer(ev, frame), gs[0], flat, node.result, i)
@@ -210,6 +232,16 @@ def _contribution(ev, node: Node, gs: list, i: int, frame: Frame):
     value = Lam(made) if zero_d(flat[i]) and made.dim() == 0 else made
     ev.tape.append(Node("vjp", operands, {}, frame, False, value, fn=derivative))
     return value
+
+
+def _passes_on(node: Node, i: int, g, operand) -> bool:
+    """docs/LANGUAGE.md (gradient): the derivative is the gradient itself (a cast the rules
+    insert, `cast-run`, `+`, `-` by its first operand), with nothing to sum back."""
+    if node.name in ("alias", "cast-run"):
+        return True
+    first = node.name == "-" and i == 0 and len(node.args) == 2
+    same = tensor_of(g).shape == tensor_of(operand).shape
+    return (node.name == "+" or first) and same
 
 
 class _Writer:

@@ -178,3 +178,44 @@ def test_tanh_gelu_s_backward_rounds_at_each_op_of_its_formula():
     g = torch.ones(2, 4, dtype=BF) * (0.5 * (1.0 + tanh) + rise)
     got = model("forward", X)
     assert got.dtype == BF and torch.equal(got, g @ W.to(BF).T)
+
+
+def test_a_derivative_that_is_the_gradient_itself_carries_no_marks():
+    """corpus rule-pass-through-backward: (- x 0.5) in an f32 island passes the bf16
+    gradient of the matmul on as it is; (* x 2.0) there computes its backward in f32.
+    Under :f32, x + 1.0 outside a region passes the region's bf16 gradient on."""
+    island = "(with-numerics (:sensitivity :high) {})"
+    source = (
+        "(defparam w (normal [4 4]))\n"
+        f"(defun forward (x) (gradient (sum (matmul {island.format('(- x 0.5)')} w)) x))\n"
+        f"(defun twice (x) (gradient (sum (matmul {island.format('(* x 2.0)')} w)) x))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    model = _model(source)
+    g = torch.ones(2, 4, dtype=BF) @ W.to(BF).T
+    got = model("forward", X)
+    assert got.dtype == BF and torch.equal(got, g)
+    twice = model("twice", X)
+    assert twice.dtype == torch.float32 and torch.equal(twice, g.float() * 2.0)
+    plain = _model(
+        "(defun forward (x) (gradient (sum (let ((h (+ x 1.0))) "
+        "(with-numerics (:precision :bf16) (tanh h)))) x))\n"
+    )("forward", X)
+    t = torch.tanh((X + 1.0).to(BF))
+    want = torch.ones(2, 4, dtype=BF) * (1.0 - torch.square(t))
+    assert plain.dtype == BF and torch.equal(plain, want)
+
+
+def test_a_full_sum_s_ones_are_made_where_its_input_is_computed():
+    """(sum (region (+ x 1.0))) under :f32: the ones are bf16, made in the region, and the
+    sum passes them on; a full mean's backward divides outside the region: f32."""
+    region = "(with-numerics (:precision :bf16) (+ x 1.0))"
+    model = _model(
+        f"(defun forward (x) (gradient (sum {region}) x))\n"
+        f"(defun averaged (x) (gradient (mean {region}) x))\n"
+    )
+    got = model("forward", X)
+    assert got.dtype == BF and torch.equal(got, torch.ones(2, 4, dtype=BF))
+    averaged = model("averaged", X)
+    assert averaged.dtype == torch.float32
+    assert torch.equal(averaged, torch.full((2, 4), 1 / 8))
