@@ -312,9 +312,8 @@ class _Policy:
         if all(is_param(d) for d in reads):
             typed.decided[node] = Decision(_choice(reads))
             return
-        outputs = [self._data_dtype(typed, r.outputs[0]) for r in node.regions]
-        joined = self._join([d for d in outputs if d is not None], node)
-        typed.decided[node] = Decision(joined)
+        outputs = [self._data_dtype(typed, o) for o in _deciding_outputs(node)]
+        _decide_if(typed, node, self._join([d for d in outputs if d is not None], node))
 
     def _settle(self, typed: Typed) -> None:
         """Each `if` of parameter reads stores the dtype its readers read it in, each branch
@@ -521,6 +520,34 @@ class _IntegerInputs:
             callee = _callee_graph(self.program, self.graphs, node, owner)
             return callee.inputs[index] in self.integer_inputs(callee)
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
+
+
+def _deciding_outputs(node: Node) -> list:
+    """The branch outputs that decide an `if`'s dtype: not a backward `if`'s zeros where a
+    branch reads the value not (docs/LANGUAGE.md, gradient), where another branch gives
+    its contribution."""
+    outputs = [r.outputs[0] for r in node.regions]
+    given = [o for o in outputs if not _zeros_for_absent(o)]
+    return given or outputs
+
+
+def _zeros_for_absent(value) -> bool:
+    return (
+        isinstance(value, Node)
+        and value.kind is Kind.OP
+        and value.op == "zeros-like"
+        and value.forward is not None
+    )
+
+
+def _decide_if(typed: Typed, node: Node, joined) -> None:
+    """The `if` has the join of the outputs that decide; zeros that did not are made in it."""
+    typed.decided[node] = Decision(joined)
+    given = _deciding_outputs(node)
+    for region in node.regions:
+        zeros = region.outputs[0]
+        if all(zeros is not o for o in given) and joined in (DType.F32, DType.BF16):
+            typed.decided[zeros] = Decision(joined, joined, typed.decided[zeros].reason)
 
 
 def _fills_as_read(typed: Typed) -> None:

@@ -201,3 +201,20 @@ def test_x_read_in_two_bf16_regions_gets_a_bf16_gradient_summed_in_one(build):
     got = model(x)
     assert got.dtype == bf
     assert torch.equal(got, part + part)
+
+
+def test_zeros_where_a_branch_reads_a_value_not_decide_no_dtype(build):
+    """corpus found-backward-if-zeros: under :f32, the branch taken gives x's contribution
+    in bf16 (a reshape in a bf16 region), the other reads x not: its zeros are made bf16,
+    in the region, and the backward `if` is bf16; they were f32 zeros that made the join
+    f32."""
+    module, code = build(
+        "(defmodel blk (&key (idx 0))\n"
+        "  (defun forward (x) (if (= idx 1) 8 (reshape x [8]))))\n"
+        "(defparam sub (blk))\n"
+        "(defun forward (x) (gradient (mean (with-numerics (:precision :bf16) (sub x))) x))\n"
+    )
+    assert "torch.zeros_like(x, dtype=torch.bfloat16)" in code
+    got = module.Model()(torch.randn(2, 4))
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, torch.full((2, 4), 1 / 8, dtype=torch.bfloat16))
