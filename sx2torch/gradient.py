@@ -19,7 +19,18 @@ from typing import Optional
 from sx2torch import ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
+from sx2torch.ir import (
+    REGION,
+    Graph,
+    Kind,
+    Node,
+    Operand,
+    Region,
+    Scalar,
+    prune,
+    reads,
+    walk,
+)
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, REDUCED, SAME
@@ -114,7 +125,8 @@ class _Expansion:
 
 def _pass_note(noted: Optional[Node], nodes: list, value: Operand) -> None:
     """The gradient form's comment goes from a seed nothing reads (its readers made ones of
-    their own shapes) to the first value after it that is read and named, so a statement."""
+    their own shapes) to the first value after it that is read and named, so a statement.
+    """
     made = list(walk(nodes))
     read = {i for n in made for i in reads(n)}
     if noted is None or noted in read or noted not in made:
@@ -185,7 +197,9 @@ class _Writer(Builder):
         seed = inputs[0] if inputs else None
         if not (isinstance(seed, Node) and seed.kind is Kind.OP):
             return None
-        if seed.op != "ones-like" or (seed.mode == REGION and _mode(self.frames) is None):
+        if seed.op != "ones-like" or (
+            seed.mode == REGION and _mode(self.frames) is None
+        ):
             return None
         if seed.inputs[0].kind is Kind.OP and seed.inputs[0].op == "expect-scalar":
             return None
@@ -364,7 +378,9 @@ class _Backward:
         self.grads: dict = {}  # value -> its contributions, once run
         self.cone: set = set()  # the values Y is computed from that depend on X
         self.readers: dict = {}  # value -> the nodes its contributions come from
-        self.pending: dict = {}  # value -> its contributions so far, in the block running
+        self.pending: dict = (
+            {}
+        )  # value -> its contributions so far, in the block running
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
@@ -513,8 +529,12 @@ class _Backward:
             regions = (Region([]), Region([]))
             for region, forward in zip(regions, node.regions):
                 with self.t.region(region):
+                    known = len(self.readers.get(value, ()))
                     grads = self.propagate(forward.nodes, {forward.outputs[0]: [g]})
-                    with self.stamped(value):  # stored in the IF's own name
+                    # summed in the marks the branch's readers share; stored in the IF's name
+                    with self.stamped(
+                        value, self.readers.get(value, [])[known:] or None
+                    ):
                         total = (
                             self.added(grads[value])
                             if grads.get(value)
@@ -780,7 +800,12 @@ class _Adjoint:
             )
             for k, carried in enumerate(grads_in + sums)
         ]
-        return list(zip([*loop.inputs, *self.outer], items))
+        # a start no iteration reads gets no contribution (not zeros that then decide)
+        unread = [not _read_in(body, c) for c in body.inputs[: len(loop.inputs)]]
+        return [
+            (value, None if k < len(unread) and unread[k] else item)
+            for k, (value, item) in enumerate(zip([*loop.inputs, *self.outer], items))
+        ]
 
     def _starts(self, contributions: list) -> list:
         """What the adjoint loop starts from: each carried value's gradient after the loop,
@@ -825,9 +850,17 @@ class _Adjoint:
         adjoint.regions[0].outputs = outputs
 
 
+def _read_in(body: Region, value: Node) -> bool:
+    """Whether a loop's body reads one of its carried values, or gives it on as it is."""
+    return value in body.outputs or any(
+        value in _reads_around(node) for node in walk(body.nodes)
+    )
+
+
 def _named_as_carried(start: Operand, carried: Node) -> None:
     """A gradient that starts an adjoint loop is named as the gradient the loop carries
-    (`grad_x = torch.ones_like(x)`, not `grad_chain = ...` then `grad_x = grad_chain`)."""
+    (`grad_x = torch.ones_like(x)`, not `grad_chain = ...` then `grad_x = grad_chain`).
+    """
     if isinstance(start, Node) and (start.name or "grad_").startswith("grad_"):
         start.name = carried.name
 

@@ -240,3 +240,19 @@ def test_a_gradient_through_a_for_inside_a_for(build):
     module, _ = build(source)
     x = torch.rand(2, 4) + 0.5
     torch.testing.assert_close(module.Model()(x), autograd(lambda x: (x**9).mean(), x))
+
+
+def test_a_start_no_iteration_reads_gets_no_contribution(build):
+    """corpus found-adjoint-unread-start: c starts as x w2 (a frozen, bf16-stored w2 under
+    :bf16) and no iteration reads it: the start's backward does not run on zeros, which
+    made x's gradient bf16; x's gradient is the iterations' own, f32: 1/8 from the last."""
+    module, code = build(
+        "(defmodel blk () (defun forward (x) x))\n"
+        "(defparam blocks (stack 2 (blk)))\n"
+        "(defparam w2 (normal [4 4]) :trainable false)\n"
+        "(defun forward (x) (gradient (mean (for (layer blocks) ((c (matmul x w2))) x)) x))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    assert "transpose" not in code
+    got = module.Model()(torch.randn(2, 4))
+    assert got.dtype == torch.float32 and torch.equal(got, torch.full((2, 4), 1 / 8))

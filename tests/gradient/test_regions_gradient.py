@@ -218,3 +218,20 @@ def test_zeros_where_a_branch_reads_a_value_not_decide_no_dtype(build):
     got = module.Model()(torch.randn(2, 4))
     assert got.dtype == torch.bfloat16
     assert torch.equal(got, torch.full((2, 4), 1 / 8, dtype=torch.bfloat16))
+
+
+def test_a_branch_sums_a_value_s_contributions_in_the_marks_its_readers_share(build):
+    """corpus found-backward-if-branch-sum: x read twice by (* x x) in a bf16 region, in
+    the branch taken: the two contributions are summed in the region, in bf16, as a value
+    read twice outside an `if` is (they were summed in x's own marks, in f32)."""
+    module, code = build(
+        "(defmodel blk (&key (idx 0))\n"
+        "  (defun forward (x) (if (= idx 1) 8 (* x x))))\n"
+        "(defparam sub (blk))\n"
+        "(defun forward (x) (gradient (mean (with-numerics (:precision :bf16) (sub x))) x))\n"
+    )
+    x = torch.tensor([[0.5, -1.25, 1 + 2**-7, 0.75], [-0.5, 1.5, 0.25, -1 - 2**-6]])
+    got = module.Model()(x)
+    g = torch.full((2, 4), 1 / 8, dtype=torch.bfloat16)
+    x16 = x.to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, g * x16 + g * x16)
