@@ -531,9 +531,11 @@ class _Backward:
                 with self.t.region(region):
                     known = len(self.readers.get(value, ()))
                     grads = self.propagate(forward.nodes, {forward.outputs[0]: [g]})
-                    # summed in the marks the branch's readers share; stored in the IF's name
-                    with self.stamped(
-                        value, self.readers.get(value, [])[known:] or None
+                    readers = self.readers.get(value, [])[known:]
+                    # summed in the marks the branch's readers share, zeros where the `if`
+                    # is; stored in the IF's own name
+                    with (
+                        self.stamped(value, readers) if readers else self.stamped(node)
                     ):
                         total = (
                             self.added(grads[value])
