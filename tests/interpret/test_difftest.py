@@ -128,6 +128,23 @@ def test_the_minimizer_keeps_what_fails():
     assert small == b"e\n"
 
 
+def test_a_minimized_case_names_only_the_methods_it_still_defines(tmp_path):
+    """A reduction that drops `helper` writes a header without it, so the case replays
+    (known-15's header named a helper its minimized source no longer had)."""
+    from tools.difftest import minimize
+
+    methods = {"forward": ["x", "ids"], "helper": ["x"]}
+    kept = "(defun helper (x) x)\n(defun forward (x ids) x)\n"
+    assert minimize.defined(kept, methods) == methods
+    assert minimize.defined("(defun forward (x ids) x)", methods) == {
+        "forward": ["x", "ids"]
+    }
+    path = tmp_path / "min.lisp"
+    header = corpus.header(7, minimize.defined("(defun forward (x ids) x)", methods), [])
+    path.write_text(header + "(defun forward (x ids) x)\n")
+    assert corpus.load(path).methods == {"forward": ["x", "ids"]}
+
+
 def test_sx2torch_run_evaluates_a_source(tmp_path, capsys):
     from sx2torch import cli
 

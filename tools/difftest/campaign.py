@@ -98,7 +98,7 @@ def _save(
     if reduce:
         small = minimize.minimize(source, methods, seed, failures[0][0])
         (out / f"min-{seed}.lisp").write_text(
-            corpus.header(seed, methods, failures) + small
+            corpus.header(seed, minimize.defined(small, methods), failures) + small
         )
 
 

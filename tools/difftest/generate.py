@@ -375,6 +375,9 @@ class Gen:
             inner = f"(for (layer blocks) ((c {start})) (layer (* c {x})))"
         if not re.search(rf"(?<![\w.-]){x}(?![\w.-])", inner):
             inner = f"(* {inner} {x})" if shape == ROWS else f"(matmul x {x})"
+        if re.match(r"\((softmax|layer-norm|fused-layer-norm) ", inner):
+            # rows that sum to a constant (unweighted): Y's gradient would be rounding noise
+            inner = f"({self.use('exp')} {inner})"
         self.use("gradient")
         return f"(gradient ({self.pick('sum', 'mean')} {inner}) {x})"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import traceback
 from pathlib import Path
 
@@ -19,9 +20,14 @@ def fails(source: str, methods: dict, seed: int, oracle: str, targets) -> bool:
         crash = _crashes(source, targets or check.TARGETS) == oracle
         return crash and _well_formed(source, methods, seed)
     outcome = check.run(
-        source, methods, seed, _exact(source), twice=False, targets=targets
+        source, defined(source, methods), seed, _exact(source), False, targets
     )
     return any(f[0] == oracle for f in outcome.failures)
+
+
+def defined(source: str, methods: dict) -> dict:
+    """The methods a reduced source still defines (a reduction may drop `helper`)."""
+    return {m: a for m, a in methods.items() if re.search(rf"\(defun {m} ", source)}
 
 
 def minimize(source: str, methods: dict, seed: int, oracle: str, targets=None) -> str:
