@@ -19,18 +19,7 @@ from typing import Optional
 from sx2torch import ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
-from sx2torch.ir import (
-    REGION,
-    Graph,
-    Kind,
-    Node,
-    Operand,
-    Region,
-    Scalar,
-    prune,
-    reads,
-    walk,
-)
+from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, REDUCED, SAME
@@ -125,8 +114,7 @@ class _Expansion:
 
 def _pass_note(noted: Optional[Node], nodes: list, value: Operand) -> None:
     """The gradient form's comment goes from a seed nothing reads (its readers made ones of
-    their own shapes) to the first value after it that is read and named, so a statement.
-    """
+    their own shapes) to the first value after it that is read and named, so a statement."""
     made = list(walk(nodes))
     read = {i for n in made for i in reads(n)}
     if noted is None or noted in read or noted not in made:
@@ -197,9 +185,7 @@ class _Writer(Builder):
         seed = inputs[0] if inputs else None
         if not (isinstance(seed, Node) and seed.kind is Kind.OP):
             return None
-        if seed.op != "ones-like" or (
-            seed.mode == REGION and _mode(self.frames) is None
-        ):
+        if seed.op != "ones-like" or (seed.mode == REGION and _mode(self.frames) is None):
             return None
         if seed.inputs[0].kind is Kind.OP and seed.inputs[0].op == "expect-scalar":
             return None
@@ -378,9 +364,7 @@ class _Backward:
         self.grads: dict = {}  # value -> its contributions, once run
         self.cone: set = set()  # the values Y is computed from that depend on X
         self.readers: dict = {}  # value -> the nodes its contributions come from
-        self.pending: dict = (
-            {}
-        )  # value -> its contributions so far, in the block running
+        self.pending: dict = {}  # value -> its contributions so far, in the block running
 
     def run(self, y: Node, x: Node) -> Operand:
         path = self._path(y, x)
@@ -534,9 +518,7 @@ class _Backward:
                     readers = self.readers.get(value, [])[known:]
                     # summed in the marks the branch's readers share, zeros where the `if`
                     # is; stored in the IF's own name
-                    with (
-                        self.stamped(value, readers) if readers else self.stamped(node)
-                    ):
+                    with self.stamped(value, readers) if readers else self.stamped(node):
                         total = (
                             self.added(grads[value])
                             if grads.get(value)
@@ -861,8 +843,7 @@ def _read_in(body: Region, value: Node) -> bool:
 
 def _named_as_carried(start: Operand, carried: Node) -> None:
     """A gradient that starts an adjoint loop is named as the gradient the loop carries
-    (`grad_x = torch.ones_like(x)`, not `grad_chain = ...` then `grad_x = grad_chain`).
-    """
+    (`grad_x = torch.ones_like(x)`, not `grad_chain = ...` then `grad_x = grad_chain`)."""
     if isinstance(start, Node) and (start.name or "grad_").startswith("grad_"):
         start.name = carried.name
 
