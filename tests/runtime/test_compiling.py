@@ -57,6 +57,7 @@ after = settings()
 print(json.dumps({k: after[k] for k in after if after[k] != before[k]}, default=repr))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH")}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's runtime, not an installed one
     out = subprocess.run(
         [sys.executable, "-c", script],
         check=True,
