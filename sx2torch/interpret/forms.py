@@ -131,6 +131,7 @@ def _loop(ev, layers, carried, step, frame):
     """Runs `step(i, layer, values)` over the layers, each carried value given the join of
     its initial dtype and an iteration's, found by iterating to a fixed point."""
     dtypes = [dtype_of(v) if is_float(v) else None for v in carried]
+    calls = {key: list(made) for key, made in ev.calls.items()}
     for _ in range(FIXED_POINT_ROUNDS if layers else 0):
         out = step(
             0, layers[0], [_to(ev, v, d, frame) for v, d in zip(carried, dtypes)]
@@ -141,6 +142,8 @@ def _loop(ev, layers, carried, step, frame):
         if joined == dtypes:
             break
         dtypes = joined
+    ev.calls.clear()  # the rounds that found the dtypes are not calls the program makes
+    ev.calls.update(calls)
     values = [_to(ev, v, d, frame) for v, d in zip(carried, dtypes)]
     for i, layer in enumerate(layers):
         out = step(i, layer, values)
