@@ -5,6 +5,7 @@ the strict xfail turns red and the mark must go."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -126,6 +127,19 @@ def test_the_minimizer_keeps_what_fails():
 
     small = fuzz.reduce_with(b"(a (b c) (d (e f)))", lambda trial: b"e" in trial)
     assert small == b"e\n"
+
+
+def test_no_gradient_s_y_sums_an_unweighted_normalization():
+    """Rows of (softmax x), (layer-norm x) or (fused-layer-norm x) sum to a constant, so a
+    gradient of their sum is rounding noise (seed 1320575): the generator takes their exp."""
+    degenerate = re.compile(r"\(gradient \((sum|mean) \((softmax|layer-norm|fused-layer-norm) ")
+    wrapped = 0
+    for seed in range(1320000, 1322000):
+        source, _ = generate.program(seed)
+        assert not degenerate.search(source), source
+        exp = r"\(gradient \((sum|mean) \(exp \((softmax|layer-norm|fused-layer-norm) "
+        wrapped += bool(re.search(exp, source))
+    assert wrapped  # the draws that would have been degenerate are still drawn
 
 
 def test_a_minimized_case_names_only_the_methods_it_still_defines(tmp_path):
