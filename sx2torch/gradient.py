@@ -150,16 +150,25 @@ class _Writer(Builder):
             {}
         )  # a value computed again in an adjoint loop -> the forward's
 
-    def sum_back(self, g: Operand, n: Node, index: int, batch: bool = False):
+    def sum_back(self, g: Operand, n: Node, index: int, batch=False, passed=False):
         """The gradient of input `index` of `n`, from `g`; None for a number. `batch`: `n`
         broadcasts only its inputs' batch axes (all but the last two), as matmul does.
-        """
+        `passed`: the derivative is `g` itself (`+`'s, `-`'s by its first operand), no
+        backward node, so it carries no marks (docs/LANGUAGE.md, gradient): summed back
+        where `g` was made, whether or not the shapes known here prove it needs no sum."""
         operand = n.inputs[index]
         if isinstance(operand, Scalar):
             return None
         others = [value for k, value in enumerate(n.inputs) if k != index]
         if all(self._kept(operand, other, batch) for other in others):
             return g
+        if passed and isinstance(g, Node):
+            outer = self.frames, self.of
+            self.frames, self.of = g.frames, g.forward
+            try:
+                return self.op("sum-to", [g, self.shaped_as(operand)])
+            finally:
+                self.frames, self.of = outer
         return self.op("sum-to", [g, self.shaped_as(operand)])
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:

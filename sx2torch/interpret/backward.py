@@ -209,8 +209,8 @@ def _contribution(ev, node: Node, gs: list, i: int, frame: Frame):
     """The node's backward by its operand `i`: torch's derivative of the op, computed on
     its operands cast to the dtype the rules give that backward node."""
     flat = _operands(node)
-    if _passes_on(node, i, gs[0], flat[i]):  # no backward node, so no marks to carry
-        g = tensor_of(gs[0])
+    if _passes_on(node, i):  # no backward node, so no marks: summed back in g's dtype
+        g = _sum_to(ev, tensor_of(gs[0]), flat[i], frame)
         return Lam(g) if zero_d(flat[i]) else g
     formula = _formula(node)
     if formula is not None:
@@ -234,14 +234,12 @@ def _contribution(ev, node: Node, gs: list, i: int, frame: Frame):
     return value
 
 
-def _passes_on(node: Node, i: int, g, operand) -> bool:
+def _passes_on(node: Node, i: int) -> bool:
     """docs/LANGUAGE.md (gradient): the derivative is the gradient itself (a cast the rules
-    insert, `cast-run`, `+`, `-` by its first operand), with nothing to sum back."""
-    if node.name in ("alias", "cast-run"):
-        return True
+    insert, `cast-run`, `+`, `-` by its first operand), summed back where the forward
+    broadcast the operand."""
     first = node.name == "-" and i == 0 and len(node.args) == 2
-    same = tensor_of(g).shape == tensor_of(operand).shape
-    return (node.name == "+" or first) and same
+    return node.name in ("alias", "cast-run", "+") or first
 
 
 class _Writer:

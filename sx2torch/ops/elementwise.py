@@ -61,7 +61,7 @@ def _scales_by_a_power_of_two(operands: tuple) -> bool:
 
 
 def _add_grad(t, n, g):
-    return [t.sum_back(g, n, i) for i in range(2)]
+    return [t.sum_back(g, n, i, passed=True) for i in range(2)]
 
 
 def _multiply_grad(t, n, g):
@@ -116,7 +116,7 @@ def _negates(operands: tuple) -> bool:
 def _minus_grad(t, n, g):
     if len(n.inputs) == 1:
         return [t.op("neg", [g])]
-    return [t.sum_back(g, n, 0), t.sum_back(t.op("neg", [g]), n, 1)]
+    return [t.sum_back(g, n, 0, passed=True), t.sum_back(t.op("neg", [g]), n, 1)]
 
 
 _register(

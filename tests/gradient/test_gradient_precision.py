@@ -69,3 +69,20 @@ def test_the_backward_of_fused_rms_norm_is_one_kernel_rounded_once(build):
     got = model(x)
     assert got.dtype == bf and torch.equal(got, dx)
     assert torch.equal(model.weight(x).to(bf), dv)
+
+
+def test_a_passed_on_gradient_is_summed_back_in_its_own_dtype(build):
+    """corpus rule-pass-through-sum-back: (- x v) of a high v passes the bf16 gradient of
+    the matmul on to x; x's rank is not known, so a sum back is written, and it is made
+    where the gradient was (bf16), not in the `-` node's marks (f32)."""
+    module, code = build(
+        "(defparam v (normal [4]) :numerics :high)\n(defparam w (normal [4 4]))\n"
+        "(defun forward (x) (gradient (sum (matmul (- x v) w)) x))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    assert "grad_x = grad_sub_x.sum_to_size(x.shape)" in code
+    model = module.Model()
+    got = model(torch.randn(2, 4))
+    w = model.w.detach().to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, torch.ones(2, 4, dtype=torch.bfloat16) @ w.T)
