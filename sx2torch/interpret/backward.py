@@ -18,6 +18,8 @@ gradient of a gradient differentiates it.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from sx2torch.interpret import ops
@@ -52,7 +54,7 @@ def gradient(ev, y, x, around=None):
     want = _key(x)
     walk = _Walk(ev, _live(ev.tape, want), want, around, _seed_marks(ev.tape, y, want))
     seed = Lam(torch.ones(()))  # 0-d: the first backward node's operands decide
-    grads = walk.run(list(ev.tape), {_key(y): [(seed, None)]})
+    grads = walk.run(list(ev.tape), {_key(y): [(seed, ())]})
     total = _total(ev, grads.get(want))
     tensor = tensor_of(x)
     if total is None:  # Y does not depend on X
@@ -62,8 +64,9 @@ def gradient(ev, y, x, around=None):
     return total if isinstance(total, Lam) else keep_rank(tensor, total)
 
 
-def _marks(node: Node):
-    return ISLAND if node.high else node.frame.mode
+def _marks(node: Node) -> tuple:
+    """The modes a node computes in, outermost first: a high parameter's read an island."""
+    return node.frame.marks + ((ISLAND,) if node.high else ())
 
 
 def _seed_marks(tape: list, y, want) -> dict:
@@ -87,9 +90,7 @@ class _Walk:
 
     def __init__(self, ev, live: set, want, around, marks: dict):
         self.ev, self.live, self.want, self.around = ev, live, want, around
-        self.marks = (
-            marks  # id(node) -> the marks its backward carries, where not its own
-        )
+        self.marks = marks  # id(node) -> the marks its backward carries, if not its own
 
     def run(self, nodes: list, grads: dict) -> dict:
         within = set()  # an `if`'s branches, walked by its node
@@ -101,16 +102,17 @@ class _Walk:
             gs = [self._incoming(grads, o) for o in _outputs(node.result)]
             if all(g is None for g in gs):
                 continue
-            mode = self.around or self.marks.get(id(node), _marks(node))
+            marks = (self.around,) if self.around else self.marks.get(id(node))
+            marks = marks or _marks(node)
             if node.name == "if":
-                self._join(node, gs[0], mode, grads)
+                self._join(node, gs[0], marks, grads)
                 continue
-            frame = node.frame.within(mode)
+            frame = node.frame.within(marks[-1])
             for i, v in enumerate(_operands(node)):
                 if _key(v) in self.live and is_float(v) and not _skipped(node, i):
                     made = _contribution(self.ev, node, gs, i, frame)
                     if made is not None:
-                        grads.setdefault(_key(v), []).append((made, mode))
+                        grads.setdefault(_key(v), []).append((made, marks))
         return grads
 
     def _incoming(self, grads: dict, output):
@@ -119,15 +121,15 @@ class _Walk:
             return None
         return _total(self.ev, grads.pop(_key(output), None))
 
-    def _join(self, node: Node, g, mode, grads: dict) -> None:
+    def _join(self, node: Node, g, marks: tuple, grads: dict) -> None:
         """docs/LANGUAGE.md (gradient): through an `if` the backward is an `if` per value
         its branches read, each giving that value's contribution (zeros where it reads it
         not), joined as the forward `if` is. The branch not taken is walked, seeded with
         zeros of its shape, for its contributions' dtypes."""
         taken, other = node.args
-        mine = self._branch(node.keys["taken"], taken, g, mode)
-        theirs = self._branch(node.keys["other"], other, _zeros(g, other), mode)
-        frame = node.frame.within(mode)
+        mine = self._branch(node.keys["taken"], taken, g, marks)
+        theirs = self._branch(node.keys["other"], other, _zeros(g, other), marks)
+        frame = node.frame.within(marks[-1])
         for key in list(mine) + [k for k in theirs if k not in mine]:
             made, unmade = mine.get(key), theirs.get(key)
             dtypes = [dtype_of(v) for v in (made, unmade) if v is not None]
@@ -136,11 +138,11 @@ class _Walk:
                 made = _zeros(unmade, unmade)
             elif dtype_of(made) != dtype:
                 made = self.ev.alias(made, _recast(made, dtype), frame)
-            grads.setdefault(key, []).append((made, mode))
+            grads.setdefault(key, []).append((made, marks))
 
-    def _branch(self, nodes: list, value, g, mode) -> dict:
+    def _branch(self, nodes: list, value, g, marks: tuple) -> dict:
         """A branch's contributions to the values made before it, from `g` at its value."""
-        made = self.run(nodes, {_key(value): [(g, mode)]})
+        made = self.run(nodes, {_key(value): [(g, marks)]})
         return {
             key: _total(self.ev, contributions) for key, contributions in made.items()
         }
@@ -194,11 +196,13 @@ def _live(tape: list, want) -> set:
 
 
 def _total(ev, contributions):
-    """A value's gradient: its readers' contributions summed in the marks they share."""
+    """A value's gradient: its readers' contributions summed in the marks they share, the
+    innermost of the forms around them all (an island's and its region's: the region).
+    """
     if not contributions:
         return None
-    modes = {mode for _, mode in contributions}
-    frame = Frame(ev.top, {}, modes.pop() if len(modes) == 1 else None)
+    shared = os.path.commonprefix([marks for _, marks in contributions])  # of tuples
+    frame = Frame(ev.top, {}, shared[-1] if shared else None)
     total = contributions[0][0]
     for made, _ in contributions[1:]:
         total = ev.op("+", [total, made], {}, frame)

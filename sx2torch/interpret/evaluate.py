@@ -74,12 +74,20 @@ class Frame:
     instance: Instance
     env: dict
     mode: Optional[str] = None  # ISLAND, REGION or None (the policy)
+    outer: tuple = ()  # the modes of the forms around, outermost first
 
     def bind(self, names: dict) -> "Frame":
-        return Frame(self.instance, {**self.env, **names}, self.mode)
+        return Frame(self.instance, {**self.env, **names}, self.mode, self.outer)
 
     def within(self, mode: Optional[str]) -> "Frame":
-        return Frame(self.instance, self.env, mode)
+        if mode == self.mode:
+            return self
+        return Frame(self.instance, self.env, mode, self.marks)
+
+    @property
+    def marks(self) -> tuple:
+        """The modes of every form around, outermost first, this frame's own last."""
+        return self.outer + (self.mode,)
 
 
 def is_float(v) -> bool:
@@ -272,19 +280,23 @@ class Evaluator:
             args[index] = keep_rank(args[index], args[index].to(down))
         return self._invoke(self.top, name, args, keys, None)
 
-    def call(self, instance: Instance, name: str, args: list, keys: dict, mode=None):
+    def call(
+        self, instance: Instance, name: str, args: list, keys: dict, around: Frame
+    ):
+        """A call made in the frame `around`, whose marks the callee computes in."""
         self.calls.setdefault((instance.model.name, name), []).append(
-            (signature(args), mode)
+            (signature(args), around.mode)
         )
-        return self._invoke(instance, name, args, keys, mode)
+        return self._invoke(instance, name, args, keys, around)
 
-    def _invoke(self, instance: Instance, name: str, args: list, keys: dict, mode):
+    def _invoke(self, instance: Instance, name: str, args: list, keys: dict, around):
         defun = instance.model.defuns.get(name)
         if defun is None:
             raise EvalError(f"model '{instance.model.name}' has no defun '{name}'")
         if len(args) != len(defun.args):
             raise EvalError(f"'{name}' takes {len(defun.args)} arguments")
-        frame = Frame(instance, {}, mode)
+        around = around or Frame(instance, {})  # called from outside: the policy
+        frame = Frame(instance, {}, around.mode, around.outer)
         env = {a.name: leaf(v) for a, v in zip(defun.args, args)}
         for symbol, default in defun.keys:
             value = keys[symbol.name] if symbol.name in keys else None
@@ -364,10 +376,10 @@ class Evaluator:
             return COMPILE_TIME[head](args)
         instance = frame.instance
         if head in instance.model.defuns:
-            return self.call(instance, head, args, keys, frame.mode)
+            return self.call(instance, head, args, keys, frame)
         callee = frame.env.get(head, instance.params.get(head))
         if isinstance(callee, Instance):
-            return self.call(callee, "forward", args, keys, frame.mode)
+            return self.call(callee, "forward", args, keys, frame)
         if head in DEFINED:
             return DEFINED[head](self, args, keys, frame)
         if head in ("+", "*") and len(args) > 2:  # folded left, each node its own dtype

@@ -181,7 +181,7 @@ def _chain(ev, items, frame):
     args, keys = ev.arguments(items[2:], frame)
 
     def step(i, layer, values):
-        return [ev.call(layer, "forward", [values[0], *args], keys, frame.mode)]
+        return [ev.call(layer, "forward", [values[0], *args], keys, frame)]
 
     return _loop(ev, layers, [x], step, frame)[0]
 
@@ -190,7 +190,7 @@ def _nth(ev, items, frame):
     layers = _layers(ev, items[0], frame)
     i = ev.eval(items[1], frame)
     args, keys = ev.arguments(items[2:], frame)
-    return ev.call(layers[i], "forward", args, keys, frame.mode)
+    return ev.call(layers[i], "forward", args, keys, frame)
 
 
 FORMS.update(

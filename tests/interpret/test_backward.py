@@ -219,3 +219,17 @@ def test_a_full_sum_s_ones_are_made_where_its_input_is_computed():
     averaged = model("averaged", X)
     assert averaged.dtype == torch.float32
     assert torch.equal(averaged, torch.full((2, 4), 1 / 8))
+
+
+def test_contributions_from_an_island_in_a_region_sum_in_the_region():
+    """corpus found-gradient-island-in-region: x read by (exp x) in an f32 island inside a
+    bf16 region and by the region's + : the marks the two readers share are the region's,
+    so the sum is bf16 (it was summed outside any form, in f32 under :f32)."""
+    model = _model(
+        "(defun forward (x) (gradient (sum (with-numerics (:precision :bf16) "
+        "(+ (with-numerics (:sensitivity :high) (exp x)) x))) x))\n"
+    )
+    g = torch.ones(2, 4, dtype=BF)
+    want = g + (g.float() * torch.exp(X)).to(BF)
+    got = model("forward", X)
+    assert got.dtype == BF and torch.equal(got, want)
