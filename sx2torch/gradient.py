@@ -162,14 +162,13 @@ class _Writer(Builder):
         others = [value for k, value in enumerate(n.inputs) if k != index]
         if all(self._kept(operand, other, batch) for other in others):
             return g
+        outer = self.frames, self.of
         if passed and isinstance(g, Node):
-            outer = self.frames, self.of
             self.frames, self.of = g.frames, g.forward
-            try:
-                return self.op("sum-to", [g, self.shaped_as(operand)])
-            finally:
-                self.frames, self.of = outer
-        return self.op("sum-to", [g, self.shaped_as(operand)])
+        try:
+            return self.op("sum-to", [g, self.shaped_as(operand)])
+        finally:
+            self.frames, self.of = outer
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         """A product by 1 is the other factor (the rules multiply by the forward's numbers);
@@ -519,8 +518,8 @@ class _Backward:
         ]
         found = []
         for value in dict.fromkeys(outer):
-            regions = (Region([]), Region([]))
-            for region, forward in zip(regions, node.regions):
+            regions, absent = (Region([]), Region([])), []
+            for k, (region, forward) in enumerate(zip(regions, node.regions)):
                 with self.t.region(region):
                     known = len(self.readers.get(value, ()))
                     grads = self.propagate(forward.nodes, {forward.outputs[0]: [g]})
@@ -528,11 +527,11 @@ class _Backward:
                     # summed in the marks the branch's readers share, zeros where the `if`
                     # is; stored in the IF's own name
                     with self.stamped(value, readers) if readers else self.stamped(node):
-                        total = (
-                            self.added(grads[value])
-                            if grads.get(value)
-                            else self.t.op("zeros-like", [self._shaped(value)])
-                        )
+                        if grads.get(value):
+                            total = self.added(grads[value])
+                        else:
+                            absent.append(k)
+                            total = self.t.op("zeros-like", [self._shaped(value)])
                 region.outputs = [total]
             with self.stamped(node):
                 backward = self.t.add(
@@ -540,7 +539,8 @@ class _Backward:
                         Kind.IF,
                         None,
                         (),
-                        dict(node.attrs),
+                        # the branches that read the value not: their zeros decide no dtype
+                        dict(node.attrs, absent=tuple(absent) or None),
                         node.span,
                         node.form,
                         self.t.frames,

@@ -527,25 +527,16 @@ def _deciding_outputs(node: Node) -> list:
     branch reads the value not (docs/LANGUAGE.md, gradient), where another branch gives
     its contribution."""
     outputs = [r.outputs[0] for r in node.regions]
-    given = [o for o in outputs if not _zeros_for_absent(o)]
+    absent = node.attrs.get("absent") or ()
+    given = [o for k, o in enumerate(outputs) if k not in absent]
     return given or outputs
-
-
-def _zeros_for_absent(value) -> bool:
-    return (
-        isinstance(value, Node)
-        and value.kind is Kind.OP
-        and value.op == "zeros-like"
-        and value.forward is not None
-    )
 
 
 def _decide_if(typed: Typed, node: Node, joined) -> None:
     """The `if` has the join of the outputs that decide; zeros that did not are made in it."""
     typed.decided[node] = Decision(joined)
     given = _deciding_outputs(node)
-    for region in node.regions:
-        zeros = region.outputs[0]
+    for zeros in (r.outputs[0] for r in node.regions):
         if all(zeros is not o for o in given) and joined in (DType.F32, DType.BF16):
             typed.decided[zeros] = Decision(joined, joined, typed.decided[zeros].reason)
 
