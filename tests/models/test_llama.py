@@ -26,7 +26,7 @@ from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
 SIZES = dict(
     vocab_size=256,
     hidden_size=64,
@@ -125,11 +125,9 @@ def test_the_source_is_at_most_70_lines_of_code():
     assert len(code) <= 70
 
 
-def test_the_readmes_loading_snippet_runs(tmp_path, hf):
-    """The README's snippet, on a small random checkpoint with Llama's vocabulary size."""
-    section = README.split("\n## Loading a Hugging Face Llama\n", 1)[1].split(
-        "\n## ", 1
-    )[0]
+def test_the_guides_loading_snippet_runs(tmp_path, hf):
+    """The guide's snippet, on a small random checkpoint with Llama's vocabulary size."""
+    section = GUIDE.split("\n### Llama\n", 1)[1].split("\n### ", 1)[0]
     (command,) = re.findall(r"^```sh\n(.*?)\n```$", section, flags=re.M | re.S)
     (snippet,) = re.findall(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
     torch.manual_seed(4)
