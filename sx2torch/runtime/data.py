@@ -98,6 +98,11 @@ def _shard(path: str) -> Shard:
         )
     if version != VERSION:
         raise DataError(f"{path}: unsupported shard version {version}, expected 1")
+    if size % 2:  # the header is 1024 bytes and each token 2
+        raise DataError(
+            f"{path}: {size} bytes, an odd size: a shard's tokens after its "
+            f"{HEADER_BYTES}-byte header are 2 bytes each (a truncated or foreign file?)"
+        )
     held = (size - HEADER_BYTES) // 2
     if tokens < 0 or held < tokens:
         raise DataError(

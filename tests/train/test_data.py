@@ -75,6 +75,7 @@ def header(magic=20240520, version=1, count=10) -> bytes:
         (header() + b"\0" * 12, "truncated: holds 6 tokens, its header says 10"),
         (header(magic=1234) + b"\0" * 20, "not a token shard (magic number 1234, expected 20240520)"),
         (header(version=2) + b"\0" * 20, "unsupported shard version 2, expected 1"),
+        (header() + b"\0" * 21, "1045 bytes, an odd size: a shard's tokens after its 1024-byte header are 2 bytes each (a truncated or foreign file?)"),
     ],
 )  # fmt: skip
 def test_bad_shards(tmp_path, content, message):
