@@ -166,7 +166,7 @@ OLDER = " (1 older one fails too)"
     ("damage", "message"),
     [
         ("flip", "--resume: none-flip/checkpoints/step-6: __0_0.distcp does not match its checksum" + OLDER),
-        ("steps", "--resume: no checkpoint in none-steps"),
+        ("steps", "--resume: no checkpoint in none-steps (checkpoints/latest names step-6, which is missing)"),
         ("other", "--resume: none-other/checkpoints/step-6: its parameters differ from this TinyGpt's: blocks.0.w_down, blocks.0.w_o, blocks.0.w_qkv and 3 more" + OLDER),
     ],
 )  # fmt: skip
@@ -195,9 +195,27 @@ def test_a_bad_latest_resumes_from_the_newest_intact(work, capfd, reference, lat
     assert losses(work / "latest") == reference
 
 
+def test_a_missing_latest_checkpoint_is_named_in_a_warning(work, capfd, reference):
+    folder = saved(work, capfd, "gone")
+    shutil.rmtree(folder / "step-6")  # `latest` still names it
+    code, err = run(work, capfd, "--out", "gone", "--resume")
+    assert code == 0, err
+    assert lines(err)[0] == (
+        "warning: gone/checkpoints/latest names step-6, which is missing; "
+        "resuming from step-3"
+    )
+    assert losses(work / "gone") == reference
+
+
+def older(folder: Path) -> None:
+    """Leave step-3 as the newest checkpoint, as a run stopped there leaves it."""
+    shutil.rmtree(folder / "step-6")
+    (folder / "latest").write_text("step-3\n")
+
+
 def test_a_torn_metrics_line_is_dropped_on_resume(work, capfd, reference):
     folder = saved(work, capfd, "torn")
-    shutil.rmtree(folder / "step-6")
+    older(folder)
     metrics = work / "torn" / "metrics.jsonl"
     metrics.write_text(metrics.read_text() + '{"step": 6')
     code, err = run(work, capfd, "--out", "torn", "--resume")
@@ -301,8 +319,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(
     work, capfd, monkeypatch
 ):
     folder = saved(work, capfd, "disk")
-    shutil.rmtree(folder / "step-6")
-    (folder / "latest").write_text("step-3\n")
+    older(folder)
     from torch.distributed.checkpoint import filesystem
 
     real = filesystem._write_item
@@ -344,7 +361,7 @@ def test_the_final_weights_load_for_inference(work, capfd, reference):
 
 def test_another_version_of_the_file_resumes_with_a_warning(work, capfd, reference):
     folder = saved(work, capfd, "edited")
-    shutil.rmtree(folder / "step-6")
+    older(folder)
     edited = source().replace(":lr 0.02", ":lr 0.01")  # Muon's: the same parameters
     (work / "edited.py").write_text(compile_source(edited, "tiny-gpt.lisp"))
     code, err = run(work, capfd, "--out", "edited", "--resume", script="edited.py")
