@@ -55,12 +55,18 @@ def work(tmp_path_factory) -> Path:
     return folder
 
 
-def run(work: Path, capfd, *args: str, script: str = "gpt.py") -> tuple:
-    """(exit status, stderr) of `python SCRIPT --data shard.bin ARGS` run here; stderr is
-    not read without `capfd`."""
+def run(
+    work: Path,
+    capfd,
+    *args: str,
+    script: str = "gpt.py",
+    data: str | None = "shard.bin",
+) -> tuple:
+    """(exit status, stderr) of `python SCRIPT --data DATA ARGS` run here (no --data when
+    DATA is None); stderr is not read without `capfd`."""
     before = os.getcwd()
     os.chdir(work)
-    sys.argv = [script, "--data", "shard.bin", *args]
+    sys.argv = [script, *(["--data", data] if data else []), *args]
     if capfd:
         capfd.readouterr()
     try:
@@ -226,7 +232,9 @@ def test_a_torn_metrics_line_is_dropped_on_resume(work, capfd, reference):
 
 def test_a_diverging_run_stops_and_keeps_its_good_checkpoint(work, capfd):
     shutil.rmtree(work / "wild", ignore_errors=True)
-    code, err = run(work, capfd, "--out", "wild", "--save-every", "1", script="wild.py")
+    code, err = run(
+        work, capfd, "--out", "wild", "--save-every", "1", script="wild.py", data=None
+    )
     records = [
         json.loads(l)
         for l in (work / "wild" / "metrics.jsonl").read_text().splitlines()
@@ -251,7 +259,9 @@ def test_a_diverging_run_stops_and_keeps_its_good_checkpoint(work, capfd):
 
 def test_skipping_non_finite_steps_finishes_the_run(work, capfd):
     shutil.rmtree(work / "skip", ignore_errors=True)
-    code, err = run(work, capfd, "--out", "skip", "--on-nan", "skip", script="wild.py")
+    code, err = run(
+        work, capfd, "--out", "skip", "--on-nan", "skip", script="wild.py", data=None
+    )
     assert code == 0, err
     records = [
         json.loads(l)
