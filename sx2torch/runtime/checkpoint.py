@@ -250,12 +250,19 @@ def source_changed(checkpoint: Path, model_id: dict) -> bool:
 def load(checkpoint: Path, model, optimizers) -> int:
     """Load a verified checkpoint into the (possibly sharded) model and its optimizers."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizers)
     state = {"model": model_state, "optim": optim_state}
-    with _quiet_without_group():
-        dcp.load(state, checkpoint_id=checkpoint)
+    try:
+        with _quiet_without_group():
+            dcp.load(state, checkpoint_id=checkpoint)
+    except CheckpointException as error:  # verified, but saved for other groups
+        raise CheckpointError(
+            f"--resume: {checkpoint} does not fit this run's optimizers: "
+            f"{_first_failure(error)}"
+        ) from None
     set_state_dict(
         model,
         optimizers,

@@ -161,6 +161,12 @@ def _how(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="the seed of the initial parameters and of the order named tensors are drawn in",
     )
+    parser.add_argument(
+        "--decay-vectors",
+        action="store_true",
+        help="apply weight decay to every parameter; by default, as in nanoGPT, only to "
+        "matrices and higher, not to vectors and scalars (norm gains, biases, A_log)",
+    )
 
 
 def _saving(parser: argparse.ArgumentParser) -> None:
@@ -283,10 +289,19 @@ class _Run:
             fully_shard_units(self.model, lambda: self._forward(first, self.start))
         elif self.args.parallel == "ddp":
             self.objective = nn.parallel.DistributedDataParallel(self.objective)
-        self.optimizers = _optimizers(self.model, self.settings["optimizers"])
+        self.optimizers = _optimizers(
+            self.model, self.settings["optimizers"], self.args.decay_vectors
+        )
         self.base_lrs = [[g["lr"] for g in o.param_groups] for o in self.optimizers]
         if self.checkpoint:
+            decays = [
+                [g["weight_decay"] for g in o.param_groups] for o in self.optimizers
+            ]
             checkpoint.load(self.checkpoint, self.model, self.optimizers)
+            # loading sets the saved groups' weight decay: this run's settings and flags hold
+            for optimizer, chosen in zip(self.optimizers, decays):
+                for group, decay in zip(optimizer.param_groups, chosen):
+                    group["weight_decay"] = decay
         if self.args.compile:
             self.objective = torch.compile(self.objective)
 
@@ -468,7 +483,7 @@ def lr_scale(step: int, steps: int, warmup: float, cooldown: float) -> float:
     return 1.0
 
 
-def _optimizers(model: nn.Module, groups: list) -> list:
+def _optimizers(model: nn.Module, groups: list, decay_vectors: bool = False) -> list:
     """One optimizer per entry of the settings, over the parameters its patterns name
     (`*` is a layer's index); every trainable parameter must be named exactly once."""
     named = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -487,11 +502,27 @@ def _optimizers(model: nn.Module, groups: list) -> list:
                         f"{name} is in both {claimed[name]} and {group['name']}"
                     )
                 claimed[name] = group["name"]
+        if options.get("weight_decay"):
+            params = _decay_groups(params, options["weight_decay"], decay_vectors)
         optimizers.append(OPTIMIZERS[group["name"]](params, **options))
     missing = named.keys() - claimed.keys()
     if missing:
         raise RuntimeError(f"no optimizer for {', '.join(sorted(missing))}")
     return optimizers
+
+
+def _decay_groups(params: list, decay: float, decay_vectors: bool) -> list:
+    """nanoGPT's split: weight decay for matrices and higher (weights, embeddings), none for
+    vectors and scalars (norm gains, biases, A_log) unless `decay_vectors`. The two groups
+    are made either way, so that a checkpoint resumes with the flag changed."""
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2]},
+        {
+            "params": [p for p in params if p.ndim < 2],
+            "weight_decay": decay if decay_vectors else 0.0,
+        },
+    ]
+    return [g for g in groups if g["params"]]
 
 
 def _device() -> torch.device:

@@ -149,3 +149,48 @@ def test_help_names_the_tensors_data_holds(work, capsys):
         "--data GLOB .pt or .safetensors files of tensors named images, labels "
         "(batches drawn along the first axis); default: the synthetic :inputs batch"
     ) in text
+    assert "--decay-vectors" in text
+
+
+def test_decay_vectors_holds_when_a_run_resumes(work, capfd):
+    """A checkpoint keeps the weight decay of its optimizer's groups; a resumed run uses its
+    own command line's: with --decay-vectors the norms' gains decay from then on."""
+    for out, flags in (("decayed", ["--decay-vectors"]), ("kept", [])):
+        code, err = run(
+            work, capfd, "--out", out, "--steps", "3", script="convnet.py", data=None
+        )
+        assert code == 0, err
+        code, err = run(
+            work,
+            capfd,
+            "--out",
+            out,
+            "--resume",
+            *flags,
+            script="convnet.py",
+            data=None,
+        )
+        assert code == 0, err
+    decayed, kept = (torch.load(work / out / "model.pt") for out in ("decayed", "kept"))
+    assert losses(work / "decayed")[:4] == losses(work / "kept")[:4]
+    assert not torch.equal(decayed["stem_bn.weight"], kept["stem_bn.weight"])
+
+
+def test_a_checkpoint_of_other_optimizer_groups_is_one_line(work, capfd):
+    """Without weight decay an optimizer has one group; with it, matrices and vectors each
+    have their own: a checkpoint of the one does not load into the other."""
+    code, err = run(
+        work, capfd, "--out", "groups", "--steps", "2", script="pairs.py", data=None
+    )
+    assert code == 0, err
+    decaying = PAIRS.replace(":weight-decay 0.0", ":weight-decay 0.1")
+    (work / "decaying.py").write_text(compile_source(decaying, "pairs.lisp"))
+    code, err = run(
+        work, capfd, "--out", "groups", "--resume", script="decaying.py", data=None
+    )
+    assert (code, lines(err)) == (2, [
+        "warning: groups/checkpoints/step-2 was saved by another version of Pairs's file; "
+        "its parameters match",
+        "error: --resume: groups/checkpoints/step-2 does not fit this run's optimizers: "
+        "RuntimeError: Missing key in checkpoint state_dict: optim.param_groups.1.weight_decay."
+    ])  # fmt: skip
