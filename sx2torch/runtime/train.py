@@ -200,7 +200,11 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Each option's default, where it has one."""
 
     def _get_help_string(self, action):
-        if action.default in (None, False) or "default:" in action.help:
+        if (
+            action.default is None
+            or action.default is False
+            or "default:" in action.help
+        ):
             return action.help
         return super()._get_help_string(action)
 

@@ -150,6 +150,7 @@ def test_help_names_the_tensors_data_holds(work, capsys):
         "(batches drawn along the first axis); default: the synthetic :inputs batch"
     ) in text
     assert "--decay-vectors" in text
+    assert "the order named tensors are drawn in (default: 0)" in text  # 0 is a default
 
 
 def test_decay_vectors_holds_when_a_run_resumes(work, capfd):
