@@ -189,16 +189,30 @@ def _model_mismatch(recorded: dict, model_id: dict):
 
 def resume_point(out: Path, model_id: dict, warn) -> Path:
     """The newest checkpoint in `out` that verifies; each newer one that does not is named in
-    a warning, and when none does the error names why the newest did not."""
+    a warning, as is a newer one that `latest` names and that is gone, and when none
+    verifies the error names why the newest did not."""
     folder = out / "checkpoints"
     steps = sorted(_steps(folder), reverse=True)
+    gone = _missing_latest(folder)
     if not steps:
-        raise CheckpointError(f"--resume: no checkpoint in {out}")
+        raise CheckpointError(
+            f"--resume: no checkpoint in {out}"
+            + (
+                f" (checkpoints/latest names {gone.name}, which is missing)"
+                if gone
+                else ""
+            )
+        )
     failed = []
     for step in steps:
         checkpoint = folder / f"step-{step}"
         reason = verify(checkpoint, model_id)
         if reason is None:
+            if gone and _step(gone) > step:
+                warn(
+                    f"{folder / 'latest'} names {gone.name}, which is missing; "
+                    f"resuming from {checkpoint.name}"
+                )
             for name, why in failed:
                 warn(f"{name} is not resumed: {why}; resuming from {checkpoint.name}")
             return checkpoint
@@ -212,6 +226,22 @@ def resume_point(out: Path, model_id: dict, warn) -> Path:
     raise CheckpointError(f"--resume: {first}: {why}{more}")
 
 
+def _missing_latest(folder: Path):
+    """The step folder `latest` names when that folder is gone (deleted by hand, or lost);
+    None when it is there, or `latest` names no step."""
+    try:
+        named = (folder / "latest").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not STEP.fullmatch(named) or (folder / named).is_dir():
+        return None
+    return folder / named
+
+
+def _step(checkpoint: Path) -> int:
+    return int(STEP.fullmatch(checkpoint.name).group(1))
+
+
 def source_changed(checkpoint: Path, model_id: dict) -> bool:
     manifest = json.loads((checkpoint / MANIFEST).read_text())
     return manifest["model"].get("source_sha256") != model_id["source_sha256"]
@@ -220,19 +250,26 @@ def source_changed(checkpoint: Path, model_id: dict) -> bool:
 def load(checkpoint: Path, model, optimizers) -> int:
     """Load a verified checkpoint into the (possibly sharded) model and its optimizers."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizers)
     state = {"model": model_state, "optim": optim_state}
-    with _quiet_without_group():
-        dcp.load(state, checkpoint_id=checkpoint)
+    try:
+        with _quiet_without_group():
+            dcp.load(state, checkpoint_id=checkpoint)
+    except CheckpointException as error:  # verified, but saved for other groups
+        raise CheckpointError(
+            f"--resume: {checkpoint} does not fit this run's optimizers: "
+            f"{_first_failure(error)}"
+        ) from None
     set_state_dict(
         model,
         optimizers,
         model_state_dict=state["model"],
         optim_state_dict=state["optim"],
     )
-    return int(STEP.fullmatch(checkpoint.name).group(1))
+    return _step(checkpoint)
 
 
 def load_checkpoint(model: torch.nn.Module, path) -> int:
@@ -253,7 +290,7 @@ def load_checkpoint(model: torch.nn.Module, path) -> int:
     with _quiet_without_group():
         dcp.load(state, checkpoint_id=checkpoint)
     model.load_state_dict(state["model"], strict=True)
-    return int(STEP.fullmatch(checkpoint.name).group(1))
+    return _step(checkpoint)
 
 
 def export(model, path: Path) -> None:

@@ -8,6 +8,10 @@ size and sequence length, schedule, gradient clipping, synthetic inputs, and the
 with the parameters each one updates. Precision is the generated code's own: the loop never
 casts parameters or wraps the step in autocast.
 
+`--data` is token shards for a loss of (inputs targets) on token data (a defrun without
+:inputs), or for any loss named tensors: `.pt` or `.safetensors` files whose keys are the
+loss method's arguments. A run with :inputs draws its synthetic batch without `--data`.
+
 A failure the user can act on (the data, the command line, a checkpoint, a full disk, a
 non-finite loss) is one line `error: ...` and exit 2; anything else is one line naming the
 exception and exit 1, its traceback shown with --traceback. torch.distributed.checkpoint and
@@ -17,6 +21,7 @@ tqdm are imported when first needed, so that `--help` and the first step come so
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import re
@@ -30,7 +35,13 @@ import torch.distributed as dist
 from torch import nn
 
 from sx2torch.runtime import checkpoint
-from sx2torch.runtime.data import DataError, Synthetic, TokenShards
+from sx2torch.runtime.data import (
+    DataError,
+    NamedTensors,
+    Synthetic,
+    TokenShards,
+    holds_named_tensors,
+)
 from sx2torch.runtime.metrics import Metrics, finite_or_null
 
 __all__ = ["main", "train"]
@@ -41,7 +52,8 @@ FAILED = 2  # a failure reported in one line
 
 
 def main(model_class: type, settings: dict, argv=None) -> None:
-    args = _arguments(settings, argv)
+    names = loss_arguments(model_class, settings["loss"])
+    args = _arguments(settings, names, argv)
     rank = int(os.environ.get("RANK", 0))
     try:
         sys.exit(train(model_class, settings, args))
@@ -65,8 +77,18 @@ def main(model_class: type, settings: dict, argv=None) -> None:
         sys.exit(1)
 
 
-def _arguments(settings: dict, argv) -> argparse.Namespace:
-    parser = _parser(settings)
+def loss_arguments(model_class: type, loss: str) -> list:
+    """The names of the loss method's arguments: the keys of named tensors in --data."""
+    signature = inspect.signature(getattr(model_class, loss))
+    return [
+        p.name
+        for p in list(signature.parameters.values())[1:]  # after self
+        if p.kind == p.POSITIONAL_OR_KEYWORD
+    ]
+
+
+def _arguments(settings: dict, names: list, argv) -> argparse.Namespace:
+    parser = _parser(settings, names)
     args = parser.parse_args(argv)
     if args.steps is None or args.steps < 1:
         parser.error("give --steps N (N >= 1): the defrun has no :steps")
@@ -75,7 +97,7 @@ def _arguments(settings: dict, argv) -> argparse.Namespace:
     return args
 
 
-def _parser(settings: dict) -> argparse.ArgumentParser:
+def _parser(settings: dict, names: list) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Train the model with the settings of its defrun.",
         formatter_class=_Help,
@@ -85,21 +107,28 @@ def _parser(settings: dict) -> argparse.ArgumentParser:
         "(the final weights as one state_dict). Errors are one line: exit 2, or 1 for an "
         "internal one; Ctrl-C saves and exits 130.",
     )
-    _what_and_where(parser, settings)
+    _what_and_where(parser, settings, names)
     _how(parser)
     _saving(parser)
     return parser
 
 
-def _what_and_where(parser: argparse.ArgumentParser, settings: dict) -> None:
+def _what_and_where(parser: argparse.ArgumentParser, settings: dict, names) -> None:
     """The data, the steps, and the folder the run writes to."""
     tokens = "inputs" not in settings
+    named = (
+        f".pt or .safetensors files of tensors named {', '.join(names)} (batches drawn "
+        "along the first axis)"
+    )
     parser.add_argument(
         "--data",
         required=tokens,
         metavar="GLOB",
-        help="token shards (modded-nanogpt's format)"
-        + ("" if tokens else "; ignored: this run draws synthetic :inputs"),
+        help=(
+            f"token shards (modded-nanogpt's format), or {named}"
+            if tokens
+            else f"{named}; default: the synthetic :inputs batch"
+        ),
     )
     parser.add_argument(
         "--steps", type=int, default=settings.get("steps"), help="steps to train"
@@ -127,7 +156,16 @@ def _how(parser: argparse.ArgumentParser) -> None:
         "(default: one process)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="the initial parameters' seed"
+        "--seed",
+        type=int,
+        default=0,
+        help="the seed of the initial parameters and of the order named tensors are drawn in",
+    )
+    parser.add_argument(
+        "--decay-vectors",
+        action="store_true",
+        help="apply weight decay to every parameter; by default, as in nanoGPT, only to "
+        "matrices and higher, not to vectors and scalars (norm gains, biases, A_log)",
     )
 
 
@@ -162,7 +200,11 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Each option's default, where it has one."""
 
     def _get_help_string(self, action):
-        if action.default in (None, False) or "default:" in action.help:
+        if (
+            action.default is None
+            or action.default is False
+            or "default:" in action.help
+        ):
             return action.help
         return super()._get_help_string(action)
 
@@ -174,13 +216,8 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out}: a file, not a folder")
-    if "inputs" in settings:
-        batches = Synthetic(settings["inputs"], args.seed, rank, world)
-        rows = next(iter(settings["inputs"].values()))["shape"][0]
-    else:
-        batch_size, seq_len = settings["batch_size"], settings["seq_len"]
-        batches = TokenShards(args.data, batch_size, seq_len, rank, world)
-        rows = batch_size * seq_len  # tokens per global batch
+    names = loss_arguments(model_class, settings["loss"])
+    batches, rows = _batches(settings, args, names, rank, world)
     device = _device()
     owned = args.parallel and not dist.is_initialized()  # else the caller's group
     if owned:
@@ -196,6 +233,30 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     return code
 
 
+def _batches(settings: dict, args, names: list, rank: int, world: int) -> tuple:
+    """This rank's batches, and how many tokens (token shards) or rows (the others) one
+    global batch holds."""
+    inputs = settings.get("inputs")
+    # the global batch: :batch-size sequences, or the rows of :inputs' first input
+    if inputs is None:
+        rows = settings["batch_size"]
+    else:
+        rows = next(iter(inputs.values()))["shape"][0]
+    if args.data is None:  # only a run with :inputs: token data needs --data
+        return Synthetic(inputs, args.seed, rank, world), rows
+    if holds_named_tensors(args.data):
+        return NamedTensors(args.data, names, rows, args.seed, rank, world), rows
+    if inputs is not None:
+        # token shards would give (inputs targets) to any two arguments: a (src tgt) pair
+        raise DataError(
+            f"--data {args.data}: the loss takes {', '.join(names)}: give .pt or "
+            ".safetensors files of tensors with these names (token shards feed only a run "
+            "without :inputs)"
+        )
+    seq_len = settings["seq_len"]
+    return TokenShards(args.data, rows, seq_len, rank, world), rows * seq_len
+
+
 class _Run:
     """One run's model, optimizers and outputs, from its first step to its last."""
 
@@ -204,7 +265,7 @@ class _Run:
         self.device, self.rank, self.world = device, rank, world
         self.out = Path(args.out)
         self.start, self.checkpoint = 0, None  # the last checkpoint saved or resumed
-        self.tokens = "inputs" not in settings
+        self.out_of_range = None  # what an index out of range says about --data
         self.bar = None  # tqdm's, on rank 0 while the loop runs
 
     def warn(self, line: str) -> None:
@@ -212,6 +273,7 @@ class _Run:
             (self.bar.write if self.bar else print)(f"warning: {line}", file=sys.stderr)
 
     def prepare(self, batches) -> None:
+        self.out_of_range = getattr(batches, "out_of_range", None)  # None: synthetic
         self.model_id = checkpoint.identity(self.model)  # before sharding: whole shapes
         if self.args.resume:
             self.checkpoint = _agreed(
@@ -231,10 +293,19 @@ class _Run:
             fully_shard_units(self.model, lambda: self._forward(first, self.start))
         elif self.args.parallel == "ddp":
             self.objective = nn.parallel.DistributedDataParallel(self.objective)
-        self.optimizers = _optimizers(self.model, self.settings["optimizers"])
+        self.optimizers = _optimizers(
+            self.model, self.settings["optimizers"], self.args.decay_vectors
+        )
         self.base_lrs = [[g["lr"] for g in o.param_groups] for o in self.optimizers]
         if self.checkpoint:
+            decays = [
+                [g["weight_decay"] for g in o.param_groups] for o in self.optimizers
+            ]
             checkpoint.load(self.checkpoint, self.model, self.optimizers)
+            # loading sets the saved groups' weight decay: this run's settings and flags hold
+            for optimizer, chosen in zip(self.optimizers, decays):
+                for group, decay in zip(optimizer.param_groups, chosen):
+                    group["weight_decay"] = decay
         if self.args.compile:
             self.objective = torch.compile(self.objective)
 
@@ -336,11 +407,9 @@ class _Run:
         try:
             loss = self.objective(*batch)
         except IndexError as error:  # out of an embedding's rows: the data's doing
-            if not self.tokens:
+            if self.out_of_range is None:
                 raise
-            raise DataError(
-                f"step {step}: {error} (a token id of --data beyond the model's vocabulary?)"
-            ) from None
+            raise DataError(f"step {step}: {error} ({self.out_of_range})") from None
         if loss.ndim != 0:
             raise DataError(
                 f"the loss returned shape {tuple(loss.shape)}: it must be a scalar"
@@ -418,7 +487,7 @@ def lr_scale(step: int, steps: int, warmup: float, cooldown: float) -> float:
     return 1.0
 
 
-def _optimizers(model: nn.Module, groups: list) -> list:
+def _optimizers(model: nn.Module, groups: list, decay_vectors: bool = False) -> list:
     """One optimizer per entry of the settings, over the parameters its patterns name
     (`*` is a layer's index); every trainable parameter must be named exactly once."""
     named = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -437,11 +506,27 @@ def _optimizers(model: nn.Module, groups: list) -> list:
                         f"{name} is in both {claimed[name]} and {group['name']}"
                     )
                 claimed[name] = group["name"]
+        if options.get("weight_decay"):
+            params = _decay_groups(params, options["weight_decay"], decay_vectors)
         optimizers.append(OPTIMIZERS[group["name"]](params, **options))
     missing = named.keys() - claimed.keys()
     if missing:
         raise RuntimeError(f"no optimizer for {', '.join(sorted(missing))}")
     return optimizers
+
+
+def _decay_groups(params: list, decay: float, decay_vectors: bool) -> list:
+    """nanoGPT's split: weight decay for matrices and higher (weights, embeddings), none for
+    vectors and scalars (norm gains, biases, A_log) unless `decay_vectors`. The two groups
+    are made either way, so that a checkpoint resumes with the flag changed."""
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2]},
+        {
+            "params": [p for p in params if p.ndim < 2],
+            "weight_decay": decay if decay_vectors else 0.0,
+        },
+    ]
+    return [g for g in groups if g["params"]]
 
 
 def _device() -> torch.device:

@@ -55,12 +55,18 @@ def work(tmp_path_factory) -> Path:
     return folder
 
 
-def run(work: Path, capfd, *args: str, script: str = "gpt.py") -> tuple:
-    """(exit status, stderr) of `python SCRIPT --data shard.bin ARGS` run here; stderr is
-    not read without `capfd`."""
+def run(
+    work: Path,
+    capfd,
+    *args: str,
+    script: str = "gpt.py",
+    data: str | None = "shard.bin",
+) -> tuple:
+    """(exit status, stderr) of `python SCRIPT --data DATA ARGS` run here (no --data when
+    DATA is None); stderr is not read without `capfd`."""
     before = os.getcwd()
     os.chdir(work)
-    sys.argv = [script, "--data", "shard.bin", *args]
+    sys.argv = [script, *(["--data", data] if data else []), *args]
     if capfd:
         capfd.readouterr()
     try:
@@ -166,7 +172,7 @@ OLDER = " (1 older one fails too)"
     ("damage", "message"),
     [
         ("flip", "--resume: none-flip/checkpoints/step-6: __0_0.distcp does not match its checksum" + OLDER),
-        ("steps", "--resume: no checkpoint in none-steps"),
+        ("steps", "--resume: no checkpoint in none-steps (checkpoints/latest names step-6, which is missing)"),
         ("other", "--resume: none-other/checkpoints/step-6: its parameters differ from this TinyGpt's: blocks.0.w_down, blocks.0.w_o, blocks.0.w_qkv and 3 more" + OLDER),
     ],
 )  # fmt: skip
@@ -195,9 +201,27 @@ def test_a_bad_latest_resumes_from_the_newest_intact(work, capfd, reference, lat
     assert losses(work / "latest") == reference
 
 
+def test_a_missing_latest_checkpoint_is_named_in_a_warning(work, capfd, reference):
+    folder = saved(work, capfd, "gone")
+    shutil.rmtree(folder / "step-6")  # `latest` still names it
+    code, err = run(work, capfd, "--out", "gone", "--resume")
+    assert code == 0, err
+    assert lines(err)[0] == (
+        "warning: gone/checkpoints/latest names step-6, which is missing; "
+        "resuming from step-3"
+    )
+    assert losses(work / "gone") == reference
+
+
+def older(folder: Path) -> None:
+    """Leave step-3 as the newest checkpoint, as a run stopped there leaves it."""
+    shutil.rmtree(folder / "step-6")
+    (folder / "latest").write_text("step-3\n")
+
+
 def test_a_torn_metrics_line_is_dropped_on_resume(work, capfd, reference):
     folder = saved(work, capfd, "torn")
-    shutil.rmtree(folder / "step-6")
+    older(folder)
     metrics = work / "torn" / "metrics.jsonl"
     metrics.write_text(metrics.read_text() + '{"step": 6')
     code, err = run(work, capfd, "--out", "torn", "--resume")
@@ -208,7 +232,9 @@ def test_a_torn_metrics_line_is_dropped_on_resume(work, capfd, reference):
 
 def test_a_diverging_run_stops_and_keeps_its_good_checkpoint(work, capfd):
     shutil.rmtree(work / "wild", ignore_errors=True)
-    code, err = run(work, capfd, "--out", "wild", "--save-every", "1", script="wild.py")
+    code, err = run(
+        work, capfd, "--out", "wild", "--save-every", "1", script="wild.py", data=None
+    )
     records = [
         json.loads(l)
         for l in (work / "wild" / "metrics.jsonl").read_text().splitlines()
@@ -233,7 +259,9 @@ def test_a_diverging_run_stops_and_keeps_its_good_checkpoint(work, capfd):
 
 def test_skipping_non_finite_steps_finishes_the_run(work, capfd):
     shutil.rmtree(work / "skip", ignore_errors=True)
-    code, err = run(work, capfd, "--out", "skip", "--on-nan", "skip", script="wild.py")
+    code, err = run(
+        work, capfd, "--out", "skip", "--on-nan", "skip", script="wild.py", data=None
+    )
     assert code == 0, err
     records = [
         json.loads(l)
@@ -301,8 +329,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(
     work, capfd, monkeypatch
 ):
     folder = saved(work, capfd, "disk")
-    shutil.rmtree(folder / "step-6")
-    (folder / "latest").write_text("step-3\n")
+    older(folder)
     from torch.distributed.checkpoint import filesystem
 
     real = filesystem._write_item
@@ -344,7 +371,7 @@ def test_the_final_weights_load_for_inference(work, capfd, reference):
 
 def test_another_version_of_the_file_resumes_with_a_warning(work, capfd, reference):
     folder = saved(work, capfd, "edited")
-    shutil.rmtree(folder / "step-6")
+    older(folder)
     edited = source().replace(":lr 0.02", ":lr 0.01")  # Muon's: the same parameters
     (work / "edited.py").write_text(compile_source(edited, "tiny-gpt.lisp"))
     code, err = run(work, capfd, "--out", "edited", "--resume", script="edited.py")

@@ -50,3 +50,31 @@ def test_objective_calls_the_loss_method(build):
     model = module.Model()
     x, y = torch.arange(3.0), torch.ones(3)
     assert Objective(model, "total")(x, y) == model.total(x, y) == 6.0
+
+
+def test_weight_decay_skips_vectors_unless_asked(build):
+    """nanoGPT's split: matrices (and higher) decay; vectors and scalars (norm gains,
+    biases, A_log) do not, unless --decay-vectors."""
+    module, _ = build(
+        "(defparam w (normal [4 4]))\n(defparam b (zeros [4]))\n(defparam s (ones []))\n"
+        "(defparam k (normal [2 4 4]))\n"
+        "(defun forward (x) (* (+ (matmul (matmul x w) (sum k :axes [0])) b) s))\n"
+    )
+    model = module.Model()
+    named = dict(model.named_parameters())
+    groups = [{"name": "adamw", "lr": 0.1, "weight_decay": 0.5, "params": list(named)}]
+    (adamw,) = _optimizers(model, groups)
+    split = [(g["weight_decay"], g["params"]) for g in adamw.param_groups]
+    assert split == [
+        (0.5, [named["w"], named["k"]]),
+        (0.0, [named["b"], named["s"]]),
+    ]
+    (adamw,) = _optimizers(model, groups, decay_vectors=True)
+    split = [(g["weight_decay"], g["params"]) for g in adamw.param_groups]
+    assert split == [
+        (0.5, [named["w"], named["k"]]),
+        (0.5, [named["b"], named["s"]]),
+    ]
+    # without weight decay there is nothing to split: one group, as before
+    (adamw,) = _optimizers(model, [groups[0] | {"weight_decay": 0.0}])
+    assert len(adamw.param_groups) == 1
