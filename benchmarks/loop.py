@@ -42,16 +42,10 @@ def settings_of(path: str) -> dict:
 
 
 def runtime_round(model_class, settings, data: str, out: Path, steps: int) -> list:
-    args = argparse.Namespace(
-        data=data,
-        steps=steps,
-        out=str(out),
-        resume=False,
-        compile=False,
-        parallel=None,
-        seed=0,
-        save_every=0,
-    )
+    # the script's own parser, so the round has every flag's default as a user's run has it
+    names = train.loss_arguments(model_class, settings["loss"])
+    argv = ["--data", data, "--steps", str(steps), "--out", str(out)]
+    args = train._arguments(settings, names, argv)
     with contextlib.redirect_stderr(io.StringIO()):  # the bar still draws, unseen
         assert train.train(model_class, settings, args) == 0
     rows = settings["batch_size"] * settings["seq_len"]
