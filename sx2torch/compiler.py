@@ -14,7 +14,7 @@ from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
 from sx2torch import format, functions, gradient, ir, policy, ranks, resolve, trace
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target

@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.emit import plan
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.naming import Locals, Naming

@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.emit import functions, main
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.emit.names import mangle

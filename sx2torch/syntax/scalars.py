@@ -15,7 +15,7 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.errors import SourceError, suggest
 from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
 
