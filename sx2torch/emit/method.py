@@ -17,7 +17,7 @@ from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.ops.rank import rank_of
 from sx2torch.policy import Typed
 from sx2torch.policy.rules import output_dtype
-from sx2torch.syntax import scalars
+from sx2torch.emit import scalars
 from sx2torch.syntax.scalars import ScalarOp
 
 

@@ -19,7 +19,7 @@ from sx2torch.ir import ISLAND, REGION, Scalar, walk
 from sx2torch.ops import initializers
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
-from sx2torch.syntax import scalars
+from sx2torch.emit import scalars
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Model, Param, Program, Run, Tie
 from sx2torch.syntax.scalars import ScalarOp
