@@ -12,7 +12,7 @@ import libcst as cst
 import sx2torch.build as b
 from sx2torch.emit import functions, main
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
-from sx2torch.emit.names import mangle
+from sx2torch.syntax.names import mangle
 from sx2torch.emit.naming import Naming, defuns, store as store_of
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar, walk
