@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
-from sx2torch import format, functions, gradient, ir, policy, ranks, resolve, trace
+from sx2torch import dump, format, functions, gradient, ir, lint, policy, ranks, resolve
+from sx2torch import trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
@@ -23,7 +24,6 @@ from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered
 from sx2torch.syntax import read
 from sx2torch.syntax.program import Program, Run
-from sx2torch.tools import dump, lint
 from sx2torch.version import __version__
 
 TARGETS = ("cuda", "metal", "cpu")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sx2torch import compiler, errors
-from sx2torch.tools import lint
+from sx2torch import lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
