@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
-from sx2torch import dump, format, functions, gradient, ir, lint, policy, ranks, resolve
-from sx2torch import trace
+import sx2torch.dump as dump
+import sx2torch.format as format
+import sx2torch.functions as functions
+import sx2torch.gradient as gradient
+import sx2torch.ir as ir
+import sx2torch.lint as lint
+import sx2torch.policy as policy
+import sx2torch.ranks as ranks
+import sx2torch.resolve as resolve
+import sx2torch.trace as trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming

@@ -1,20 +1,26 @@
-"""No module of sx2torch imports itself back, through any chain of imports: deferred imports
-inside functions and type-only imports count too, since they are cycles all the same."""
+"""No module of sx2torch (or of the repository's tools/) imports itself back, through any chain
+of imports: deferred imports inside functions and type-only imports count too, since they are
+cycles all the same. A package's __init__ is a module: an import that names the package
+(`from sx2torch import ir`, `from sx2torch.trace import calls`) reads its namespace, which is
+half made while the __init__'s own imports run, so it counts as importing the __init__. An
+import by a submodule's full path (`import sx2torch.ir as ir`, `from sx2torch.ir import Graph`)
+reads only the submodule."""
 
 import ast
 import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "sx2torch"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = [ROOT / "sx2torch", ROOT / "tools"]
 
 
 def _name(path: pathlib.Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_name(path): path for path in PACKAGE.rglob("*.py")}
+MODULES = {_name(path): path for root in PACKAGES for path in root.rglob("*.py")}
 
 
 def _owner(name: str):
@@ -40,6 +46,8 @@ def imports(module: str) -> set:
                     package = package.rpartition(".")[0]
                 base = f"{package}.{base}".rstrip(".")
             names = [f"{base}.{alias.name}" for alias in node.names]
+            if MODULES.get(base, path).name == "__init__.py":
+                names.append(base)  # the package's namespace is read
         else:
             continue
         found |= {_owner(name) for name in names} - {None, module}
@@ -85,11 +93,27 @@ def test_no_module_imports_itself_back():
         "from sx2torch.b import thing\n",
         "def late():\n    from sx2torch import b\n",
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sx2torch.b import T\n",
+        # b is a package: naming it reads its __init__, which imports a
+        "from sx2torch.b import c\n",
     ],
 )
 def test_the_check_sees_every_kind_of_import(tmp_path, monkeypatch, source):
     (tmp_path / "a.py").write_text(source)
-    (tmp_path / "b.py").write_text("from sx2torch.a import other\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "__init__.py").write_text("from sx2torch.a import other\n")
+    (tmp_path / "b" / "c.py").write_text("")
     monkeypatch.setitem(MODULES, "sx2torch.a", tmp_path / "a.py")
-    monkeypatch.setitem(MODULES, "sx2torch.b", tmp_path / "b.py")
+    monkeypatch.setitem(MODULES, "sx2torch.b", tmp_path / "b" / "__init__.py")
+    monkeypatch.setitem(MODULES, "sx2torch.b.c", tmp_path / "b" / "c.py")
     assert ["sx2torch.a", "sx2torch.b"] in cycles()
+
+
+def test_a_submodule_imported_by_its_full_path_is_not_its_package(tmp_path, monkeypatch):
+    (tmp_path / "a.py").write_text("import sx2torch.b.c as c\nfrom sx2torch.b.c import d\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "__init__.py").write_text("from sx2torch.a import other\n")
+    (tmp_path / "b" / "c.py").write_text("")
+    monkeypatch.setitem(MODULES, "sx2torch.a", tmp_path / "a.py")
+    monkeypatch.setitem(MODULES, "sx2torch.b", tmp_path / "b" / "__init__.py")
+    monkeypatch.setitem(MODULES, "sx2torch.b.c", tmp_path / "b" / "c.py")
+    assert ["sx2torch.a", "sx2torch.b"] not in cycles()
