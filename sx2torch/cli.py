@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-from sx2torch import output
+import sx2torch.output as output
 from sx2torch.tools import check, explain
 from sx2torch.tools import report as report_page
 from sx2torch.compiler import (

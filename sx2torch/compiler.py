@@ -13,8 +13,17 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
-from sx2torch import format, functions, gradient, ir, policy, ranks, resolve, trace
-from sx2torch.emit import build as b
+import sx2torch.dump as dump
+import sx2torch.format as format
+import sx2torch.functions as functions
+import sx2torch.gradient as gradient
+import sx2torch.ir as ir
+import sx2torch.lint as lint
+import sx2torch.policy as policy
+import sx2torch.ranks as ranks
+import sx2torch.resolve as resolve
+import sx2torch.trace as trace
+import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
 from sx2torch.emit.targets import Target
@@ -23,7 +32,6 @@ from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered
 from sx2torch.syntax import read
 from sx2torch.syntax.program import Program, Run
-from sx2torch.tools import dump, lint
 from sx2torch.version import __version__
 
 TARGETS = ("cuda", "metal", "cpu")

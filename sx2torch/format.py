@@ -9,7 +9,7 @@ at about half the cost; when not, black formats the emitted module as before.
 
 Black's output depends on its input's tokens, comments, blank lines and magic trailing
 commas, not on where its lines break. The emitted module has one line per statement,
-spaced as black spaces them (sx2torch/emit/build.py). The guess keeps each line that fits
+spaced as black spaces them (sx2torch/build.py). The guess keeps each line that fits
 in black's width; has black format the others, one copy of each, all in one small module;
 and adds the blank lines black requires (after the imports, before a method): so its
 tokens, comments and blank lines are black's own.

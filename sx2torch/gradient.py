@@ -16,7 +16,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Optional
 
-from sx2torch import ranks
+import sx2torch.ranks as ranks
 from sx2torch.syntax.echo import echo
 from sx2torch.errors import SourceError
 from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Region, Scalar, prune, reads, walk

@@ -1,7 +1,7 @@
 """The graph IR as text: each node a line `%3 name = op(%1, %2) attrs [marks]  @line:col`,
 each region indented under its node and ending in `yield`. What a printing adds beside the
 structure is its `Notes`: `--dump-after` notes each value's dtypes or shape
-(sx2torch/tools/dump.py); sharing notes a specialization's plan, the casts and roundings its
+(sx2torch/dump.py); sharing notes a specialization's plan, the casts and roundings its
 held code is written from (sx2torch/emit/plan.py), and compares the texts.
 """
 

@@ -12,9 +12,8 @@ from typing import Optional
 from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
-from sx2torch.emit.names import mangle
 from sx2torch.errors import SourceError, Span
-from sx2torch.trace.forms import FORMS
+from sx2torch.syntax.names import FORMS, mangle
 from sx2torch.syntax.program import (
     PRECISIONS,
     RUN_KEYS,

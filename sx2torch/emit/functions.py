@@ -13,7 +13,8 @@ from typing import Callable
 
 import libcst as cst
 
-from sx2torch.emit.names import Namespace, mangle
+from sx2torch.emit.names import Namespace
+from sx2torch.syntax.names import mangle
 from sx2torch.emit.naming import Locals, Naming, specialization_suffix
 from sx2torch.ir import LIBRARY
 from sx2torch.policy import Lowered

@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.emit import plan
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.naming import Locals, Naming
@@ -17,7 +17,7 @@ from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.ops.rank import rank_of
 from sx2torch.policy import Typed
 from sx2torch.policy.rules import output_dtype
-from sx2torch.syntax import scalars
+from sx2torch.emit import scalars
 from sx2torch.syntax.scalars import ScalarOp
 
 

@@ -9,17 +9,17 @@ from typing import Optional
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.emit import functions, main
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
-from sx2torch.emit.names import mangle
+from sx2torch.syntax.names import mangle
 from sx2torch.emit.naming import Naming, defuns, store as store_of
 from sx2torch.emit.targets import Target
 from sx2torch.ir import ISLAND, REGION, Scalar, walk
 from sx2torch.ops import initializers
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
-from sx2torch.syntax import scalars
+from sx2torch.emit import scalars
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Model, Param, Program, Run, Tie
 from sx2torch.syntax.scalars import ScalarOp

@@ -1,6 +1,6 @@
 """Lisp names -> Python identifiers that shadow and capture nothing.
 
-`mangle` is idempotent and always gives an identifier. A `Namespace` hands out
+`mangle` (sx2torch/syntax/names.py) spells a source name as an identifier. A `Namespace` hands out
 names within one scope (a method, or a class's attributes): reserved names get
 a trailing underscore, and two values wanting one name are numbered per base
 name (`x`, `x_2`), so a change in one function never renames things in another.
@@ -11,20 +11,7 @@ from __future__ import annotations
 import builtins
 import keyword
 
-SPELLED = {
-    "-": "_",
-    "*": "_star",
-    "+": "_plus",
-    "/": "_slash",
-    "<": "_lt",
-    ">": "_gt",
-    "=": "_eq",
-    "!": "_bang",
-    "?": "_p",
-    "&": "_and",
-    ".": "_dot",
-    "%": "_pct",
-}
+from sx2torch.syntax.names import mangle
 
 # What the generated module itself binds: its imports, and `self`.
 MODULE_NAMES = {"torch", "nn", "F", "sx", "self", "super", "__all__"}
@@ -49,22 +36,6 @@ RESERVED = (
 def plain_attribute(key: str) -> bool:
     """Whether `self.KEY` reads the member registered under KEY."""
     return not keyword.iskeyword(key) and key not in MODULE_ATTRIBUTES
-
-
-def mangle(name: str) -> str:
-    """`rms-norm*` -> `rms_norm_star`; a leading digit or underscore gets a `v` in front."""
-    text = "".join(
-        SPELLED.get(c, c) if not (c.isalnum() or c == "_") or not c.isascii() else c
-        for c in name
-    )
-    text = "".join(
-        c if c.isascii() and (c.isalnum() or c == "_") else f"_u{ord(c):04x}"
-        for c in text
-    )
-    if not text or text[0].isdigit() or text[0] == "_":
-        text = "v" + text
-    assert text.isidentifier(), text
-    return text
 
 
 class Namespace:

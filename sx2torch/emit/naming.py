@@ -16,7 +16,8 @@ from typing import Optional
 
 from sx2torch.emit.casts import Hoist
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
-from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, mangle, plain_attribute
+from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, plain_attribute
+from sx2torch.syntax.names import mangle
 from sx2torch.emit.sharing import Sharing
 from sx2torch.emit.targets import Target
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, walk

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sx2torch import printer
+import sx2torch.printer as printer
 from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.ir import CALLS, Kind, Node
 from sx2torch.ops import REGISTRY

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 
 DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
 

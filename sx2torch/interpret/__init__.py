@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from sx2torch import resolve
+import sx2torch.resolve as resolve
 from sx2torch.errors import UsageError
 from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
 from sx2torch.interpret.evaluate import (

@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from sx2torch.interpret import ops
+import sx2torch.interpret.ops as ops
 from sx2torch.interpret.evaluate import (
     ISLAND,
     EvalError,

@@ -6,7 +6,8 @@ import argparse
 
 import torch
 
-from sx2torch import interpret, output
+import sx2torch.interpret as interpret
+import sx2torch.output as output
 from sx2torch.errors import UsageError
 
 

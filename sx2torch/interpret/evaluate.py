@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from sx2torch.interpret import ops
+import sx2torch.interpret.ops as ops
 from sx2torch.interpret.model import Instance, ParamValue
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector

@@ -25,7 +25,7 @@ from sx2torch.interpret.evaluate import (
     tensor_of,
     zero_d,
 )
-from sx2torch.interpret import backward
+import sx2torch.interpret.backward as backward
 from sx2torch.interpret.model import ParamValue
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Symbol, Vector

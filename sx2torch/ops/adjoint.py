@@ -1,6 +1,6 @@
 """Ops that derivative rules build the backward from (they are ordinary ops, usable in source too)."""
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import CONCAT_PART, MATMUL, SCALAR, like
 

@@ -6,7 +6,7 @@ so they are f32 under either policy (bf16 only inside a `(:precision :bf16)` reg
 and no gradient flows through them.
 """
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import RankRule, known
 

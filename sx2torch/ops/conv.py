@@ -15,7 +15,7 @@ where it is written.
 
 from __future__ import annotations
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.errors import SourceError
 from sx2torch.ir import Scalar
 from sx2torch.ops.rank import RankRule, known, like, value

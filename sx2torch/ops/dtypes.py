@@ -2,7 +2,7 @@
 dtype the run computes in. Both are decided when the file compiles, as every dtype is.
 """
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.registry import Arg, Op, register
 from sx2torch.ops.rank import SAME, SCALAR
 

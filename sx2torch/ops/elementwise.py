@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from functools import partial
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import BROADCAST, known

@@ -1,6 +1,6 @@
 """A mixture of experts' sparse layer, computing only the experts the router chose."""
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.rank import SAME
 from sx2torch.ops.registry import Arg, Op, register
 

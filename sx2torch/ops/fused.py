@@ -11,7 +11,7 @@ which hold bf16 values in f32, the call runs in f32 and its result is rounded on
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops.registry import Arg, Key, Op, register

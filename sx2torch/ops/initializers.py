@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.syntax.scalars import Scalar, ScalarOp
 
 

@@ -1,6 +1,6 @@
 """Linear algebra: the batched, broadcasting matmul, and its f32-out form (6.4)."""
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import DType, Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import MATMUL

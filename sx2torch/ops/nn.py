@@ -1,6 +1,6 @@
 """sexpgpu/nn: normalizations and the numerically sensitive functions (6.8)."""
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, REDUCED, SAME, RankRule, like

@@ -7,7 +7,7 @@ torch draws other numbers for a bf16 tensor than the rounded f32 ones, so drawin
 value's dtype would make the cuda module and the held (metal, cpu) ones differ.
 """
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.rank import SAME, like
 from sx2torch.ops.registry import Arg, Op, register
 

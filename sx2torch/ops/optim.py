@@ -7,7 +7,7 @@ module runs, so the iteration itself lives in the runtime
 (sx2torch/runtime/optim.py) rather than in generated ops.
 """
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import SAME
 

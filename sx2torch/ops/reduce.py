@@ -1,6 +1,6 @@
 """Reductions over `:axes` (default: all axes), with `:keepdims`."""
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import REDUCED

@@ -4,7 +4,7 @@ router does (Mixtral's top-k): `topk`, `argmax`, `gather`, `index-select`, `scat
 counts from 0 or from the end (default -1, index ops 0 where torch's examples index rows).
 """
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.rank import RankRule, known
 from sx2torch.ops.registry import Arg, Key, Op, register

@@ -5,7 +5,7 @@ Both carry the library's f32 mark (6.8): under :bf16 their inputs are read up
 into f32 and their output stays f32 until it meets a bf16 value.
 """
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import BROADCAST, MATRIX_SCAN, OUTER, SAME, like
 

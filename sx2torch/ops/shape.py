@@ -4,7 +4,7 @@ from typing import Optional
 
 import libcst as cst
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
 from sx2torch.syntax.scalars import ScalarOp

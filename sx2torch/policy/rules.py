@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch import ir
+import sx2torch.ir as ir
 from sx2torch.ir import (
     CALLS,
     ISLAND,

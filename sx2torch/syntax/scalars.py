@@ -1,7 +1,7 @@
 """Compile-time scalars: literals, consts and &key arguments, and arithmetic on them.
 
 A scalar's operation is a `ScalarOp`; this module alone says what each computes (`compute`)
-and how Python writes it (`python`, `text`).
+and how the dumps show it (`text`); sx2torch/emit/scalars.py writes it as Python.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Optional, Union
 
-import libcst as cst
-
-from sx2torch.emit import build as b
 from sx2torch.errors import SourceError, suggest
 from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
 
@@ -142,34 +139,6 @@ def compute(scalar: Scalar, env: dict):
         condition, then, otherwise = args
         return compute(then if compute(condition, env) else otherwise, env)
     return functools.reduce(BINARY[op], (compute(a, env) for a in args))
-
-
-def python(op: ScalarOp, args: tuple, write) -> cst.BaseExpression:
-    """An operation on operands as Python writes it, each operand written by `write`."""
-    if op is ScalarOp.NEG:
-        return b.neg(write(args[0]))
-    if op is ScalarOp.NOT:
-        return cst.UnaryOperation(cst.Not(), b.at_least(write(args[0]), b.NOT))
-    if op in (ScalarOp.AND, ScalarOp.OR):
-        level = b.AND if op is ScalarOp.AND else b.OR
-        kind = cst.And if op is ScalarOp.AND else cst.Or
-        return cst.BooleanOperation(
-            b.at_least(write(args[0]), level),
-            kind(),
-            b.at_least(write(args[1]), level + 1),
-        )
-    if op is ScalarOp.IN:
-        return b.compare(write(args[0]), "in", b.tuple_([write(o) for o in args[1]]))
-    if op is ScalarOp.IF:
-        condition, then, otherwise = (write(a) for a in args)
-        return cst.IfExp(
-            b.at_least(condition, b.CONDITIONAL + 1),
-            b.at_least(then, b.CONDITIONAL + 1),
-            b.at_least(otherwise, b.CONDITIONAL),
-        )
-    if op in b.COMPARE:
-        return b.compare(write(args[0]), op, write(args[1]))
-    return b.chain(op, [write(a) for a in args])
 
 
 def text(scalar: Scalar, leaf) -> str:

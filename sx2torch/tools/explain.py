@@ -16,8 +16,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sx2torch import compiler, errors
-from sx2torch.tools import lint
+import sx2torch.compiler as compiler
+import sx2torch.errors as errors
+import sx2torch.lint as lint
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes

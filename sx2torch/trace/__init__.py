@@ -19,7 +19,7 @@ from sx2torch.trace.builder import Builder
 from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
-from sx2torch.trace.forms import FORMS, Layer
+from sx2torch.trace.forms import HANDLERS, Layer
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, prune, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
@@ -230,8 +230,8 @@ class Tracer:
             )
         if head.name in env or head.name in self.keys or head.name in self.model.consts:
             raise SourceError(head.span, f"'{head.name}' is a value, not a function")
-        if head.name in FORMS:
-            return FORMS[head.name](self, datum, env)
+        if head.name in HANDLERS:
+            return HANDLERS[head.name](self, datum, env)
         if head.name in self.model.defuns:
             return self.caller.call(datum, env)
         param = self.model.params.get(head.name)
@@ -253,7 +253,7 @@ class Tracer:
         if _is_public_op(head.name) or head.name in ALIASES:
             return apply(self, REGISTRY[ALIASES.get(head.name, head.name)], datum, env)
         public = [name for name in REGISTRY if _is_public_op(name)]
-        known = [*public, *FORMS, *self.model.defuns, *self.model.params]
+        known = [*public, *HANDLERS, *self.model.defuns, *self.model.params]
         hint = f": {HINTS[head.name]}" if head.name in HINTS else self._owner(head.name)
         raise SourceError(
             head.span,

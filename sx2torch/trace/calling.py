@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from sx2torch.syntax import scalars
-from sx2torch.trace import calls
+import sx2torch.trace.calls as calls
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.trace.builder import Builder
 from sx2torch.errors import SourceError, Span

@@ -1,6 +1,6 @@
-"""The special forms, declared once: FORMS maps each form's name to its handler, which traces
-it with the tracer `t`; resolve reads the names (a defun may not take one), trace dispatches
-on them. Each handler's docstring or first diagnostic gives its syntax."""
+"""The special forms' handlers: HANDLERS maps each form's name (syntax/names.py's FORMS, which
+resolve reads: a defun may not take one) to its handler, which traces it with the tracer `t`.
+Each handler's docstring or first diagnostic gives its syntax."""
 
 from __future__ import annotations
 
@@ -388,7 +388,7 @@ def head_name(datum: Datum) -> Optional[str]:
     return None
 
 
-FORMS = {
+HANDLERS = {
     "let": let,
     "with-numerics": with_numerics,
     "cast": cast,

@@ -110,3 +110,25 @@ def test_importing_sx2torch_imports_no_compiler():
         check=True,
     )
     assert loaded.stdout == "[]\n"
+
+
+def test_a_generated_module_is_compiled_again_from_its_source_with_its_header_flags(
+    tmp_path, monkeypatch
+):
+    """What the runtime maps a module's error with: the header's NAME.lisp beside the module,
+    compiled again with the header's flags (here --target metal), with --source-lines."""
+    from sx2torch import api
+
+    source = tmp_path / "rms-mlp.lisp"
+    source.write_text(lisp("rms-mlp").read_text())
+    module = tmp_path / "rms_mlp.py"
+    module.write_text(sx2torch.compile_file(source, target="metal"))
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml pairs it: the header's name is found
+    assert api.source_of(module) == source
+    code = module.read_text()
+    assert api.recompile(code, source) == code
+    marked = compile_source(
+        source.read_text(), str(source), Options(target="metal", source_lines=True)
+    )
+    assert api.recompile(code, source, source_lines=True) == marked
+    assert marked != code

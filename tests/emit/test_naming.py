@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from sx2torch import policy, ranks, resolve, trace
-from sx2torch.syntax import read
-from sx2torch.emit import naming
-from sx2torch.emit.targets import Target
+from sx2torch import compiler
+from sx2torch.compiler import Options, Unit
 from sx2torch.ir import Kind, walk
 
 
 def names_of(source: str, precision: str = "bf16", target: str = "cuda"):
-    program = resolve.run(read.run(source), "model")
-    graphs = trace.run(program)
-    ranks.run(program, graphs)
-    lowered = policy.run(program, graphs, precision)
-    return naming.run(program, lowered, Target(target))
+    """The names a compile gives, its passes run through `names`, for a defrun of
+    `precision`."""
+    text = f"{source}\n(defrun r :precision :{precision})\n"
+    unit = Unit(text, "model.lisp", Options(target=target))
+    return compiler.run(unit, until="names").names
 
 
 def method(result, name: str, model: str = "model"):

@@ -10,7 +10,7 @@ import pytest
 
 from sx2torch import compiler
 from sx2torch.compiler import Options, Unit
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.emit import method, module, naming
 from sx2torch.emit.layout import Layout
 from sx2torch.emit.method import ClassContext

@@ -59,7 +59,7 @@ def test_the_generator_draws_every_op_of_the_registry():
 
     drawn = set()
     for seed in range(3000):
-        drawn |= set(campaign.HEAD.findall(generate.program(seed)[0]))
+        drawn |= set(check.HEAD.findall(generate.program(seed)[0]))
     public = {name for name, op in REGISTRY.items() if not op.internal}
     assert public - drawn - generate.NOT_DRAWN == set()
     assert generate.NOT_DRAWN <= public

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import DType
 from sx2torch.ops import REGISTRY, Arg, ArgKind, EmitContext, Op, Result, register
 from sx2torch.ops.rank import SAME, RankRule

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sx2torch import policy, ranks, resolve, trace
-from sx2torch.syntax import read
+from sx2torch import compiler
+from sx2torch.compiler import Options, Unit
 from sx2torch.ir import Kind, walk
 from sx2torch.policy.rules import ParamRef, Why
 
@@ -26,10 +26,10 @@ SOURCE = """
 
 
 def lower(source: str, precision: str):
-    program = resolve.run(read.run(source), "model")
-    graphs = trace.run(program)
-    ranks.run(program, graphs)
-    return policy.run(program, graphs, precision)
+    """The policy's output, the passes before it run as a compile runs them, for a defrun
+    of `precision`."""
+    text = f"{source}\n(defrun r :precision :{precision})\n"
+    return compiler.run(Unit(text, "model.lisp", Options()), until="policy").lowered
 
 
 def decisions(precision: str) -> dict:

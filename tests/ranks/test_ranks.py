@@ -13,7 +13,7 @@ from sx2torch import ranks, resolve, runtime, trace
 from sx2torch.api import compile_string
 from sx2torch.errors import SourceError
 from sx2torch.syntax import read
-from sx2torch.emit import build as b
+import sx2torch.build as b
 from sx2torch.ir import Kind, Scalar
 from sx2torch.ops import REGISTRY, EmitContext
 

@@ -4,9 +4,8 @@ under both precisions (tests/driver/test_pipeline.py verifies each pass under th
 
 import pytest
 
-from sx2torch import gradient, policy, ranks, resolve, trace
-from sx2torch.syntax import read
-from sx2torch.policy import rules
+from sx2torch import compiler
+from sx2torch.compiler import Options, Unit
 from sx2torch.cli import main
 
 from cases import EXAMPLES, SOURCES as CASES
@@ -30,13 +29,12 @@ def test_each_pass_can_be_printed(capsys):
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
 @pytest.mark.parametrize("source", CASES, ids=[c.stem for c in CASES])
 def test_every_specialization_verifies_after_the_policy(source, precision):
-    program = resolve.run(read.run(source.read_text()), source.stem)
-    graphs = trace.run(program)
-    gradient.run(program, graphs)
-    ranks.run(program, graphs)
-    lowered = policy.run(program, graphs, precision)
-    for typed in lowered.specializations:
-        rules.verify(typed)
+    """The passes run as a compile runs them, through `functions` (whose output emit reads),
+    for a defrun of `precision` added to the source; each pass's output is verified (the
+    policy's and the functions pass's: every specialization keeps the policy's invariants)."""
+    text = f"{source.read_text()}\n(defrun policy-check :precision :{precision})\n"
+    unit = Unit(text, source.name, Options(run="policy-check"))
+    assert compiler.run(unit, until="functions", verify=True).lowered.specializations
 
 
 

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+import sx2torch.trace.calls as calls
 from sx2torch import resolve, trace
 from sx2torch.syntax import read
 from sx2torch.errors import SourceError
+from sx2torch.ir import Kind
 
 
 def traced(text: str) -> dict:
@@ -30,7 +30,8 @@ def chain(n: int, call: str = "(f{next} x)") -> str:
 
 
 def test_calls_nest_at_most_64_deep():
-    assert traced(chain(63))  # forward, then f0 ... f62: 64 defuns
+    defuns = {"forward", *(f"f{i}" for i in range(63))}  # forward, f0 ... f62: 64 deep
+    assert set(traced(chain(63))) == {("net", name) for name in defuns}
     assert error(chain(64)) == (65, 21, "calls nested more than 64 defuns deep")
 
 
@@ -63,14 +64,27 @@ def test_recursion_under_gradient_stops_before_it_loops():
 
 
 def test_a_let_binding_named_as_a_defun_is_not_a_call():
-    assert traced("(defun f (x) (let ((f (relu x))) f))\n(defun forward (x) (f x))")
+    graphs = traced("(defun f (x) (let ((f (relu x))) f))\n(defun forward (x) (f x))")
+    assert [(n.kind, n.op) for n in graphs["net", "f"].nodes] == [(Kind.OP, "relu")]
+    (call,) = graphs["net", "forward"].nodes
+    assert (call.kind, call.attrs["target"]) == (Kind.CALL, "f")
 
 
-def test_many_paths_through_the_call_graph_are_checked_quickly():
-    calls = "".join(f"(defun f{i} (x) (+ (f{i + 1} x) (f{i + 1} x) (g{i + 1} x)))\n(defun g{i} (x) (f{i} x))\n"
-                    for i in range(30))  # fmt: skip
-    started = time.monotonic()
-    assert traced(
-        calls + "(defun f30 (x) x)\n(defun g30 (x) x)\n(defun forward (x) (f0 x))"
+def test_many_paths_through_the_call_graph_are_walked_per_defun_not_per_path(monkeypatch):
+    """More than 2^30 paths lead from forward to f30: the check walks each defun's calls at
+    most twice, as a root and as a callee (a finished defun's depth is kept), counted by the
+    iterators it makes over them."""
+    defuns = "".join(f"(defun f{i} (x) (+ (f{i + 1} x) (f{i + 1} x) (g{i + 1} x)))\n(defun g{i} (x) (f{i} x))\n"
+                     for i in range(30))  # fmt: skip
+    walked = []
+
+    def counted(items):
+        walked.append(items)
+        assert len(walked) <= 2 * 63, "the check walks paths, not defuns"
+        return iter(items)
+
+    monkeypatch.setattr(calls, "iter", counted, raising=False)
+    graphs = traced(
+        defuns + "(defun f30 (x) x)\n(defun g30 (x) x)\n(defun forward (x) (f0 x))"
     )
-    assert time.monotonic() - started < 2
+    assert len(graphs) == 63 and len(walked) > 63

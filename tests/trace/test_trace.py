@@ -8,6 +8,8 @@ from sx2torch import resolve, trace
 from sx2torch.syntax import read
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import ISLAND, REGION, Node, Scalar
+from sx2torch.syntax.names import FORMS
+from sx2torch.trace.forms import HANDLERS
 
 HEAD = "(defconst d 4)\n(defparam w (normal [d d]))\n"
 
@@ -21,6 +23,11 @@ def error(body: str) -> tuple:
     with pytest.raises(SourceError) as caught:
         graph(body)
     return caught.value.span.line, caught.value.span.col, caught.value.message
+
+
+def test_every_special_form_has_a_handler_and_nothing_else_does():
+    # resolve refuses a defun named as one of syntax's FORMS; trace dispatches on HANDLERS
+    assert set(HANDLERS) == FORMS
 
 
 def test_nodes_in_trace_order_with_names_and_spans():

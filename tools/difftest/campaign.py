@@ -12,24 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from sx2torch.interpret import evaluate, ops
 from tools.difftest import check, corpus, generate, minimize
-
-KNOWN_OPS = set(ops.OPS) | set(evaluate.DEFINED) | {"cast", "gradient"}
-HEAD = re.compile(r"\(([^\s()\[\]:;]+)")
-
-
-def exact_ops(source: str) -> bool:
-    """Every op the program calls gives exact results on the campaign's data."""
-    used = {h for h in HEAD.findall(source) if h in KNOWN_OPS}
-    return used <= generate.EXACT
 
 
 def targets_for(seed: int, every: bool) -> tuple:
@@ -44,7 +33,7 @@ def one(seed: int, every: bool = False) -> tuple:
             source,
             methods,
             seed,
-            exact_ops(source),
+            check.exact_ops(source),
             twice=seed % 10 == 0,
             targets=targets_for(seed, every),
         )

@@ -35,9 +35,13 @@ import torch
 
 from sx2torch import compiler, interpret
 from sx2torch.errors import SourceError
+from sx2torch.interpret import evaluate, ops
 from sx2torch.interpret.model import method as method_name
+from tools.difftest import generate
 
 TARGETS = compiler.TARGETS
+KNOWN_OPS = set(ops.OPS) | set(evaluate.DEFINED) | {"cast", "gradient"}
+HEAD = re.compile(r"\(([^\s()\[\]:;]+)")
 HELD = ("metal", "cpu")  # targets that hold bf16 values in f32 tensors
 ORACLES = ("compile", "twice", "load", "interpret", "run", "dtype", "value")
 ORACLES += ("targets", "backward")
@@ -65,6 +69,12 @@ class Outcome:
         if not ok:
             self.failures.append((oracle, target, message[:400]))
         return ok
+
+
+def exact_ops(source: str) -> bool:
+    """Every op the program calls gives exact results on the campaign's data."""
+    used = {h for h in HEAD.findall(source) if h in KNOWN_OPS}
+    return used <= generate.EXACT
 
 
 def compile_module(source: str, target: str, formatted: bool = False) -> str:

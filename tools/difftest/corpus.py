@@ -59,9 +59,7 @@ def load(path: Path) -> Case:
 
 def replay(case: Case) -> list:
     """The failures of every oracle on every target (diagnostics included)."""
-    from tools.difftest.campaign import exact_ops
-
     outcome = check.run(
-        case.source, case.methods, case.seed, exact_ops(case.source), True
+        case.source, case.methods, case.seed, check.exact_ops(case.source), True
     )
     return outcome.failures

@@ -20,7 +20,7 @@ def fails(source: str, methods: dict, seed: int, oracle: str, targets) -> bool:
         crash = _crashes(source, targets or check.TARGETS) == oracle
         return crash and _well_formed(source, methods, seed)
     outcome = check.run(
-        source, defined(source, methods), seed, _exact(source), False, targets
+        source, defined(source, methods), seed, check.exact_ops(source), False, targets
     )
     return any(f[0] == oracle for f in outcome.failures)
 
@@ -67,9 +67,3 @@ def _well_formed(source: str, methods: dict, seed: int) -> bool:
     except Exception:  # noqa: BLE001: not a program of the language
         return False
     return True
-
-
-def _exact(source: str) -> bool:
-    from tools.difftest.campaign import exact_ops
-
-    return exact_ops(source)

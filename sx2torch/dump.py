@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sx2torch import printer
+import sx2torch.printer as printer
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
 from sx2torch.ir import Graph, Kind, Node, walk
