@@ -22,6 +22,7 @@ from cases import lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from interpret.test_interpret_examples import CASES
+from models.test_ports import MEDIUM, SIZES, WINDOWS
 
 # The examples the interpreter's test does not run, in small sizes, and their inputs.
 OTHERS = {
@@ -29,21 +30,9 @@ OTHERS = {
     "energy": (dict(hidden=8), lambda: [torch.randn(5, 3)]),
     "rms-mlp": (dict(d_in=16, d_hidden=8, n_class=4), lambda: [torch.randn(5, 16)]),
     "scan": (dict(d=8), lambda: [torch.randn(2, 6, 8)]),
-    "modded-nanogpt-simple": (
-        dict(vocab_size=64, num_layers=2, model_dim=128),
-        lambda: [torch.randint(0, 64, (2, 16))],
-    ),
+    "modded-nanogpt-simple": (SIZES, lambda: [torch.randint(0, 64, (2, 16))]),
     "modded-nanogpt-medium": (
-        dict(
-            vocab_size=300,
-            num_layers=16,
-            num_heads=2,
-            head_dim=32,
-            model_dim=64,
-            max_seq_len=96,
-            ws_short=44,
-            ws_long=92,
-        ),
+        {**MEDIUM, **WINDOWS},
         lambda: [torch.randint(0, 300, (1, 40))],
     ),
 }
