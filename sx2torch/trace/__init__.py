@@ -69,42 +69,43 @@ class _Instances:
     def __init__(self, program: Program, integers: dict):
         self.program = program
         self.integers = integers  # model name -> [(Scalar, Span, what)]
+        self.seen: set = set()  # (Init's id, its arguments' values) visited
 
     def visit(self, model: Model, env: dict, chain: tuple) -> None:
         """`chain`: the instances down to this one, outermost first, each (Init, the values
         of its arguments)."""
         env = dict(env)
         for const in model.consts.values():
-            env.setdefault(const.name, scalars.compute(const.value, env))
+            value = _value(const.value, env)
+            if value is not None:
+                env.setdefault(const.name, value)
+        made = [p for p in model.params.values() if _made(p, env)]
         reads = list(self.integers.get(model.name, []))
-        for param in model.params.values():
-            if param.when is not None and not scalars.compute(param.when, env):
-                continue
+        for param in made:
             if not param.is_module:
                 sizes = initializers.sizes(param.init)
                 reads += [(size, param.span, "a size") for size in sizes]
         for scalar, span, what in reads if chain else ():
-            try:
-                value = scalars.compute(scalar, env)
-            except (ArithmeticError, TypeError):
-                continue  # not a number there: torch's own error says so when it runs
-            if not _is_int(value):
+            value = _value(scalar, env)
+            if value is not None and not _is_int(value):
                 raise self._error(chain, scalar, span, what, value)
-        for param in model.params.values():
-            if param.is_module and (
-                param.when is None or scalars.compute(param.when, env)
-            ):
+        for param in made:
+            if param.is_module:
                 self._sub_model(param.init, env, chain)
 
     def _sub_model(self, init, env: dict, chain: tuple) -> None:
         sub = self.program.models[init.model]
-        count = scalars.compute(init.count, env) if init.kind == "stack" else 1
+        count = _value(init.count, env) if init.kind == "stack" else 1
         # a stack's layers differ only where an argument reads the layer index
         layers = range(count) if init.index and _is_int(count) else [None]
         for i in layers:
             layer = {**env, init.index: i} if i is not None else env
-            args = {k: scalars.compute(v, layer) for k, (_, v) in init.args.items()}
-            self.visit(sub, args, (*chain, (init, args)))
+            computed = {k: _value(v, layer) for k, (_, v) in init.args.items()}
+            args = {k: v for k, v in computed.items() if v is not None}
+            seen = (id(init), tuple(sorted(args.items(), key=lambda kv: kv[0])))
+            if seen not in self.seen:  # each instance's arguments once, not each layer
+                self.seen.add(seen)
+                self.visit(sub, args, (*chain, (init, args)))
 
     def _error(self, chain: tuple, scalar, span, what, value) -> SourceError:
         """At the outermost argument that passes a non-integer where the key's default is
@@ -116,7 +117,7 @@ class _Instances:
         for init, args in chain:
             consts = self.program.models[init.model].consts
             for key, (at, _) in init.args.items():
-                if _is_int(consts[key].value.value) and not _is_int(args[key]):
+                if _is_int(consts[key].value.value) and not _is_int(args.get(key, 0)):
                     direct = init is chain[-1][0] and key in _consts(scalar)
                     reads = (
                         f"reads it in {where}"
@@ -134,6 +135,21 @@ class _Instances:
             f"{reader}'s {where} must be an integer, got {_shown(value)} with this "
             "instance's arguments",
         )
+
+
+def _value(scalar: Scalar, env: dict):
+    """`scalar` at `env`'s values; None where it is no number there (a division by a zero
+    passed to a key, say), which torch's own error reports when the module is built."""
+    try:
+        return scalars.compute(scalar, env)
+    except (ArithmeticError, TypeError, ValueError):
+        return None
+
+
+def _made(param, env: dict) -> bool:
+    """Whether the instance has the parameter: its `:when` holds, or cannot be told."""
+    made = None if param.when is None else _value(param.when, env)
+    return made is None or bool(made)
 
 
 def _consts(scalar: Scalar) -> set:

@@ -97,3 +97,17 @@ def test_a_size_as_a_slice_bound_is_named_as_what_it_is(tmp_path, capsys):
         f"{path}:2:25: error: expected a number known at compile time, got (size ...), "
         "a Python integer known only when the module runs"
     )
+
+
+def test_an_argument_that_makes_no_number_is_left_to_torch():
+    """A zero passed to a key a const divides by makes no number when the file compiles;
+    the check leaves it (torch's error names it when the module is built), as before it."""
+    source = """(defmodel attn (&key (dim 8) (heads 2))
+  (defconst hd (// dim heads))
+  (defun forward (x) (reshape x [0 0 -1 hd])))
+(defparam a (attn :heads 0))
+(defun forward (x) (a x))
+"""
+    module = load_module(compile_source(source, "model.lisp"))
+    with pytest.raises(ZeroDivisionError):
+        module.Model()
