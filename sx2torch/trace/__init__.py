@@ -205,8 +205,7 @@ class Tracer:
             Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span)
         )
         self.caller = Caller(self, self.builder, (model.name, defun.name))
-        # (Scalar, Span, what): the numbers on the model's consts read as integers, which
-        # each instance's arguments must keep integers (`_Instances`)
+        # (Scalar, Span, what): numbers on the model's consts read as integers (_Instances)
         self.integers: list = []
 
     def trace(self) -> Graph:
@@ -416,8 +415,7 @@ class Tracer:
         return operand
 
     def integer(self, scalar: Scalar, span, what: str) -> Scalar:
-        """`scalar`, checked to be an integer at the consts' defaults; one on the model's
-        own consts is checked again at each instance's values."""
+        """`scalar`, an integer at the defaults; on the consts, checked per instance too."""
         scalars.expect_int(scalar, span, what)
         if not (self.via or self.loop) and _on_consts(scalar):
             self.integers.append((scalar, span, what))
