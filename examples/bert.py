@@ -104,17 +104,6 @@ class BertSelfAttention(nn.Module):
             self.split_heads(self.query(hidden_states)),
             self.split_heads(self.key(hidden_states)),
             self.split_heads(self.value(hidden_states)),
-            attn_mask=mask.to(torch.bfloat16),
-        )
-        return y.permute(0, 2, 1, 3).flatten(2)
-
-    # a method of its own: mask is bool here, f32 in forward
-    # forward for hidden-states: bf16, mask: bool
-    def forward_bf16(self, hidden_states, mask):
-        y = F.scaled_dot_product_attention(
-            self.split_heads(self.query(hidden_states)),
-            self.split_heads(self.key(hidden_states)),
-            self.split_heads(self.value(hidden_states)),
             attn_mask=mask,
         )
         return y.permute(0, 2, 1, 3).flatten(2)
@@ -143,11 +132,6 @@ class BertAttention(nn.Module):
 
     def forward(self, hidden_states, mask):
         return self.output(self.self(hidden_states, mask), hidden_states)
-
-    # a method of its own: mask is bool here, f32 in forward
-    # forward for hidden-states: bf16, mask: bool
-    def forward_bf16(self, hidden_states, mask):
-        return self.output(self.self.forward_bf16(hidden_states, mask), hidden_states)
 
 
 class BertIntermediate(nn.Module):
@@ -185,12 +169,6 @@ class BertLayer(nn.Module):
         attention_output = self.attention(hidden_states, mask)
         return self.output(self.intermediate(attention_output), attention_output)
 
-    # a method of its own: mask is bool here, f32 in forward
-    # forward for hidden-states: bf16, mask: bool
-    def forward_bf16(self, hidden_states, mask):
-        attention_output = self.attention.forward_bf16(hidden_states, mask)
-        return self.output(self.intermediate(attention_output), attention_output)
-
 
 class BertEncoder(nn.Module):
     def __init__(self, *, depth=12, dim=768, hidden=3072, heads=12, eps=1e-12, p=0.1):
@@ -206,13 +184,6 @@ class BertEncoder(nn.Module):
         hidden_states = hidden_states.to(torch.bfloat16)
         for layer in self.layer:
             hidden_states = layer(hidden_states, mask)
-        return hidden_states
-
-    # a method of its own: mask is bool here, f32 in forward
-    # forward for hidden-states: bf16, mask: bool
-    def forward_bf16(self, hidden_states, mask):
-        for layer in self.layer:
-            hidden_states = layer.forward_bf16(hidden_states, mask)
         return hidden_states
 
 
@@ -265,7 +236,5 @@ class Bert(nn.Module):
     def forward(self, input_ids, token_type_ids, attention_mask):
         """(last_hidden_state, pooler_output); attention_mask [B S] is 1 for the tokens to attend to."""
         mask = attention_mask.reshape(attention_mask.shape[0], 1, 1, -1) > 0
-        sequence_output = self.encoder.forward_bf16(
-            self.embeddings(input_ids, token_type_ids), mask
-        )
+        sequence_output = self.encoder(self.embeddings(input_ids, token_type_ids), mask)
         return sequence_output, self.pooler(sequence_output)

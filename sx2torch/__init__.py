@@ -1,6 +1,13 @@
 """sx2torch: compile SexpGPU models into readable PyTorch modules."""
 
-from sx2torch.api import SourceWarning, compile_file, compile_string, explain, load
+from sx2torch.api import (
+    SourceWarning,
+    compile_file,
+    compile_string,
+    explain,
+    load,
+    load_string,
+)
 from sx2torch.errors import SourceError, UsageError
 from sx2torch.version import __version__
 
@@ -13,4 +20,5 @@ __all__ = [
     "compile_string",
     "explain",
     "load",
+    "load_string",
 ]

@@ -59,18 +59,37 @@ def load(path, run: Optional[str] = None, target="cuda"):
     """The file at `path` compiled and imported, as a module whose classes you build
     (`load("rms-mlp.lisp").RmsMlp()`); a source whose text is unchanged is loaded once.
     """
-    text = _text(path)
+    return _import(_text(path), str(path), run, target, Path(path).resolve())
+
+
+def load_string(
+    text: str, filename: str = "<string>", run: Optional[str] = None, target="cuda"
+):
+    """`text` compiled and imported as `load` imports a file, without `exec`
+    (`load_string(text).Model()`: the class is named after `filename`, `Model` for a
+    name in angle brackets); its text is kept beside the module, so that a run-time
+    error names its lines."""
+    return _import(text, filename, run, target, None)
+
+
+def _import(text: str, filename: str, run, target, source: Optional[Path]):
     key = hashlib.sha256(
-        "\0".join([__version__, text, run or "", target]).encode()
+        "\0".join([__version__, text, filename, run or "", target]).encode()
     ).hexdigest()[:16]
     if key not in _loaded:
-        code = compile_string(text, str(path), run, target)
+        code = compile_string(text, filename, run, target)
         name = f"sx2torch_loaded_{key}"
         if not _folder:
             _folder.append(tempfile.TemporaryDirectory(prefix="sx2torch-"))
         file = Path(_folder[0].name) / f"{name}.py"
         file.write_text(code, "utf-8")
-        sources[str(file)] = str(Path(path).resolve())
+        if source is None:  # named so that compiling it again names the same class
+            from sx2torch.compiler import top_model_name
+
+            source = file.with_suffix("") / f"{top_model_name(filename)}.lisp"
+            source.parent.mkdir()
+            source.write_text(text, "utf-8")
+        sources[str(file)] = str(source)
         spec = importlib.util.spec_from_file_location(name, file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # so that pickling a model finds its class

@@ -233,7 +233,11 @@ def run(unit: Unit, until: Optional[str] = None, verify: bool = False) -> Unit:
 
 
 def top_model_name(filename: str) -> str:
-    return "model" if filename == STDIN else PurePath(filename).stem or "model"
+    """The file's stem; `model` for a name in angle brackets (`<stdin>`, `<string>`), which
+    names no file."""
+    if filename.startswith("<") and filename.endswith(">"):
+        return "model"
+    return PurePath(filename).stem or "model"
 
 
 @dataclass(frozen=True)

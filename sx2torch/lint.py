@@ -70,6 +70,8 @@ def _precision(typed, precision: str):
                 f"{node.attrs.get('target')} is compiled again, all in f32, "
                 "for it; bind the call's result with let outside the island",
             )
+        if node.kind is Kind.FOR and head_is(node.form, "chain"):
+            yield from _chain_rounds(typed, node)
         if node.kind is not Kind.OP or typed.decided[node].compute != "bf16":
             continue
         form = echo(node.form)
@@ -88,19 +90,55 @@ def _precision(typed, precision: str):
             yield Finding(node.span, f"{form} {risk}; {_island_fix(node)}")
 
 
+def _chain_rounds(typed, node: Node):
+    """A chain whose layers give f32 (an island's value) but whose start is bf16 carries
+    bf16 by the join rule, so every layer's f32 value is rounded before the next reads it:
+    a residual stream meant to stay f32 loses its precision at each layer, silently."""
+    (body,) = node.regions
+    carried = typed.decided[node].dtype
+    for k, (start, out, dtype) in enumerate(zip(node.inputs, body.outputs, carried)):
+        if (
+            dtype == "bf16"
+            and typed.decided[start].dtype == "bf16"
+            and typed.decided[out].dtype == "f32"
+        ):
+            written = (
+                node.form.items[2] if k == 0 else start.form
+            )  # (chain LAYERS X ...)
+            yield Finding(
+                node.span,
+                f"the loop carries bf16 because {echo(written)} is bf16 here: cast it "
+                "to f32 before the chain if the residual stream should stay f32",
+            )
+
+
 def _in_user_island(node: Node) -> bool:
     return any(f.mode == ISLAND and not f.library for f in node.frames)
 
 
 def _island_fix(node: Node) -> str:
-    """Wrapping a form that calls a defun would take the call into the island too."""
-    calls = [n for n in _operands(node) if n.kind in CALLS]
+    """Wrapping a form that calls a defun would take the call into the island too; a call
+    bound by let before it is not written inside it, and wrapping leaves it out already.
+    """
+    inside = _subforms(node.form)
+    calls = [n for n in _operands(node) if n.kind in CALLS and id(n.form) in inside]
     if not calls:
         return ISLAND_FIX
     return (
         f"bind {echo(calls[0].form)} with let first, then wrap the rest in "
         "(with-numerics (:sensitivity :high) ...)"
     )
+
+
+def _subforms(form: Datum) -> set:
+    """The ids of the forms written inside `form`, itself included."""
+    found, todo = set(), [form]
+    while todo:
+        datum = todo.pop()
+        found.add(id(datum))
+        if isinstance(datum, (List, Vector)):
+            todo.extend(datum.items)
+    return found
 
 
 def _operands(node: Node) -> list:

@@ -69,6 +69,11 @@ register(
         "reshape",
         (X, Arg("shape", "ints")),
         _reshape,
+        doc="X with the sizes of SHAPE (integers, consts, &key arguments): -1 (at most "
+        "once) is the size the others leave, and 0 keeps X's size at that position, as "
+        "ONNX Reshape does: (reshape x [0 0 -1 hd]) splits the last axis of [B T D] into "
+        "heads, written x.reshape(x.shape[0], x.shape[1], -1, hd); [0 0 -1] keeps two "
+        "axes and flattens the rest, x.flatten(2)",
         result="keep",
         exact=True,
         name_inputs=_reads_sizes,

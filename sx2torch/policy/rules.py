@@ -259,7 +259,8 @@ class _Policy:
         it chains can need a bf16 input, say. It then names no method.
         """
         try:
-            return self.specialize(graph, self.integers.natural_signature(graph))
+            signature = self.integers.natural_signature(graph)
+            return self.specialize(graph, _callers_kinds(self.order, graph, signature))
         except SourceError:
             return None
 
@@ -489,6 +490,27 @@ class _Policy:
             return dtype
         stored = {self._param(ref).dtype or DType.F32 for ref in refs(dtype)}
         return self._join(list(stored), operand)
+
+
+def _callers_kinds(order: list, graph: Graph, signature: tuple) -> tuple:
+    """The natural signature, with a bool argument where every call made so far (the entry
+    points' and what they call, in `order`) passes a bool: a mask the public method would
+    otherwise take as a float and cast, making it additive (bert's attention)."""
+    called = [
+        t.signature
+        for t in order
+        if (t.model, t.graph.name) == (graph.model, graph.name)
+    ]
+    if not called:
+        return signature
+    return tuple(
+        (
+            DType.BOOL
+            if dtype is DType.F32 and all(s[k] is DType.BOOL for s in called)
+            else dtype
+        )
+        for k, dtype in enumerate(signature)
+    )
 
 
 class _IntegerInputs:

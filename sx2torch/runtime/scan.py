@@ -40,7 +40,7 @@ def linear_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
     """
     a, b = torch.broadcast_tensors(a, b)
     offset = 1
-    while offset < b.shape[dim]:
+    while offset < _longest(b.shape[dim]):
         b = b + a * _shift(b, offset, dim, b.new_zeros(()))
         a = a * _shift(a, offset, dim, a.new_ones(()))
         offset *= 2
@@ -73,7 +73,7 @@ def matrix_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
     b = b.expand(*batch, n)
     identity = torch.eye(n, dtype=a.dtype, device=a.device)
     offset = 1
-    while offset < b.shape[dim]:
+    while offset < _longest(b.shape[dim]):
         earlier = _shift(b, offset, dim, b.new_zeros(()))
         b = b + (a @ earlier.unsqueeze(-1)).squeeze(-1)
         a = a @ _shift(a, offset, dim, identity)
@@ -81,10 +81,32 @@ def matrix_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
     return b
 
 
+def _longest(length) -> int:
+    """The length a scan's rounds are counted for: the axis's own, or, where it is symbolic
+    (``torch.export`` with a dynamic sequence length), the most it may be, so that the
+    rounds do not depend on it (a round whose offset reaches past the axis changes
+    nothing)."""
+    if not isinstance(length, torch.SymInt):
+        return length
+    from torch.fx.experimental.symbolic_shapes import bound_sympy
+
+    upper = bound_sympy(length.node.expr, length.node.shape_env.var_to_range).upper
+    if not upper.is_Integer:  # int_oo
+        raise ValueError(
+            "a scan over a dynamic length needs its most: declare one, as "
+            "torch.export.Dim('T', max=4096)"
+        )
+    return int(upper)
+
+
 def _shift(x: Tensor, offset: int, dim: int, fill: Tensor) -> Tensor:
-    """``x`` moved ``offset`` steps later along ``dim``; the first ``offset`` steps are ``fill``."""
-    head = fill.expand_as(x.narrow(dim, 0, offset))
-    return torch.cat([head, x.narrow(dim, 0, x.shape[dim] - offset)], dim)
+    """``x`` moved ``offset`` steps later along ``dim``; the first ``offset`` steps are
+    ``fill`` (all of them, where ``offset`` reaches past the axis): ``offset`` fills put
+    before ``x`` and the axis's length kept, which reads no difference of lengths that a
+    symbolic one would have to be guarded for."""
+    shape = list(x.shape)
+    shape[dim] = offset
+    return torch.cat([fill.expand(shape), x], dim).narrow(dim, 0, x.shape[dim])
 
 
 def previous(h: Tensor, dim: int = 1) -> Tensor:

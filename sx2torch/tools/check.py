@@ -13,6 +13,7 @@ module is compiled again with the flags its header records, unless the command l
 from __future__ import annotations
 
 import difflib
+import keyword
 import re
 import shlex
 import sys
@@ -147,17 +148,23 @@ def options_for(committed: Optional[str], given: dict) -> Options:
 def verdict(
     source: Path, generated: Path, committed: Optional[str], code: str, options
 ) -> Verdict:
-    again = shlex.join(
-        [
-            "sx2torch",
-            str(source),
-            *flags(options.run, options.target, options.source_lines),
-            "-o",
-            str(generated),
-        ]
-    )
+    def again(module: Path) -> str:
+        how = flags(options.run, options.target, options.source_lines)
+        return shlex.join(["sx2torch", str(source), *how, "-o", str(module)])
+
+    if committed is None and not _importable(generated.stem):
+        named = generated.with_name(_importable_name(generated.stem) + ".py")
+        pair = shlex.join(["sx2torch", "check", f"{source}:{named}"])
+        return Verdict(
+            1,
+            message=f"{generated} does not exist, and Python cannot import a module of "
+            f"that name; generate it as {named.name}: {again(named)}, then check that "
+            f"pair: {pair}",
+        )
     if committed is None:
-        return Verdict(1, message=f"{generated} does not exist; generate it: {again}")
+        return Verdict(
+            1, message=f"{generated} does not exist; generate it: {again(generated)}"
+        )
     if committed == code:
         return Verdict(0)
     diff = difflib.unified_diff(
@@ -166,4 +173,17 @@ def verdict(
         fromfile=terminal_safe(str(generated)),
         tofile=terminal_safe(f"{generated} (compiled from {source})"),
     )
-    return Verdict(1, "".join(diff), f"{generated} is stale; regenerate it: {again}")
+    return Verdict(
+        1, "".join(diff), f"{generated} is stale; regenerate it: {again(generated)}"
+    )
+
+
+def _importable(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _importable_name(stem: str) -> str:
+    """`mamba-lm` -> `mamba_lm`: each character an identifier cannot hold made `_`."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in stem)
+    name = name if name[:1].isidentifier() else f"_{name}"
+    return name if _importable(name) else f"{name}_"

@@ -21,7 +21,7 @@ from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import HANDLERS, Layer
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, prune, walk
-from sx2torch.ops import REGISTRY
+from sx2torch.ops import REGISTRY, initializers
 from sx2torch.syntax.read import (
     Boolean,
     Datum,
@@ -49,11 +49,131 @@ ALIASES = {"**": "pow"}  # consts' spelling, in bodies too
 def run(program: Program) -> dict:
     """{(model name, defun name): Graph} for every defun of every model."""
     graphs = {}
+    integers: dict = {}
     for model in program.all_models():
         for defun in model.defuns.values():
-            graphs[model.name, defun.name] = Tracer(program, model, defun).trace()
+            tracer = Tracer(program, model, defun)
+            graphs[model.name, defun.name] = tracer.trace()
+            integers.setdefault(model.name, []).extend(tracer.integers)
     calls.check(program, graphs)
+    _Instances(program, integers).visit(program.top, {}, ())
     return graphs
+
+
+class _Instances:
+    """Every sub-model instance, with its consts at the values it is built with: a number
+    its model reads as an integer (a slice bound, an axis, a size) must be one there too,
+    or the module would fail when it runs (`slice indices must be integers`); the model's
+    own forms were checked at the defaults only."""
+
+    def __init__(self, program: Program, integers: dict):
+        self.program = program
+        self.integers = integers  # model name -> [(Scalar, Span, what)]
+        self.seen: set = set()  # (Init's id, its arguments' values) visited
+
+    def visit(self, model: Model, env: dict, chain: tuple) -> None:
+        """`chain`: the instances down to this one, outermost first, each (Init, the values
+        of its arguments)."""
+        env = dict(env)
+        for const in model.consts.values():
+            value = _value(const.value, env)
+            if value is not None:
+                env.setdefault(const.name, value)
+        made = [p for p in model.params.values() if _made(p, env)]
+        reads = list(self.integers.get(model.name, []))
+        for param in made:
+            if not param.is_module:
+                sizes = initializers.sizes(param.init)
+                reads += [(size, param.span, "a size") for size in sizes]
+        for scalar, span, what in reads if chain else ():
+            value = _value(scalar, env)
+            if value is not None and not _is_int(value):
+                raise self._error(chain, scalar, span, what, value)
+        for param in made:
+            if param.is_module:
+                self._sub_model(param.init, env, chain)
+
+    def _sub_model(self, init, env: dict, chain: tuple) -> None:
+        sub = self.program.models[init.model]
+        count = _value(init.count, env) if init.kind == "stack" else 1
+        # a stack's layers differ only where an argument reads the layer index
+        layers = range(count) if init.index and _is_int(count) else [None]
+        for i in layers:
+            layer = {**env, init.index: i} if i is not None else env
+            computed = {k: _value(v, layer) for k, (_, v) in init.args.items()}
+            args = {k: v for k, v in computed.items() if v is not None}
+            seen = (id(init), tuple(sorted(args.items(), key=lambda kv: kv[0])))
+            if seen not in self.seen:  # each instance's arguments once, not each layer
+                self.seen.add(seen)
+                self.visit(sub, args, (*chain, (init, args)))
+
+    def _error(self, chain: tuple, scalar, span, what, value) -> SourceError:
+        """At the outermost argument that passes a non-integer where the key's default is
+        an integer, else at the instance."""
+        reader, where = (
+            chain[-1][0].model,
+            f"{what} (line {span.line}, column {span.col})",
+        )
+        for init, args in chain:
+            consts = self.program.models[init.model].consts
+            for key, (at, _) in init.args.items():
+                if _is_int(consts[key].value.value) and not _is_int(args.get(key, 0)):
+                    direct = init is chain[-1][0] and key in _consts(scalar)
+                    reads = (
+                        f"reads it in {where}"
+                        if direct
+                        else f"reads a number made from it in {where}, "
+                        f"{_shown(value)} here"
+                    )
+                    return SourceError(
+                        at,
+                        f"{init.model}'s :{key} must be an integer, got "
+                        f"{_shown(args[key])}: {reader} {reads}",
+                    )
+        return SourceError(
+            chain[-1][0].span,
+            f"{reader}'s {where} must be an integer, got {_shown(value)} with this "
+            "instance's arguments",
+        )
+
+
+def _value(scalar: Scalar, env: dict):
+    """`scalar` at `env`'s values; None where it is no number there (a division by a zero
+    passed to a key, say), which torch's own error reports when the module is built."""
+    try:
+        return scalars.compute(scalar, env)
+    except (ArithmeticError, TypeError, ValueError):
+        return None
+
+
+def _made(param, env: dict) -> bool:
+    """Whether the instance has the parameter: its `:when` holds, or cannot be told."""
+    made = None if param.when is None else _value(param.when, env)
+    return made is None or bool(made)
+
+
+def _consts(scalar: Scalar) -> set:
+    """The names of the consts `scalar` reads."""
+    if scalar.op is ScalarOp.CONST:
+        return {scalar.args[0]}
+    if scalar.op is ScalarOp.LIT or scalar.op in scalars.LEAVES:
+        return set()
+    return {
+        name
+        for arg in scalar.args
+        for a in (arg if isinstance(arg, tuple) else (arg,))
+        if isinstance(a, Scalar)
+        for name in _consts(a)
+    }
+
+
+def _shown(value) -> str:
+    """A number as the source writes it (`true`, `24.0`)."""
+    return str(value).lower()
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Tracer:
@@ -85,6 +205,8 @@ class Tracer:
             Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span)
         )
         self.caller = Caller(self, self.builder, (model.name, defun.name))
+        # (Scalar, Span, what): numbers on the model's consts read as integers (_Instances)
+        self.integers: list = []
 
     def trace(self) -> Graph:
         graph = self.builder.graph
@@ -280,17 +402,50 @@ class Tracer:
 
     def scalar(self, datum: Datum, env: dict) -> Scalar:
         operand = self.expr(datum, env)
+        if isinstance(operand, Node) and operand.op == "size":
+            raise SourceError(
+                datum.span,
+                "expected a number known at compile time, got (size ...), a Python "
+                "integer known only when the module runs",
+            )
         if not isinstance(operand, Scalar):
             raise SourceError(
                 datum.span, "expected a number known at compile time, got a tensor"
             )
         return operand
 
+    def integer(self, scalar: Scalar, span, what: str) -> Scalar:
+        """`scalar`, an integer at the defaults; on the consts, checked per instance too."""
+        scalars.expect_int(scalar, span, what)
+        if not (self.via or self.loop) and _on_consts(scalar):
+            self.integers.append((scalar, span, what))
+        return scalar
+
     def tensor(self, datum: Datum, env: dict, what: str) -> Node:
         operand = self.expr(datum, env)
         if not isinstance(operand, Node):
             raise SourceError(datum.span, f"{what} must be a tensor, got a number")
         return operand
+
+
+def _on_consts(scalar: Scalar) -> bool:
+    """Whether `scalar` reads a const of its model and nothing else but literals (not a
+    defun's key or a layer index, which the instance does not set)."""
+    if scalar.op is ScalarOp.CONST:
+        return len(scalar.args) == 1
+    if scalar.op is ScalarOp.LIT:
+        return False
+    if scalar.op in scalars.LEAVES:
+        return False
+    operands = [
+        a
+        for arg in scalar.args
+        for a in (arg if isinstance(arg, tuple) else (arg,))
+        if isinstance(a, Scalar)
+    ]
+    return any(_on_consts(a) for a in operands) and all(
+        a.op is ScalarOp.LIT or _on_consts(a) for a in operands
+    )
 
 
 def _is_public_op(name: str) -> bool:

@@ -109,8 +109,7 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
                 item.span, f"{what} must be a vector of integers, such as [0 -1]"
             )
         return tuple(
-            scalars.expect_int(t.scalar(i, env), i.span, f"each of {what}")
-            for i in item.items
+            t.integer(t.scalar(i, env), i.span, f"each of {what}") for i in item.items
         )
     if kind in (ArgKind.SIZES, ArgKind.PADDING):
         return _sizes(t, kind, item, env, what)
@@ -128,7 +127,7 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
         )
     value = t.scalar(item, env)
     if kind is ArgKind.INT:
-        return scalars.expect_int(value, item.span, what)
+        return t.integer(value, item.span, what)
     if kind is ArgKind.BOOL and not isinstance(value.value, bool):
         raise SourceError(item.span, f"{what} must be true or false")
     if kind is ArgKind.NUMBER and (isinstance(value.value, (bool, str))):

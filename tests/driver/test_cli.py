@@ -210,6 +210,22 @@ def test_check_a_missing_module(capsys, source, tmp_path):
     )
 
 
+def test_check_suggests_an_importable_name_for_a_missing_module(
+    capsys, source, monkeypatch
+):
+    """tiny-net.py, the name beside tiny-net.lisp, is one Python cannot import."""
+    monkeypatch.chdir(source.parent)
+    rc, out, err = run(capsys, "check", "tiny-net.lisp")
+    assert (rc, out) == (1, "")
+    assert err == (
+        "sx2torch check: tiny-net.py does not exist, and Python cannot import a module "
+        "of that name; generate it as tiny_net.py: sx2torch tiny-net.lisp --target cuda "
+        "-o tiny_net.py, then check that pair: sx2torch check tiny-net.lisp:tiny_net.py\n"
+    )
+    assert run(capsys, "tiny-net.lisp", "--target", "cuda", "-o", "tiny_net.py")[0] == 0
+    assert run(capsys, "check", "tiny-net.lisp:tiny_net.py") == (0, "", "")
+
+
 def test_check_several_files_and_directories(capsys, tmp_path):
     def model(path: Path, fresh: bool = True):
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -176,3 +176,54 @@ def test_the_bundled_examples_warn_as_the_readme_says():
         "mixtral.lisp": [(16, "'max-position-embeddings'")],
         "modded-nanogpt-medium.lisp": [(15, "'max-seq-len'")],
     }
+
+
+def test_a_call_bound_by_let_is_not_to_be_bound_again():
+    source = """(defparam w (normal [4 4]))
+(defun f (x) (matmul x w))
+(defun forward (x)
+  (let ((y (f x)))
+    (exp y)))
+(defrun train :precision :bf16)
+"""
+    assert messages(source) == [
+        (
+            5,
+            5,
+            "(exp y) computes in bf16 outside an f32 island, where its rounding errors "
+            "grow; wrap it in (with-numerics (:sensitivity :high) ...)",
+        )
+    ]
+
+
+CHAIN = """(defmodel block (&key (d 8))
+  (defparam w (normal [d d] :std 0.02))
+  (defun forward (x) (with-numerics (:sensitivity :high) (+ x (matmul x w)))))
+(defparam emb (normal [16 8]))
+(defparam blocks (stack 2 (block :d 8)))
+(defun forward (ids)
+  (let ((h (take emb ids)))
+    (chain blocks START)))
+(defrun train :precision :bf16)
+"""
+
+
+def test_a_chain_that_rounds_its_layers_f32_values_is_warned():
+    """The layers give an island's f32 value; started from a bf16 embedding the loop
+    carries bf16 (the join rule), rounding the residual stream after every layer."""
+    assert messages(CHAIN.replace("START", "h")) == [
+        (
+            8,
+            5,
+            "the loop carries bf16 because h is bf16 here: cast it to f32 before the "
+            "chain if the residual stream should stay f32",
+        )
+    ]
+    code = compile_source(CHAIN.replace("START", "h"), "m.lisp")
+    assert "h = layer(h).to(torch.bfloat16)" in code
+
+
+def test_a_chain_started_in_f32_carries_f32_and_is_not_warned():
+    source = CHAIN.replace("START", "(cast h :f32)")
+    assert messages(source) == []
+    assert "h = layer(h)\n" in compile_source(source, "m.lisp")

@@ -23,24 +23,50 @@ def convnet(run: str, target: str = "cuda"):
     return load_module(code).Convnet
 
 
+def torch_batch_norm(channels: int) -> nn.Module:
+    return nn.BatchNorm2d(channels, track_running_stats=False)
+
+
+class FormulaBatchNorm(nn.Module):
+    """Batch normalization as its definition reads: the batch mean, the mean of the squared
+    deviations, and their rsqrt, then the affine map; the arithmetic of the library's
+    batch-norm, so a module built with it computes the compiled one's bits on any host,
+    where nn.BatchNorm2d's kernel sums in its own order (which differs from host to host:
+    AVX-512, AVX2 and ATEN_CPU_CAPABILITY=default each vectorize it differently)."""
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x):
+        mean = torch.mean(x, dim=(0, 2, 3), keepdim=True)
+        variance = torch.mean(torch.square(x - mean), dim=(0, 2, 3), keepdim=True)
+        normalized = (x - mean) * torch.rsqrt(variance + self.eps)
+        return normalized * self.weight.reshape(-1, 1, 1) + self.bias.reshape(-1, 1, 1)
+
+
 class Block(nn.Module):
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, norm=torch_batch_norm):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(channels, track_running_stats=False)
+        self.bn1 = norm(channels)
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(channels, track_running_stats=False)
+        self.bn2 = norm(channels)
 
     def forward(self, x):
         return torch.relu(x + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))))
 
 
 class HandWritten(nn.Module):
-    def __init__(self, in_channels=1, channels=16, depth=2, num_classes=4):
+    def __init__(
+        self, in_channels=1, channels=16, depth=2, num_classes=4, norm=torch_batch_norm
+    ):
         super().__init__()
         self.stem = nn.Conv2d(in_channels, channels, 3, padding=1)
-        self.stem_bn = nn.BatchNorm2d(channels, track_running_stats=False)
-        self.blocks = nn.ModuleList(Block(channels) for _ in range(depth))
+        self.stem_bn = norm(channels)
+        self.blocks = nn.ModuleList(Block(channels, norm) for _ in range(depth))
         self.head = nn.Linear(channels, num_classes)
 
     def forward(self, images):
@@ -82,22 +108,30 @@ def hand_loss(model, images, labels):
     return nn.functional.cross_entropy(model(images), labels)
 
 
-@pytest.fixture(scope="module")
-def hand_losses():
+def hand_written_losses(norm) -> list:
     torch.manual_seed(0)
     source = convnet("exact")()
-    hand = HandWritten()
+    hand = HandWritten(norm=norm)
     hand.load_state_dict(source.state_dict(), strict=True)
     return losses(hand, hand_loss)
 
 
+@pytest.fixture(scope="module")
+def hand_losses():
+    return hand_written_losses(torch_batch_norm)
+
+
 @pytest.mark.parametrize("target", ["cuda", "cpu"])
-def test_f32_losses_are_the_hand_written_modules(hand_losses, target):
+def test_f32_losses_are_the_hand_written_modules(target):
+    """Bit for bit, against the module written with the formula's batch norm: the same
+    kernels (conv2d, the means, rsqrt, linear, cross_entropy, AdamW) in the same order.
+    Against nn.BatchNorm2d, whose kernel sums in another order, eight AdamW steps grow the
+    first step's reordering differences by a factor no bound follows from, so the test
+    of nn.BatchNorm2d's agreement is the first logits' (below)."""
     torch.manual_seed(0)
     model = convnet("exact", target)()
     got = losses(model, compiled_loss)
-    # F.batch_norm's kernel and the seed's mean and variance sum in other orders
-    torch.testing.assert_close(got, hand_losses, rtol=1e-5, atol=1e-6)
+    assert got == hand_written_losses(FormulaBatchNorm)
     assert got[-1] < 0.5 * got[0]
 
 

@@ -226,7 +226,7 @@ def test_torch_compile_fullgraph_forward_and_backward(load):
     )
 
 
-def test_inductor_matches_eager_with_emulated_casts(load, emulated_casts):
+def test_torch_compile_inductor_matches_eager_with_emulated_casts(load, emulated_casts):
     gpt = load("tiny-gpt.lisp")
     model = gpt.TinyGpt(**SMALL_GPT, n_layer=1)  # one layer: half the compile time
     perturb(model)

@@ -106,6 +106,29 @@ def grad(y, xs):
     return torch.autograd.grad(y, xs, materialize_grads=True)
 
 
+class _Scans(torch.nn.Module):
+    def forward(self, a, b, m):
+        return linear_scan(a, b, dim=1), matrix_scan(m, b, dim=1)
+
+
+def test_an_exported_scan_takes_any_sequence_length():
+    """torch.export with a dynamic length: the rounds are counted for the most the length
+    may be, the ones past it changing nothing, so the program exported at length 6 gives
+    the eager scan's bits at every other length."""
+    length = torch.export.Dim("T", min=2, max=64)
+    torch.manual_seed(0)
+    shapes = ({1: length}, {1: length}, {1: length})
+    exported = torch.export.export(
+        _Scans(),
+        (decays(2, 6, 3), torch.randn(2, 6, 3), contractions(2, 6, n=3)),
+        dynamic_shapes=shapes,
+    ).module()
+    for t in (2, 13, 37):
+        args = decays(2, t, 3), torch.randn(2, t, 3), contractions(2, t, n=3)
+        for got, want in zip(exported(*args), _Scans()(*args)):
+            assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("length", [1, 2, 3, 37])
 def test_linear_scan_gradients_match_autograd_through_the_loop(length):
     torch.manual_seed(length)

@@ -21,7 +21,7 @@ def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.softmax(sx.round_to_bf16(h), dim=-1).sum()
 
 
-def test_an_island_and_the_runtimes_ops_are_cached():
+def test_torch_compile_caches_an_island_and_the_runtimes_ops():
     """In the process's own cache folder: a bypass shows at the first compile whether or not
     an earlier run saved the graph, and the second is a hit either way (a fresh folder
     made this test compile inductor's C++ headers again, 10 s)."""

@@ -147,7 +147,7 @@ def test_meta_tensors_give_shapes_and_dtype() -> None:
     assert out.shape == (2, 3, 5) and out.dtype == torch.float32
 
 
-def test_compiles_without_graph_breaks_forward_and_backward() -> None:
+def test_torch_compile_without_graph_breaks_forward_and_backward() -> None:
     def model(x, w, v):
         return (matmul_f32_out(x, w).relu() @ v).sum()
 
@@ -231,7 +231,7 @@ def test_held_form_takes_float32_only() -> None:
         matmul_f32_out(torch.ones(2, 2, dtype=torch.bfloat16), torch.ones(2, 2), True)
 
 
-def test_held_form_compiles_without_graph_breaks() -> None:
+def test_held_form_under_torch_compile_without_graph_breaks() -> None:
     def model(x, w, v):
         return (matmul_f32_out(x, w, held=True).relu() @ v).sum()
 

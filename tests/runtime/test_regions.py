@@ -12,7 +12,7 @@ def test_is_a_no_op_context_manager() -> None:
     assert torch.equal(y, x * 2)
 
 
-def test_compiles_without_graph_breaks() -> None:
+def test_torch_compile_without_graph_breaks() -> None:
     def region(x: torch.Tensor) -> torch.Tensor:
         with sx.bf16_region():
             h = sx.round_to_bf16(x * 3)

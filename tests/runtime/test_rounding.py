@@ -152,7 +152,7 @@ def test_widens_a_bfloat16_tensor_exactly() -> None:
     assert torch.equal(widened, x.float())
 
 
-def test_compiles_without_graph_breaks_and_still_rounds_when_fused() -> None:
+def test_torch_compile_without_graph_breaks_still_rounds_when_fused() -> None:
     """Inductor fuses the rounding with its neighbours and keeps it: unlike a
     plain ``.to(torch.bfloat16).float()`` round trip, which it may elide."""
 

@@ -1,0 +1,113 @@
+"""A number a sub-model reads as an integer (a slice bound, a size) is checked at every
+instance's arguments, not only at the key's default: a float passed there is a located
+error when the file compiles, where the module would fail when it runs with `slice indices
+must be integers`. A float the sub-model reads only as a number still compiles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import load_module
+from driver.test_diagnostics import compile_file
+from sx2torch.compiler import compile_source
+
+HEAD = """(defconst width {width})
+(defmodel head (&key (n 8))
+  (defun forward (x) (slice x :axis 1 :end n)))
+(defparam h (head :n width))
+(defun forward (x) (h x))
+"""
+
+# the float reaches the slice through a const of the sub-model and a stack of another
+NESTED = """(defconst width 24.0)
+(defmodel head (&key (n 8))
+  (defconst m (* n 2))
+  (defun forward (x) (slice x :axis 1 :end m)))
+(defmodel mid (&key (k 3))
+  (defparam hs (stack 2 (head :n k)))
+  (defun forward (x) (chain hs x)))
+(defparam h (mid :k width))
+(defun forward (x) (h x))
+"""
+
+SIZE = """(defmodel proj (&key (d 4))
+  (defparam w (zeros [d 3]))
+  (defun forward (x) (matmul x w)))
+(defparam p (proj :d 2.5))
+(defun forward (x) (p x))
+"""
+
+
+@pytest.mark.parametrize(
+    "source, line, col, message",
+    [
+        (
+            HEAD.format(width="24.0"),
+            4,
+            19,
+            "head's :n must be an integer, got 24.0: head reads it in :end "
+            "(line 3, column 44)",
+        ),
+        (
+            NESTED,
+            8,
+            18,
+            "mid's :k must be an integer, got 24.0: head reads a number made from it "
+            "in :end (line 4, column 44), 48.0 here",
+        ),
+        (
+            SIZE,
+            4,
+            19,
+            "proj's :d must be an integer, got 2.5: proj reads it in a size "
+            "(line 2, column 13)",
+        ),
+    ],
+)
+def test_a_float_where_an_instance_reads_an_integer_is_located(
+    tmp_path, capsys, source, line, col, message
+):
+    rc, out, err, path = compile_file(tmp_path, capsys, source.encode())
+    assert (rc, out) == (1, "")
+    assert err.splitlines()[0] == f"{path}:{line}:{col}: error: {message}"
+
+
+def test_an_integer_there_compiles_and_runs():
+    module = load_module(compile_source(HEAD.format(width="24"), "model.lisp"))
+    x = torch.arange(60.0).reshape(2, 30)
+    assert torch.equal(module.Model()(x), x[:, :24])
+
+
+def test_a_float_read_as_a_number_compiles():
+    source = """(defmodel scale (&key (k 2))
+  (defun forward (x) (* x k)))
+(defparam s (scale :k 0.5))
+(defun forward (x) (s x))
+"""
+    module = load_module(compile_source(source, "model.lisp"))
+    assert torch.equal(module.Model()(torch.ones(3)), torch.full((3,), 0.5))
+
+
+def test_a_size_as_a_slice_bound_is_named_as_what_it_is(tmp_path, capsys):
+    source = b"(defun forward (x y)\n  (slice x :axis 1 :end (size y :axis 1)))\n"
+    rc, _, err, path = compile_file(tmp_path, capsys, source)
+    assert rc == 1
+    assert err.splitlines()[0] == (
+        f"{path}:2:25: error: expected a number known at compile time, got (size ...), "
+        "a Python integer known only when the module runs"
+    )
+
+
+def test_an_argument_that_makes_no_number_is_left_to_torch():
+    """A zero passed to a key a const divides by makes no number when the file compiles;
+    the check leaves it (torch's error names it when the module is built), as before it."""
+    source = """(defmodel attn (&key (dim 8) (heads 2))
+  (defconst hd (// dim heads))
+  (defun forward (x) (reshape x [0 0 -1 hd])))
+(defparam a (attn :heads 0))
+(defun forward (x) (a x))
+"""
+    module = load_module(compile_source(source, "model.lisp"))
+    with pytest.raises(ZeroDivisionError):
+        module.Model()
