@@ -151,3 +151,28 @@ def test_the_result_is_blacks_whatever_the_guess(code):
     wrong = code in WRONG_GUESSES
     assert (format.guess(code) != black.format_str(code, mode=black.Mode())) == wrong
     assert format.formatted(code) == black.format_str(code, mode=black.Mode())
+
+
+def test_a_cached_compile_never_imports_black(cache, tmp_path):
+    """A compile whose module is in the cache skips black's import too (a quarter of a
+    small compile's start-up): the command line in a fresh process, twice."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "m.lisp"
+    source.write_text(SOURCE)
+    probe = (
+        "import sys\n"
+        "from sx2torch.cli import main\n"
+        f"assert main([{str(source)!r}, '-o', {str(tmp_path / 'm.py')!r}]) == 0\n"
+        "print('black' in sys.modules)\n"
+    )
+    env = {**os.environ, "SX2TORCH_CACHE_DIR": str(cache)}
+    env.pop("SX2TORCH_NO_CACHE", None)
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert runs == [["True"], ["False"]]
