@@ -1,18 +1,20 @@
 """The format pass: the emitted module's text -> black's formatting of it.
 
-Black is the formatter of record, and most of a compile's time. Given a module it did not
-write, it parses and formats it twice (a second pass settles the trailing commas the first
-one adds), whatever the shape of its input; given one it wrote, once, and returns it as is.
-So this pass first writes the module black would write, `guess`, and has black format
-that: when black returns it unchanged, it is black's formatting of the emitted module too,
-at about half the cost; when not, black formats the emitted module as before.
+Black is the formatter of record. Given a whole module, it parses and formats all of it
+twice (a second pass settles the trailing commas the first one adds), and that was most of
+a compile's time; so this pass has black format only what the emitter cannot write as
+black would: the statements too long for a line.
 
 Black's output depends on its input's tokens, comments, blank lines and magic trailing
 commas, not on where its lines break. The emitted module has one line per statement,
-spaced as black spaces them (sx2torch/emit/build.py). The guess keeps each line that fits
-in black's width; has black format the others, one copy of each, all in one small module;
-and adds the blank lines black requires (after the imports, before a method): so its
-tokens, comments and blank lines are black's own.
+spaced as black spaces them (sx2torch/emit/build.py), with no trailing commas. The pass
+(`guess`) keeps each line that fits in black's width; has black format the others, one
+copy of each, all in one small module, at their depths; and adds the blank lines black
+requires (after the imports, before a method): so its tokens, comments and blank lines
+are black's own, and black leaves the result as it is. Each golden module, on every
+target and with `--source-lines`, is checked to be so (tests/format/test_format.py,
+tests/test_golden.py), and the fuzzer checks every module it makes. A module the guess
+cannot take (a string over several lines) is formatted by black whole.
 
 Black's result depends only on the text, black's version and its mode (always the
 default), so it is kept in a user-level cache by content hash, and compiling or `check`ing
@@ -68,14 +70,14 @@ def black_version() -> str:
 
 
 def formatted(code: str) -> str:
-    """`black.format_str(code)`, by way of `guess(code)` where black keeps that as is."""
+    """`black.format_str(code)` of a module spaced as the emitter spaces it: `guess(code)`,
+    else black's formatting of the whole module."""
+    written = guess(code)
+    if written is not None:
+        return written
     import black  # here: a compile whose module is cached never imports it
 
-    mode = black.Mode()
-    written = guess(code)
-    if written is not None and black.format_str(written, mode=mode) == written:
-        return written
-    return black.format_str(code, mode=mode)
+    return black.format_str(code, mode=black.Mode())
 
 
 MARK = "# sx2torch: one statement"
@@ -114,10 +116,6 @@ def _split(lines: list) -> Optional[list]:
     """
     import black
 
-    # Black's first pass alone, where this black has it: the long lines need not be
-    # settled by a second one, since black formats the whole guess after (a line the
-    # second pass would change makes black change the guess).
-    format_once = getattr(black, "_format_str_once", black.format_str)
     chunks = []
     for line in lines:
         depth = _depth(line)
@@ -127,9 +125,8 @@ def _split(lines: list) -> Optional[list]:
         if _opens_block(line):
             chunks.append("    " * (depth + 1) + "pass\n")
     try:
-        written = format_once("".join(chunks), mode=black.Mode())
-    # TypeError: a black whose private pass differs
-    except (black.InvalidInput, TypeError):
+        written = black.format_str("".join(chunks), mode=black.Mode())
+    except black.InvalidInput:
         return None
     parts: list = []
     for line in written.split("\n"):
