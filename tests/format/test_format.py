@@ -189,3 +189,13 @@ def test_black_is_imported_for_a_long_line_missing_from_the_cache(
         for _ in range(2)
     ]
     assert runs == [[str(imported)], ["False"]]
+
+
+def test_a_numbers_method_is_written_as_black_writes_it():
+    """Black writes a float's attribute `(1.5).t`, as an integer's must be (`16.t` reads
+    as `16.` `t`): the emitter writes it so, since black formats only long lines. Found
+    by the fuzzer."""
+    source = "(defun forward (x) (+ (expand-as 1.5 x) (expand-as 2 x)))\n"
+    code = compile_source(source, "m.lisp")
+    assert "(1.5).expand_as(x) + (2).expand_as(x)" in code
+    assert black.format_str(code, mode=black.Mode()) == code
