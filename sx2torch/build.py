@@ -65,9 +65,9 @@ def name(identifier: str) -> cst.Name:
 
 
 def attr(obj: Expr, *names: str) -> Expr:
-    node = (
-        at_least(obj, ATOM) if not isinstance(obj, cst.Integer) else parens(obj)
-    )  # `16.t` reads as `16.` `t`
+    # `16.t` reads as `16.` `t`; black writes a float's attribute `(1.5).t` too
+    numeral = isinstance(obj, (cst.Integer, cst.Float))
+    node = parens(obj) if numeral else at_least(obj, ATOM)
     for part in names:
         node = cst.Attribute(node, cst.Name(part))
     return node

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import sx2torch.output as output
-from sx2torch.tools import check, explain
-from sx2torch.tools import report as report_page
+from sx2torch.tools import check
 from sx2torch.compiler import (
     DUMPS,
     PASSES,
@@ -298,6 +297,10 @@ def _committed(generated: Path) -> Optional[str]:
 
 
 def _explain_command(args) -> int:
+    # here: a compile, the command a start-up is felt in, needs neither
+    from sx2torch.tools import explain
+    from sx2torch.tools import report as report_page
+
     _refuse_own_source(args.file, args.html, "--html")
     source = _source(args.file)
     with source.located():

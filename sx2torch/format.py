@@ -1,24 +1,28 @@
 """The format pass: the emitted module's text -> black's formatting of it.
 
-Black is the formatter of record, and most of a compile's time. Given a module it did not
-write, it parses and formats it twice (a second pass settles the trailing commas the first
-one adds), whatever the shape of its input; given one it wrote, once, and returns it as is.
-So this pass first writes the module black would write, `guess`, and has black format
-that: when black returns it unchanged, it is black's formatting of the emitted module too,
-at about half the cost; when not, black formats the emitted module as before.
+Black is the formatter of record. Given a whole module, it parses and formats all of it
+twice (a second pass settles the trailing commas the first one adds), and that was most of
+a compile's time; so this pass has black format only what the emitter cannot write as
+black would: the statements too long for a line.
 
 Black's output depends on its input's tokens, comments, blank lines and magic trailing
 commas, not on where its lines break. The emitted module has one line per statement,
-spaced as black spaces them (sx2torch/build.py). The guess keeps each line that fits
-in black's width; has black format the others, one copy of each, all in one small module;
-and adds the blank lines black requires (after the imports, before a method): so its
-tokens, comments and blank lines are black's own.
+spaced as black spaces them (sx2torch/build.py), with no trailing commas. The pass
+(`guess`) keeps each line that fits in black's width; has black format the others, one
+copy of each, all in one small module, at their depths; and adds the blank lines black
+requires (after the imports, before a method): so its tokens, comments and blank lines
+are black's own, and black leaves the result as it is. Each golden module, on every
+target and with `--source-lines`, is checked to be so (tests/format/test_format.py,
+tests/test_golden.py), and the fuzzer checks every module it makes. A module the guess
+cannot take (a string over several lines) is formatted by black whole.
 
-Black's result depends only on the text, black's version and its mode, so it is kept in
-a user-level cache by content hash, and compiling or `check`ing an unchanged model again
-skips black. The cache is the folder $SX2TORCH_CACHE_DIR, else
-$XDG_CACHE_HOME/sx2torch, else ~/.cache/sx2torch; SX2TORCH_NO_CACHE=1 turns it off. An
-entry that cannot be read or written is as if absent: the cache never fails a compile.
+Black's result depends only on the text, black's version and its mode (always the
+default), so it is kept in a user-level cache by content hash, and compiling or `check`ing
+an unchanged model again skips black: it does not even import it (a quarter of a small
+compile's start-up), reading black's version from its one-line version module. The cache
+is the folder $SX2TORCH_CACHE_DIR, else $XDG_CACHE_HOME/sx2torch, else
+~/.cache/sx2torch; SX2TORCH_NO_CACHE=1 turns it off. An entry that cannot be read or
+written is as if absent: the cache never fails a compile.
 """
 
 from __future__ import annotations
@@ -30,9 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-import black
-
-MODE = black.Mode()
+LINE_LENGTH = 88  # black's default mode, the one used
 KEPT = 256  # entries kept; the oldest beyond that are removed when one is added
 
 
@@ -41,7 +43,7 @@ def run(code: str) -> str:
     if folder is None:
         return formatted(code)
     key = hashlib.sha256(
-        f"{black.__version__}\0{MODE!r}\0{code}".encode("utf-8", "surrogatepass")
+        f"{black_version()}\0{code}".encode("utf-8", "surrogatepass")
     )
     entry = folder / f"{key.hexdigest()}.py"
     try:
@@ -55,19 +57,30 @@ def run(code: str) -> str:
     return result
 
 
+def black_version() -> str:
+    """Black's version, without importing black: its package writes it in a module of its
+    own, `_black_version`, which black's `__init__` imports it from."""
+    try:
+        from _black_version import version
+    except ImportError:  # a black built otherwise
+        import black
+
+        version = black.__version__
+    return version
+
+
 def formatted(code: str) -> str:
-    """`black.format_str(code)`, by way of `guess(code)` where black keeps that as is."""
+    """`black.format_str(code)` of a module spaced as the emitter spaces it: `guess(code)`,
+    else black's formatting of the whole module."""
     written = guess(code)
-    if written is not None and black.format_str(written, mode=MODE) == written:
+    if written is not None:
         return written
-    return black.format_str(code, mode=MODE)
+    import black  # here: a compile whose module is cached never imports it
+
+    return black.format_str(code, mode=black.Mode())
 
 
 MARK = "# sx2torch: one statement"
-# Black's first pass alone, where this black has it: the long lines need not be settled
-# by a second one, since black formats the whole guess after (a line the second pass
-# would change makes black change the guess).
-_format_once = getattr(black, "_format_str_once", black.format_str)
 
 
 def guess(code: str) -> Optional[str]:
@@ -81,7 +94,7 @@ def guess(code: str) -> Optional[str]:
         # Black also re-quotes strings with quotes or escapes in them, and measures
         # width, not length: such a line is left to it too. It leaves comments be.
         if not line.lstrip(" ").startswith("#") and (
-            len(line) > MODE.line_length
+            len(line) > LINE_LENGTH
             or not line.isascii()
             or "'" in line
             or "\\" in line
@@ -101,6 +114,8 @@ def _split(lines: list) -> Optional[list]:
     """Black's formatting of each statement line, at its depth, all in one module: each
     behind a marker, inside `if _:` blocks to its depth, with a body when it opens one.
     """
+    import black
+
     chunks = []
     for line in lines:
         depth = _depth(line)
@@ -110,9 +125,8 @@ def _split(lines: list) -> Optional[list]:
         if _opens_block(line):
             chunks.append("    " * (depth + 1) + "pass\n")
     try:
-        written = _format_once("".join(chunks), mode=MODE)
-    # TypeError: a black whose private pass differs
-    except (black.InvalidInput, TypeError):
+        written = black.format_str("".join(chunks), mode=black.Mode())
+    except black.InvalidInput:
         return None
     parts: list = []
     for line in written.split("\n"):

@@ -18,7 +18,12 @@ from sx2torch.policy.rules import Why
 
 class Conversions:
     """The cast, if any, each read of a specialization needs on a target; `entry` holds the
-    arguments cast down once at entry, read as they are then."""
+    arguments cast down once at entry, read as they are then.
+
+    Each read's is decided once, as it is made: the layout, its hoists, its liveness, the
+    plan and the emission all ask for each read's several times, and deciding it (the
+    dtypes read and had, and the 0-d promotion of its op) was a third of a long
+    expression's compile."""
 
     def __init__(
         self, typed: Typed, target: Target, lowered: Lowered, entry=frozenset()
@@ -27,10 +32,23 @@ class Conversions:
         self.target = target
         self.lowered = lowered
         self.entry = entry
+        self.reads: dict = {}
+        for node in walk(typed.graph.nodes):
+            # a held target computes on f32 tensors, whose kernels promote nothing
+            promoted = (
+                lowered.promoted(typed, node)
+                if not target.held
+                else [False] * len(node.inputs)
+            )
+            for index in range(len(node.inputs)):
+                self.reads[node, index] = self._decide(node, index, promoted[index])
 
     def conversion(self, node: Node, index: int) -> Optional[tuple]:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
-        if not self.target.held and self.lowered.promoted(self.typed, node, index):
+        return self.reads[node, index]
+
+    def _decide(self, node: Node, index: int, promoted: bool) -> Optional[tuple]:
+        if promoted:
             # A GPU's kernel converts a 0-d operand to the op's dtype as it loads it, on
             # either side; torch's CPU kernel reads a later one as a scalar, in f32: the
             # cuda module writes that cast down, so it computes the rule on a CPU too.

@@ -111,10 +111,12 @@ class Lowered:
             return None  # read only for its shape
         return typed.decided[node].compute
 
-    def promoted(self, typed: Typed, node: Node, index: int) -> bool:
-        """Whether input `index` is a 0-d tensor beside a tensor with axes, which torch
-        converts to the dtype of the op as it loads it: cuda reads it as it is."""
-        return node.kind is Kind.OP and _promoted(typed, node)[index]
+    def promoted(self, typed: Typed, node: Node) -> list:
+        """For each input, whether it is a 0-d tensor beside a tensor with axes, which
+        torch converts to the dtype of the op as it loads it: cuda reads it as it is."""
+        if node.kind is Kind.OP:
+            return _promoted(typed, node)
+        return [False] * len(node.inputs)
 
 
 def output_dtype(typed: Typed, node: Node, index: int) -> Optional[str]:

@@ -115,20 +115,16 @@ def test_the_guess_is_blacks_formatting_of_each_golden_module(path, options):
     assert format.guess(code) == black.format_str(code, mode=black.Mode())
 
 
-WRONG_GUESSES = [
-    # spaced as black does not space it: black changes the guess, so it formats the code
-    "def f(x):\n    return g(x, dim = -1)\n",
-    "x = y[a+1:]\n",
-    "x = a ** 2\n",
-    # a line black joins; a method without its blank line
-    "class A:\n    def f(self):\n        return 1\n    def g(self):\n        return (\n            2)\n",
+# Modules the guess cannot take: black formats them whole.
+WHOLE = [
     # an expression over several lines, and a string over several lines
     'x = f(\n    1)\ny = """a\nb"""\n',
+    "x = 1 + \\\n    2\n",
 ]
 
 
 LONG = ", ".join(f"argument_{i}" for i in range(12))
-RIGHT_GUESSES = [
+GUESSED = [
     # a long def, a long with, a long statement, a long comment after a class
     f"class A:\n    def f(self, {LONG}"
     + "):\n        with torch.autocast(device_type_of_a_long_name, enabled=False, dtype=torch.bfloat16):\n"
@@ -142,12 +138,64 @@ RIGHT_GUESSES = [
     "            return 1  # m.lisp:4\n",
     # a long comment in a method; a string black re-quotes, in a line that fits
     f"class A:\n    def f(self):\n        # {LONG} {LONG}\n        return 'a'\n",
+    # a call black splits one argument a line, its trailing comma settled by its second
+    # pass: the long lines are formatted by black's two passes, not one
+    "x = f(" + ", ".join(f"g(argument_{i}, [a, b])" for i in range(8)) + ")\n",
+    # a method after another, and after a class line
+    "class A:\n    def f(self):\n        return 1\n    def g(self):\n        return 2\n",
 ]
 
 
-@pytest.mark.parametrize("code", WRONG_GUESSES + RIGHT_GUESSES)
-def test_the_result_is_blacks_whatever_the_guess(code):
-    """Long lines are formatted in place as black formats them; a wrong guess costs time."""
-    wrong = code in WRONG_GUESSES
-    assert (format.guess(code) != black.format_str(code, mode=black.Mode())) == wrong
+@pytest.mark.parametrize("code", WHOLE + GUESSED)
+def test_the_result_is_blacks(code):
+    """Long lines are formatted in place as black formats them, and blank lines added as
+    black adds them; a module the guess cannot take is black's all the same."""
+    assert (format.guess(code) is None) == (code in WHOLE)
     assert format.formatted(code) == black.format_str(code, mode=black.Mode())
+
+
+LONG_LINE = """(defparam a-rather-long-parameter-name (normal [4 4] :std 0.02))
+(defun forward (x)
+  (matmul (matmul (matmul x a-rather-long-parameter-name) a-rather-long-parameter-name)
+          a-rather-long-parameter-name))
+(defrun train :precision :f32)
+"""
+
+
+@pytest.mark.parametrize(("text", "imported"), [(SOURCE, False), (LONG_LINE, True)])
+def test_black_is_imported_for_a_long_line_missing_from_the_cache(
+    cache, tmp_path, text, imported
+):
+    """Black's import is a quarter of a small compile's start-up: a compile imports it
+    only to format a statement too long for a line, and never when its module is in the
+    cache. The command line in a fresh process, twice."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "m.lisp"
+    source.write_text(text)
+    probe = (
+        "import sys\n"
+        "from sx2torch.cli import main\n"
+        f"assert main([{str(source)!r}, '-o', {str(tmp_path / 'm.py')!r}]) == 0\n"
+        "print('black' in sys.modules)\n"
+    )
+    env = {**os.environ, "SX2TORCH_CACHE_DIR": str(cache)}
+    env.pop("SX2TORCH_NO_CACHE", None)
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert runs == [[str(imported)], ["False"]]
+
+
+def test_a_numbers_method_is_written_as_black_writes_it():
+    """Black writes a float's attribute `(1.5).t`, as an integer's must be (`16.t` reads
+    as `16.` `t`): the emitter writes it so, since black formats only long lines. Found
+    by the fuzzer."""
+    source = "(defun forward (x) (+ (expand-as 1.5 x) (expand-as 2 x)))\n"
+    code = compile_source(source, "m.lisp")
+    assert "(1.5).expand_as(x) + (2).expand_as(x)" in code
+    assert black.format_str(code, mode=black.Mode()) == code
