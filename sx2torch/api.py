@@ -16,8 +16,10 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from sx2torch.errors import SourceError
+from sx2torch.errors import SourceError, UsageError
 from sx2torch.version import __version__
+
+MAX_SOURCE = 16 << 20  # bytes; a model is a few KiB, and /dev/zero never ends
 
 
 class SourceWarning(UserWarning):
@@ -31,9 +33,11 @@ _folder: list = []  # the temporary folder of the loaded modules' files, made on
 def compile_string(
     text: str, filename: str = "<string>", run: Optional[str] = None, target="cuda"
 ) -> str:
-    """The module `text` compiles to, as `sx2torch FILE` prints it."""
+    """The module `text` (str, or bytes read as a file's) compiles to, as `sx2torch FILE`
+    prints it."""
     from sx2torch.compiler import Options, compile_module
 
+    text = source_text(text, filename)
     try:
         compiled = compile_module(text, filename, Options(run=run, target=target))
     except SourceError as error:
@@ -55,7 +59,7 @@ def load(path, run: Optional[str] = None, target="cuda"):
     """
     text = _text(path)
     key = hashlib.sha256(
-        "\0".join([__version__, text, run or "", target]).encode()
+        "\0".join([__version__, text, repr(run), repr(target)]).encode()
     ).hexdigest()[:16]
     if key not in _loaded:
         code = compile_string(text, str(path), run, target)
@@ -88,10 +92,52 @@ def explain(path, run: Optional[str] = None, target="cuda") -> dict:
 
 
 def _text(path) -> str:
+    name = str(path)
+    return decoded(read(name), name)[1]
+
+
+def read(name: str) -> bytes:
+    """The bytes of the source file `name` (`-`: standard input), as the command line
+    reads them: a file that cannot be read, or past MAX_SOURCE, is a UsageError."""
+    try:
+        if name == "-":
+            if sys.stdin is None:
+                raise UsageError("cannot read -: there is no standard input")
+            data = sys.stdin.buffer.read(MAX_SOURCE + 1)
+        else:
+            with open(name, "rb") as handle:
+                data = handle.read(MAX_SOURCE + 1)
+    except OSError as error:
+        raise UsageError(f"cannot read {name}: {error.strerror}") from None
+    if len(data) > MAX_SOURCE:
+        raise UsageError(
+            f"cannot read {name}: a source may have at most {MAX_SOURCE >> 20} MiB"
+        )
+    return data
+
+
+def decoded(data: bytes, name: str) -> tuple:
+    """(the text a diagnostic quotes, the source the compiler reads) of a file's bytes;
+    bytes that are not UTF-8 are a SourceError located in `name`."""
     from sx2torch.syntax.read import decode
 
-    data = Path(path).read_bytes()
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
     try:
-        return decode(data)
+        return text, decode(data)
     except SourceError as error:
-        raise error.located(str(path), data.decode("utf-8", "replace")) from None
+        raise error.located(name, text) from None
+
+
+def source_text(text, filename: str) -> str:
+    """A source given as a value (str, or bytes decoded as a file's are), held to the
+    limit a file is."""
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > MAX_SOURCE:
+            raise UsageError(f"a source may have at most {MAX_SOURCE >> 20} MiB")
+        return decoded(bytes(text), filename)[1]
+    if not isinstance(text, str):
+        raise UsageError(f"a source is str or bytes, got {type(text).__name__}")
+    # a character is at least one byte: the length bounds the encoding's work
+    if len(text) > MAX_SOURCE or len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE:
+        raise UsageError(f"a source may have at most {MAX_SOURCE >> 20} MiB")
+    return text

@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from sx2torch import resolve
+from sx2torch.api import source_text
 from sx2torch.errors import UsageError
 from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
 from sx2torch.interpret.evaluate import (
@@ -117,6 +118,7 @@ def load(
     """The top model of `text`, under the chosen defrun's precision (the first; `:f32` without
     one); parameters from `state` (state_dict keys), else drawn in source order from torch's
     generator as the generated module draws them."""
+    text = source_text(text, filename)
     program = resolve.run(read.run(text), PurePath(filename).stem or "model")
     runs = {r.name: r for r in program.runs}
     if run is not None and run not in runs:
