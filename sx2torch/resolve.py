@@ -417,6 +417,10 @@ def _repeat(model: Model, datum: List) -> Init:
     count = scalars.expect_int(
         _evaluate(model, datum.items[1]), datum.items[1].span, "repeat's count"
     )
+    if count.value < 0:
+        raise SourceError(
+            datum.items[1].span, f"repeat's count must not be negative, got {count.value}"
+        )
     part = _init(model, datum.items[2])
     if part.kind in ("model", "stack") or len(sizes(part)) != 1:
         raise SourceError(datum.items[2].span, "repeat takes a 1-D tensor initializer")
