@@ -22,6 +22,7 @@ from sx2torch.interpret import ops
 from sx2torch.interpret.model import Instance, ParamValue
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
+from sx2torch.syntax.scalars import FUNCTIONS
 
 F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
 DTYPES = {":f32": F32, ":bf16": BF16}
@@ -56,6 +57,11 @@ DEFINED: dict = {}
 ZERO_D_MAKERS = frozenset(
     {"sum", "mean", "amax", "amin", "scalar-like", "cross-entropy"}
 )
+
+
+# The span of the innermost form whose evaluation raised an error of torch's (a shape the
+# entry point's arguments do not fit), set on the error.
+FAILED_AT = "sx_failed_at"
 
 
 class EvalError(Exception):
@@ -332,11 +338,18 @@ class Evaluator:
             return self.lookup(d.name, frame)
         if not d.items or not isinstance(d.items[0], Symbol):
             raise EvalError("a call needs an op or function name")
-        head = d.items[0].name
+        try:
+            return self.form(d.items[0].name, d.items[1:], frame)
+        except (RuntimeError, IndexError) as error:  # torch's, on the values given
+            if not hasattr(error, FAILED_AT):  # the innermost form is where it failed
+                setattr(error, FAILED_AT, d.span)
+            raise
+
+    def form(self, head: str, items: list, frame: Frame):
         form = FORMS.get(head)
         if form:
-            return form(self, d.items[1:], frame)
-        args, keys = self.arguments(d.items[1:], frame)
+            return form(self, items, frame)
+        args, keys = self.arguments(items, frame)
         return self.apply_call(head, args, keys, frame)
 
     def arguments(self, items, frame: Frame) -> tuple:
@@ -374,6 +387,8 @@ class Evaluator:
             isinstance(v, (torch.Tensor, Lam, ParamValue)) for v in values
         ):
             return COMPILE_TIME[head](args)
+        if head in FUNCTIONS and args and all(type(v) in (int, float) for v in args):
+            return FUNCTIONS[head](args[0])  # `(log 2.0)`: in f64, as Python's math
         instance = frame.instance
         if head in instance.model.defuns:
             return self.call(instance, head, args, keys, frame)
