@@ -138,6 +138,9 @@ def source_text(text, filename: str) -> str:
     if not isinstance(text, str):
         raise UsageError(f"a source is str or bytes, got {type(text).__name__}")
     # a character is at least one byte: the length bounds the encoding's work
-    if len(text) > MAX_SOURCE or len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE:
+    if (
+        len(text) > MAX_SOURCE
+        or len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE
+    ):
         raise UsageError(f"a source may have at most {MAX_SOURCE >> 20} MiB")
     return text

@@ -17,7 +17,8 @@ ARANGE_OF = RankRule(
 
 def _steps(shapes, attrs):
     steps = known(attrs["steps"])
-    if steps is not None and steps < 0:  # torch.linspace refuses it when the module runs
+    # torch.linspace refuses it when the module runs
+    if steps is not None and steps < 0:
         raise ShapeError(f"linspace's steps must not be negative, got {steps}")
     return (steps,)
 

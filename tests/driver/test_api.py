@@ -123,18 +123,22 @@ ENTRY_POINTS = {
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_every_file_entry_point_refuses_what_the_command_line_refuses(entry, tmp_path):
     """The command line's limits (a source of at most 16 MiB, a file that can be read, a
-    known target) hold for the API, as a UsageError: /dev/zero is not read to its end."""
+    known target) hold for the API, as a UsageError: /dev/zero is not read to its end.
+    """
     call = ENTRY_POINTS[entry]
     cases = {
         "/dev/zero": "cannot read /dev/zero: a source may have at most 16 MiB",
-        tmp_path / "missing.lisp": f"cannot read {tmp_path}/missing.lisp: No such file or directory",
+        tmp_path
+        / "missing.lisp": f"cannot read {tmp_path}/missing.lisp: No such file or directory",
         tmp_path: f"cannot read {tmp_path}: Is a directory",
     }
     for path, message in cases.items():
         with pytest.raises(sx2torch.UsageError) as caught:
             call(path)
         assert str(caught.value) == message
-    with pytest.raises(sx2torch.UsageError, match="target 'tpu': expected one of cuda, metal, cpu"):
+    with pytest.raises(
+        sx2torch.UsageError, match="target 'tpu': expected one of cuda, metal, cpu"
+    ):
         call(lisp("rms-mlp"), target="tpu")
 
 
@@ -152,9 +156,12 @@ def test_compile_string_takes_bytes_as_a_file_and_refuses_other_values():
         sx2torch.compile_string(text, target="tpu")
 
 
-def test_a_power_that_leaves_the_reals_is_located_at_every_entry_point(capsys, tmp_path):
+def test_a_power_that_leaves_the_reals_is_located_at_every_entry_point(
+    capsys, tmp_path
+):
     """Python's (-8) ** 0.5 is a complex number: a const or an inline power of one is a
-    located diagnostic, never a comparison of a complex with an int inside the compiler."""
+    located diagnostic, never a comparison of a complex with an int inside the compiler.
+    """
     const = "(defconst c (** -8 0.5))\n(defun forward (x) (* x c))\n"
     inline = "(defun forward (x) (* x (** -8 0.5)))\n"
     for text, column in ((const, 13), (inline, 25)):
