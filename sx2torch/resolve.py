@@ -182,13 +182,13 @@ def _check_key(model: Model, param: Param) -> None:
     """A parameter's state_dict key is its name as an identifier, so two names that
     meet in one identifier (`a-b`, `a_b`) cannot both be parameters."""
     key = mangle(param.name)
-    for other in model.params.values():
-        if mangle(other.name) == key and other.name != param.name:
-            raise SourceError(
-                param.span,
-                f"'{param.name}' and '{other.name}' (line {other.span.line}) would both "
-                f"have the state_dict key '{key}': rename one",
-            )
+    other = model.keys.setdefault(key, param)
+    if other.name != param.name:
+        raise SourceError(
+            param.span,
+            f"'{param.name}' and '{other.name}' (line {other.span.line}) would both "
+            f"have the state_dict key '{key}': rename one",
+        )
 
 
 def _define(model: Model, definition, table: dict) -> None:
