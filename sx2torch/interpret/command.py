@@ -8,7 +8,7 @@ import torch
 
 from sx2torch import interpret, output
 from sx2torch.errors import SourceError, UsageError
-from sx2torch.interpret.evaluate import FAILED_AT
+from sx2torch.interpret.evaluate import FAILED_AT, FAILURES
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def run(args, text: str, name: str) -> int:
     inputs = [_load(given[a.name]) for a in defun.args]
     try:
         result = model(args.method, *inputs)
-    except (RuntimeError, IndexError) as error:
+    except FAILURES as error:
         span = getattr(error, FAILED_AT, None)
         if span is None or isinstance(error, RecursionError):
             raise

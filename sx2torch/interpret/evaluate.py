@@ -62,6 +62,8 @@ ZERO_D_MAKERS = frozenset(
 # The span of the innermost form whose evaluation raised an error of torch's (a shape the
 # entry point's arguments do not fit), set on the error.
 FAILED_AT = "sx_failed_at"
+# What torch, and the checks the module makes when it runs, raise on values that do not fit.
+FAILURES = (RuntimeError, IndexError, ValueError)
 
 
 class EvalError(Exception):
@@ -340,7 +342,7 @@ class Evaluator:
             raise EvalError("a call needs an op or function name")
         try:
             return self.form(d.items[0].name, d.items[1:], frame)
-        except (RuntimeError, IndexError) as error:  # torch's, on the values given
+        except FAILURES as error:  # torch's, on the values given
             if not hasattr(error, FAILED_AT):  # the innermost form is where it failed
                 setattr(error, FAILED_AT, d.span)
             raise

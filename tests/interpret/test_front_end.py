@@ -123,3 +123,22 @@ def test_hostile_sources_end_alike_at_every_entry_point(tmp_path):
             if finding:
                 findings.append((entry, finding, text))
     assert findings == []
+
+
+def test_run_locates_a_gradient_of_a_y_the_inputs_make_a_tensor(
+    tmp_path, capsys, build
+):
+    """Y's rank depends on the input: the module refuses a Y with axes when it runs, and
+    so does the interpreter, at the gradient form (it was an internal error)."""
+    text = "(defparam w (normal [4]))\n(defun forward (x)\n  (gradient (gradient (sum (* x w)) x) w))\n"
+    path, inputs = tmp_path / "m.lisp", tmp_path / "x.pt"
+    path.write_text(text)
+    torch.save(torch.randn(2, 4), inputs)
+    assert cli.main(["run", str(path), "--input", f"x={inputs}"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"{path}:3:3: error: this form fails on the given inputs: ValueError: gradient "
+        "needs a scalar Y, got a tensor of shape [2, 4]"
+    )
+    module, _ = build(text, "m.lisp")
+    with pytest.raises(ValueError, match="gradient needs a scalar Y"):
+        module.M()(torch.randn(2, 4))
