@@ -12,7 +12,9 @@ trace, policy or emission: this is the oracle they are checked against.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -29,10 +31,11 @@ DTYPES = {":f32": F32, ":bf16": BF16}
 ISLAND, REGION = "island", "region"
 COMPILE_TIME = {
     "+": lambda a: sum(a[1:], a[0]),
-    "-": lambda a: -a[0] if len(a) == 1 else a[0] - a[1],
+    "-": lambda a: -a[0] if len(a) == 1 else functools.reduce(operator.sub, a),
     "*": lambda a: math.prod(a[1:], start=a[0]),
     "/": lambda a: a[0] / a[1],
     "//": lambda a: a[0] // a[1],
+    "mod": lambda a: a[0] % a[1],
     "**": lambda a: a[0] ** a[1],
     "pow": lambda a: a[0] ** a[1],
     "sqrt": lambda a: a[0] ** 0.5,  # as the module writes a const's root
@@ -391,6 +394,8 @@ class Evaluator:
             return COMPILE_TIME[head](args)
         if head in FUNCTIONS and args and all(type(v) in (int, float) for v in args):
             return FUNCTIONS[head](args[0])  # `(log 2.0)`: in f64, as Python's math
+        if head == "**":  # on a tensor, as on numbers, the power op
+            head = "pow"
         instance = frame.instance
         if head in instance.model.defuns:
             return self.call(instance, head, args, keys, frame)
@@ -399,7 +404,7 @@ class Evaluator:
             return self.call(callee, "forward", args, keys, frame)
         if head in DEFINED:
             return DEFINED[head](self, args, keys, frame)
-        if head in ("+", "*") and len(args) > 2:  # folded left, each node its own dtype
+        if head in ("+", "-", "*") and len(args) > 2:  # folded left, each its own dtype
             return self.apply_call(
                 head, [self.op(head, args[:2], {}, frame), *args[2:]], keys, frame
             )

@@ -142,3 +142,15 @@ def test_run_locates_a_gradient_of_a_y_the_inputs_make_a_tensor(
     module, _ = build(text, "m.lisp")
     with pytest.raises(ValueError, match="gradient needs a scalar Y"):
         module.M()(torch.randn(2, 4))
+
+
+def test_the_interpreter_computes_golden_arithmetic_as_the_module(build):
+    """mod on a layer index, `**` on a tensor and an n-ary `-` of tensors: the interpreter
+    failed on the first two (torch.remainder of two ints, no op '**') and took only the
+    first two operands of the third."""
+    text = (GOLDEN / "arithmetic.lisp").read_text()
+    module, _ = build(text, "arithmetic.lisp")
+    model = module.Arithmetic()
+    x = torch.randn(2, 4)
+    oracle = interpret.load(text, "arithmetic.lisp", state=model.state_dict())
+    assert torch.equal(oracle("forward", x), model(x))
