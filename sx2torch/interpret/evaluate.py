@@ -73,6 +73,11 @@ class EvalError(Exception):
     """A program the interpreter cannot evaluate (a form or an op it does not know)."""
 
 
+class NotMade(EvalError, ValueError):
+    """A read of a parameter this instance does not make (its `:when` is false): an `if`
+    branch not taken may hold one; a read evaluated fails as the module's does."""
+
+
 @dataclass(frozen=True)
 class Lam:
     """A 0-d element `(at v i)`: it decides no dtype beside tensors with axes."""
@@ -378,6 +383,8 @@ class Evaluator:
             return instance.params[name]
         if name == "none":
             return None
+        if name in instance.model.params:  # as the module's self.gate raises, when run
+            raise NotMade(f"parameter '{name}' is not made here: its :when is false")
         if "." in name:  # a sub-model's parameter, at any depth
             value = instance
             for part in name.split("."):

@@ -154,3 +154,28 @@ def test_the_interpreter_computes_golden_arithmetic_as_the_module(build):
     x = torch.randn(2, 4)
     oracle = interpret.load(text, "arithmetic.lisp", state=model.state_dict())
     assert torch.equal(oracle("forward", x), model(x))
+
+
+def test_run_locates_a_read_of_a_parameter_the_layer_does_not_make(
+    tmp_path, capsys, build
+):
+    """Layer 0 reads `gate`, which only layer 2 makes: the module fails when it runs, and
+    run says where (it was an internal error, EvalError: unknown name)."""
+    text = (
+        "(defmodel blk (&key (idx 0))\n"
+        "  (defparam gate (normal [4]) :when (in idx [2]))\n"
+        "  (defun forward (x) (if (in idx [0 2]) (* x gate) x)))\n"
+        "(defparam blocks (stack (i 3) (blk :idx i)))\n"
+        "(defun forward (x) (for (i layer blocks) ((h x)) (layer h)))\n"
+    )
+    path, inputs = tmp_path / "m.lisp", tmp_path / "x.pt"
+    path.write_text(text)
+    torch.save(torch.randn(2, 4), inputs)
+    assert cli.main(["run", str(path), "--input", f"x={inputs}"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"{path}:3:41: error: this form fails on the given inputs: NotMade: parameter "
+        "'gate' is not made here: its :when is false\n"
+    )
+    module, _ = build(text, "m.lisp")
+    with pytest.raises(AttributeError, match="gate"):
+        module.M()(torch.randn(2, 4))
