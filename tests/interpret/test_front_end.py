@@ -76,14 +76,20 @@ def test_run_and_load_give_the_compilers_diagnostic(text, tmp_path, capsys):
     where = REFUSED[text]
     assert _ends(lambda: compile_module(text, "m.lisp")) == where
     assert _ends(lambda: interpret.load(text, "m.lisp")) == where
-    path, inputs = tmp_path / "m.lisp", tmp_path / "x.pt"
-    path.write_text(text)
-    torch.save(torch.randn(2, 4), inputs)
-    assert cli.main(["run", str(path), "--input", f"x={inputs}"]) == 1
+    path = _run(tmp_path, text)
     line, column, message = where
     assert capsys.readouterr().err.startswith(
         f"{path}:{line}:{column}: error: {message}\n"
     )
+
+
+def _run(tmp_path, text: str):
+    """`sx2torch run` of `text` on an input [2 4], which must end in exit 1; its path."""
+    path, inputs = tmp_path / "m.lisp", tmp_path / "x.pt"
+    path.write_text(text)
+    torch.save(torch.randn(2, 4), inputs)
+    assert cli.main(["run", str(path), "--input", f"x={inputs}"]) == 1
+    return path
 
 
 def test_a_function_of_a_literal_is_folded_as_the_compiler_folds_it(tmp_path):
@@ -125,22 +131,42 @@ def test_hostile_sources_end_alike_at_every_entry_point(tmp_path):
     assert findings == []
 
 
-def test_run_locates_a_gradient_of_a_y_the_inputs_make_a_tensor(
-    tmp_path, capsys, build
+# Programs the compiler accepts whose module fails when it runs on an input [2 4]: a
+# gradient's Y that the input makes a tensor with axes, a read of a parameter layer 0 does
+# not make. `run` said "internal compiler error"; now the form, as the module fails.
+FAIL_WHEN_RUN = [
+    (
+        "(defparam w (normal [4]))\n(defun forward (x)\n"
+        "  (gradient (gradient (sum (* x w)) x) w))\n",
+        "3:3",
+        "ValueError: gradient needs a scalar Y, got a tensor of shape [2, 4]",
+        ValueError,
+    ),
+    (
+        "(defmodel blk (&key (idx 0))\n"
+        "  (defparam gate (normal [4]) :when (in idx [2]))\n"
+        "  (defun forward (x) (if (in idx [0 2]) (* x gate) x)))\n"
+        "(defparam blocks (stack (i 3) (blk :idx i)))\n"
+        "(defun forward (x) (for (i layer blocks) ((h x)) (layer h)))\n",
+        "3:41",
+        "NotMade: parameter 'gate' is not made here: its :when is false",
+        AttributeError,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "text, where, message, raised", FAIL_WHEN_RUN, ids=["y", "when"]
+)
+def test_run_locates_a_form_the_module_fails_on(
+    text, where, message, raised, tmp_path, capsys, build
 ):
-    """Y's rank depends on the input: the module refuses a Y with axes when it runs, and
-    so does the interpreter, at the gradient form (it was an internal error)."""
-    text = "(defparam w (normal [4]))\n(defun forward (x)\n  (gradient (gradient (sum (* x w)) x) w))\n"
-    path, inputs = tmp_path / "m.lisp", tmp_path / "x.pt"
-    path.write_text(text)
-    torch.save(torch.randn(2, 4), inputs)
-    assert cli.main(["run", str(path), "--input", f"x={inputs}"]) == 1
+    path = _run(tmp_path, text)
     assert capsys.readouterr().err.startswith(
-        f"{path}:3:3: error: this form fails on the given inputs: ValueError: gradient "
-        "needs a scalar Y, got a tensor of shape [2, 4]"
+        f"{path}:{where}: error: this form fails on the given inputs: {message}"
     )
     module, _ = build(text, "m.lisp")
-    with pytest.raises(ValueError, match="gradient needs a scalar Y"):
+    with pytest.raises(raised):
         module.M()(torch.randn(2, 4))
 
 
@@ -154,28 +180,3 @@ def test_the_interpreter_computes_golden_arithmetic_as_the_module(build):
     x = torch.randn(2, 4)
     oracle = interpret.load(text, "arithmetic.lisp", state=model.state_dict())
     assert torch.equal(oracle("forward", x), model(x))
-
-
-def test_run_locates_a_read_of_a_parameter_the_layer_does_not_make(
-    tmp_path, capsys, build
-):
-    """Layer 0 reads `gate`, which only layer 2 makes: the module fails when it runs, and
-    run says where (it was an internal error, EvalError: unknown name)."""
-    text = (
-        "(defmodel blk (&key (idx 0))\n"
-        "  (defparam gate (normal [4]) :when (in idx [2]))\n"
-        "  (defun forward (x) (if (in idx [0 2]) (* x gate) x)))\n"
-        "(defparam blocks (stack (i 3) (blk :idx i)))\n"
-        "(defun forward (x) (for (i layer blocks) ((h x)) (layer h)))\n"
-    )
-    path, inputs = tmp_path / "m.lisp", tmp_path / "x.pt"
-    path.write_text(text)
-    torch.save(torch.randn(2, 4), inputs)
-    assert cli.main(["run", str(path), "--input", f"x={inputs}"]) == 1
-    assert capsys.readouterr().err.startswith(
-        f"{path}:3:41: error: this form fails on the given inputs: NotMade: parameter "
-        "'gate' is not made here: its :when is false\n"
-    )
-    module, _ = build(text, "m.lisp")
-    with pytest.raises(AttributeError, match="gate"):
-        module.M()(torch.randn(2, 4))
