@@ -84,6 +84,17 @@ def submodels(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def params(n: int) -> str:
+    """A fourth shape: many parameters in one model, each read once by the forward (issue
+    40: 500 to 3,000 of them took time growing faster than their number)."""
+    lines = ["(defconst d 8)", ""]
+    lines += [f"(defparam w{i} (normal [d] :std 0.02))" for i in range(n)]
+    steps = "\n        ".join(f"(y (+ y w{i}))" for i in range(n))
+    lines.append(f"(defun forward (x)\n  (let ((y x)\n        {steps})\n    y))")
+    lines.append("(defrun train :precision :bf16)")
+    return "\n".join(lines) + "\n"
+
+
 # The block of the bundled GPT, one copy per sub-model of the attention shape.
 TINY_GPT = (
     Path(__file__).resolve().parent.parent / "examples" / "tiny-gpt.lisp"
@@ -112,6 +123,7 @@ SHAPES = {
     "defuns": (defuns, 250),
     "submodels": (submodels, 60),
     "attention": (attention, 10),
+    "params": (params, 250),
 }
 
 

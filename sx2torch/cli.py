@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
+import sx2torch.api as api
 import sx2torch.output as output
 from sx2torch.tools import check
 from sx2torch.compiler import (
@@ -26,9 +27,6 @@ from sx2torch.compiler import (
 )
 from sx2torch.errors import SourceError, UsageError, terminal_safe
 from sx2torch.version import __version__
-from sx2torch.syntax.read import decode
-
-MAX_SOURCE = 16 << 20  # bytes; a model is a few KiB, and /dev/zero never ends
 
 USAGE = """\
 sx2torch FILE.lisp [-o OUT.py] [--run NAME] [--target cuda|metal|cpu]
@@ -170,25 +168,6 @@ def _options(parser: argparse.ArgumentParser, command: str) -> None:
     )
 
 
-def _read(name: str) -> bytes:
-    """The source's bytes; `-` is standard input."""
-    try:
-        if name == "-":
-            if sys.stdin is None:
-                raise UsageError("cannot read -: there is no standard input")
-            data = sys.stdin.buffer.read(MAX_SOURCE + 1)
-        else:
-            with open(name, "rb") as handle:
-                data = handle.read(MAX_SOURCE + 1)
-    except OSError as error:
-        raise UsageError(f"cannot read {name}: {error.strerror}") from None
-    if len(data) > MAX_SOURCE:
-        raise UsageError(
-            f"cannot read {name}: a source may have at most {MAX_SOURCE >> 20} MiB"
-        )
-    return data
-
-
 @dataclasses.dataclass(frozen=True)
 class _Source:
     name: str  # as diagnostics name it: <stdin> for -
@@ -205,11 +184,9 @@ class _Source:
 
 
 def _source(file: str) -> _Source:
-    data = _read(file)
-    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    source = _Source(STDIN if file == "-" else file, text, "")
-    with source.located():
-        return dataclasses.replace(source, code=decode(data))
+    name = STDIN if file == "-" else file
+    text, code = api.decoded(api.read(file), name)
+    return _Source(name, text, code)
 
 
 def _compile_command(args) -> int:

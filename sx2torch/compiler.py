@@ -45,6 +45,19 @@ class Options:
     source_lines: bool = False  # `# file.lisp:LINE` after each statement, for debugging
     dump_after: Optional[str] = None  # a pass's name: print its output instead
 
+    def __post_init__(self):
+        # the command line's choices, for every interface that makes Options
+        if self.target not in TARGETS:
+            raise UsageError(
+                f"target {self.target!r}: expected one of {', '.join(TARGETS)}"
+            )
+        if self.dump_after is not None and self.dump_after not in DUMPS:
+            raise UsageError(
+                f"dump_after {self.dump_after!r}: expected one of {', '.join(DUMPS)}"
+            )
+        if self.run is not None and not isinstance(self.run, str):
+            raise UsageError(f"run: expected a defrun's name, got {self.run!r}")
+
 
 @dataclass
 class Unit:

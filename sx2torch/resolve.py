@@ -78,6 +78,7 @@ def run(data: list, top_name: str) -> Program:
     for each in runs:
         _check_run(top, each)
     _check_containment(program)
+    _check_built(program)
     if "forward" not in top.defuns:
         raise SourceError(
             Span(1, 1),
@@ -180,14 +181,13 @@ def _check_key(model: Model, param: Param) -> None:
     """A parameter's state_dict key is its name as an identifier, so two names that
     meet in one identifier (`a-b`, `a_b`) cannot both be parameters."""
     key = mangle(param.name)
-    other = model.params.get(model.keys.get(key))
-    if other is not None and other.name != param.name:
+    other = model.keys.setdefault(key, param)
+    if other.name != param.name:
         raise SourceError(
             param.span,
             f"'{param.name}' and '{other.name}' (line {other.span.line}) would both "
             f"have the state_dict key '{key}': rename one",
         )
-    model.keys.setdefault(key, param.name)
 
 
 def _define(model: Model, definition, table: dict) -> None:
@@ -417,6 +417,11 @@ def _repeat(model: Model, datum: List) -> Init:
     count = scalars.expect_int(
         _evaluate(model, datum.items[1]), datum.items[1].span, "repeat's count"
     )
+    if count.value < 0:
+        raise SourceError(
+            datum.items[1].span,
+            f"repeat's count must not be negative, got {count.value}",
+        )
     part = _init(model, datum.items[2])
     if part.kind in ("model", "stack") or len(sizes(part)) != 1:
         raise SourceError(datum.items[2].span, "repeat takes a 1-D tensor initializer")
@@ -467,10 +472,10 @@ def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
                 where.span,
                 f"{head}'s {key} must be a number, got {shown(where)}",
             )
-    if head == "eye" and args["n"].value < 0:
+    if head in ("eye", "linspace") and args["n"].value < 0:
         raise SourceError(
             datum.items[1].span,
-            f"eye's size must not be negative, got {args['n'].value}",
+            f"{head}'s size must not be negative, got {args['n'].value}",
         )
     if head == "normal" and args["std"].value < 0:
         raise SourceError(
@@ -813,6 +818,95 @@ def _check_params(program: Program, model: Model) -> None:
                 raise SourceError(
                     span, f"model '{sub.name}' has no key :{key} (known: {known})"
                 )
+
+
+def _check_built(program: Program) -> None:
+    """Every sub-model instance as its arguments build it: its consts computed from them as
+    its constructor computes them, each parameter's sizes and each stack's count must be
+    integers within the limits (`(block :n 5e-324)` made torch fail when the module was
+    built). Reported at the top model's instance that builds it; a stack whose layers read
+    its index is checked at its first and last layer."""
+    pending = [(program.top, {}, None)]
+    seen = set()
+    while pending:
+        model, given, where = pending.pop()
+        if (model.name, tuple(given.items())) in seen:
+            continue
+        seen.add((model.name, tuple(given.items())))
+        built = _Built(model, where)
+        env = {}
+        for const in model.consts.values():
+            if const.name in given:
+                env[const.name] = given[const.name]
+            else:
+                env[const.name] = built.compute(const.value, env)
+        for param in model.params.values():
+            if param.when is not None and not built.compute(param.when, env):
+                continue
+            init, at = param.init, where or param.init.span
+            if not param.is_module:
+                if where is not None:  # the top model's sizes: _check_size
+                    built.sizes(param, [built.compute(z, env) for z in sizes(init)])
+                continue
+            count = built.compute(init.count, env) if init.kind == "stack" else 1
+            if where is not None and init.kind == "stack":
+                built.count(param, count)
+            layers = sorted({0, count - 1}) if init.index and count > 0 else [None]
+            for layer in layers if count > 0 else []:
+                inside = {**env, init.index: layer} if init.index else env
+                args = {k: built.compute(v, inside) for k, (_, v) in init.args.items()}
+                pending.append((program.models[init.model], args, at))
+
+
+class _Built:
+    """The diagnostics of one model as an instance's arguments build it."""
+
+    def __init__(self, model: Model, where: Optional[Span]):
+        self.model, self.where = model, where
+
+    def fail(self, what: str) -> SourceError:
+        return SourceError(
+            self.where, f"building '{self.model.name}' with these arguments: {what}"
+        )
+
+    def compute(self, scalar: Scalar, env: dict):
+        try:
+            value = scalars.compute(scalar, env)
+        except (ArithmeticError, TypeError, ValueError) as error:
+            raise self.fail(
+                f"{scalars.text(scalar, _leaf_name)} cannot be computed ({error})"
+            )
+        if isinstance(value, complex):
+            raise self.fail(f"{scalars.text(scalar, _leaf_name)} is not a real number")
+        return value
+
+    def sizes(self, param, shape: list) -> None:
+        for size in shape:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise self.fail(
+                    f"parameter '{param.name}' has a size {size!r}, not a non-negative integer"
+                )
+        elements = 1
+        for size in shape:
+            elements *= size
+        if elements > MAX_ELEMENTS:
+            raise self.fail(
+                f"parameter '{param.name}' has {elements:,} elements, past the limit of {MAX_ELEMENTS:,}"
+            )
+
+    def count(self, param, count) -> None:
+        if (
+            not isinstance(count, int)
+            or isinstance(count, bool)
+            or not 0 <= count <= MAX_LAYERS
+        ):
+            raise self.fail(
+                f"stack '{param.name}' has {count!r} layers, not an integer from 0 to {MAX_LAYERS:,}"
+            )
+
+
+def _leaf_name(scalar: Scalar) -> str:
+    return scalar.args[0]
 
 
 def _check_ties(program: Program, model: Model) -> None:

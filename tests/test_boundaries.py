@@ -47,12 +47,14 @@ LAYERS = [
     ("api",),
     ("cli", "__main__", "sx2torch"),
 ]
-# Beside the stack, with what each may import. The interpreter is written from the rules,
-# not the passes: it shares the reader and resolve (the program's types), nothing after. The
+# Beside the stack, with what each may import. The interpreter accepts what the compiler
+# accepts: it checks a program with the compiler's passes through the policy (their
+# diagnostics, never their dtype decisions) and reads sources with the API's limits, then
+# evaluates it from the rules, importing no pass's module to compute a value. The
 # runtime is what generated modules import: the ground floor, and the public API (its
 # located.py compiles a module's source again when an error is shown).
 BESIDE = {
-    "interpret": {*GROUND, "syntax", "ir", "ops", "resolve"},
+    "interpret": {*GROUND, "syntax", "ir", "ops", "resolve", "compiler", "api"},
     "runtime": {*GROUND, "api"},
     "metal": set(),
 }

@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from sx2torch import cli, resolve
+from sx2torch.errors import SourceError
+from sx2torch.syntax import read
 from sx2torch.compiler import compile_source
 from sx2torch.emit import naming
 from sx2torch.syntax import scalars
@@ -262,3 +264,26 @@ def test_a_huge_docstring_is_read_in_memory_linear_in_it():
         tracemalloc.stop()
     assert defun.items[3].value == "ab" * (1 << 20) + '"c'
     assert peak < 8 * len(text)
+
+
+def test_many_parameters_are_resolved_in_work_linear_in_their_number(monkeypatch):
+    """Each parameter's state_dict key was compared with every other's, spelled again each
+    time: n parameters took n squared spellings (2,000 took 2 million)."""
+    spelled = []
+
+    def counted(name):
+        spelled.append(name)
+        return spell(name)
+
+    spell = resolve.mangle
+    monkeypatch.setattr(resolve, "mangle", counted)
+    params = "".join(f"(defparam w{i} (normal [2]))\n" for i in range(400))
+    program = resolve.run(read.run(params + "(defun forward (x) x)\n"), "many")
+    assert len(program.top.params) == 400 and len(spelled) <= 400
+    with pytest.raises(SourceError, match="'a-b' and 'a_b' \\(line 1\\) would both"):
+        resolve.run(
+            read.run(
+                "(defparam a_b (ones [1]))\n(defparam a-b (ones [1]))\n(defun forward (x) x)\n"
+            ),
+            "m",
+        )

@@ -5,18 +5,23 @@ in the dtype the language's rules give it, for checking a model against its comp
     model = interpret.load(source, "model.lisp", run="train", state=compiled.state_dict())
     y = model("forward", x)
 
-It shares the reader and resolve (the program's types) with the compiler, nothing after.
+It runs on the compiler's front end: the reader, resolve and every check through the
+policy's (trace, gradient, ranks and the policy: names, arities, keys, recursion, call
+depth, shapes, kinds of values), so it
+accepts exactly the programs the compiler accepts, with the same located diagnostics. It
+evaluates the program resolve made; nothing the passes decide (a dtype, a cast, a
+specialization) reaches its numbers.
 """
 
 from __future__ import annotations
 
-from pathlib import PurePath
 from typing import Optional
 
 import torch
 
-import sx2torch.resolve as resolve
-from sx2torch.errors import UsageError
+import sx2torch.compiler as compiler
+from sx2torch.api import source_text
+from sx2torch.errors import SourceError
 from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
 from sx2torch.interpret.evaluate import (
     EvalError,
@@ -27,9 +32,8 @@ from sx2torch.interpret.evaluate import (
     without_rank,
 )
 from sx2torch.interpret.model import build, state_dict
-from sx2torch.syntax import read
 
-__all__ = ["EvalError", "Interpreted", "load"]
+__all__ = ["EvalError", "Interpreted", "check", "load"]
 
 
 class Interpreted:
@@ -117,14 +121,25 @@ def load(
     """The top model of `text`, under the chosen defrun's precision (the first; `:f32` without
     one); parameters from `state` (state_dict keys), else drawn in source order from torch's
     generator as the generated module draws them."""
-    program = resolve.run(read.run(text), PurePath(filename).stem or "model")
-    runs = {r.name: r for r in program.runs}
-    if run is not None and run not in runs:
-        raise UsageError(f"--run {run}: the file has no defrun of that name")
-    chosen = runs[run] if run else (program.runs[0] if program.runs else None)
-    return Interpreted(
-        program, chosen.precision if chosen else "f32", consts or {}, state
-    )
+    checked = check(text, filename, run)
+    return Interpreted(checked.program, checked.precision, consts or {}, state)
+
+
+def check(text, filename: str = "model.lisp", run: Optional[str] = None):
+    """The compiler's front end over `text`: its program and chosen run, or the compiler's
+    diagnostic, located in `filename`."""
+    text = source_text(text, filename)
+    checked = compiler.Unit(text, filename, compiler.Options(run=run))
+    try:
+        return compiler.run(checked, until=CHECKED)
+    except SourceError as error:
+        raise error.located(filename, text) from None
+
+
+# The last pass whose checks the interpreter takes: the policy refuses what no dtype fits
+# (a number carried through a loop, float indices); its decisions (`unit.lowered`) are
+# never read here, the evaluator makes them from the rules.
+CHECKED = "policy"
 
 
 def _plain(value):

@@ -8,7 +8,8 @@ import torch
 
 import sx2torch.interpret as interpret
 import sx2torch.output as output
-from sx2torch.errors import UsageError
+from sx2torch.errors import SourceError, UsageError
+from sx2torch.interpret.evaluate import FAILED_AT, FAILURES
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,18 @@ def run(args, text: str, name: str) -> int:
     missing = [a.name for a in defun.args if a.name not in given]
     if missing:
         raise UsageError(f"no --input for {', '.join(missing)} (NAME=FILE.pt)")
-    result = model(args.method, *[_load(given[a.name]) for a in defun.args])
+    inputs = [_load(given[a.name]) for a in defun.args]
+    try:
+        result = model(args.method, *inputs)
+    except FAILURES as error:
+        span = getattr(error, FAILED_AT, None)
+        if span is None or isinstance(error, RecursionError):
+            raise
+        reason = " ".join(str(error).split("\n")[0].split())
+        raise SourceError(
+            span,
+            f"this form fails on the given inputs: {type(error).__name__}: {reason}",
+        ) from None
     if args.output:
         torch.save(result, args.output)
     else:

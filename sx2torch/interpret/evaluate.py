@@ -12,7 +12,9 @@ trace, policy or emission: this is the oracle they are checked against.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,16 +24,18 @@ import sx2torch.interpret.ops as ops
 from sx2torch.interpret.model import Instance, ParamValue
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
+from sx2torch.syntax.scalars import FUNCTIONS
 
 F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
 DTYPES = {":f32": F32, ":bf16": BF16}
 ISLAND, REGION = "island", "region"
 COMPILE_TIME = {
     "+": lambda a: sum(a[1:], a[0]),
-    "-": lambda a: -a[0] if len(a) == 1 else a[0] - a[1],
+    "-": lambda a: -a[0] if len(a) == 1 else functools.reduce(operator.sub, a),
     "*": lambda a: math.prod(a[1:], start=a[0]),
     "/": lambda a: a[0] / a[1],
     "//": lambda a: a[0] // a[1],
+    "mod": lambda a: a[0] % a[1],
     "**": lambda a: a[0] ** a[1],
     "pow": lambda a: a[0] ** a[1],
     "sqrt": lambda a: a[0] ** 0.5,  # as the module writes a const's root
@@ -58,8 +62,20 @@ ZERO_D_MAKERS = frozenset(
 )
 
 
+# The span of the innermost form whose evaluation raised an error of torch's (a shape the
+# entry point's arguments do not fit), set on the error.
+FAILED_AT = "sx_failed_at"
+# What torch, and the checks the module makes when it runs, raise on values that do not fit.
+FAILURES = (RuntimeError, IndexError, ValueError)
+
+
 class EvalError(Exception):
     """A program the interpreter cannot evaluate (a form or an op it does not know)."""
+
+
+class NotMade(EvalError, ValueError):
+    """A read of a parameter this instance does not make (its `:when` is false): an `if`
+    branch not taken may hold one; a read evaluated fails as the module's does."""
 
 
 @dataclass(frozen=True)
@@ -332,11 +348,18 @@ class Evaluator:
             return self.lookup(d.name, frame)
         if not d.items or not isinstance(d.items[0], Symbol):
             raise EvalError("a call needs an op or function name")
-        head = d.items[0].name
+        try:
+            return self.form(d.items[0].name, d.items[1:], frame)
+        except FAILURES as error:  # torch's, on the values given
+            if not hasattr(error, FAILED_AT):  # the innermost form is where it failed
+                setattr(error, FAILED_AT, d.span)
+            raise
+
+    def form(self, head: str, items: list, frame: Frame):
         form = FORMS.get(head)
         if form:
-            return form(self, d.items[1:], frame)
-        args, keys = self.arguments(d.items[1:], frame)
+            return form(self, items, frame)
+        args, keys = self.arguments(items, frame)
         return self.apply_call(head, args, keys, frame)
 
     def arguments(self, items, frame: Frame) -> tuple:
@@ -360,6 +383,8 @@ class Evaluator:
             return instance.params[name]
         if name == "none":
             return None
+        if name in instance.model.params:  # as the module's self.gate raises, when run
+            raise NotMade(f"parameter '{name}' is not made here: its :when is false")
         if "." in name:  # a sub-model's parameter, at any depth
             value = instance
             for part in name.split("."):
@@ -374,6 +399,10 @@ class Evaluator:
             isinstance(v, (torch.Tensor, Lam, ParamValue)) for v in values
         ):
             return COMPILE_TIME[head](args)
+        if head in FUNCTIONS and args and all(type(v) in (int, float) for v in args):
+            return FUNCTIONS[head](args[0])  # `(log 2.0)`: in f64, as Python's math
+        if head == "**":  # on a tensor, as on numbers, the power op
+            head = "pow"
         instance = frame.instance
         if head in instance.model.defuns:
             return self.call(instance, head, args, keys, frame)
@@ -382,7 +411,7 @@ class Evaluator:
             return self.call(callee, "forward", args, keys, frame)
         if head in DEFINED:
             return DEFINED[head](self, args, keys, frame)
-        if head in ("+", "*") and len(args) > 2:  # folded left, each node its own dtype
+        if head in ("+", "-", "*") and len(args) > 2:  # folded left, each its own dtype
             return self.apply_call(
                 head, [self.op(head, args[:2], {}, frame), *args[2:]], keys, frame
             )

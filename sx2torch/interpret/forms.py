@@ -115,8 +115,12 @@ def _gradient(ev, items, frame, around=None):
     `around`: the mode of a with-numerics form wrapped directly around it."""
     x = ev.eval(items[1], frame)
     y = ev.eval(items[0], frame)
-    if (y.t if isinstance(y, Lam) else y).dim() != 0:
-        raise EvalError("gradient's Y must be a scalar")
+    value = y.t if isinstance(y, Lam) else y
+    if value.dim() != 0:  # as the module's sx.expect_scalar refuses it, with the inputs
+        raise ValueError(
+            f"gradient needs a scalar Y, got a tensor of shape {list(value.shape)}; "
+            "reduce it over all axes, as (sum ...) or (mean ...)"
+        )
     return backward.gradient(ev, y, x, around)
 
 

@@ -8,21 +8,38 @@ and no gradient flows through them.
 
 import sx2torch.build as b
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import RankRule, known
+from sx2torch.ops.rank import RankRule, ShapeError, known
 
 ARANGE_OF = RankRule(
     "1", lambda shapes, attrs: (_size(shapes[0], known(attrs["axis"])),)
 )
-LINSPACE = RankRule("1", lambda shapes, attrs: (known(attrs["steps"]),))
+
+
+def _steps(shapes, attrs):
+    steps = known(attrs["steps"])
+    # torch.linspace refuses it when the module runs
+    if steps is not None and steps < 0:
+        raise ShapeError(f"linspace's steps must not be negative, got {steps}")
+    return (steps,)
+
+
+LINSPACE = RankRule("1", _steps)
 ARANGE = RankRule("1", lambda shapes, attrs: (_count(attrs),))
 
 
 def _count(attrs):
-    """torch.arange's length, ceil((end - start) / step), where all three are literals."""
+    """torch.arange's length, ceil((end - start) / step), where all three are literals;
+    a step of 0, or one away from END, torch refuses when the module runs."""
     start, end, step = (known(attrs[k]) for k in ("start", "end", "step"))
-    if None in (start, end, step) or step == 0:
+    if step == 0:
+        raise ShapeError("arange's step must not be 0")
+    if None in (start, end, step):
         return None
-    return max(0, -((start - end) // step))
+    if (end - start) * step < 0:
+        raise ShapeError(
+            f"arange from {start} to {end} by {step}: the step goes away from the end"
+        )
+    return -((start - end) // step)
 
 
 def _size(shape, axis):

@@ -239,9 +239,21 @@ def _transpose(shapes, attrs):
     perm = attrs["perm"]
     if isinstance(x, Tail) and len(x.sizes) <= len(perm):  # PERM says the rank
         x = (None,) * (len(perm) - len(x.sizes)) + x.sizes
-    if not isinstance(x, tuple) or len(x) != len(perm):
+    too_many = isinstance(x, Tail) and len(x.sizes) > len(perm)
+    if too_many or isinstance(x, tuple) and len(x) != len(perm):
+        raise ShapeError(
+            f"transpose of {shown(x)} by a permutation of {len(perm)} axes: "
+            "PERM names each of X's axes once"
+        )
+    if not isinstance(x, tuple):
         return (None,) * len(perm)
     axes = [_axis(p, len(x)) for p in perm]
+    literal = [known(p) for p in perm]
+    if None not in literal and (None in axes or len(set(axes)) < len(axes)):
+        raise ShapeError(
+            f"transpose of {shown(x)} by [{' '.join(map(str, literal))}]: "
+            "PERM names each of X's axes once"
+        )
     return tuple(None if a is None else x[a] for a in axes)
 
 
@@ -287,7 +299,19 @@ def _slice(shapes, attrs):
 
 def _at(shapes, attrs):
     (x,) = shapes
-    return None if x is None else x[1:]
+    if x is None:
+        return None
+    if not x:
+        raise ShapeError(
+            "at of a 0-d value (an element, a full reduction or a parameter of shape []): "
+            "it has no axis to index"
+        )
+    index, size = known(attrs["i"]), x[0]
+    if index is not None and size is not None and not -size <= index < size:
+        raise ShapeError(
+            f"index {index} is out of range for the first axis of {shown(x)} (size {size})"
+        )
+    return x[1:]
 
 
 def _take(shapes, attrs):
@@ -317,6 +341,12 @@ def _matrix_scan(shapes, attrs):
 def _attention(shapes, attrs):
     q, k, v = shapes[:3]  # a mask broadcasts against the scores
     _with_axes(q, k, v)
+    for name, dims in zip("QKV", (q, k, v)):
+        if dims is not None and len(dims) < 2:  # torch refuses it when the module runs
+            raise ShapeError(
+                f"attention's {name} is {shown(dims)}: each of Q, K and V needs at least "
+                "two axes, [..., T, D]"
+            )
     if q is None or k is None or v is None or len(k) < 2:
         return None
     gqa = known(attrs.get("enable-gqa", False)) is not False

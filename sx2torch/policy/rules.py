@@ -677,6 +677,8 @@ def _storage(program: Program, used: list) -> dict:
                 dtype = (
                     typed.decision(operand).dtype if isinstance(operand, Node) else None
                 )
+                if node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.LIKE:
+                    continue  # its shape read: any storage has it (a gradient's ones)
                 if is_param(dtype):
                     decided = typed.decided[node]
                     read(

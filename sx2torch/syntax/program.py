@@ -111,9 +111,9 @@ class Model:
     defuns: dict = field(default_factory=dict)
     is_top: bool = False
     ties: list = field(default_factory=list)  # [Tie], in source order
-    # state_dict key -> the parameter's name: resolve checks that two never meet, once
-    # per parameter (a scan of the others for each made resolve quadratic)
-    keys: dict = field(default_factory=dict)
+    # state_dict key -> the parameter that has it, as resolve reads them: a name that
+    # meets another's key is found without comparing it with every parameter
+    keys: dict = field(default_factory=dict, repr=False, compare=False)
 
     def lookup_const(self, name: str) -> Optional[Scalar]:
         const = self.consts.get(name)

@@ -240,6 +240,12 @@ def fold(op: ScalarOp, left: Scalar, right: Scalar, span) -> Scalar:
         ) from None
     except OverflowError:
         value = float("inf")
+    if isinstance(value, complex):  # Python's power of a negative base to a fraction
+        raise SourceError(
+            span,
+            f"{_shown(left.value)} ** {_shown(right.value)} is not a real number "
+            "(with the consts at their defaults)",
+        )
     if not _in_range(value):
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"

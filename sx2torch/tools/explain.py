@@ -123,7 +123,7 @@ def _cast_bytes(reached, elements: dict) -> dict:
     tables = [elements[key] for key in rows - whole]
     return {
         "whole": sum(4 * n for n, _ in (elements[key] for key in whole)),
-        "per_id": sum(4 * n // first for n, first in tables),
+        "per_id": sum(4 * n // max(first, 1) for n, first in tables),  # [0 d]: none
         "tables": sum(4 * n for n, _ in tables),
     }
 
@@ -344,7 +344,9 @@ class _Rows:
         count = math.prod(shape)
         if dtype == "f32":
             total, _ = self.elements.get((model.name, param.name), (0, None))
-            self.elements[model.name, param.name] = (total + count * copies, shape[0])
+            # a 0-d parameter has no first axis, and is no table `take` reads rows of
+            first = shape[0] if shape else 1
+            self.elements[model.name, param.name] = (total + count * copies, first)
         self.rows.append(
             {
                 "name": key,

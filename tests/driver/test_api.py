@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import sx2torch
+from sx2torch import cli
 from sx2torch.compiler import Options, compile_source
 from cases import lisp
 
@@ -132,3 +133,66 @@ def test_a_generated_module_is_compiled_again_from_its_source_with_its_header_fl
     )
     assert api.recompile(code, source, source_lines=True) == marked
     assert marked != code
+
+
+ENTRY_POINTS = {
+    "compile_file": sx2torch.compile_file,
+    "load": sx2torch.load,
+    "explain": sx2torch.explain,
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_every_file_entry_point_refuses_what_the_command_line_refuses(entry, tmp_path):
+    """The command line's limits (a source of at most 16 MiB, a file that can be read, a
+    known target) hold for the API, as a UsageError: /dev/zero is not read to its end.
+    """
+    call = ENTRY_POINTS[entry]
+    cases = {
+        "/dev/zero": "cannot read /dev/zero: a source may have at most 16 MiB",
+        tmp_path
+        / "missing.lisp": f"cannot read {tmp_path}/missing.lisp: No such file or directory",
+        tmp_path: f"cannot read {tmp_path}: Is a directory",
+    }
+    for path, message in cases.items():
+        with pytest.raises(sx2torch.UsageError) as caught:
+            call(path)
+        assert str(caught.value) == message
+    with pytest.raises(
+        sx2torch.UsageError, match="target 'tpu': expected one of cuda, metal, cpu"
+    ):
+        call(lisp("rms-mlp"), target="tpu")
+
+
+def test_compile_string_takes_bytes_as_a_file_and_refuses_other_values():
+    text = lisp("rms-mlp").read_text()
+    assert sx2torch.compile_string(text.encode()) == sx2torch.compile_string(text)
+    with pytest.raises(sx2torch.SourceError) as caught:
+        sx2torch.compile_string(b"(defun forward (x) \xff)", "bad.lisp")
+    assert (caught.value.filename, caught.value.line) == ("bad.lisp", 1)
+    with pytest.raises(sx2torch.UsageError, match="a source is str or bytes, got int"):
+        sx2torch.compile_string(3)
+    with pytest.raises(sx2torch.UsageError, match="at most 16 MiB"):
+        sx2torch.compile_string(" " * (16 << 20) + "x")
+    with pytest.raises(sx2torch.UsageError, match="target 'tpu'"):
+        sx2torch.compile_string(text, target="tpu")
+
+
+def test_a_power_that_leaves_the_reals_is_located_at_every_entry_point(
+    capsys, tmp_path
+):
+    """Python's (-8) ** 0.5 is a complex number: a const or an inline power of one is a
+    located diagnostic, never a comparison of a complex with an int inside the compiler.
+    """
+    const = "(defconst c (** -8 0.5))\n(defun forward (x) (* x c))\n"
+    inline = "(defun forward (x) (* x (** -8 0.5)))\n"
+    for text, column in ((const, 13), (inline, 25)):
+        path = tmp_path / "m.lisp"
+        path.write_text(text)
+        message = f"{path}:1:{column}: error: -8 ** 0.5 is not a real number (with the consts at their defaults)"
+        for call in (sx2torch.compile_file, sx2torch.load, sx2torch.explain):
+            with pytest.raises(sx2torch.SourceError) as caught:
+                call(path)
+            assert str(caught.value).splitlines()[0] == message
+        assert cli.main([str(path)]) == 1
+        assert capsys.readouterr().err.splitlines()[0] == message

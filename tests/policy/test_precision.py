@@ -963,3 +963,21 @@ def test_6_8_newton_schulz_iterates_in_bf16_and_returns_f32(build, precision):
     assign(net, w=w)
     h = down(g) @ down(w) if precision == "bf16" else g @ w
     assert_same(net.ortho(g), _newton_schulz_reference(h))
+
+
+def test_6_7_a_shape_read_inside_gradient_does_not_keep_a_frozen_parameter_f32(build):
+    """The backward of a sum of an f32-out product starts from ones shaped by `w1`, which
+    reads only its shape: every value read is `w1` cast down, so it is stored bf16, as
+    without `:out :f32` (issue 40 item 8; it was stored f32, twice the memory)."""
+    body = (
+        "(defparam w1 (normal [4 4]) :trainable false)\n"
+        "(defun grad-x (x) (gradient (sum (matmul (matmul x w1 :out :f32) w1)) x))\n"
+        "(defun forward (x) x)"
+    )
+    cls, _ = make(build, body, "bf16")
+    net = cls()
+    assert net.state_dict()["w1"].dtype == BF16
+    x = torch.randn(3, 4)
+    w = net.w1.to(BF16)
+    ones = torch.ones(3, 4, dtype=BF16)  # d(sum)/d(product), then two bf16 GEMMs back
+    assert_same(net.grad_x(x), ones @ w.T @ w.T)

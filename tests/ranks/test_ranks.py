@@ -458,3 +458,81 @@ def test_a_chain_through_a_const_size_is_not_refused():
 (defun forward (x) (matmul (matmul x a) b))
 """)
     ranks.check(program, graphs)
+
+
+# Values known when the file compiles that torch refuses when the module is built or run:
+# each is a located diagnostic, and the same call in plain PyTorch fails.
+REFUSED_WHEN_RUN = [
+    (
+        "(defparam w (normal [4 4]))\n(defun forward (x) (* x (at w 100)))\n",
+        (2, 25),
+        "index 100 is out of range for the first axis of [4 4] (size 4)",
+        lambda: torch.randn(4, 4)[100],
+    ),
+    (
+        "(defparam w (normal [4 4]))\n(defun forward (x) (* x (at w -5)))\n",
+        (2, 25),
+        "index -5 is out of range for the first axis of [4 4] (size 4)",
+        lambda: torch.randn(4, 4)[-5],
+    ),
+    (
+        "(defparam w (repeat -1 (normal [4])))\n(defun forward (x) (* x w))\n",
+        (1, 21),
+        "repeat's count must not be negative, got -1",
+        lambda: torch.randn(4).repeat(-1),
+    ),
+    (
+        "(defun forward (x) (* x (linspace x 0.0 1.0 -3)))\n",
+        (1, 25),
+        "linspace's steps must not be negative, got -3",
+        lambda: torch.linspace(0.0, 1.0, -3),
+    ),
+    (
+        "(defun forward (x) (* x (arange x 0 4 0)))\n",
+        (1, 25),
+        "arange's step must not be 0",
+        lambda: torch.arange(0, 4, 0),
+    ),
+    (
+        "(defun forward (x) (* x (arange x 5 0 1)))\n",
+        (1, 25),
+        "arange from 5 to 0 by 1: the step goes away from the end",
+        lambda: torch.arange(5, 0, 1),
+    ),
+    (
+        "(defparam v (normal [4]))\n(defun forward (x) (* x (transpose v [1 0])))\n",
+        (2, 25),
+        "transpose of [4] by a permutation of 2 axes: PERM names each of X's axes once",
+        lambda: torch.randn(4).permute(1, 0),
+    ),
+    (
+        "(defparam w (normal [4 4]))\n(defun forward (x) (* x (transpose w [0 0])))\n",
+        (2, 25),
+        "transpose of [4 4] by [0 0]: PERM names each of X's axes once",
+        lambda: torch.randn(4, 4).permute(0, 0),
+    ),
+    (
+        "(defparam v (normal [4]))\n(defun forward (x) (let ((y (* x 1.0))) (attention y v x)))\n",
+        (2, 41),
+        "attention's K is [4]: each of Q, K and V needs at least two axes, [..., T, D]",
+        lambda: torch.nn.functional.scaled_dot_product_attention(
+            torch.randn(3, 4), torch.randn(4), torch.randn(3, 4)
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "source, where, message, in_torch", REFUSED_WHEN_RUN, ids=lambda c: None
+)
+def test_a_size_index_or_rank_known_when_compiling_is_checked(
+    source, where, message, in_torch
+):
+    with pytest.raises(SourceError) as raised:
+        compile_string(source, "known.lisp")
+    assert ((raised.value.line, raised.value.column), raised.value.message) == (
+        where,
+        message,
+    )
+    with pytest.raises((RuntimeError, IndexError)):
+        in_torch()

@@ -60,6 +60,21 @@ def test_structure():
     assert [s.value for s in block.params["w"].init.args["shape"]] == [8, 32]
 
 
+# A sub-model whose sizes its arguments decide, where its defaults make a legal one.
+BUILT = """
+(defmodel blk (&key (n 4))
+  (defconst h (// 8 n))
+  (defparam g (ones [n (* h h)]))
+  (defun forward (x) (* x g)))
+(defmodel wide (&key (n 4))
+  (defparam g (ones [n n]))
+  (defun forward (x) x))
+(defmodel outer (&key (k 2))
+  (defparam layers (stack k (blk)))
+  (defun forward (x) x))
+"""
+
+
 @pytest.mark.parametrize(
     "text, line, col, message",
     [
@@ -87,6 +102,18 @@ def test_structure():
         ("(defmodel m ())\n(defun forward (x) x)", 1, 11, "model 'm' defines no 'forward' defun"),
         ("(defconst d (/ 1 0))", 1, 13, "division by zero (with the consts at their defaults)"),
         ("(defconst d (+ 1 :a))", 1, 13, "arithmetic needs numbers, got :a"),
+        ("(defconst c (** -8 0.5))", 1, 13, "-8 ** 0.5 is not a real number (with the consts at their defaults)"),
+        ("(defun forward (x) x)\n(defparam w (linspace -3))", 2, 23, "linspace's size must not be negative, got -3"),
+        ("(defun forward (x) x)\n(defparam p (blk :n 5e-324))\n" + BUILT, 2, 13,
+         "building 'blk' with these arguments: parameter 'g' has a size 5e-324, not a non-negative integer"),
+        ("(defun forward (x) x)\n(defparam p (wide :n (** 2 20)))\n" + BUILT, 2, 13,
+         "building 'wide' with these arguments: parameter 'g' has 1,099,511,627,776 elements, past the limit of 68,719,476,736"),
+        ("(defun forward (x) x)\n(defparam p (blk :n 0))\n" + BUILT, 2, 13,
+         "building 'blk' with these arguments: (8 // n) cannot be computed (integer division or modulo by zero)"),
+        ("(defun forward (x) x)\n(defparam p (stack (i 3) (blk :n (+ 2 (* -2 i)))))\n" + BUILT, 2, 26,
+         "building 'blk' with these arguments: parameter 'g' has a size -2, not a non-negative integer"),
+        ("(defun forward (x) x)\n(defparam p (outer :k 70000))\n" + BUILT, 2, 13,
+         "building 'outer' with these arguments: stack 'layers' has 70000 layers, not an integer from 0 to 65,536"),
     ],
 )  # fmt: skip
 def test_errors(text, line, col, message):

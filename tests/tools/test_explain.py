@@ -247,3 +247,22 @@ def test_under_f32_an_island_reaches_nothing_worth_naming():
     report = explain.run(ISLAND_CALLS, "router.lisp", Options(run="exact"))
     assert [(r["line"], r["computes"]) for r in report["reach"]] == [(13, "bf16")]
     assert "Calls inside" not in explain.render(explain.run(REASONS, "reasons.lisp"))
+
+
+def test_a_0d_parameter_and_an_empty_table_are_counted_as_the_state_dict_holds_them(
+    build,
+):
+    """A parameter of shape [] has no first axis, and a [0 4] table no rows: explain
+    counted the rows of each f32 master by its first axis and failed on both."""
+    text = (
+        "(defparam s (uniform []))\n(defparam t (normal [0 4]))\n"
+        "(defun forward (x) (+ (* x s) (sum (take t (argmax x)))))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    report = explain.run(text, "zero.lisp")
+    module, _ = build(text, "zero.lisp")
+    state = module.Zero().state_dict()
+    assert {row["name"]: row["bytes"] for row in report["params"]} == {
+        name: tensor.nbytes for name, tensor in state.items()
+    }
+    assert report["casts"]["per_id"] == 0
