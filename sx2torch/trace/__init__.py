@@ -21,7 +21,7 @@ from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import HANDLERS, Layer
 from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, prune, walk
-from sx2torch.ops import REGISTRY, initializers
+from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
     Boolean,
     Datum,
@@ -62,7 +62,7 @@ def run(program: Program) -> dict:
 
 class _Instances:
     """Every sub-model instance, with its consts at the values it is built with: a number
-    its model reads as an integer (a slice bound, an axis, a size) must be one there too,
+    its model reads as an integer (a slice bound, an axis) must be one there too,
     or the module would fail when it runs (`slice indices must be integers`); the model's
     own forms were checked at the defaults only."""
 
@@ -80,12 +80,8 @@ class _Instances:
             if value is not None:
                 env.setdefault(const.name, value)
         made = [p for p in model.params.values() if _made(p, env)]
-        reads = list(self.integers.get(model.name, []))
-        for param in made:
-            if not param.is_module:
-                sizes = initializers.sizes(param.init)
-                reads += [(size, param.span, "a size") for size in sizes]
-        for scalar, span, what in reads if chain else ():
+        # a parameter's sizes are resolve's to check, as the instance builds them
+        for scalar, span, what in self.integers.get(model.name, []) if chain else ():
             value = _value(scalar, env)
             if value is not None and not _is_int(value):
                 raise self._error(chain, scalar, span, what, value)

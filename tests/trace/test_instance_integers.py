@@ -11,6 +11,7 @@ import torch
 from conftest import load_module
 from driver.test_diagnostics import compile_file
 from sx2torch.compiler import compile_source
+from sx2torch.errors import SourceError
 
 HEAD = """(defconst width {width})
 (defmodel head (&key (n 8))
@@ -56,12 +57,12 @@ SIZE = """(defmodel proj (&key (d 4))
             "mid's :k must be an integer, got 24.0: head reads a number made from it "
             "in :end (line 4, column 44), 48.0 here",
         ),
-        (
+        (  # resolve's check of the instance, before trace's
             SIZE,
             4,
-            19,
-            "proj's :d must be an integer, got 2.5: proj reads it in a size "
-            "(line 2, column 13)",
+            13,
+            "building 'proj' with these arguments: parameter 'w' has a size 2.5, not a "
+            "non-negative integer",
         ),
     ],
 )
@@ -99,15 +100,19 @@ def test_a_size_as_a_slice_bound_is_named_as_what_it_is(tmp_path, capsys):
     )
 
 
-def test_an_argument_that_makes_no_number_is_left_to_torch():
-    """A zero passed to a key a const divides by makes no number when the file compiles;
-    the check leaves it (torch's error names it when the module is built), as before it."""
+def test_an_argument_that_makes_no_number_is_a_diagnostic_at_the_instance():
+    """A zero passed to a key a const divides by makes no number: resolve's check of the
+    instance names the const's arithmetic, where torch would fail when the module is built."""
     source = """(defmodel attn (&key (dim 8) (heads 2))
   (defconst hd (// dim heads))
   (defun forward (x) (reshape x [0 0 -1 hd])))
 (defparam a (attn :heads 0))
 (defun forward (x) (a x))
 """
-    module = load_module(compile_source(source, "model.lisp"))
-    with pytest.raises(ZeroDivisionError):
-        module.Model()
+    with pytest.raises(SourceError) as caught:
+        compile_source(source, "model.lisp")
+    assert (caught.value.span.line, caught.value.span.col) == (4, 13)
+    assert caught.value.message == (
+        "building 'attn' with these arguments: (dim // heads) cannot be computed "
+        "(integer division or modulo by zero)"
+    )
