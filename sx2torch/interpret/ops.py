@@ -233,6 +233,11 @@ OPS = {
     "relu": Spec(lambda a, k: torch.relu(a[0])),
     "exp": Spec(lambda a, k: torch.exp(a[0])),
     "log": Spec(lambda a, k: torch.log(a[0])),
+    "log1p": Spec(lambda a, k: torch.log1p(a[0])),
+    "expm1": Spec(lambda a, k: torch.expm1(a[0])),
+    "softplus": Spec(
+        lambda a, k: F.softplus(a[0], k.get("beta", 1.0), k.get("threshold", 20.0))
+    ),
     "sin": Spec(lambda a, k: torch.sin(a[0])),
     "cos": Spec(lambda a, k: torch.cos(a[0])),
     "tanh": Spec(lambda a, k: torch.tanh(a[0])),
@@ -326,4 +331,4 @@ OPS = {
 # gelu for 256, and rsqrt for 9,017 on a tensor shorter than a vector (the tester's 2x4), whose
 # scalar loop rounds the square root to bf16 before its reciprocal.
 FUNCTIONS = {"exp", "log", "sin", "cos", "tanh", "sigmoid", "silu", "gelu", "erf"}
-FUNCTIONS |= {"sqrt", "rsqrt"}
+FUNCTIONS |= {"sqrt", "rsqrt", "log1p", "expm1", "softplus"}

@@ -20,6 +20,15 @@ UNARY = {
     "neg": ("(neg x)", torch.neg, False),
     "exp": ("(exp x)", torch.exp, False),
     "log": ("(log x)", torch.log, True),
+    "log1p": ("(log1p x)", torch.log1p, True),
+    "expm1": ("(expm1 x)", torch.expm1, False),
+    "softplus": ("(softplus x)", F.softplus, False),
+    # beta x on both sides of the threshold: the linear side passes the gradient on
+    "softplus-beta": (
+        "(softplus (* x 8.0) :beta 2.0 :threshold 4)",
+        lambda x: F.softplus(x * 8.0, beta=2.0, threshold=4),
+        False,
+    ),
     "sqrt": ("(sqrt x)", torch.sqrt, True),
     "rsqrt": ("(rsqrt x)", torch.rsqrt, True),
     "tanh": ("(tanh x)", torch.tanh, False),

@@ -173,6 +173,17 @@ CASES: dict[str, list[Case]] = {
     "neg": [case("x", "(neg x)", X, lambda x: -x)],
     "exp": [case("x", "(exp x)", X, torch.exp)],
     "log": [case("x", "(log x)", POS, torch.log)],
+    "log1p": [case("x", "(log1p x)", POS, torch.log1p)],
+    "expm1": [case("x", "(expm1 x)", X, torch.expm1)],
+    "softplus": [
+        case("x", "(softplus x)", X, F.softplus),
+        case(
+            "x",
+            "(softplus (* x 40.0) :beta 2.0 :threshold 30)",
+            X,
+            lambda x: F.softplus(x * 40.0, beta=2.0, threshold=30),
+        ),
+    ],
     "sqrt": [case("x", "(sqrt x)", POS, torch.sqrt)],
     "rsqrt": [case("x", "(rsqrt x)", POS, torch.rsqrt)],
     "square": [case("x", "(square x)", X, torch.square)],

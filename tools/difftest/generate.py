@@ -28,8 +28,9 @@ UNARY = [
     "erf",
     "sin",
 ]
-UNARY += ["cos", "exp"]
+UNARY += ["cos", "exp", "softplus", "expm1"]
 SMOOTH = ["neg", "square", "tanh", "sigmoid", "silu", "gelu", "erf", "sin", "cos"]
+SMOOTH += ["softplus"]
 BINARY = ["+", "-", "*", "maximum", "minimum"]
 COMPARE = ["<", "<=", "=", ">", ">="]
 EXACT = {"+", "-", "*", "neg", "abs", "relu", "square", "maximum", "minimum", "matmul"}
@@ -136,7 +137,7 @@ class Gen:
             self.rng.choice([o for o in ops if o in EXACT] if self.exact else ops)
         )
         inner = self.expr(shape, scope, depth)
-        if op == "exp":
+        if op in ("exp", "expm1"):
             inner = f"({self.use('tanh')} {inner})"
         if op == "gelu" and self.chance(0.3):
             return f"(gelu {inner} :approximate :tanh)"
@@ -217,6 +218,8 @@ class Gen:
             "softcap": f"(softcap {x} 2.0)",
             "/": f"(/ {x} (+ (abs {y}) 1.0))",
             "log": f"(log (+ (square {x}) 1.0))",
+            "log1p": f"(log1p (square {x}))",
+            "softplus": f"(softplus {x} :beta 2.0 :threshold 1)",
             "sqrt": f"(sqrt (+ (square {x}) 0.25))",
             "rsqrt": f"(rsqrt (+ (square {x}) 1.0))",
             "pow": f"(pow {x} 2)",
