@@ -75,8 +75,22 @@ def _reshape(a, k):
 def _slice(a, k):
     x, axis = a[0], k.get("axis", 0)
     index = [slice(None)] * x.dim()
-    index[axis] = slice(k.get("start", 0), k.get("end"))
+    index[axis] = slice(k.get("start", 0), k.get("end"), k.get("step", 1))
     return x[tuple(index)]
+
+
+def _squeeze(a, k):
+    axis = k.get("axis")
+    return a[0].squeeze() if axis is None else a[0].squeeze(axis)
+
+
+def _repeat_interleave(a, k):
+    return torch.repeat_interleave(a[0], k["repeats"], dim=k.get("axis"))
+
+
+def _roll(a, k):
+    axis = k.get("axis")
+    return torch.roll(a[0], k.get("shifts", 0), () if axis is None else axis)
 
 
 def _previous(a, k):
@@ -275,6 +289,13 @@ OPS = {
     "transpose": Spec(lambda a, k: a[0].permute(tuple(a[1])), KEEP),
     "swap-axes": Spec(lambda a, k: a[0].transpose(a[1], a[2]), KEEP),
     "slice": Spec(_slice, KEEP),
+    "unsqueeze": Spec(lambda a, k: a[0].unsqueeze(k["axis"]), KEEP),
+    "squeeze": Spec(_squeeze, KEEP),
+    "flatten": Spec(
+        lambda a, k: torch.flatten(a[0], k.get("start", 0), k.get("end", -1)), KEEP
+    ),
+    "repeat-interleave": Spec(_repeat_interleave, KEEP),
+    "roll": Spec(_roll, KEEP),
     "concat": Spec(
         lambda a, k: torch.cat(a[0], dim=k.get("axis", 0)), KEEP, lists=True
     ),

@@ -17,9 +17,13 @@ def take_backward(
 
 
 def slice_backward(
-    grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end
+    grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end, step: int = 1
 ) -> torch.Tensor:
-    """The gradient of a slice of `x` along `dim`: zeros around the slice's gradient."""
+    """The gradient of a slice of `x` along `dim`: zeros around the slice's gradient (and,
+    with a step, between its elements)."""
+    if step != 1:
+        zeros = grad.new_zeros(x.shape)
+        return zeros.slice_scatter(grad, dim, start, end, step)
     size = x.shape[dim]
     start, stop, _ = slice(start, end).indices(size)
     before = list(grad.shape)

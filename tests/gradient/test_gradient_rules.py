@@ -75,6 +75,30 @@ UNARY = {
     ),
     "swap-axes": ("(swap-axes x 0 1)", lambda x: x.transpose(0, 1), False),
     "slice": ("(slice x :axis 1 :start 1 :end 3)", lambda x: x[:, 1:3], False),
+    "slice-step": ("(slice x :axis -1 :start 1 :step 2)", lambda x: x[..., 1::2], False),
+    "unsqueeze": ("(unsqueeze x :axis 1)", lambda x: x.unsqueeze(1), False),
+    "squeeze": (
+        "(squeeze (reshape x [3 1 4]) :axis 1)",
+        lambda x: x.reshape(3, 1, 4).squeeze(1),
+        False,
+    ),
+    "flatten": (
+        "(flatten (reshape x [3 2 2]) :start 1)",
+        lambda x: x.reshape(3, 2, 2).flatten(1),
+        False,
+    ),
+    "repeat-interleave": (
+        "(repeat-interleave x :repeats 3 :axis 0)",
+        lambda x: x.repeat_interleave(3, dim=0),
+        False,
+    ),
+    "repeat-interleave-flat": (
+        "(repeat-interleave x :repeats 2)",
+        lambda x: x.repeat_interleave(2),
+        False,
+    ),
+    "roll": ("(roll x :shifts 3 :axis -1)", lambda x: torch.roll(x, 3, -1), False),
+    "roll-flat": ("(roll x :shifts -2)", lambda x: torch.roll(x, -2), False),
     "concat": (
         "(concat [x (exp x)] :axis 1)",
         lambda x: torch.cat([x, x.exp()], 1),
@@ -280,6 +304,7 @@ def test_every_differentiable_op_is_covered():
         "expand-reduced",
         "take-backward",
         "slice-backward",
+        "repeat-interleave-backward",
         "reshape-as",
         "one-hot",
         "expect-scalar",

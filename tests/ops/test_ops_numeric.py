@@ -439,6 +439,8 @@ CASES: dict[str, list[Case]] = {
     "slice": [
         case("x", "(slice x :axis -1 :start 1 :end 3)", X, lambda x: x[..., 1:3]),
         case("x", "(slice x :axis 0 :start 1 :end 3)", X, lambda x: x[1:3]),
+        case("x", "(slice x :axis -1 :step 2)", X, lambda x: x[..., 0::2]),
+        case("x", "(slice x :axis 1 :start 1 :end 4 :step 2)", X, lambda x: x[:, 1:4:2]),
     ],
     "at": [case("x", "(at x 2)", lambda: (x34(0)[0],), lambda x: x[2])],
     "take": [
@@ -617,6 +619,56 @@ CASES: dict[str, list[Case]] = {
             why="the parallel scan sums in another order than the loop",
         )
     ],
+    "unsqueeze": [
+        case("x", "(unsqueeze x :axis 1)", X, lambda x: x.unsqueeze(1)),
+        case("x", "(unsqueeze x :axis -1)", X, lambda x: x.unsqueeze(-1)),
+    ],
+    "squeeze": [
+        case("x", "(squeeze (reshape x [3 1 4]) :axis 1)", X, lambda x: x),
+        case("x", "(squeeze (reshape x [1 3 1 4]))", X, lambda x: x),
+    ],
+    "flatten": [
+        case("x", "(flatten x)", X, torch.flatten),
+        case(
+            "x",
+            "(flatten (reshape x [3 2 2]) :start 1)",
+            X,
+            lambda x: x.reshape(3, 2, 2).flatten(1),
+        ),
+        case(
+            "x",
+            "(flatten (reshape x [3 2 2 1]) :start 1 :end 2)",
+            X,
+            lambda x: x.reshape(3, 2, 2, 1).flatten(1, 2),
+        ),
+    ],
+    "repeat-interleave": [
+        case(
+            "x",
+            "(repeat-interleave x :repeats 2 :axis 1)",
+            X,
+            lambda x: x.repeat_interleave(2, dim=1),
+        ),
+        case("x", "(repeat-interleave x :repeats 3)", X, lambda x: x.repeat_interleave(3)),
+    ],
+    "repeat-interleave-backward": [
+        case(
+            "g x",
+            "(repeat-interleave-backward g x :repeats 2 :axis -1)",
+            lambda: (torch.randn(3, 8, generator=_generator(0)), x34(1)),
+            lambda g, x: _vjp(lambda x: x.repeat_interleave(2, dim=-1), x, g),
+        ),
+        case(
+            "g x",
+            "(repeat-interleave-backward g x :repeats 3)",
+            lambda: (torch.randn(36, generator=_generator(0)), x34(1)),
+            lambda g, x: _vjp(lambda x: x.repeat_interleave(3), x, g),
+        ),
+    ],
+    "roll": [
+        case("x", "(roll x :shifts 1 :axis 1)", X, lambda x: torch.roll(x, 1, 1)),
+        case("x", "(roll x :shifts -5)", X, lambda x: torch.roll(x, -5)),
+    ],
     "previous": [
         case(
             "h",
@@ -642,7 +694,13 @@ CASES: dict[str, list[Case]] = {
             "(slice-backward (slice g :axis 1 :start 1 :end 3) x :axis 1 :start 1 :end 3)",
             XY,
             lambda g, x: F.pad(g[:, 1:3], (1, 1)),
-        )
+        ),
+        case(
+            "g x",
+            "(slice-backward (slice g :axis -1 :start 1 :step 2) x :axis -1 :start 1 :step 2)",
+            XY,
+            lambda g, x: _vjp(lambda x: x[..., 1::2], x, g[..., 1::2]),
+        ),
     ],
     "rms-norm-backward": [
         case(

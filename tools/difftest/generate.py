@@ -49,6 +49,7 @@ EXACT |= {"<", "<=", "=", ">", ">="}
 EXACT |= {"max-pool1d", "max-pool2d", "interpolate", "topk", "gather", "argmax"}
 EXACT |= {"index-select", "positions", "mod", "//", "arange", "arange-of", "size"}
 EXACT |= {"cast-run", "scalar-like"}
+EXACT |= {"unsqueeze", "squeeze", "flatten", "repeat-interleave", "roll"}
 # Ops no program draws: random draws (dropout, rand-like, randn-like), which the module
 # and the interpreter would take from torch's generator in different orders; and
 # batch-norm, whose statistics over the B = 2 rows make gradients ill-conditioned.
@@ -96,7 +97,7 @@ class Gen:
             return self.leaf(shape, scope)
         makers = [self.elementwise, self.binary, self.form]
         makers += {
-            ROWS: [self.rows, self.rows, self.tensor]
+            ROWS: [self.rows, self.rows, self.tensor, self.views]
             + ([] if self.exact else [self.library]),
             VEC: [self.vec],
             MAT: [self.mat],
@@ -209,6 +210,28 @@ class Gen:
                 f"({self.use('reshape-as')} ({self.use('reshape')} {x} [{B * D}]) {x})"
             )
         return f"({self.use('matmul')} {x} {self.leaf(MAT, scope)})"
+
+    def views(self, shape, scope, depth):
+        """The views, each back to [B D]: they move data, round nowhere, and each has a
+        derivative rule."""
+        x = self.expr(ROWS, scope, depth)
+        axis = self.pick(0, 1, 2, -1, -2, -3)
+        forms = {
+            "squeeze": f"(squeeze (unsqueeze {x} :axis {axis}) :axis {axis})",
+            "flatten": self.pick(
+                f"(flatten (reshape {x} [{B} 2 2]) :start 1)",
+                f"(reshape (flatten {x}) [{B} {D}])",
+            ),
+            "repeat-interleave": f"(repeat-interleave (slice {x} :axis {self.pick(1, -1)} "
+            f":start {self.pick(0, 1)} :step 2) :repeats 2 :axis 1)",
+            "roll": f"(roll {x} :shifts {self.pick(1, -1, 3)}"
+            f"{self.pick('', ' :axis 0', ' :axis 1', ' :axis -1')})",
+        }
+        op = self.use(self.rng.choice(sorted(forms)))
+        for used in ("unsqueeze", "slice", "reshape"):
+            if f"({used} " in forms[op]:
+                self.use(used)
+        return forms[op]
 
     def library(self, shape, scope, depth):
         x, y = self.expr(ROWS, scope, depth), self.expr(ROWS, scope, depth - 1)
