@@ -324,6 +324,9 @@ OPS = {
     "attention": Spec(_attention, skip=(3,)),
     "fused-rms-norm": Spec(_fused_rms_norm),
     "fused-layer-norm": Spec(_fused_layer_norm),
+    "group-norm": Spec(
+        lambda a, k: F.group_norm(a[0], a[1], *a[2:], eps=k.get("eps", 1e-05)), ISLAND
+    ),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
     "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
     "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),

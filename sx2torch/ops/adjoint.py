@@ -273,7 +273,9 @@ def _repeat_interleave_backward(a, ctx):
         return b.method(
             b.method(rows, "sum", b.number(1)), "reshape", b.attr(a[1], "shape")
         )
-    runs = b.method(g, "unflatten", ctx.attrs["axis"], b.tuple_([b.number(-1), repeats]))
+    runs = b.method(
+        g, "unflatten", ctx.attrs["axis"], b.tuple_([b.number(-1), repeats])
+    )
     return b.method(runs, "sum", b.number(axis + 1 if axis >= 0 else axis))
 
 

@@ -384,6 +384,35 @@ def _roll(shapes, attrs):
     return x
 
 
+def _group_norm(shapes, attrs):
+    """X [N, C, ...] as it is; C divisible by GROUPS, WEIGHT and BIAS of shape [C]."""
+    x, affine = shapes[0], shapes[1:]
+    groups = known(attrs["groups"])
+    if groups is not None and groups < 1:
+        raise ShapeError(f"group-norm of {groups} groups: there must be at least one")
+    if x is None:
+        return None
+    if len(x) < 2:
+        raise ShapeError(
+            f"group-norm of {shown(x)}: X is [N, C, ...], batched with channels"
+        )
+    channels = x[1]
+    if None not in (channels, groups) and channels % groups:
+        raise ShapeError(
+            f"group-norm of {shown(x)}: its {channels} channels are not divisible "
+            f"into {groups} groups"
+        )
+    for name, shape in zip(("WEIGHT", "BIAS"), affine):
+        if shape is not None and (
+            len(shape) != 1 or None not in (shape[0], channels) and shape[0] != channels
+        ):
+            raise ShapeError(
+                f"group-norm of {shown(x)}: its {name} is {shown(shape)}, not "
+                f"[{shown_size(channels)}], one per channel"
+            )
+    return x
+
+
 def _at(shapes, attrs):
     (x,) = shapes
     return None if x is None else x[1:]
@@ -457,3 +486,4 @@ SQUEEZE = RankRule("X's - 1 (without :axis: less each size-1 axis)", _squeeze)
 FLATTEN = RankRule("X's - (:end - :start)", _flatten)
 REPEAT_INTERLEAVE = RankRule("same as X (without :axis: 1)", _repeat_interleave)
 ROLL = RankRule("same as X", _roll)
+GROUP_NORM = RankRule("same as X", _group_norm)

@@ -75,7 +75,11 @@ UNARY = {
     ),
     "swap-axes": ("(swap-axes x 0 1)", lambda x: x.transpose(0, 1), False),
     "slice": ("(slice x :axis 1 :start 1 :end 3)", lambda x: x[:, 1:3], False),
-    "slice-step": ("(slice x :axis -1 :start 1 :step 2)", lambda x: x[..., 1::2], False),
+    "slice-step": (
+        "(slice x :axis -1 :start 1 :step 2)",
+        lambda x: x[..., 1::2],
+        False,
+    ),
     "unsqueeze": ("(unsqueeze x :axis 1)", lambda x: x.unsqueeze(1), False),
     "squeeze": (
         "(squeeze (reshape x [3 1 4]) :axis 1)",
@@ -119,6 +123,11 @@ UNARY = {
     ),
     "layer-norm": ("(layer-norm x)", lambda x: F.layer_norm(x, (4,), eps=1e-5), False),
     "fused-rms-norm": ("(fused-rms-norm x)", lambda x: F.rms_norm(x, (4,)), False),
+    "group-norm": (
+        "(group-norm (reshape x [3 2 2]) 2)",
+        lambda x: F.group_norm(x.reshape(3, 2, 2), 2),
+        False,
+    ),
     "fused-layer-norm": (
         "(fused-layer-norm x)",
         lambda x: F.layer_norm(x, (4,)),
@@ -175,6 +184,10 @@ BINARY = {
     "fused-layer-norm": (
         "(fused-layer-norm x (sum y :axes [0]) (amax y :axes [0]) :eps 1e-3)",
         lambda x, y: F.layer_norm(x, (4,), y.sum(0), y.amax(0), eps=1e-3),
+    ),
+    "group-norm": (
+        "(group-norm (reshape x [1 4 3]) 2 (sum y :axes [0]) (amax y :axes [0]) :eps 1e-3)",
+        lambda x, y: F.group_norm(x.reshape(1, 4, 3), 2, y.sum(0), y.amax(0), eps=1e-3),
     ),
 }
 
@@ -305,6 +318,7 @@ def test_every_differentiable_op_is_covered():
         "take-backward",
         "slice-backward",
         "repeat-interleave-backward",
+        "group-norm-backward",
         "reshape-as",
         "one-hot",
         "expect-scalar",

@@ -137,6 +137,21 @@ def _causal_attention(q, k, v):
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
 
 
+def _group_norm_backward(part: int, reference) -> Case:
+    return case(
+        "g x w",
+        f"(group-norm-backward g x w :groups 2 :part {part})",
+        lambda: tuple(
+            torch.randn(shape, generator=_generator(seed))
+            for seed, shape in enumerate([(2, 4, 3), (2, 4, 3), (4,)])
+        ),
+        reference,
+        tolerance=FUSED,
+        why="autograd's backward kernel against the differentiable form the helper runs "
+        "(so that it can be differentiated again)",
+    )
+
+
 CASES: dict[str, list[Case]] = {
     "+": [
         case("x y", "(+ x y x)", XY, lambda x, y: x + y + x),
@@ -313,6 +328,32 @@ CASES: dict[str, list[Case]] = {
             lambda x, y: F.layer_norm(x, (4,), y.sum(0), y.amax(0), eps=1e-3),
         ),
     ],
+    "group-norm": [
+        case(
+            "x",
+            "(group-norm (reshape x [1 4 3]) 2)",
+            X,
+            lambda x: F.group_norm(x.reshape(1, 4, 3), 2),
+        ),
+        case(
+            "x y",
+            "(group-norm (reshape x [3 2 2]) 1 (sum y :axes [1]) (amax y :axes [1]) "
+            ":eps 1e-3)",
+            lambda: (x34(0), torch.randn(2, 3, generator=_generator(1))),
+            lambda x, y: F.group_norm(
+                x.reshape(3, 2, 2), 1, y.sum(1), y.amax(1), eps=1e-3
+            ),
+        ),
+    ],
+    "group-norm-backward": [
+        _group_norm_backward(
+            0, lambda g, x, w: _vjp(lambda x: F.group_norm(x, 2, w), x, g)
+        ),
+        _group_norm_backward(
+            1, lambda g, x, w: _vjp(lambda w: F.group_norm(x, 2, w), w, g)
+        ),
+        _group_norm_backward(2, lambda g, x, w: g.sum((0, 2))),
+    ],
     "fused-rms-norm": [
         case("x", "(fused-rms-norm x)", X, lambda x: F.rms_norm(x, (4,))),
         case(
@@ -440,7 +481,9 @@ CASES: dict[str, list[Case]] = {
         case("x", "(slice x :axis -1 :start 1 :end 3)", X, lambda x: x[..., 1:3]),
         case("x", "(slice x :axis 0 :start 1 :end 3)", X, lambda x: x[1:3]),
         case("x", "(slice x :axis -1 :step 2)", X, lambda x: x[..., 0::2]),
-        case("x", "(slice x :axis 1 :start 1 :end 4 :step 2)", X, lambda x: x[:, 1:4:2]),
+        case(
+            "x", "(slice x :axis 1 :start 1 :end 4 :step 2)", X, lambda x: x[:, 1:4:2]
+        ),
     ],
     "at": [case("x", "(at x 2)", lambda: (x34(0)[0],), lambda x: x[2])],
     "take": [
@@ -649,7 +692,9 @@ CASES: dict[str, list[Case]] = {
             X,
             lambda x: x.repeat_interleave(2, dim=1),
         ),
-        case("x", "(repeat-interleave x :repeats 3)", X, lambda x: x.repeat_interleave(3)),
+        case(
+            "x", "(repeat-interleave x :repeats 3)", X, lambda x: x.repeat_interleave(3)
+        ),
     ],
     "repeat-interleave-backward": [
         case(

@@ -74,7 +74,10 @@ BAD = [
         "(flatten (reshape x [2 3]) :end -3)",
         "flatten :end -3 is out of range for a value of rank 2 (axes -2 to 1)",
     ),
-    ("(repeat-interleave x :repeats 1.5 :axis 0)", ":repeats must be an integer, got 1.5"),
+    (
+        "(repeat-interleave x :repeats 1.5 :axis 0)",
+        ":repeats must be an integer, got 1.5",
+    ),
     ("(repeat-interleave x :axis 0)", "repeat-interleave needs :repeats"),
     ("(repeat-interleave x :repeats -1)", "repeat-interleave :repeats -1 is negative"),
     (

@@ -248,6 +248,8 @@ class Gen:
             "pow": f"(pow {x} 2)",
             "fused-rms-norm": f"(fused-rms-norm {x}{self.pick('', ' v')})",
             "fused-layer-norm": f"(fused-layer-norm {x}{self.pick('', ' v', ' v v')})",
+            "group-norm": f"(group-norm {x} {self.pick(1, 2)}"
+            f"{self.pick('', ' v', ' v v')})",
             "causal-attention": f"(causal-attention {x} {y} {x})",
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
@@ -259,6 +261,7 @@ class Gen:
         if "v" not in scope.params.get(VEC, []):
             forms["fused-rms-norm"] = f"(fused-rms-norm {x})"
             forms["fused-layer-norm"] = f"(fused-layer-norm {x})"
+            forms["group-norm"] = f"(group-norm {x} 2)"
         op = self.use(self.rng.choice(sorted(forms)))
         return forms[op]
 
@@ -401,7 +404,7 @@ class Gen:
             inner = f"(for (layer blocks) ((c {start})) (layer (* c {x})))"
         if not re.search(rf"(?<![\w.-]){x}(?![\w.-])", inner):
             inner = f"(* {inner} {x})" if shape == ROWS else f"(matmul x {x})"
-        if re.match(r"\((softmax|layer-norm|fused-layer-norm) ", inner):
+        if re.match(r"\((softmax|layer-norm|fused-layer-norm|group-norm) ", inner):
             # rows that sum to a constant (unweighted): Y's gradient would be rounding noise
             inner = f"({self.use('exp')} {inner})"
         self.use("gradient")
