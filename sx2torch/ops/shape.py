@@ -180,45 +180,29 @@ def _reshape_back(t, n, g):
     return [t.op("reshape-as", [g, n.inputs[0]])]
 
 
-def _axis_key(default=None) -> Key:
-    return Key("axis", "int", default, static=True)
-
-
-register(
-    Op(
-        "unsqueeze",
-        (X,),
-        lambda a, ctx: b.method(a[0], "unsqueeze", ctx.attrs["axis"]),
-        keys=(_axis_key(),),
-        result="keep",
-        exact=True,
-        grad=_reshape_back,
-        rank=UNSQUEEZE,
-        doc="x.unsqueeze(axis): a new axis of size 1 at :axis (needed; -1 is after the "
-        "last); a view",
+def _view(name: str, emit, keys: tuple, grad, rank, doc: str) -> None:
+    """A view of X: it moves data, so it keeps X's dtype and bits (integers too)."""
+    register(
+        Op(
+            name,
+            (X,),
+            emit,
+            keys=keys,
+            result="keep",
+            exact=True,
+            grad=grad,
+            rank=rank,
+            doc=doc + "; a view",
+        )
     )
-)
+
+
+AXIS = Key("axis", "int", static=True)
 
 
 def _squeeze(a, ctx):
     axis = ctx.attrs["axis"]
     return b.method(a[0], "squeeze", *([] if axis is None else [axis]))
-
-
-register(
-    Op(
-        "squeeze",
-        (X,),
-        _squeeze,
-        keys=(_axis_key(),),
-        result="keep",
-        exact=True,
-        grad=_reshape_back,
-        rank=SQUEEZE,
-        doc="x.squeeze(axis): drops :axis, of size 1 (a known other size is a diagnostic; "
-        "torch would keep it); without :axis every axis of size 1; a view",
-    )
-)
 
 
 def _flatten(a, ctx):
@@ -227,22 +211,6 @@ def _flatten(a, ctx):
     if end != -1:
         args = [ctx.attrs["start"], ctx.attrs["end"]]
     return b.method(a[0], "flatten", *args)
-
-
-register(
-    Op(
-        "flatten",
-        (X,),
-        _flatten,
-        keys=(Key("start", "int", 0, static=True), Key("end", "int", -1, static=True)),
-        result="keep",
-        exact=True,
-        grad=_reshape_back,
-        rank=FLATTEN,
-        doc="torch.flatten: the axes :start to :end (both included; defaults 0 and -1) "
-        "made one; a view",
-    )
-)
 
 
 def _repeat_interleave(a, ctx):
@@ -256,24 +224,6 @@ def _repeat_interleave_grad(t, n, g):
     return [t.op("repeat-interleave-backward", [g, n.inputs[0]], **keys)]
 
 
-register(
-    Op(
-        "repeat-interleave",
-        (X,),
-        _repeat_interleave,
-        keys=(Key("repeats", "int"), _axis_key()),
-        result="keep",
-        exact=True,
-        grad=_repeat_interleave_grad,
-        rank=REPEAT_INTERLEAVE,
-        doc="x.repeat_interleave(repeats, dim=axis): each slice along :axis :repeats "
-        "times in a row (grouped-query attention's heads); without :axis, the flattened "
-        "elements. Its derivative sums each run of :repeats gradients (one sum, rounded "
-        "once, as torch's)",
-    )
-)
-
-
 def _roll(a, ctx):
     axis = ctx.attrs["axis"]
     dims = {} if axis is None else {"dims": axis}
@@ -285,20 +235,50 @@ def _roll_grad(t, n, g):
     return [t.op("roll", [g], shifts=back, axis=n.attrs["axis"])]
 
 
-register(
-    Op(
-        "roll",
-        (X,),
-        _roll,
-        keys=(Key("shifts", "int", 0), _axis_key()),
-        result="keep",
-        exact=True,
-        grad=_roll_grad,
-        rank=ROLL,
-        doc="torch.roll(x, shifts, axis): the elements moved :shifts places along :axis, "
-        "those past the end coming round to the start (Swin's shifted windows); without "
-        ":axis, of the flattened elements. Its derivative rolls back",
-    )
+_view(
+    "unsqueeze",
+    lambda a, ctx: b.method(a[0], "unsqueeze", ctx.attrs["axis"]),
+    (AXIS,),
+    _reshape_back,
+    UNSQUEEZE,
+    "x.unsqueeze(axis): a new axis of size 1 at :axis (needed; -1 is after the last)",
+)
+_view(
+    "squeeze",
+    _squeeze,
+    (AXIS,),
+    _reshape_back,
+    SQUEEZE,
+    "x.squeeze(axis): drops :axis, of size 1 (a known other size is a diagnostic; torch "
+    "would keep it); without :axis every axis of size 1",
+)
+_view(
+    "flatten",
+    _flatten,
+    (Key("start", "int", 0, static=True), Key("end", "int", -1, static=True)),
+    _reshape_back,
+    FLATTEN,
+    "torch.flatten: the axes :start to :end (both included; defaults 0 and -1) made one",
+)
+_view(
+    "repeat-interleave",
+    _repeat_interleave,
+    (Key("repeats", "int"), AXIS),
+    _repeat_interleave_grad,
+    REPEAT_INTERLEAVE,
+    "x.repeat_interleave(repeats, dim=axis): each slice along :axis :repeats times in a "
+    "row (grouped-query attention's heads); without :axis, the flattened elements. Its "
+    "derivative sums each run of :repeats gradients (one sum, rounded once, as torch's)",
+)
+_view(
+    "roll",
+    _roll,
+    (Key("shifts", "int", 0), AXIS),
+    _roll_grad,
+    ROLL,
+    "torch.roll(x, shifts, axis): the elements moved :shifts places along :axis, those "
+    "past the end coming round to the start (Swin's shifted windows); without :axis, of "
+    "the flattened elements. Its derivative rolls back",
 )
 register(
     Op(
