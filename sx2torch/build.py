@@ -242,16 +242,29 @@ def list_(items: list[Expr]) -> cst.List:
     return cst.List([cst.Element(i) for i in items])
 
 
-def slice_(lower: Expr | None, upper: Expr | None) -> cst.Slice:
-    """`lower:upper`; black spaces the colon like a binary operator where either bound is
-    more than a name, a number or a unary operator on one."""
-    if all(_trivial_bound(bound) for bound in (lower, upper)):
-        return cst.Slice(lower, upper)
-    colon = cst.Colon(
-        whitespace_before=SPACE if lower is not None else NO_SPACE,
-        whitespace_after=SPACE if upper is not None else NO_SPACE,
+def slice_(
+    lower: Expr | None, upper: Expr | None, step: Expr | None = None
+) -> cst.Slice:
+    """`lower:upper` (`lower:upper:step`); black spaces the colons like a binary operator
+    where any bound is more than a name, a number or a unary operator on one."""
+    if all(_trivial_bound(bound) for bound in (lower, upper, step)):
+        return cst.Slice(lower, upper, step)
+
+    def colon(before, after) -> cst.Colon:
+        return cst.Colon(
+            whitespace_before=SPACE if before is not None else NO_SPACE,
+            whitespace_after=SPACE if after is not None else NO_SPACE,
+        )
+
+    if step is None:
+        return cst.Slice(lower, upper, first_colon=colon(lower, upper))
+    return cst.Slice(
+        lower,
+        upper,
+        step,
+        first_colon=colon(lower, upper),
+        second_colon=colon(upper, step),
     )
-    return cst.Slice(lower, upper, first_colon=colon)
 
 
 def _trivial_bound(node: Expr | None) -> bool:

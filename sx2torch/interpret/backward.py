@@ -19,6 +19,7 @@ gradient of a gradient differentiates it.
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import torch
 
@@ -44,6 +45,7 @@ LINEAR |= {"transpose", "swap-axes", "slice", "concat", "gather", "index-select"
 LINEAR |= {"scatter-add", "index-add", "cumsum", "cast-run", "attention-scale"}
 LINEAR |= {"causal-mask", "take", "relu", "abs", "maximum", "minimum", "clamp", "where"}
 LINEAR |= {"amax", "amin", "previous", "topk", "alias"}
+LINEAR |= {"unsqueeze", "squeeze", "flatten", "repeat-interleave", "roll"}
 # Products: the derivative by one operand reads the others.
 PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d"}
 
@@ -330,6 +332,8 @@ FORMULAS = {
     "sigmoid": lambda w, g, a, y, i: w.mul(w.mul(g, y), w.sub(1.0, y)),
     "exp": lambda w, g, a, y, i: w.mul(g, y),
     "log": lambda w, g, a, y, i: w.div(g, a[0]),
+    "log1p": lambda w, g, a, y, i: w.div(g, w.add(a[0], 1.0)),
+    "expm1": lambda w, g, a, y, i: w.mul(g, w.add(y, 1.0)),
     "sqrt": lambda w, g, a, y, i: w.div(g, w.mul(2.0, y)),
     "rsqrt": lambda w, g, a, y, i: w.mul(w.mul(g, -0.5), w.pow(y, 3)),
     "sin": lambda w, g, a, y, i: w.mul(g, w.cos(a[0])),
@@ -346,6 +350,8 @@ FORMULAS = {
 
 def _formula(node: Node):
     """The node's derivative written out, by its op and :approximate form; None: torch's."""
+    if node.name == "softplus":
+        return partial(_softplus, node.keys)
     approximate = node.keys.get("approximate", ":none")
     return FORMULAS.get(
         node.name if approximate == ":none" else node.name + approximate
@@ -366,6 +372,14 @@ def _tanh_gelu_slope(w, x):
     slope = w.mul(w.add(1.0, w.mul(square, 3 * k)), c)
     rise = w.mul(w.mul(w.mul(x, 0.5), w.sub(1.0, w.mul(tanh, tanh))), slope)
     return w.add(w.mul(0.5, w.add(1.0, tanh)), rise)
+
+
+def _softplus(keys, w, g, a, y, i):
+    """torch's: g where beta x > threshold, else g sigmoid(beta x) (beta 1: x itself)."""
+    beta = keys.get("beta", 1.0)
+    scaled = a[0] if beta == 1 else w.mul(a[0], beta)
+    linear = getattr(w, ">")(scaled, keys.get("threshold", 20.0))
+    return w.where(linear, g, w.mul(g, w.sigmoid(scaled)))
 
 
 def _silu(w, g, x, s):

@@ -75,8 +75,22 @@ def _reshape(a, k):
 def _slice(a, k):
     x, axis = a[0], k.get("axis", 0)
     index = [slice(None)] * x.dim()
-    index[axis] = slice(k.get("start", 0), k.get("end"))
+    index[axis] = slice(k.get("start", 0), k.get("end"), k.get("step", 1))
     return x[tuple(index)]
+
+
+def _squeeze(a, k):
+    axis = k.get("axis")
+    return a[0].squeeze() if axis is None else a[0].squeeze(axis)
+
+
+def _repeat_interleave(a, k):
+    return torch.repeat_interleave(a[0], k["repeats"], dim=k.get("axis"))
+
+
+def _roll(a, k):
+    axis = k.get("axis")
+    return torch.roll(a[0], k.get("shifts", 0), () if axis is None else axis)
 
 
 def _previous(a, k):
@@ -233,6 +247,11 @@ OPS = {
     "relu": Spec(lambda a, k: torch.relu(a[0])),
     "exp": Spec(lambda a, k: torch.exp(a[0])),
     "log": Spec(lambda a, k: torch.log(a[0])),
+    "log1p": Spec(lambda a, k: torch.log1p(a[0])),
+    "expm1": Spec(lambda a, k: torch.expm1(a[0])),
+    "softplus": Spec(
+        lambda a, k: F.softplus(a[0], k.get("beta", 1.0), k.get("threshold", 20.0))
+    ),
     "sin": Spec(lambda a, k: torch.sin(a[0])),
     "cos": Spec(lambda a, k: torch.cos(a[0])),
     "tanh": Spec(lambda a, k: torch.tanh(a[0])),
@@ -270,6 +289,13 @@ OPS = {
     "transpose": Spec(lambda a, k: a[0].permute(tuple(a[1])), KEEP),
     "swap-axes": Spec(lambda a, k: a[0].transpose(a[1], a[2]), KEEP),
     "slice": Spec(_slice, KEEP),
+    "unsqueeze": Spec(lambda a, k: a[0].unsqueeze(k["axis"]), KEEP),
+    "squeeze": Spec(_squeeze, KEEP),
+    "flatten": Spec(
+        lambda a, k: torch.flatten(a[0], k.get("start", 0), k.get("end", -1)), KEEP
+    ),
+    "repeat-interleave": Spec(_repeat_interleave, KEEP),
+    "roll": Spec(_roll, KEEP),
     "concat": Spec(
         lambda a, k: torch.cat(a[0], dim=k.get("axis", 0)), KEEP, lists=True
     ),
@@ -298,6 +324,9 @@ OPS = {
     "attention": Spec(_attention, skip=(3,)),
     "fused-rms-norm": Spec(_fused_rms_norm),
     "fused-layer-norm": Spec(_fused_layer_norm),
+    "group-norm": Spec(
+        lambda a, k: F.group_norm(a[0], a[1], *a[2:], eps=k.get("eps", 1e-05)), ISLAND
+    ),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
     "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
     "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),
@@ -326,4 +355,4 @@ OPS = {
 # gelu for 256, and rsqrt for 9,017 on a tensor shorter than a vector (the tester's 2x4), whose
 # scalar loop rounds the square root to bf16 before its reciprocal.
 FUNCTIONS = {"exp", "log", "sin", "cos", "tanh", "sigmoid", "silu", "gelu", "erf"}
-FUNCTIONS |= {"sqrt", "rsqrt"}
+FUNCTIONS |= {"sqrt", "rsqrt", "log1p", "expm1", "softplus"}

@@ -190,17 +190,25 @@ register(
 def _slice_backward(a, ctx):
     values = ctx.values
     end = ctx.attrs["end"] if values["end"] is not None else b.name("None")
+    step = [] if values["step"] == 1 else [ctx.attrs["step"]]
     return b.call(
-        "sx.slice_backward", a[0], a[1], ctx.attrs["axis"], ctx.attrs["start"], end
+        "sx.slice_backward",
+        a[0],
+        a[1],
+        ctx.attrs["axis"],
+        ctx.attrs["start"],
+        end,
+        *step,
     )
 
 
 def _slice_backward_grad(t, node, g):
-    attrs = {k: node.attrs[k] for k in ("axis", "start", "end")}
+    attrs = {k: node.attrs[k] for k in ("axis", "start", "end", "step")}
     return [t.op("slice", [g], **attrs), None]
 
 
 SLICE_KEYS = (Key("axis", "int", 0), Key("start", "int", 0), Key("end", "int"))
+SLICE_KEYS += (Key("step", "int", 1),)
 register(
     Op(
         "slice-backward",
@@ -250,6 +258,41 @@ register(
         grad=lambda t, n, g: [g],
         rank=SCALAR,
         doc="Y, checked to be 0-d when the module runs: the Y of a gradient whose rank the compiler cannot tell",
+        internal=True,
+    )
+)
+
+
+def _repeat_interleave_backward(a, ctx):
+    """Each run of `repeats` gradients summed: G with the axis split as (-1, repeats),
+    summed over the repeats (the axis after it, counted from the start; the axis itself,
+    counted from the end); without an axis, the flattened elements', shaped as X."""
+    g, repeats, axis = a[0], ctx.attrs["repeats"], ctx.values["axis"]
+    if axis is None:
+        rows = b.method(g, "reshape", b.number(-1), repeats)
+        return b.method(
+            b.method(rows, "sum", b.number(1)), "reshape", b.attr(a[1], "shape")
+        )
+    runs = b.method(
+        g, "unflatten", ctx.attrs["axis"], b.tuple_([b.number(-1), repeats])
+    )
+    return b.method(runs, "sum", b.number(axis + 1 if axis >= 0 else axis))
+
+
+def _repeat_interleave_backward_grad(t, node, g):
+    keys = {k: node.attrs[k] for k in ("repeats", "axis")}
+    return [t.op("repeat-interleave", [g], **keys), None]
+
+
+register(
+    Op(
+        "repeat-interleave-backward",
+        (G, LIKE),
+        _repeat_interleave_backward,
+        keys=(Key("repeats", "int"), Key("axis", "int", static=True)),
+        grad=_repeat_interleave_backward_grad,
+        rank=LIKE_SHAPE,
+        name_inputs=lambda node: node.attrs["axis"] is None,
         internal=True,
     )
 )

@@ -74,7 +74,7 @@ def _sizes(expr):
     return b.tuple_(list(expr)) if isinstance(expr, tuple) else expr
 
 
-def _given(ctx, name: str, default) -> dict:
+def given(ctx, name: str, default) -> dict:
     """`name=...` unless the key is its default written as a literal."""
     chosen = ctx.values[name]
     if chosen == default or (isinstance(chosen, tuple) and set(chosen) == {default}):
@@ -85,10 +85,10 @@ def _given(ctx, name: str, default) -> dict:
 
 def _conv_keys(ctx) -> dict:
     return {
-        **_given(ctx, "stride", 1),
-        **_given(ctx, "padding", 0),
-        **_given(ctx, "dilation", 1),
-        **_given(ctx, "groups", 1),
+        **given(ctx, "stride", 1),
+        **given(ctx, "padding", 0),
+        **given(ctx, "dilation", 1),
+        **given(ctx, "groups", 1),
     }
 
 
@@ -199,7 +199,7 @@ def _pool_shape(spatial: int):
 def _pool(torch_name: str):
     def emit(a, ctx):
         extra = {"stride": _sizes(ctx.attrs["stride"])} if ctx.attrs["stride"] else {}
-        extra.update(_given(ctx, "padding", 0))
+        extra.update(given(ctx, "padding", 0))
         return b.call(torch_name, a[0], _sizes(ctx.attrs["kernel"]), **extra)
 
     return emit

@@ -12,6 +12,7 @@ from functools import partial
 import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.conv import given
 from sx2torch.ops.rank import BROADCAST, known
 from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import ScalarOp
@@ -226,6 +227,20 @@ _function(
     bf16_risk=GROWING,
 )
 _function(
+    "log1p",
+    "torch.log1p",
+    "float",
+    lambda t, n, g: [t.op("/", [g, t.op("+", [n.inputs[0], ONE])])],
+    bf16_risk=GROWING,
+)
+_function(
+    "expm1",
+    "torch.expm1",
+    "float",
+    lambda t, n, g: [_times(t, g, t.op("+", [n, ONE]))],
+    bf16_risk=GROWING,
+)
+_function(
     "sqrt", "torch.sqrt", "float", lambda t, n, g: [t.op("/", [g, t.op("*", [TWO, n])])]
 )
 _function(
@@ -336,6 +351,41 @@ _register(
     )
 )
 _function("silu", "F.silu", "float", _silu_grad)
+
+
+def _softplus(a, ctx):
+    return b.call(
+        "F.softplus",
+        a[0],
+        **given(ctx, "beta", 1.0),
+        **given(ctx, "threshold", 20.0),
+    )
+
+
+def _softplus_grad(t, n, g):
+    """torch's: the gradient passes where beta x > threshold (the linear side), else it is
+    scaled by sigmoid(beta x), which is e^(beta x) / (e^(beta x) + 1)."""
+    x, beta = n.inputs[0], n.attrs["beta"]
+    scaled = x if known(beta) == 1 else t.op("*", [x, beta])
+    linear = t.op(">", [scaled, n.attrs["threshold"]])
+    return [_where(t, linear, g, _times(t, g, t.op("sigmoid", [scaled])))]
+
+
+_register(
+    Op(
+        "softplus",
+        (X,),
+        _softplus,
+        keys=(Key("beta", "number", 1.0), Key("threshold", "number", 20.0)),
+        grad=_softplus_grad,
+        bf16_risk=GROWING,
+        doc=(
+            "F.softplus: log(1 + e^(beta x)) / beta, and x itself where beta x > "
+            ":threshold (torch's defaults: beta 1, threshold 20), so it is 100 at x = 100. "
+            "One kernel: on bf16 input it computes in f32 and rounds once"
+        ),
+    )
+)
 
 
 def _pow_grad(t, n, g):

@@ -3,7 +3,15 @@
 import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import ATTENTION, REDUCED, SAME, RankRule, like
+from sx2torch.ops.rank import (
+    ATTENTION,
+    GROUP_NORM,
+    REDUCED,
+    SAME,
+    RankRule,
+    known,
+    like,
+)
 from sx2torch.ops.reduce import dims
 
 X = Arg("x")
@@ -224,6 +232,79 @@ register(
         keys=(Key("axes", "ints", (0,)), EPS_5),
         rank=SAME,
         doc="batch statistics",
+    )
+)
+
+
+def _group_norm(a, ctx):
+    x, *affine = a
+    eps = {"eps": ctx.attrs["eps"]} if ctx.values["eps"] != 1e-5 else {}
+    return b.call("F.group_norm", x, ctx.attrs["groups"], *affine, **eps)
+
+
+def _group_norm_grad(t, n, g):
+    """torch's backward of F.group_norm for X, WEIGHT and BIAS (sx.group_norm_backward):
+    in the f32 island the forward is in, so it is f32 too."""
+    x, weight = n.inputs[0], n.inputs[1:2]
+    keys = {"groups": n.attrs["groups"], "eps": n.attrs["eps"]}
+    return [
+        t.op("group-norm-backward", [g, x, *weight], part=Scalar.lit(part), **keys)
+        for part in range(len(n.inputs))
+    ]
+
+
+def _group_norm_backward(a, ctx):
+    g, x, *weight = a
+    part = ctx.values["part"]
+    eps = {"eps": ctx.attrs["eps"]} if ctx.values["eps"] != 1e-5 else {}
+    return b.call(
+        "sx.group_norm_backward",
+        g,
+        x,
+        ctx.attrs["groups"],
+        *weight,
+        **eps,
+        **({"part": b.number(part)} if part else {}),
+    )
+
+
+register(
+    Op(
+        "group-norm",
+        (X, Arg("groups", "int"), Arg("weight"), Arg("bias")),
+        _group_norm,
+        keys=(EPS_5,),
+        arity=(2, 4),
+        sensitive=True,
+        grad=_group_norm_grad,
+        rank=GROUP_NORM,
+        doc=(
+            "F.group_norm of X [N, C, ...]: the C channels in GROUPS groups, each "
+            "normalized by its mean and variance over its channels and the other axes, "
+            "times WEIGHT [C] and plus BIAS [C] if given; :eps defaults to torch's 1e-5. "
+            "One call in an f32 island, as bf16 autocast runs group_norm (its output f32 "
+            "until it meets a bf16 value)"
+        ),
+    )
+)
+register(
+    Op(
+        "group-norm-backward",
+        (Arg("g"), X, Arg("weight")),
+        _group_norm_backward,
+        keys=(Key("groups", "int"), EPS_5, Key("part", "int", 0)),
+        arity=(2, 3),
+        rank=RankRule(
+            "as X (:part 0), as WEIGHT (1, 2)",
+            lambda shapes, attrs: (
+                shapes[1]
+                if known(attrs["part"]) == 0 or shapes[1] is None
+                else shapes[1][1:2]
+            ),
+        ),
+        doc="group-norm's gradient with respect to X, WEIGHT or BIAS (:part 0, 1, 2): "
+        "torch.autograd's of F.group_norm",
+        internal=True,
     )
 )
 

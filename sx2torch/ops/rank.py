@@ -13,6 +13,7 @@ so that a mismatch further down a chain of ops is found too; other rules see Non
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -282,6 +283,9 @@ def _swap_last_axes(x: Tail, attrs) -> Optional[Tail]:
 
 def _slice(shapes, attrs):
     (x,) = shapes
+    step = known(attrs.get("step", 1))
+    if step is not None and step < 1:
+        raise ShapeError(f"slice :step {step}: torch's step is positive")
     if x is None or not x:
         return x
     axis = _axis(attrs["axis"], len(x))
@@ -290,11 +294,135 @@ def _slice(shapes, attrs):
     start, end = known(attrs["start"]), known(attrs["end"])
     bounded = attrs["end"] is None or end is not None
     size = x[axis]
-    if size is not None and start is not None and bounded:
-        size = len(range(size)[start:end])
+    if size is not None and None not in (start, step) and bounded:
+        size = len(range(size)[start:end:step])
     else:
         size = None
     return x[:axis] + (size,) + x[axis + 1 :]
+
+
+def axis_in(op: str, key: str, scalar, rank: int, extra: int = 0) -> Optional[int]:
+    """A literal axis of a value of known `rank` (+ `extra`: unsqueeze's new place), counted
+    from 0; a diagnostic where it is out of range, as torch's IndexError would be when the
+    module runs; None where a const decides it."""
+    axis, span = known(scalar), max(rank + extra, 1)  # torch wraps a 0-d's as a 1-d's
+    if axis is None:
+        return None
+    if not -span <= axis < span:
+        raise ShapeError(
+            f"{op} {key} {axis} is out of range for a value of rank {rank} "
+            f"(axes {-span} to {span - 1})"
+        )
+    return axis % span
+
+
+def needs(op: str, attrs, key: str) -> None:
+    """A key without a default that torch's call cannot do without."""
+    if attrs[key] is None:
+        raise ShapeError(f"{op} needs :{key}")
+
+
+def _unsqueeze(shapes, attrs):
+    (x,) = shapes
+    needs("unsqueeze", attrs, "axis")
+    if x is None:
+        return None
+    axis = axis_in("unsqueeze", ":axis", attrs["axis"], len(x), extra=1)
+    if axis is None:
+        return None
+    return x[:axis] + (1,) + x[axis:]
+
+
+def _squeeze(shapes, attrs):
+    """torch keeps an axis whose size is not 1: where the size is unknown, so is the rank."""
+    (x,) = shapes
+    if x is None:
+        return None
+    if attrs["axis"] is None:
+        return None if None in x else tuple(d for d in x if d != 1)
+    axis = axis_in("squeeze", ":axis", attrs["axis"], len(x))
+    if axis is None or not x or x[axis] is None:
+        return None
+    if x[axis] != 1:
+        raise ShapeError(
+            f"squeeze :axis {known(attrs['axis'])} of {shown(x)}: that axis has size "
+            f"{x[axis]}, not 1 (torch would keep it)"
+        )
+    return x[:axis] + x[axis + 1 :]
+
+
+def _flatten(shapes, attrs):
+    (x,) = shapes
+    if x is None:
+        return None
+    if not x:  # torch flattens a 0-d tensor to one element
+        return (1,)
+    start = axis_in("flatten", ":start", attrs["start"], len(x))
+    end = axis_in("flatten", ":end", attrs["end"], len(x))
+    if start is None or end is None:
+        return None
+    if start > end:
+        raise ShapeError(
+            f"flatten of {shown(x)}: :start {known(attrs['start'])} comes after "
+            f":end {known(attrs['end'])}"
+        )
+    merged = x[start : end + 1]
+    size = None if None in merged else math.prod(merged)
+    return x[:start] + (size,) + x[end + 1 :]
+
+
+def _repeat_interleave(shapes, attrs):
+    (x,) = shapes
+    needs("repeat-interleave", attrs, "repeats")
+    repeats = known(attrs["repeats"])
+    if repeats is not None and repeats < 0:
+        raise ShapeError(f"repeat-interleave :repeats {repeats} is negative")
+    if x is None:
+        return None if attrs["axis"] is not None else (None,)
+    if attrs["axis"] is None:  # torch repeats the flattened elements
+        whole = None if None in x or repeats is None else math.prod(x) * repeats
+        return (whole,)
+    axis = axis_in("repeat-interleave", ":axis", attrs["axis"], len(x))
+    if axis is None:
+        return (None,) * len(x)
+    size = None if x[axis] is None or repeats is None else x[axis] * repeats
+    return x[:axis] + (size,) + x[axis + 1 :]
+
+
+def _roll(shapes, attrs):
+    (x,) = shapes
+    if x is not None and attrs["axis"] is not None:
+        axis_in("roll", ":axis", attrs["axis"], len(x))
+    return x
+
+
+def _group_norm(shapes, attrs):
+    """X [N, C, ...] as it is; C divisible by GROUPS, WEIGHT and BIAS of shape [C]."""
+    x, affine = shapes[0], shapes[1:]
+    groups = known(attrs["groups"])
+    if groups is not None and groups < 1:
+        raise ShapeError(f"group-norm of {groups} groups: there must be at least one")
+    if x is None:
+        return None
+    if len(x) < 2:
+        raise ShapeError(
+            f"group-norm of {shown(x)}: X is [N, C, ...], batched with channels"
+        )
+    channels = x[1]
+    if None not in (channels, groups) and channels % groups:
+        raise ShapeError(
+            f"group-norm of {shown(x)}: its {channels} channels are not divisible "
+            f"into {groups} groups"
+        )
+    for name, shape in zip(("WEIGHT", "BIAS"), affine):
+        if shape is not None and (
+            len(shape) != 1 or None not in (shape[0], channels) and shape[0] != channels
+        ):
+            raise ShapeError(
+                f"group-norm of {shown(x)}: its {name} is {shown(shape)}, not "
+                f"[{shown_size(channels)}], one per channel"
+            )
+    return x
 
 
 def _at(shapes, attrs):
@@ -383,3 +511,9 @@ OUTER = RankRule("broadcast of the leading axes + 2", _outer)
 MATRIX_SCAN = RankRule("broadcast of the batch axes + 1", _matrix_scan)
 ATTENTION = RankRule("broadcast of the batch axes + 2", _attention)
 CONCAT_PART = RankRule("as the part :index", _concat_part)
+UNSQUEEZE = RankRule("X's + 1", _unsqueeze)
+SQUEEZE = RankRule("X's - 1 (without :axis: less each size-1 axis)", _squeeze)
+FLATTEN = RankRule("X's - (:end - :start)", _flatten)
+REPEAT_INTERLEAVE = RankRule("same as X (without :axis: 1)", _repeat_interleave)
+ROLL = RankRule("same as X", _roll)
+GROUP_NORM = RankRule("same as X", _group_norm)

@@ -7,10 +7,16 @@ import libcst as cst
 import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
+from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops.rank import (
     AT,
     CONCAT,
+    FLATTEN,
+    REPEAT_INTERLEAVE,
+    ROLL,
+    SQUEEZE,
+    UNSQUEEZE,
     ONE_HOT,
     RESHAPE,
     SLICE,
@@ -135,8 +141,12 @@ register(
 
 def _slice(a, ctx):
     axis = ctx.values["axis"]
-    start, end = ctx.attrs["start"], ctx.attrs["end"]
-    span = b.slice_(None if ctx.values["start"] == 0 else start, end)
+    start, end, step = ctx.attrs["start"], ctx.attrs["end"], ctx.attrs["step"]
+    span = b.slice_(
+        None if ctx.values["start"] == 0 else start,
+        end,
+        None if ctx.values["step"] == 1 else step,
+    )
     whole = b.slice_(None, None)
     if axis >= 0:
         index = [whole] * axis + [span]
@@ -158,12 +168,122 @@ register(
             Key("axis", "int", 0, static=True),
             Key("start", "int", 0),
             Key("end", "int"),
+            Key("step", "int", 1),
         ),
         result="keep",
         exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
         rank=SLICE,
+        doc="X[..., start:end:step] along :axis (default 0); :step (default 1) is positive, "
+        "as torch's; a view",
     )
+)
+
+
+def _reshape_back(t, n, g):
+    """A view that only regroups axes: its gradient is G regrouped as X."""
+    return [t.op("reshape-as", [g, n.inputs[0]])]
+
+
+def _view(name: str, emit, keys: tuple, grad, rank, doc: str) -> None:
+    """A view of X: it moves data, so it keeps X's dtype and bits (integers too)."""
+    register(
+        Op(
+            name,
+            (X,),
+            emit,
+            keys=keys,
+            result="keep",
+            exact=True,
+            grad=grad,
+            rank=rank,
+            doc=doc + "; a view",
+        )
+    )
+
+
+AXIS = Key("axis", "int", static=True)
+
+
+def _squeeze(a, ctx):
+    axis = ctx.attrs["axis"]
+    return b.method(a[0], "squeeze", *([] if axis is None else [axis]))
+
+
+def _flatten(a, ctx):
+    start, end = ctx.values["start"], ctx.values["end"]
+    args = [] if start == 0 else [ctx.attrs["start"]]
+    if end != -1:
+        args = [ctx.attrs["start"], ctx.attrs["end"]]
+    return b.method(a[0], "flatten", *args)
+
+
+def _repeat_interleave(a, ctx):
+    axis = ctx.attrs["axis"]
+    dim = {} if axis is None else {"dim": axis}
+    return b.method(a[0], "repeat_interleave", ctx.attrs["repeats"], **dim)
+
+
+def _repeat_interleave_grad(t, n, g):
+    keys = {k: n.attrs[k] for k in ("repeats", "axis")}
+    return [t.op("repeat-interleave-backward", [g, n.inputs[0]], **keys)]
+
+
+def _roll(a, ctx):
+    axis = ctx.attrs["axis"]
+    dims = {} if axis is None else {"dims": axis}
+    return b.call("torch.roll", a[0], ctx.attrs["shifts"], **dims)
+
+
+def _roll_grad(t, n, g):
+    back = scalars.negate(n.attrs["shifts"], n.span)
+    return [t.op("roll", [g], shifts=back, axis=n.attrs["axis"])]
+
+
+_view(
+    "unsqueeze",
+    lambda a, ctx: b.method(a[0], "unsqueeze", ctx.attrs["axis"]),
+    (AXIS,),
+    _reshape_back,
+    UNSQUEEZE,
+    "x.unsqueeze(axis): a new axis of size 1 at :axis (needed; -1 is after the last)",
+)
+_view(
+    "squeeze",
+    _squeeze,
+    (AXIS,),
+    _reshape_back,
+    SQUEEZE,
+    "x.squeeze(axis): drops :axis, of size 1 (a known other size is a diagnostic; torch "
+    "would keep it); without :axis every axis of size 1",
+)
+_view(
+    "flatten",
+    _flatten,
+    (Key("start", "int", 0, static=True), Key("end", "int", -1, static=True)),
+    _reshape_back,
+    FLATTEN,
+    "torch.flatten: the axes :start to :end (both included; defaults 0 and -1) made one",
+)
+_view(
+    "repeat-interleave",
+    _repeat_interleave,
+    (Key("repeats", "int"), AXIS),
+    _repeat_interleave_grad,
+    REPEAT_INTERLEAVE,
+    "x.repeat_interleave(repeats, dim=axis): each slice along :axis :repeats times in a "
+    "row (grouped-query attention's heads); without :axis, the flattened elements. Its "
+    "derivative sums each run of :repeats gradients (one sum, rounded once, as torch's)",
+)
+_view(
+    "roll",
+    _roll,
+    (Key("shifts", "int", 0), AXIS),
+    _roll_grad,
+    ROLL,
+    "torch.roll(x, shifts, axis): the elements moved :shifts places along :axis, those "
+    "past the end coming round to the start (Swin's shifted windows); without :axis, of "
+    "the flattened elements. Its derivative rolls back",
 )
 register(
     Op(

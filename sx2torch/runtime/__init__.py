@@ -8,6 +8,7 @@ from sx2torch.runtime.located import install as _show_source_of_errors
 from sx2torch.runtime.grad import (
     concat_part,
     cross_entropy_backward,
+    group_norm_backward,
     rms_norm_backward,
     rms_norm_weight_backward,
     slice_backward,
@@ -33,6 +34,7 @@ __all__ = [
     "concat_part",
     "cross_entropy_backward",
     "expect_scalar",
+    "group_norm_backward",
     "layers",
     "linear_scan",
     "linear_scan_adjoint",

@@ -5,7 +5,10 @@ emitted backward (double backward)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+from torch.nn import functional as F
 
 
 def take_backward(
@@ -17,9 +20,13 @@ def take_backward(
 
 
 def slice_backward(
-    grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end
+    grad: torch.Tensor, x: torch.Tensor, dim: int, start: int, end, step: int = 1
 ) -> torch.Tensor:
-    """The gradient of a slice of `x` along `dim`: zeros around the slice's gradient."""
+    """The gradient of a slice of `x` along `dim`: zeros around the slice's gradient (and,
+    with a step, between its elements)."""
+    if step != 1:
+        zeros = grad.new_zeros(x.shape)
+        return zeros.slice_scatter(grad, dim, start, end, step)
     size = x.shape[dim]
     start, stop, _ = slice(start, end).indices(size)
     before = list(grad.shape)
@@ -76,3 +83,29 @@ def _rms_normed(x: torch.Tensor, eps: float) -> tuple:
     wide = x.float()
     inverse_rms = torch.rsqrt(wide.square().mean(-1, keepdim=True) + eps)
     return wide * inverse_rms, inverse_rms
+
+
+def group_norm_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    groups: int,
+    weight: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+    part: int = 0,
+) -> torch.Tensor:
+    """The gradient of `F.group_norm(x, groups, weight, bias, eps)` with respect to `x`
+    (part 0), `weight` (1) or `bias` (2), as torch.autograd gives it with its graph kept:
+    torch's differentiable form of the backward (its kernel's has no derivative), so this
+    can be differentiated again."""
+    with torch.enable_grad():
+        x_, weight_ = (
+            t if t is None or t.requires_grad else t.detach().requires_grad_()
+            for t in (x, weight)
+        )
+        bias = x.new_zeros(x.shape[1]).requires_grad_() if part == 2 else None
+        out = F.group_norm(x_, groups, weight_, bias, eps)
+        (made,) = torch.autograd.grad(
+            out, [(x_, weight_, bias)[part]], grad, create_graph=True
+        )
+    keeps = any(t is not None and t.requires_grad for t in (grad, x, weight))
+    return made if keeps and torch.is_grad_enabled() else made.detach()

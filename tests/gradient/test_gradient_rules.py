@@ -20,6 +20,15 @@ UNARY = {
     "neg": ("(neg x)", torch.neg, False),
     "exp": ("(exp x)", torch.exp, False),
     "log": ("(log x)", torch.log, True),
+    "log1p": ("(log1p x)", torch.log1p, True),
+    "expm1": ("(expm1 x)", torch.expm1, False),
+    "softplus": ("(softplus x)", F.softplus, False),
+    # beta x on both sides of the threshold: the linear side passes the gradient on
+    "softplus-beta": (
+        "(softplus (* x 8.0) :beta 2.0 :threshold 4)",
+        lambda x: F.softplus(x * 8.0, beta=2.0, threshold=4),
+        False,
+    ),
     "sqrt": ("(sqrt x)", torch.sqrt, True),
     "rsqrt": ("(rsqrt x)", torch.rsqrt, True),
     "tanh": ("(tanh x)", torch.tanh, False),
@@ -66,6 +75,34 @@ UNARY = {
     ),
     "swap-axes": ("(swap-axes x 0 1)", lambda x: x.transpose(0, 1), False),
     "slice": ("(slice x :axis 1 :start 1 :end 3)", lambda x: x[:, 1:3], False),
+    "slice-step": (
+        "(slice x :axis -1 :start 1 :step 2)",
+        lambda x: x[..., 1::2],
+        False,
+    ),
+    "unsqueeze": ("(unsqueeze x :axis 1)", lambda x: x.unsqueeze(1), False),
+    "squeeze": (
+        "(squeeze (reshape x [3 1 4]) :axis 1)",
+        lambda x: x.reshape(3, 1, 4).squeeze(1),
+        False,
+    ),
+    "flatten": (
+        "(flatten (reshape x [3 2 2]) :start 1)",
+        lambda x: x.reshape(3, 2, 2).flatten(1),
+        False,
+    ),
+    "repeat-interleave": (
+        "(repeat-interleave x :repeats 3 :axis 0)",
+        lambda x: x.repeat_interleave(3, dim=0),
+        False,
+    ),
+    "repeat-interleave-flat": (
+        "(repeat-interleave x :repeats 2)",
+        lambda x: x.repeat_interleave(2),
+        False,
+    ),
+    "roll": ("(roll x :shifts 3 :axis -1)", lambda x: torch.roll(x, 3, -1), False),
+    "roll-flat": ("(roll x :shifts -2)", lambda x: torch.roll(x, -2), False),
     "concat": (
         "(concat [x (exp x)] :axis 1)",
         lambda x: torch.cat([x, x.exp()], 1),
@@ -86,6 +123,11 @@ UNARY = {
     ),
     "layer-norm": ("(layer-norm x)", lambda x: F.layer_norm(x, (4,), eps=1e-5), False),
     "fused-rms-norm": ("(fused-rms-norm x)", lambda x: F.rms_norm(x, (4,)), False),
+    "group-norm": (
+        "(group-norm (reshape x [3 2 2]) 2)",
+        lambda x: F.group_norm(x.reshape(3, 2, 2), 2),
+        False,
+    ),
     "fused-layer-norm": (
         "(fused-layer-norm x)",
         lambda x: F.layer_norm(x, (4,)),
@@ -142,6 +184,10 @@ BINARY = {
     "fused-layer-norm": (
         "(fused-layer-norm x (sum y :axes [0]) (amax y :axes [0]) :eps 1e-3)",
         lambda x, y: F.layer_norm(x, (4,), y.sum(0), y.amax(0), eps=1e-3),
+    ),
+    "group-norm": (
+        "(group-norm (reshape x [1 4 3]) 2 (sum y :axes [0]) (amax y :axes [0]) :eps 1e-3)",
+        lambda x, y: F.group_norm(x.reshape(1, 4, 3), 2, y.sum(0), y.amax(0), eps=1e-3),
     ),
 }
 
@@ -271,6 +317,8 @@ def test_every_differentiable_op_is_covered():
         "expand-reduced",
         "take-backward",
         "slice-backward",
+        "repeat-interleave-backward",
+        "group-norm-backward",
         "reshape-as",
         "one-hot",
         "expect-scalar",

@@ -137,6 +137,21 @@ def _causal_attention(q, k, v):
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
 
 
+def _group_norm_backward(part: int, reference) -> Case:
+    return case(
+        "g x w",
+        f"(group-norm-backward g x w :groups 2 :part {part})",
+        lambda: tuple(
+            torch.randn(shape, generator=_generator(seed))
+            for seed, shape in enumerate([(2, 4, 3), (2, 4, 3), (4,)])
+        ),
+        reference,
+        tolerance=FUSED,
+        why="autograd's backward kernel against the differentiable form the helper runs "
+        "(so that it can be differentiated again)",
+    )
+
+
 CASES: dict[str, list[Case]] = {
     "+": [
         case("x y", "(+ x y x)", XY, lambda x, y: x + y + x),
@@ -173,6 +188,17 @@ CASES: dict[str, list[Case]] = {
     "neg": [case("x", "(neg x)", X, lambda x: -x)],
     "exp": [case("x", "(exp x)", X, torch.exp)],
     "log": [case("x", "(log x)", POS, torch.log)],
+    "log1p": [case("x", "(log1p x)", POS, torch.log1p)],
+    "expm1": [case("x", "(expm1 x)", X, torch.expm1)],
+    "softplus": [
+        case("x", "(softplus x)", X, F.softplus),
+        case(
+            "x",
+            "(softplus (* x 40.0) :beta 2.0 :threshold 30)",
+            X,
+            lambda x: F.softplus(x * 40.0, beta=2.0, threshold=30),
+        ),
+    ],
     "sqrt": [case("x", "(sqrt x)", POS, torch.sqrt)],
     "rsqrt": [case("x", "(rsqrt x)", POS, torch.rsqrt)],
     "square": [case("x", "(square x)", X, torch.square)],
@@ -302,6 +328,32 @@ CASES: dict[str, list[Case]] = {
             lambda x, y: F.layer_norm(x, (4,), y.sum(0), y.amax(0), eps=1e-3),
         ),
     ],
+    "group-norm": [
+        case(
+            "x",
+            "(group-norm (reshape x [1 4 3]) 2)",
+            X,
+            lambda x: F.group_norm(x.reshape(1, 4, 3), 2),
+        ),
+        case(
+            "x y",
+            "(group-norm (reshape x [3 2 2]) 1 (sum y :axes [1]) (amax y :axes [1]) "
+            ":eps 1e-3)",
+            lambda: (x34(0), torch.randn(2, 3, generator=_generator(1))),
+            lambda x, y: F.group_norm(
+                x.reshape(3, 2, 2), 1, y.sum(1), y.amax(1), eps=1e-3
+            ),
+        ),
+    ],
+    "group-norm-backward": [
+        _group_norm_backward(
+            0, lambda g, x, w: _vjp(lambda x: F.group_norm(x, 2, w), x, g)
+        ),
+        _group_norm_backward(
+            1, lambda g, x, w: _vjp(lambda w: F.group_norm(x, 2, w), w, g)
+        ),
+        _group_norm_backward(2, lambda g, x, w: g.sum((0, 2))),
+    ],
     "fused-rms-norm": [
         case("x", "(fused-rms-norm x)", X, lambda x: F.rms_norm(x, (4,))),
         case(
@@ -428,6 +480,10 @@ CASES: dict[str, list[Case]] = {
     "slice": [
         case("x", "(slice x :axis -1 :start 1 :end 3)", X, lambda x: x[..., 1:3]),
         case("x", "(slice x :axis 0 :start 1 :end 3)", X, lambda x: x[1:3]),
+        case("x", "(slice x :axis -1 :step 2)", X, lambda x: x[..., 0::2]),
+        case(
+            "x", "(slice x :axis 1 :start 1 :end 4 :step 2)", X, lambda x: x[:, 1:4:2]
+        ),
     ],
     "at": [case("x", "(at x 2)", lambda: (x34(0)[0],), lambda x: x[2])],
     "take": [
@@ -606,6 +662,58 @@ CASES: dict[str, list[Case]] = {
             why="the parallel scan sums in another order than the loop",
         )
     ],
+    "unsqueeze": [
+        case("x", "(unsqueeze x :axis 1)", X, lambda x: x.unsqueeze(1)),
+        case("x", "(unsqueeze x :axis -1)", X, lambda x: x.unsqueeze(-1)),
+    ],
+    "squeeze": [
+        case("x", "(squeeze (reshape x [3 1 4]) :axis 1)", X, lambda x: x),
+        case("x", "(squeeze (reshape x [1 3 1 4]))", X, lambda x: x),
+    ],
+    "flatten": [
+        case("x", "(flatten x)", X, torch.flatten),
+        case(
+            "x",
+            "(flatten (reshape x [3 2 2]) :start 1)",
+            X,
+            lambda x: x.reshape(3, 2, 2).flatten(1),
+        ),
+        case(
+            "x",
+            "(flatten (reshape x [3 2 2 1]) :start 1 :end 2)",
+            X,
+            lambda x: x.reshape(3, 2, 2, 1).flatten(1, 2),
+        ),
+    ],
+    "repeat-interleave": [
+        case(
+            "x",
+            "(repeat-interleave x :repeats 2 :axis 1)",
+            X,
+            lambda x: x.repeat_interleave(2, dim=1),
+        ),
+        case(
+            "x", "(repeat-interleave x :repeats 3)", X, lambda x: x.repeat_interleave(3)
+        ),
+    ],
+    "repeat-interleave-backward": [
+        case(
+            "g x",
+            "(repeat-interleave-backward g x :repeats 2 :axis -1)",
+            lambda: (torch.randn(3, 8, generator=_generator(0)), x34(1)),
+            lambda g, x: _vjp(lambda x: x.repeat_interleave(2, dim=-1), x, g),
+        ),
+        case(
+            "g x",
+            "(repeat-interleave-backward g x :repeats 3)",
+            lambda: (torch.randn(36, generator=_generator(0)), x34(1)),
+            lambda g, x: _vjp(lambda x: x.repeat_interleave(3), x, g),
+        ),
+    ],
+    "roll": [
+        case("x", "(roll x :shifts 1 :axis 1)", X, lambda x: torch.roll(x, 1, 1)),
+        case("x", "(roll x :shifts -5)", X, lambda x: torch.roll(x, -5)),
+    ],
     "previous": [
         case(
             "h",
@@ -631,7 +739,13 @@ CASES: dict[str, list[Case]] = {
             "(slice-backward (slice g :axis 1 :start 1 :end 3) x :axis 1 :start 1 :end 3)",
             XY,
             lambda g, x: F.pad(g[:, 1:3], (1, 1)),
-        )
+        ),
+        case(
+            "g x",
+            "(slice-backward (slice g :axis -1 :start 1 :step 2) x :axis -1 :start 1 :step 2)",
+            XY,
+            lambda g, x: _vjp(lambda x: x[..., 1::2], x, g[..., 1::2]),
+        ),
     ],
     "rms-norm-backward": [
         case(

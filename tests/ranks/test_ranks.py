@@ -68,6 +68,18 @@ CASES = [
     ("concat", "(concat [x y x] :axis 1)", {"x": [2, 3], "y": [2, 5]}),
     ("slice", "(slice x :axis 1 :start 1 :end 3)", {"x": [2, 5]}),
     ("slice", "(slice x :axis -1 :start -2)", {"x": [2, 5]}),
+    ("slice", "(slice x :axis -1 :start 1 :step 2)", {"x": [2, 6]}),
+    ("unsqueeze", "(unsqueeze x :axis -1)", {"x": [2, 5]}),
+    ("unsqueeze", "(unsqueeze x :axis 0)", {"x": []}),
+    ("squeeze", "(squeeze x :axis 1)", {"x": [2, 1, 5]}),
+    ("squeeze", "(squeeze x)", {"x": [1, 2, 1, 5]}),
+    ("flatten", "(flatten x :start 1)", {"x": [2, 3, 5]}),
+    ("flatten", "(flatten x :start 0 :end -2)", {"x": [2, 3, 5]}),
+    ("flatten", "(flatten x)", {"x": []}),
+    ("repeat-interleave", "(repeat-interleave x :repeats 3 :axis 1)", {"x": [2, 5]}),
+    ("repeat-interleave", "(repeat-interleave x :repeats 2)", {"x": [2, 5]}),
+    ("roll", "(roll x :shifts 2 :axis -1)", {"x": [2, 5]}),
+    ("group-norm", "(group-norm x 2 w b)", {"x": [2, 4, 3], "w": [4], "b": [4]}),
     ("take", "(take x ids)", {"x": [5, 3], "ids": [2, 4]}),
     ("at", "(at x 2)", {"x": [5, 3]}),
     ("one-hot", "(one-hot ids 7)", {"ids": [2, 3]}),
@@ -149,7 +161,7 @@ CASES = [
 ]
 for (
     _name
-) in "exp log sqrt rsqrt tanh sigmoid sin cos erf abs relu square gelu silu".split():
+) in "exp log sqrt rsqrt tanh sigmoid sin cos erf abs relu square gelu silu softplus log1p expm1".split():
     CASES.append((_name, f"({_name} x)", {"x": [2, 3, 4]}))
 for _name in ("<", "<=", ">", ">=", "="):
     CASES.append((_name, f"({_name} x y)", {"x": [3, 1], "y": [4]}))
@@ -186,6 +198,23 @@ INTERNAL = [
     ("conv1d-input-grad", {"g": [2, 4, 8], "w": [4, 3, 3], "x": [2, 3, 10]}, {}),
     ("conv1d-weight-grad", {"x": [2, 3, 10], "g": [2, 4, 8], "w": [4, 3, 3]}, {}),
     ("topk-indices", {"x": [3, 4]}, {"k": 2}),
+    (
+        "repeat-interleave-backward",
+        {"g": [2, 6], "x": [2, 3]},
+        {"repeats": 2, "axis": 1},
+    ),
+    ("repeat-interleave-backward", {"g": [12], "x": [2, 3]}, {"repeats": 2}),
+    (
+        "slice-backward",
+        {"g": [2, 3], "x": [2, 6]},
+        {"axis": -1, "start": 1, "end": None, "step": 2},
+    ),
+    ("group-norm-backward", {"g": [2, 4, 3], "x": [2, 4, 3], "w": [4]}, {"groups": 2}),
+    (
+        "group-norm-backward",
+        {"g": [2, 4, 3], "x": [2, 4, 3], "w": [4]},
+        {"groups": 2, "part": 1},
+    ),
 ]
 
 INTEGER_ARGUMENTS = ("ids", "labels")

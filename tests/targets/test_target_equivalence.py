@@ -269,6 +269,17 @@ INPUTS: dict[str, dict[str, tuple]] = {
 # Golden cases left out of the comparison, with the reason. None: every golden
 # case compiles for all three targets.
 SKIPPED: dict[str, str] = {
+    "smooth-functions": "loss.backward() through it differs between cuda run on a CPU and "
+    "the held targets (4 of 8 elements of the input's gradient): torch's backward of these "
+    "functions on bf16 tensors (log1p's grad / (x + 1) is two bf16 roundings) against the "
+    "held targets' f32 backward rounded once; the forward and the (gradient ...) form agree "
+    "on every target: tests/ops/test_smooth_functions.py",
+    "views": "not yet given inputs here (its rotate-pairs method takes a 4-d tensor the "
+    "table's helpers do not make); tests/ops/test_views.py checks the views on the cuda "
+    "and cpu targets against torch and the interpreter, bit for bit",
+    "group-norm": "as conv: its F.conv1d on the held targets runs in f32 and rounds once, "
+    "which is not the bits of cuda's bf16 kernel; tests/ops/test_group_norm.py checks "
+    "group-norm on the cuda and cpu targets against F.group_norm",
     "conv": "as llama: F.conv2d, F.conv1d, F.avg_pool2d and bilinear F.interpolate on the "
     "held targets run in f32 and round once, which is not the bits of cuda's bf16 kernels; "
     "tests/ops/test_conv_ops.py checks each target against the torch call",

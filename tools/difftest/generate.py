@@ -28,8 +28,9 @@ UNARY = [
     "erf",
     "sin",
 ]
-UNARY += ["cos", "exp"]
+UNARY += ["cos", "exp", "softplus", "expm1"]
 SMOOTH = ["neg", "square", "tanh", "sigmoid", "silu", "gelu", "erf", "sin", "cos"]
+SMOOTH += ["softplus"]
 BINARY = ["+", "-", "*", "maximum", "minimum"]
 COMPARE = ["<", "<=", "=", ">", ">="]
 EXACT = {"+", "-", "*", "neg", "abs", "relu", "square", "maximum", "minimum", "matmul"}
@@ -48,6 +49,7 @@ EXACT |= {"<", "<=", "=", ">", ">="}
 EXACT |= {"max-pool1d", "max-pool2d", "interpolate", "topk", "gather", "argmax"}
 EXACT |= {"index-select", "positions", "mod", "//", "arange", "arange-of", "size"}
 EXACT |= {"cast-run", "scalar-like"}
+EXACT |= {"unsqueeze", "squeeze", "flatten", "repeat-interleave", "roll"}
 # Ops no program draws: random draws (dropout, rand-like, randn-like), which the module
 # and the interpreter would take from torch's generator in different orders; and
 # batch-norm, whose statistics over the B = 2 rows make gradients ill-conditioned.
@@ -95,7 +97,7 @@ class Gen:
             return self.leaf(shape, scope)
         makers = [self.elementwise, self.binary, self.form]
         makers += {
-            ROWS: [self.rows, self.rows, self.tensor]
+            ROWS: [self.rows, self.rows, self.tensor, self.views]
             + ([] if self.exact else [self.library]),
             VEC: [self.vec],
             MAT: [self.mat],
@@ -136,7 +138,7 @@ class Gen:
             self.rng.choice([o for o in ops if o in EXACT] if self.exact else ops)
         )
         inner = self.expr(shape, scope, depth)
-        if op == "exp":
+        if op in ("exp", "expm1"):
             inner = f"({self.use('tanh')} {inner})"
         if op == "gelu" and self.chance(0.3):
             return f"(gelu {inner} :approximate :tanh)"
@@ -209,6 +211,28 @@ class Gen:
             )
         return f"({self.use('matmul')} {x} {self.leaf(MAT, scope)})"
 
+    def views(self, shape, scope, depth):
+        """The views, each back to [B D]: they move data, round nowhere, and each has a
+        derivative rule."""
+        x = self.expr(ROWS, scope, depth)
+        axis = self.pick(0, 1, 2, -1, -2, -3)
+        forms = {
+            "squeeze": f"(squeeze (unsqueeze {x} :axis {axis}) :axis {axis})",
+            "flatten": self.pick(
+                f"(flatten (reshape {x} [{B} 2 2]) :start 1)",
+                f"(reshape (flatten {x}) [{B} {D}])",
+            ),
+            "repeat-interleave": f"(repeat-interleave (slice {x} :axis {self.pick(1, -1)} "
+            f":start {self.pick(0, 1)} :step 2) :repeats 2 :axis 1)",
+            "roll": f"(roll {x} :shifts {self.pick(1, -1, 3)}"
+            f"{self.pick('', ' :axis 0', ' :axis 1', ' :axis -1')})",
+        }
+        op = self.use(self.rng.choice(sorted(forms)))
+        for used in ("unsqueeze", "slice", "reshape"):
+            if f"({used} " in forms[op]:
+                self.use(used)
+        return forms[op]
+
     def library(self, shape, scope, depth):
         x, y = self.expr(ROWS, scope, depth), self.expr(ROWS, scope, depth - 1)
         # no batch-norm: its statistics over the B = 2 rows make gradients ill-conditioned
@@ -217,11 +241,15 @@ class Gen:
             "softcap": f"(softcap {x} 2.0)",
             "/": f"(/ {x} (+ (abs {y}) 1.0))",
             "log": f"(log (+ (square {x}) 1.0))",
+            "log1p": f"(log1p (square {x}))",
+            "softplus": f"(softplus {x} :beta 2.0 :threshold 1)",
             "sqrt": f"(sqrt (+ (square {x}) 0.25))",
             "rsqrt": f"(rsqrt (+ (square {x}) 1.0))",
             "pow": f"(pow {x} 2)",
             "fused-rms-norm": f"(fused-rms-norm {x}{self.pick('', ' v')})",
             "fused-layer-norm": f"(fused-layer-norm {x}{self.pick('', ' v', ' v v')})",
+            "group-norm": f"(group-norm {x} {self.pick(1, 2)}"
+            f"{self.pick('', ' v', ' v v')})",
             "causal-attention": f"(causal-attention {x} {y} {x})",
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
@@ -233,6 +261,7 @@ class Gen:
         if "v" not in scope.params.get(VEC, []):
             forms["fused-rms-norm"] = f"(fused-rms-norm {x})"
             forms["fused-layer-norm"] = f"(fused-layer-norm {x})"
+            forms["group-norm"] = f"(group-norm {x} 2)"
         op = self.use(self.rng.choice(sorted(forms)))
         return forms[op]
 
@@ -375,7 +404,7 @@ class Gen:
             inner = f"(for (layer blocks) ((c {start})) (layer (* c {x})))"
         if not re.search(rf"(?<![\w.-]){x}(?![\w.-])", inner):
             inner = f"(* {inner} {x})" if shape == ROWS else f"(matmul x {x})"
-        if re.match(r"\((softmax|layer-norm|fused-layer-norm) ", inner):
+        if re.match(r"\((softmax|layer-norm|fused-layer-norm|group-norm) ", inner):
             # rows that sum to a constant (unweighted): Y's gradient would be rounding noise
             inner = f"({self.use('exp')} {inner})"
         self.use("gradient")

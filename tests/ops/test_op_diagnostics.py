@@ -1,0 +1,65 @@
+"""Bad input to the views and group-norm: a diagnostic at the form, with torch's reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sx2torch.compiler import Options, compile_source
+from sx2torch.errors import SourceError
+
+BAD = [
+    # the views (sx2torch/ops/shape.py)
+    ("(unsqueeze x)", "unsqueeze needs :axis"),
+    (
+        "(unsqueeze (reshape x [2 3]) :axis 3)",
+        "unsqueeze :axis 3 is out of range for a value of rank 2 (axes -3 to 2)",
+    ),
+    (
+        "(squeeze (reshape x [2 3]) :axis 1)",
+        "squeeze :axis 1 of [2 3]: that axis has size 3, not 1 (torch would keep it)",
+    ),
+    (
+        "(flatten (reshape x [2 3 4]) :start 2 :end 1)",
+        "flatten of [2 3 4]: :start 2 comes after :end 1",
+    ),
+    (
+        "(flatten (reshape x [2 3]) :end -3)",
+        "flatten :end -3 is out of range for a value of rank 2 (axes -2 to 1)",
+    ),
+    (
+        "(repeat-interleave x :repeats 1.5 :axis 0)",
+        ":repeats must be an integer, got 1.5",
+    ),
+    ("(repeat-interleave x :axis 0)", "repeat-interleave needs :repeats"),
+    ("(repeat-interleave x :repeats -1)", "repeat-interleave :repeats -1 is negative"),
+    (
+        "(roll (reshape x [2 3]) :shifts 1 :axis 2)",
+        "roll :axis 2 is out of range for a value of rank 2 (axes -2 to 1)",
+    ),
+    ("(slice x :step 0)", "slice :step 0: torch's step is positive"),
+    ("(unsqueeze x :axis d)", ":axis must be written as numbers"),
+    # group-norm (sx2torch/ops/nn.py)
+    (
+        "(group-norm (reshape x [2 6 3]) 4)",
+        "group-norm of [2 6 3]: its 6 channels are not divisible into 4 groups",
+    ),
+    (
+        "(group-norm (reshape x [2 4 3]) 2 (sum (reshape x [3 5]) :axes [0]))",
+        "group-norm of [2 4 3]: its WEIGHT is [5], not [4], one per channel",
+    ),
+    (
+        "(group-norm (sum (reshape x [2 4]) :axes [0]) 2)",
+        "X is [N, C, ...], batched with channels",
+    ),
+    ("(group-norm x 0)", "group-norm of 0 groups: there must be at least one"),
+    ("(group-norm x 1.5)", "must be an integer, got 1.5"),
+]
+
+
+@pytest.mark.parametrize("form, message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_a_diagnostic_at_the_form(form, message):
+    source = f"(defconst d 1)\n(defun forward (x)\n  (+ d {form}))\n"
+    with pytest.raises(SourceError) as caught:
+        compile_source(source, "bad.lisp", Options())
+    assert message in caught.value.message
+    assert caught.value.span.line == 3
