@@ -171,11 +171,13 @@ class _Writer(Builder):
             self.frames, self.of = outer
 
     def op(self, name: str, inputs: list, **attrs) -> Operand:
-        """A product by 1 is the other factor (the rules multiply by the forward's numbers);
-        ones spread to a shape are ones of that shape (`_spread_ones`)."""
-        if name == "*" and len(inputs) == 2:
-            factor, other = inputs if _is_one(inputs[0]) else inputs[::-1]
-            if _is_one(factor) and isinstance(other, Node):
+        """A product by 1 is the other factor (the rules multiply by the forward's numbers):
+        an op's identity as either of two operands gives the other; ones spread to a shape
+        are ones of that shape (`_spread_ones`)."""
+        identity = REGISTRY[name].identity
+        if identity is not None and len(inputs) == 2:
+            factor, other = inputs if _is(inputs[0], identity) else inputs[::-1]
+            if _is(factor, identity) and isinstance(other, Node):
                 return other
         spread = self._spread_ones(name, inputs, attrs)
         if spread is not None:
@@ -193,19 +195,14 @@ class _Writer(Builder):
         seed = inputs[0] if inputs else None
         if not (isinstance(seed, Node) and seed.kind is Kind.OP):
             return None
-        if seed.op != "ones-like" or (seed.mode == REGION and _mode(self.frames) is None):
+        if not REGISTRY[seed.op].ones or (
+            seed.mode == REGION and _mode(self.frames) is None
+        ):
             return None
-        if seed.inputs[0].kind is Kind.OP and seed.inputs[0].op == "expect-scalar":
+        if seed.inputs[0].kind is Kind.OP and REGISTRY[seed.inputs[0].op].checks:
             return None
-        if name == "expand-as":
-            return "ones-like", inputs[1]
-        if name == "concat-part":
-            return "ones-like", inputs[1 + attrs["index"].value]
-        if name == "expand-reduced" and not attrs["mean"].value:
-            return "ones-like", inputs[1]
-        if name == "expand-reduced" and attrs["axes"] is None:
-            return "mean-ones", inputs[1]
-        return None
+        spread = REGISTRY[name].spread
+        return spread(inputs, attrs) if spread else None
 
     def _kept(self, operand: Node, other, batch: bool) -> bool:
         """Whether broadcasting `other` against `operand` keeps `operand`'s shape."""
@@ -229,11 +226,10 @@ class _Writer(Builder):
     def ones(self, value: Node) -> Node:
         """Ones of `value`'s shape, made without computing it: of a matmul by a matrix, from
         its operands' shapes (read before a cast, which the forward may not make)."""
-        if value.kind is Kind.OP and value.op == "matmul":
-            x, w = (_uncast(i) for i in value.inputs)
-            shape = self._shape(w) if isinstance(w, Node) else None
-            if shape is not None and len(shape) == 2 and isinstance(x, Node):
-                return self.op("matmul-ones", [x, w])
+        ones_from = REGISTRY[value.op].ones_from if value.kind is Kind.OP else None
+        fill = ones_from and ones_from([_uncast(i) for i in value.inputs], self._shape)
+        if fill:
+            return self.op(*fill)
         return self.op("ones-like", [self.shaped_as(value)])
 
     def shaped_as(self, value: Node) -> Node:
@@ -328,12 +324,12 @@ def _reduced_from(other: Node, operand: Node) -> bool:
     )
 
 
-def _is_one(value) -> bool:
+def _is(value, number: int) -> bool:
     return (
         isinstance(value, Scalar)
         and value.op is ScalarOp.LIT
         and not isinstance(value.value, bool)
-        and value.value == 1
+        and value.value == number
     )
 
 
@@ -924,8 +920,7 @@ class _Copier:
 def _sums_all(node: Node) -> bool:
     return (
         node.kind is Kind.OP
-        and node.op == "sum"
-        and node.attrs["axes"] is None
+        and REGISTRY[node.op].totals(node.attrs)
         and isinstance(node.inputs[0], Node)
     )
 

@@ -326,8 +326,8 @@ def _init(model: Model, datum: Datum) -> Init:
         args[key] = _evaluate(model, item)
     for key, default in defaults.items():
         args.setdefault(key, Scalar.lit(default))
-    if head in ("eye", "linspace"):
-        scalars.expect_int(args["n"], items[0].span, f"{head}'s size")
+    for key in INITIALIZERS[head].counts:
+        scalars.expect_int(args[key], items[0].span, f"{head}'s size")
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
 

@@ -14,6 +14,7 @@ import pytest
 
 from import_graph import MODULES, imports
 from sx2torch.compiler import PASSES
+from sx2torch.ops.registry import REGISTRY
 
 PACKAGE = Path(__file__).resolve().parent.parent / "sx2torch"
 
@@ -155,3 +156,82 @@ def test_a_pass_does_not_reach_past_its_input(files, forbidden):
     for path in PACKAGE.glob(files):
         reached = {m for m in imported(path) if m.startswith(forbidden)}
         assert not reached, f"{path.name} imports {sorted(reached)}"
+
+
+# The modules that know an op by its entry's fields (sx2torch/ops/registry.py), never by its
+# name: the passes after the reader, the pipeline's printers, the compiler and the tools. An
+# op's behaviour that a pass tests `node.op == "take"` for is a field of the op's entry.
+BY_FIELD = [u for u in LEVEL if LEVEL["resolve"] <= LEVEL[u] <= LEVEL["tools"]]
+
+
+def _literals(node: ast.AST, constants: dict) -> list:
+    """The strings a comparison's operand holds: a literal, a tuple, list or set of them
+    (or a frozenset of one), or a module-level name bound to one of those."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for item in node.elts for s in _literals(item, constants)]
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+        "frozenset",
+        "set",
+        "tuple",
+    ):
+        return [s for arg in node.args for s in _literals(arg, constants)]
+    if isinstance(node, ast.Name):
+        return constants.get(node.id, [])
+    return []
+
+
+def op_names_compared(source: str) -> list:
+    """(line, op name) for each registry op's name a comparison tests for. In `a in b`, the
+    strings b holds: `"at" in node.attrs` asks for a key, not an op."""
+    tree = ast.parse(source)
+    constants = {
+        statement.targets[0].id: _literals(statement.value, {})
+        for statement in tree.body
+        if isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for k, test in enumerate(node.ops):
+            sides = operands[k + 1 : k + 2]
+            if not isinstance(test, (ast.In, ast.NotIn)):
+                sides = operands[k : k + 2]
+            found.extend(
+                (node.lineno, name)
+                for side in sides
+                for name in _literals(side, constants)
+                if name in REGISTRY
+            )
+    return sorted(set(found))
+
+
+def test_the_finder_sees_an_op_named_in_a_comparison():
+    source = """
+FILLS = ("ones-like", "zeros-like")
+a = node.op == "take"
+b = node.op in FILLS
+c = "at" in node.attrs
+d = name != "*" and kind == "cuda"
+"""
+    assert op_names_compared(source) == [
+        (3, "take"),
+        (4, "ones-like"),
+        (4, "zeros-like"),
+        (6, "*"),
+    ]
+
+
+def test_no_pass_names_an_op_in_a_comparison():
+    named = {
+        f"{path.relative_to(PACKAGE)}:{line}: {name!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
+        for line, name in op_names_compared(path.read_text(encoding="utf-8"))
+    }
+    assert not named, sorted(named)

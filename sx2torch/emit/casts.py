@@ -12,6 +12,7 @@ from typing import Optional
 
 from sx2torch.emit.targets import Target
 from sx2torch.ir import Kind, Node, Scalar, walk
+from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import Why
 
@@ -65,7 +66,7 @@ class Conversions:
         A bf16-stored table read in f32 is widened first (and a held target's always: it
         makes no bf16 tensor): the cast's backward then rounds the summed f32 gradient once,
         where a widening after the gather would sum repeated ids' rows in bf16."""
-        if node.kind is not Kind.OP or node.op != "take":
+        if node.kind is not Kind.OP or not REGISTRY[node.op].gathers:
             return None
         if node.inputs[0].kind is not Kind.PARAM:
             return None

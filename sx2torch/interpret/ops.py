@@ -222,19 +222,19 @@ def _interpolate(a, k):
 
 def _extremum(fn):
     """Against a number, as against a 0-d tensor: it decides no dtype."""
-    return Spec(lambda a, k: fn(*(torch.as_tensor(v) for v in a)))
+    return Spec(lambda a, k: fn(*(torch.as_tensor(v) for v in a)), KEEP)
 
 
 def _binary(fn):
-    return Spec(lambda a, k: reduce(fn, a))
+    return Spec(lambda a, k: reduce(fn, a), KEEP)
 
 
 OPS = {
     "+": _binary(lambda x, y: x + y),
     "*": _binary(lambda x, y: x * y),
-    "-": Spec(lambda a, k: -a[0] if len(a) == 1 else a[0] - a[1]),
-    "/": Spec(lambda a, k: a[0] / a[1]),
-    # integers stay integers (a layer index, token ids); floats as any binary op
+    # integers stay integers (a layer index, token ids, positions); floats as any op
+    "-": Spec(lambda a, k: -a[0] if len(a) == 1 else a[0] - a[1], KEEP),
+    "/": Spec(lambda a, k: a[0] / a[1], KEEP),
     "//": Spec(lambda a, k: torch.floor_divide(a[0], a[1]), KEEP),
     "mod": Spec(lambda a, k: torch.remainder(a[0], a[1]), KEEP),
     "<": Spec(lambda a, k: a[0] < a[1], BOOL),
@@ -242,9 +242,9 @@ OPS = {
     "=": Spec(lambda a, k: a[0] == a[1], BOOL),
     ">": Spec(lambda a, k: a[0] > a[1], BOOL),
     ">=": Spec(lambda a, k: a[0] >= a[1], BOOL),
-    "abs": Spec(lambda a, k: torch.abs(a[0])),
-    "neg": Spec(lambda a, k: -a[0]),
-    "relu": Spec(lambda a, k: torch.relu(a[0])),
+    "abs": Spec(lambda a, k: torch.abs(a[0]), KEEP),
+    "neg": Spec(lambda a, k: -a[0], KEEP),
+    "relu": Spec(lambda a, k: torch.relu(a[0]), KEEP),
     "exp": Spec(lambda a, k: torch.exp(a[0])),
     "log": Spec(lambda a, k: torch.log(a[0])),
     "log1p": Spec(lambda a, k: torch.log1p(a[0])),
@@ -263,11 +263,11 @@ OPS = {
     "erf": Spec(lambda a, k: torch.erf(a[0])),
     "sqrt": Spec(lambda a, k: torch.sqrt(a[0])),
     "rsqrt": Spec(lambda a, k: torch.rsqrt(a[0])),
-    "square": Spec(lambda a, k: torch.square(a[0])),
+    "square": Spec(lambda a, k: torch.square(a[0]), KEEP),
     "pow": Spec(lambda a, k: torch.pow(a[0], a[1])),
     "maximum": _extremum(torch.maximum),
     "minimum": _extremum(torch.minimum),
-    "clamp": Spec(lambda a, k: torch.clamp(a[0], k.get("min"), k.get("max"))),
+    "clamp": Spec(lambda a, k: torch.clamp(a[0], k.get("min"), k.get("max")), KEEP),
     "where": Spec(lambda a, k: torch.where(*a), KEEP, skip=(0,)),
     "sum": Spec(_reduce(torch.sum)),
     "mean": Spec(_reduce(torch.mean)),

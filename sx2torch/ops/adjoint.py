@@ -35,6 +35,7 @@ register(
         exact=True,
         fills=True,
         constant=True,
+        ones=True,
     )
 )
 register(
@@ -117,6 +118,7 @@ register(
         grad=_expand_as_grad,
         rank=LIKE_SHAPE,
         exact=True,
+        spread=lambda inputs, attrs: ("ones-like", inputs[1]),
         doc="broadcasts to the shape of `like`",
     )
 )
@@ -153,6 +155,16 @@ def _expand_reduced_grad(t, node, g):
     ]
 
 
+def _spread_reduced(inputs, attrs):
+    """Ones spread back over a sum's axes are ones of its input's shape; over all of a
+    mean's axes, those ones over their number."""
+    if not attrs["mean"].value:
+        return "ones-like", inputs[1]
+    if attrs["axes"] is None:
+        return "mean-ones", inputs[1]
+    return None
+
+
 register(
     Op(
         "expand-reduced",
@@ -165,6 +177,7 @@ register(
         ),
         grad=_expand_reduced_grad,
         rank=LIKE_SHAPE,
+        spread=_spread_reduced,
         name_inputs=True,
         internal=True,
     )
@@ -239,6 +252,7 @@ register(
         exact=True,
         arity=(2, None),
         rank=CONCAT_PART,
+        spread=lambda inputs, attrs: ("ones-like", inputs[1 + attrs["index"].value]),
         internal=True,
     )
 )
@@ -257,6 +271,7 @@ register(
         exact=True,
         grad=lambda t, n, g: [g],
         rank=SCALAR,
+        checks=True,
         doc="Y, checked to be 0-d when the module runs: the Y of a gradient whose rank the compiler cannot tell",
         internal=True,
     )

@@ -26,7 +26,14 @@ def _register(op: Op) -> Op:
 
 
 def _binary(
-    name: str, python_op: str, grad, arity=None, doc="", exact=False, no_grad=""
+    name: str,
+    python_op: str,
+    grad,
+    arity=None,
+    doc="",
+    exact=False,
+    no_grad="",
+    identity=None,
 ) -> None:
     def emit(a, ctx):
         return b.binop(a[0], python_op, a[1])
@@ -43,6 +50,7 @@ def _binary(
             no_grad=no_grad,
             folds=arity is not None,
             exact=exact,
+            identity=identity,
             doc=doc,
         )
     )
@@ -87,6 +95,7 @@ _binary(
     arity=(2, None),
     doc="n-ary product, folded left; exact in bf16 when scaling by a literal 2^k, k >= 0",
     exact=_scales_by_a_power_of_two,
+    identity=1,
 )
 _binary("/", "/", _divide_grad)
 _binary(

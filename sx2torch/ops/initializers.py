@@ -30,6 +30,8 @@ class Initializer:
     keys: Optional[dict] = None
     # the sizes of the tensor it makes, as Scalars, from its args
     sizes: Callable = lambda args: args["shape"]
+    # the arguments that count elements (eye's n): compile-time integers, checked by resolve
+    counts: tuple = ()
 
 
 INITIALIZERS: dict[str, Initializer] = {}
@@ -114,6 +116,7 @@ register(
         ("n",),
         {},
         sizes=lambda args: (args["n"], args["n"]),
+        counts=("n",),
     )
 )
 register(
@@ -128,6 +131,7 @@ register(
         ("n",),
         {"start": 0, "end": 1},
         sizes=lambda args: (args["n"],),
+        counts=("n",),
     )
 )
 register(

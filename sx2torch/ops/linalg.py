@@ -1,7 +1,7 @@
 """Linear algebra: the batched, broadcasting matmul, and its f32-out form (6.4)."""
 
 import sx2torch.build as b
-from sx2torch.ir import DType, Scalar
+from sx2torch.ir import DType, Node, Scalar
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import MATMUL
 
@@ -25,6 +25,13 @@ def _matmul_grad(t, n, g):
     return [t.sum_back(da, n, 0, batch=True), t.sum_back(db, n, 1, batch=True)]
 
 
+def _matmul_ones(inputs, shape):
+    """Ones of (matmul x w) for a matrix w, from the operands' shapes (matmul-ones)."""
+    x, w = inputs
+    matrix = isinstance(w, Node) and shape(w) is not None and len(shape(w)) == 2
+    return ("matmul-ones", [x, w]) if matrix and isinstance(x, Node) else None
+
+
 register(
     Op(
         "matmul",
@@ -33,6 +40,7 @@ register(
         keys=(Key("out", "out"),),
         out_dtype=lambda attrs: DType.F32 if attrs["out"] == "f32" else None,
         grad=_matmul_grad,
+        ones_from=_matmul_ones,
         rank=MATMUL,
         doc="`:out :f32` on bf16 operands keeps the bf16 GEMM and stores its f32 accumulator",
     )

@@ -69,6 +69,8 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
             grad=GRADS[name],
             exact=exact,
             rank=REDUCED,
+            # a sum over every axis (mean's gradient is ones over their number)
+            total=(lambda attrs: attrs["axes"] is None) if name == "sum" else False,
             bf16_risk=(
                 ""
                 if exact

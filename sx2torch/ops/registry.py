@@ -129,6 +129,30 @@ class Op:
     # its value is ones or zeros, which either dtype holds: the policy makes it in the dtype
     # its readers read it in (a gradient's seed)
     constant: bool = False
+    # the number that, as either operand of two, makes the op its other operand (1 for
+    # `*`): the derivative rules multiply by the forward's numbers, and a product by 1 is
+    # written as the other factor (sx2torch/gradient.py)
+    identity: Optional[int] = None
+    # its value is ones of its input's shape (ones-like): a sum's backward that spreads it
+    # to a wider shape makes ones of that shape instead
+    ones: bool = False
+    # `spread(inputs, attrs)`: where its first operand is ones of their shape, (the fill
+    # it then is, the operand whose shape that fill takes), else None: the backward of a
+    # sum, a full mean or a concat then reads no value computed only for its shape
+    spread: Optional[Callable] = None
+    # `ones_from(inputs, shape)`: (the op, its inputs) making ones of its output's shape
+    # from its operands without computing it, else None; `shape(value)` is a value's shape
+    # where the rank rules know it (a gradient's seed of ones)
+    ones_from: Optional[Callable] = None
+    # a test of the attrs: it adds up every element of its input, so its gradient is ones
+    # of the input's shape, seeded without computing it
+    total: Union[bool, Callable] = False
+    # gives its input once a check of it has run in the module (Y's 0-d check): a value
+    # made from it for its shape alone must still read it, so that the check runs
+    checks: bool = False
+    # gathers rows of its first input by ids (an embedding lookup): a parameter it reads is
+    # cast after the gather, the rows read rather than the table (sx2torch/emit/casts.py)
+    gathers: bool = False
     # gives a Python number when the module runs (`x.shape[1]`), which torch takes where it
     # takes a compile-time number: `torch.clamp(x, min=n)`, not `torch.maximum(x, n)`
     python_number: bool = False
@@ -141,6 +165,9 @@ class Op:
 
     def negates(self, operands: tuple) -> bool:
         return self.negation(operands) if callable(self.negation) else self.negation
+
+    def totals(self, attrs: dict) -> bool:
+        return self.total(attrs) if callable(self.total) else self.total
 
     def is_exact(self, operands: tuple) -> bool:
         return self.exact(operands) if callable(self.exact) else self.exact

@@ -313,6 +313,7 @@ register(
         exact=True,
         grad=lambda t, n, g: [t.op("take-backward", [g, *n.inputs]), None],
         rank=TAKE,
+        gathers=True,
         doc="row gather: an embedding lookup",
     )
 )

@@ -24,6 +24,7 @@ from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
 from sx2torch.ir import CALLS, ISLAND, LIBRARY, Kind, Node, walk
 from sx2torch.ops import initializers
+from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
 
@@ -118,8 +119,10 @@ def _cast_bytes(reached, elements: dict) -> dict:
                 key = typed.decided[operand].dtype
                 if (key.model, key.name) not in elements:
                     continue  # stored in bf16: read as it is
-                take = node.kind is Kind.OP and node.op == "take" and index == 0
-                (rows if take else whole).add((key.model, key.name))
+                gathered = (
+                    node.kind is Kind.OP and REGISTRY[node.op].gathers and index == 0
+                )
+                (rows if gathered else whole).add((key.model, key.name))
     tables = [elements[key] for key in rows - whole]
     return {
         "whole": sum(4 * n for n, _ in (elements[key] for key in whole)),

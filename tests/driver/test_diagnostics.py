@@ -391,6 +391,18 @@ CASES = {
         18,
         "eye's size must not be negative, got -1",
     ),
+    "eye-fractional": (
+        b"(defparam w (eye 2.5))\n(defun forward (x) x)\n",
+        1,
+        18,
+        "eye's size must be an integer, got 2.5",
+    ),
+    "linspace-fractional": (
+        b"(defparam w (linspace 2.5))\n(defun forward (x) x)\n",
+        1,
+        23,
+        "linspace's size must be an integer, got 2.5",
+    ),
     "initializer-keyword": (
         b"(defparam w (normal [2] :std :wide))\n(defun forward (x) x)\n",
         1,

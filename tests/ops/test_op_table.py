@@ -42,6 +42,12 @@ def test_every_op_has_a_rank_rule_and_each_fact_in_its_entry_is_of_its_kind():
         assert not op.folds or op.bounds[1] is None, name
         assert op.out_dtype is None or callable(op.out_dtype), name
         assert isinstance(op.fills, bool) and isinstance(op.constant, bool), name
+        assert isinstance(op.total, bool) or callable(op.total), name
+        assert op.identity is None or type(op.identity) is int, name
+        assert op.spread is None or callable(op.spread), name
+        assert op.ones_from is None or callable(op.ones_from), name
+        assert all(isinstance(f, bool) for f in (op.ones, op.checks, op.gathers)), name
+        assert not op.ones or op.fills and op.constant, name  # ones are a constant fill
 
 
 def test_an_op_said_to_fill_is_emitted_as_a_fill_in_its_compute_dtype():

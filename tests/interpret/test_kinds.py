@@ -1,0 +1,65 @@
+"""The interpreter's precision kinds against the registry's. The interpreter declares its own
+(sx2torch/interpret/ops.py), from the rules rather than the compiler's tables, so that the
+difference test compares two readings of docs/LANGUAGE.md; this test ties the two readings
+together op by op, so that neither changes alone."""
+
+from __future__ import annotations
+
+import torch
+
+import sx2torch.interpret as interpret
+import sx2torch.interpret.ops as interpreted
+from sx2torch.ops.registry import REGISTRY, Result
+
+# The interpreter's kind for each of the registry's results. An int result (positions, a
+# size, argmax) is the interpreter's KEEP: what it reads decides no float dtype, and its
+# integers pass through.
+KIND = {
+    Result.FLOAT: interpreted.FLOAT,
+    Result.BOOL: interpreted.BOOL,
+    Result.KEEP: interpreted.KEEP,
+    Result.INT: interpreted.KEEP,
+    Result.RUN: interpreted.RUN,
+}
+# Where the two words differ but the values agree, each with why. The interpreter's KEEP
+# casts a float operand to the dtype decided as FLOAT does, and only leaves the result
+# uncast after the op, which these ops make in their operand's dtype anyway.
+APART = {
+    # the backward's broadcast, of float gradients only, moved as reshape moves data
+    "expand-as": (Result.FLOAT, interpreted.KEEP),
+    # X with the entries above the diagonal filled: moved, not computed
+    "causal-mask": (Result.FLOAT, interpreted.KEEP),
+    # (values, indices): the values are X's in the dtype decided, the indices integers,
+    # and the interpreter casts no tuple after an op
+    "topk": (Result.FLOAT, interpreted.KEEP),
+}
+
+
+def kind(name: str) -> str:
+    """The interpreter's kind the registry's entry says: an island where it is sensitive."""
+    op = REGISTRY[name]
+    return interpreted.ISLAND if op.sensitive else KIND[op.result]
+
+
+def test_each_interpreted_op_has_the_registry_s_precision_kind():
+    differ = {
+        name: (REGISTRY[name].result, spec.kind)
+        for name, spec in interpreted.OPS.items()
+        if spec.kind != kind(name)
+    }
+    assert differ == APART
+
+
+def test_integer_arithmetic_stays_integer():
+    """`(+ (positions ids) 1)` indexes a table, as the module's `torch.arange(...) + 1`
+    does: the interpreter made the sum a float (`+` was FLOAT, the registry's KEEP) and
+    the gather failed."""
+    source = """
+(defparam wpe (normal [8 4] :std 0.02))
+(defun forward (ids)
+  (take wpe (- (+ (positions ids :axis 1) 2) 1)))
+"""
+    wpe = torch.randn(8, 4)
+    model = interpret.load(source, state={"wpe": wpe})
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    assert torch.equal(model("forward", ids), wpe[torch.arange(3) + 1])
