@@ -472,11 +472,12 @@ def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
                 where.span,
                 f"{head}'s {key} must be a number, got {shown(where)}",
             )
-    if head in ("eye", "linspace") and args["n"].value < 0:
-        raise SourceError(
-            datum.items[1].span,
-            f"{head}'s size must not be negative, got {args['n'].value}",
-        )
+    for key in INITIALIZERS[head].counts:
+        if args[key].value < 0:
+            raise SourceError(
+                datum.items[1].span,
+                f"{head}'s size must not be negative, got {args[key].value}",
+            )
     if head == "normal" and args["std"].value < 0:
         raise SourceError(
             keywords["std"].span,

@@ -397,18 +397,7 @@ class Tracer:
         return result
 
     def scalar(self, datum: Datum, env: dict) -> Scalar:
-        operand = self.expr(datum, env)
-        if isinstance(operand, Node) and operand.op == "size":
-            raise SourceError(
-                datum.span,
-                "expected a number known at compile time, got (size ...), a Python "
-                "integer known only when the module runs",
-            )
-        if not isinstance(operand, Scalar):
-            raise SourceError(
-                datum.span, "expected a number known at compile time, got a tensor"
-            )
-        return operand
+        return _known(self.expr(datum, env), datum.span)
 
     def integer(self, scalar: Scalar, span, what: str) -> Scalar:
         """`scalar`, an integer at the defaults; on the consts, checked per instance too."""
@@ -446,3 +435,21 @@ def _on_consts(scalar: Scalar) -> bool:
 
 def _is_public_op(name: str) -> bool:
     return name in REGISTRY and not REGISTRY[name].internal
+
+
+def _known(operand, span) -> Scalar:
+    """`operand` as a number known when the file compiles; a tensor, or a size that is a
+    Python integer known only when the module runs, is a diagnostic."""
+    if (
+        isinstance(operand, Node)
+        and operand.kind is Kind.OP
+        and REGISTRY[operand.op].python_number
+    ):
+        raise SourceError(
+            span,
+            "expected a number known at compile time, got (size ...), a Python "
+            "integer known only when the module runs",
+        )
+    if not isinstance(operand, Scalar):
+        raise SourceError(span, "expected a number known at compile time, got a tensor")
+    return operand
