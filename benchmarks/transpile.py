@@ -1,10 +1,11 @@
 """transpile: compile time and peak memory against source size, against black, and start-up.
 
-Three synthetic source shapes grow from a base size to 4x and 16x: many defuns in one
+Four synthetic source shapes grow from a base size to 4x and 16x: many defuns in one
 model (each calling the previous, in chains of 32, since calls nest at most 64 deep;
 every third reading a parameter), many sub-models
-(a defmodel and a defparam instance each, all applied in the top forward), and
-tiny-gpt-like attention blocks (one defmodel each). For each size it prints the
+(a defmodel and a defparam instance each, all applied in the top forward),
+tiny-gpt-like attention blocks (one defmodel each), and many parameters of one model,
+each read once by its forward. For each size it prints the
 in-process compile time (`compile_source`, median of the reps) per 1,000 source lines,
 the whole-process time of the CLI's `sx2torch FILE -o OUT` and its peak RSS, each
 measured in a fresh subprocess; then the exponent of the in-process time against the
@@ -85,8 +86,8 @@ def submodels(n: int) -> str:
 
 
 def params(n: int) -> str:
-    """A fourth shape: many parameters in one model, each read once by the forward (issue
-    40: 500 to 3,000 of them took time growing faster than their number)."""
+    """Many parameters in one model, each read once by the forward (500 to 3,000 of them
+    took time growing faster than their number)."""
     lines = ["(defconst d 8)", ""]
     lines += [f"(defparam w{i} (normal [d] :std 0.02))" for i in range(n)]
     steps = "\n        ".join(f"(y (+ y w{i}))" for i in range(n))
