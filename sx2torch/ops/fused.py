@@ -15,7 +15,7 @@ import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import ATTENTION, SAME, RankRule, like, product
+from sx2torch.ops.rank import ATTENTION, RankRule, ShapeError, like, product
 
 LINEAR = RankRule(
     "X's with the last axis W's first",
@@ -27,6 +27,20 @@ LAST_AXIS = RankRule(
     "X's last axis",
     lambda shapes, attrs: None if shapes[1] is None else shapes[1][-1:],
 )
+
+
+def _normed(shapes, attrs):
+    """torch reads X's last axis (`x.size(-1)`, the normalized shape) when the module runs:
+    a 0-d X is refused when it compiles."""
+    if shapes[0] == ():
+        raise ShapeError(
+            "a norm of a 0-d value (a number, an element, a full reduction or a parameter "
+            "of shape []): it normalizes over the last axis, and this has none"
+        )
+    return shapes[0]
+
+
+NORMED = RankRule("same as X, which has a last axis", _normed, tails=True)
 TRUE = Scalar.lit(True)
 LAST = (Scalar.lit(-1),)
 
@@ -103,7 +117,7 @@ register(
             "as PyTorch's call does). :eps defaults to torch's: finfo(float32).eps for f32 "
             "and bf16 input"
         ),
-        rank=SAME,
+        rank=NORMED,
     )
 )
 
@@ -158,7 +172,7 @@ register(
             "dtype it computes in (a :bf16 run reads bf16 and stores bf16, as nn.LayerNorm "
             "on bf16 does). :eps defaults to torch's 1e-5"
         ),
-        rank=SAME,
+        rank=NORMED,
     )
 )
 

@@ -1,4 +1,4 @@
-"""Bad input to the views and group-norm: a diagnostic at the form, with torch's reason."""
+"""Bad input to the views and the norms: a diagnostic at the form, with torch's reason."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ BAD = [
     ),
     ("(group-norm x 0)", "group-norm of 0 groups: there must be at least one"),
     ("(group-norm x 1.5)", "must be an integer, got 1.5"),
+    # the fused norms (sx2torch/ops/fused.py) read X's last axis: the module wrote
+    # F.rms_norm(5.0, ((5.0).size(-1),)) and failed when it ran (found by tools/hostile)
+    ("(fused-rms-norm 5.0 (sum (reshape x [2 4]) :axes [0]))", "a norm of a 0-d value"),
+    ("(fused-layer-norm (sum x))", "a norm of a 0-d value"),
 ]
 
 
