@@ -20,7 +20,8 @@ from sx2torch.resolve.checks import (
 )
 from sx2torch.resolve.models import defmodel, model_form
 from sx2torch.resolve.runs import check_run, defrun
-from sx2torch.resolve.values import arity, expect_symbol, form_head
+from sx2torch.resolve.values import form_head
+from sx2torch.syntax.forms import match
 from sx2torch.syntax.program import Model, Program, Run
 from sx2torch.syntax.read import List, Symbol, Vector
 
@@ -94,8 +95,7 @@ def _heads(data) -> set:
 
 
 def _require(datum: List) -> None:
-    arity(datum, 1, 1, "(require sexpgpu/nn)")
-    library = expect_symbol(datum.items[1], "a library name")
+    (library,) = match(datum).parts
     if library.name not in ("sexpgpu/nn", "sexpgpu/optim"):
         raise SourceError(
             library.span,

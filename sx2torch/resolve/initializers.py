@@ -10,7 +10,6 @@ from sx2torch.errors import SourceError
 from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
 from sx2torch.ops.initializers import INITIALIZERS, sizes
 from sx2torch.resolve.values import (
-    arity,
     built_from,
     evaluate,
     expect_symbol,
@@ -19,6 +18,7 @@ from sx2torch.resolve.values import (
     shape,
 )
 from sx2torch.syntax import scalars
+from sx2torch.syntax.forms import match
 from sx2torch.syntax.program import Const, Init, Model
 from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
 from sx2torch.syntax.scalars import Scalar, ScalarOp
@@ -78,7 +78,7 @@ def initializer(model: Model, datum: Datum) -> Init:
 def _stack(model: Model, datum: List) -> Init:
     """`(stack N (MODEL :k v ...))`, or `(stack (i N) ...)` whose instances read the layer
     index `i`."""
-    arity(datum, 2, 2, "(stack N (MODEL :k v ...))")
+    match(datum)
     size, index = datum.items[1], None
     if isinstance(size, List) and len(size.items) == 2:  # (stack (i N) ...)
         index = expect_symbol(size.items[0], "the layer index's name")
@@ -118,7 +118,7 @@ def _with_index(model: Model, index: Optional[Symbol]) -> Model:
 def _concat(model: Model, datum: List) -> Init:
     """`(concat [INIT ...])`: parts end to end along their first axis, as `torch.cat`; its
     size there is the sum of theirs, kept in terms of the consts."""
-    arity(datum, 1, 1, "(concat [INIT ...])")
+    match(datum)
     items = datum.items[1]
     if not isinstance(items, Vector) or not items.items:
         raise SourceError(
@@ -156,7 +156,7 @@ def _concat(model: Model, datum: List) -> Init:
 
 def _repeat(model: Model, datum: List) -> Init:
     """`(repeat N INIT)`: a 1-D initializer N times over, as `torch.tensor([0.5, 1.0]).repeat(n)`."""
-    arity(datum, 2, 2, "(repeat N INIT)")
+    match(datum)
     count = scalars.expect_int(
         evaluate(model, datum.items[1]), datum.items[1].span, "repeat's count"
     )
@@ -175,7 +175,7 @@ def _repeat(model: Model, datum: List) -> Init:
 def _pow(model: Model, datum: List) -> Init:
     """`(pow BASE INIT)`: a number raised to each value of a tensor initializer, as
     `(1 / 1024) ** torch.linspace(0, 1, n)` (rotary frequencies)."""
-    arity(datum, 2, 2, "(pow BASE INIT)")
+    match(datum)
     base = evaluate(model, datum.items[1])
     if isinstance(base.value, (bool, str)):
         raise SourceError(datum.items[1].span, "pow's base must be a number")
@@ -187,7 +187,7 @@ def _pow(model: Model, datum: List) -> Init:
 
 def _tensor(model: Model, datum: List) -> Init:
     """`(tensor [0.5 1.0])`: a 1-D tensor of those values, as floats."""
-    arity(datum, 1, 1, "(tensor [VALUE ...])")
+    match(datum)
     items = datum.items[1]
     if not isinstance(items, Vector) or not items.items:
         raise SourceError(

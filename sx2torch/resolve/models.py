@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from sx2torch.errors import SourceError
 from sx2torch.resolve.initializers import check_size, initializer
-from sx2torch.resolve.values import (
-    arity,
-    choice,
-    evaluate,
-    expect_symbol,
-    form_head,
-    read_keywords,
-)
+from sx2torch.resolve.values import evaluate, expect_symbol, form_head
+from sx2torch.syntax.forms import match
 from sx2torch.syntax.names import FORMS, mangle
-from sx2torch.syntax.program import PRECISIONS, Const, Defun, Model, Param, Tie
+from sx2torch.syntax.program import Const, Defun, Model, Param, Tie
 from sx2torch.syntax.read import Boolean, List, String, Symbol, shown
 
 
@@ -28,9 +22,7 @@ def model_form(model: Model, datum: List, head: str) -> None:
     elif head == "defun":
         _define(model, _defun(datum), model.defuns)
     elif head == "tie":
-        arity(datum, 2, 2, "(tie NAME TARGET), as (tie lm-head.weight wte.weight)")
-        names = [expect_symbol(d, "a parameter's name") for d in datum.items[1:]]
-        model.ties.append(Tie(*names))
+        model.ties.append(Tie(*match(datum).parts))
     elif head in ("defmodel", "defrun", "require") and not model.is_top:
         raise SourceError(datum.span, f"'{head}' belongs at the top level of the file")
     else:
@@ -62,30 +54,19 @@ def _define(model: Model, definition, table: dict) -> None:
 
 
 def _defconst(model: Model, datum: List) -> Const:
-    head = datum.items[0].name
-    arity(datum, 2, 3, f"({head} NAME VALUE [DOC])")
-    name = expect_symbol(datum.items[1], "a constant name")
-    value = evaluate(model, datum.items[2])
-    if len(datum.items) == 4 and not isinstance(datum.items[3], String):
-        raise SourceError(datum.items[3].span, "a docstring must be a string")
-    flag = head == "defflag"
-    if flag and not isinstance(datum.items[2], Boolean):
-        raise SourceError(
-            datum.items[2].span, f"a flag is true or false, got {shown(datum.items[2])}"
-        )
+    name, given, _ = match(datum).parts
+    value = evaluate(model, given)
+    flag = datum.items[0].name == "defflag"
+    if flag and not isinstance(given, Boolean):
+        raise SourceError(given.span, f"a flag is true or false, got {shown(given)}")
     return Const(name.name, value, name.span, flag)
 
 
 def _defparam(model: Model, datum: List) -> Param:
-    arity(datum, 2, None, "(defparam NAME INIT &key :numerics :trainable :dtype :when)")
-    name = expect_symbol(datum.items[1], "a parameter name")
-    options = read_keywords(
-        datum.items[3:],
-        {"numerics": None, "trainable": None, "dtype": None, "when": None},
-        "defparam",
-    )
-    param = Param(name.name, initializer(model, datum.items[2]), name.span)
-    check_size(param.init, datum.items[2])
+    form = match(datum)
+    (name, init), options = form.parts, form.keys
+    param = Param(name.name, initializer(model, init), name.span)
+    check_size(param.init, init)
     if "when" in options:
         when = options.pop("when")
         param.when = evaluate(model, when)
@@ -94,19 +75,12 @@ def _defparam(model: Model, datum: List) -> Param:
                 when.span,
                 ":when takes a condition on the consts, such as (in layer-idx [0 1])",
             )
-    if "numerics" in options:
-        param.numerics_high = (
-            choice(options["numerics"], ("high",), ":numerics") == "high"
-        )
+    if "numerics" in options:  # :high, the one choice
+        param.numerics_high = True
     if "trainable" in options:
-        flag = options["trainable"]
-        if not isinstance(flag, Boolean):
-            raise SourceError(
-                flag.span, f":trainable must be true or false, got {shown(flag)}"
-            )
-        param.trainable = flag.value
+        param.trainable = options["trainable"].value
     if "dtype" in options:
-        param.dtype = choice(options["dtype"], PRECISIONS, ":dtype")
+        param.dtype = options["dtype"].name
     if param.is_module and len(options):
         raise SourceError(
             datum.items[3].span,
@@ -116,19 +90,13 @@ def _defparam(model: Model, datum: List) -> Param:
 
 
 def _defun(datum: List) -> Defun:
-    arity(datum, 2, None, "(defun NAME (ARG ... &key (K DEFAULT) ...) [DOC] BODY ...)")
-    name = expect_symbol(datum.items[1], "a function name")
+    form = match(datum)
+    (name, params), body = form.parts, form.body
     if name.name in FORMS:  # traced by their handlers, never called
         raise SourceError(
             name.span, f"a defun cannot be named '{name.name}': that is a special form"
         )
-    params = datum.items[2]
-    if not isinstance(params, List):
-        raise SourceError(
-            params.span, "expected an argument list such as (x &key (eps 1e-6))"
-        )
     args, keys = _lambda_list(params.items)
-    body = datum.items[3:]
     doc = None
     if len(body) > 1 and isinstance(body[0], String):
         doc, body = body[0].value, body[1:]
@@ -169,11 +137,8 @@ def _lambda_list(items: tuple) -> tuple:
 
 
 def defmodel(datum: List) -> Model:
-    arity(datum, 2, None, "(defmodel NAME (&key (K DEFAULT) ...) [DOC] FORM ...)")
-    name = expect_symbol(datum.items[1], "a model name")
-    params = datum.items[2]
-    if not isinstance(params, List):
-        raise SourceError(params.span, "expected a key list such as (&key (d 128))")
+    form = match(datum)
+    (name, params), body = form.parts, form.body
     args, keys = _lambda_list(params.items)
     if args:
         raise SourceError(args[0].span, "a model takes only &key arguments")
@@ -182,7 +147,6 @@ def defmodel(datum: List) -> Model:
         model.consts[symbol.name] = Const(
             symbol.name, evaluate(model, default), symbol.span
         )
-    body = datum.items[3:]
     if body and isinstance(body[0], String):
         model.doc, body = body[0].value, body[1:]
     for form in body:

@@ -6,31 +6,22 @@ from __future__ import annotations
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.resolve.values import arity, choice, expect_symbol, read_keywords
+from sx2torch.resolve.values import expect_symbol, read_keywords
+from sx2torch.syntax.forms import match
 from sx2torch.syntax import scalars
-from sx2torch.syntax.program import (
-    OPTIMIZER_KEYS,
-    PRECISIONS,
-    RUN_KEYS,
-    Input,
-    Model,
-    Optimizer,
-    Run,
-)
+from sx2torch.syntax.program import OPTIMIZER_KEYS, Input, Model, Optimizer, Run
 from sx2torch.syntax.read import Boolean, Datum, List, Number, Vector, shown
 
 
 def defrun(datum: List, runs: list) -> Run:
-    arity(datum, 1, None, "(defrun NAME :precision P)")
-    name = expect_symbol(datum.items[1], "a run name")
+    form = match(datum)
+    (name,), options = form.parts, form.keys
     if any(r.name == name.name for r in runs):
         raise SourceError(name.span, f"run '{name.name}' is already defined")
-    options = read_keywords(datum.items[2:], dict.fromkeys(RUN_KEYS), "defrun")
     run = Run(name.name, "f32", name.span, keys=options)
     if "precision" in options:
-        run.precision = choice(options["precision"], PRECISIONS, ":precision")
-    if "loss" in options:
-        run.loss = expect_symbol(options["loss"], "the name of the loss defun")
+        run.precision = options["precision"].name
+    run.loss = options.get("loss")
     if "optimizer" in options:
         run.optimizer = _optimizer(options["optimizer"], OPTIMIZER_KEYS)
     for key in ("steps", "batch-size", "seq-len"):

@@ -1,6 +1,6 @@
-"""A definition's parts as resolve reads them: its head, symbols, `:key value` options and
-choices, and the compile-time numbers and shapes it gives in terms of a model's consts.
-"""
+"""A definition's parts as resolve reads them, past the shape syntax/forms.py checks: its
+head, symbols, `:key value` options, and the compile-time numbers and shapes it gives in
+terms of a model's consts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sx2torch.errors import SourceError, Span
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
 from sx2torch.syntax.program import Model
-from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.read import Datum, List, Symbol, Vector, shown
 from sx2torch.syntax.scalars import Scalar
 
 
@@ -36,22 +36,9 @@ def expect_symbol(datum: Datum, what: str) -> Symbol:
     return datum
 
 
-def arity(datum: List, low: int, high: Optional[int], usage: str) -> None:
-    n = len(datum.items) - 1
-    if n < low or (high is not None and n > high):
-        raise SourceError(datum.span, f"wrong number of arguments: expected {usage}")
-
-
 def read_keywords(items: tuple, allowed, where: str) -> dict:
     """`:key value` pairs -> {key: Datum}, rejecting unknown and repeated keys."""
     return keyword_args.keywords(items, keyword_args.form(where, allowed))
-
-
-def choice(datum: Datum, choices: tuple, what: str) -> str:
-    if isinstance(datum, Keyword) and datum.name in choices:
-        return datum.name
-    options = " or ".join(f":{c}" for c in choices)
-    raise SourceError(datum.span, f"{what} must be {options}, got {shown(datum)}")
 
 
 def evaluate(model: Model, datum: Datum) -> Scalar:

@@ -4,10 +4,10 @@ reads to refuse two parameters one attribute would hold, and emission writes."""
 
 from __future__ import annotations
 
+from sx2torch.syntax.forms import SPECIAL
+
 # Traced by sx2torch/trace/forms.py's handlers, one for each; never called.
-FORMS = frozenset(
-    "let with-numerics cast gradient chain nth for if and or not in".split()
-)
+FORMS = frozenset(SPECIAL)
 
 SPELLED = {
     "-": "_",

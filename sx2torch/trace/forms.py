@@ -9,6 +9,7 @@ from typing import Optional
 
 from sx2torch.syntax import scalars
 from sx2torch.syntax.echo import echo
+from sx2torch.syntax.forms import match
 from sx2torch.errors import SourceError
 from sx2torch.ir import (
     ISLAND,
@@ -27,10 +28,9 @@ from sx2torch.syntax.scalars import ScalarOp
 
 def let(t, datum: List, env: dict, tail=None) -> Operand:
     """`tail(form, env)` traces the last form of the body, where it is not a value."""
-    if len(datum.items) < 3 or not isinstance(datum.items[1], List):
-        raise SourceError(datum.span, "expected (let ((NAME EXPR) ...) BODY ...)")
+    bindings, *_ = match(datum).parts
     env = dict(env)
-    for binding in datum.items[1].items:
+    for binding in bindings.items:
         target, value = _binding(binding, destructure=True)
         if isinstance(target, Vector):
             operands = t.form(value, env) if isinstance(value, List) else None
@@ -58,12 +58,7 @@ def _bind(env: dict, name: str, operand: Operand) -> None:
 
 
 def with_numerics(t, datum: List, env: dict) -> Operand:
-    if len(datum.items) < 3 or not isinstance(datum.items[1], List):
-        raise SourceError(
-            datum.span,
-            "expected (with-numerics (:sensitivity :high) BODY ...) or (with-numerics (:precision :bf16) BODY ...)",
-        )
-    options = datum.items[1].items
+    options = match(datum).parts[0].items
     allowed = {"sensitivity": ("high", ISLAND), "precision": ("bf16", REGION)}
     if (
         len(options) != 2
@@ -89,14 +84,7 @@ def with_numerics(t, datum: List, env: dict) -> Operand:
 
 
 def cast(t, datum: List, env: dict) -> Operand:
-    if len(datum.items) != 3:
-        raise SourceError(
-            datum.span,
-            "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)",
-        )
-    value, dtype = datum.items[1:]
-    if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
-        raise SourceError(dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}")
+    value, dtype = match(datum).parts
     operand = t.expr(value, env)
     outer, t.builder.datum = t.builder.datum, datum
     try:
@@ -110,15 +98,7 @@ def gradient_(t, datum: List, env: dict) -> Node:
     (sx2torch/gradient/). Y is traced with its calls in place, so that the pass sees into
     them, and without the marks of the with-numerics forms wrapped directly around the
     form: those mark only the backward, so the node keeps them."""
-    if len(datum.items) != 3:
-        raise SourceError(
-            datum.span, "wrong number of arguments: expected (gradient Y X)"
-        )
-    y_form, x_form = datum.items[1:]
-    if not isinstance(x_form, Symbol):
-        raise SourceError(
-            x_form.span, "X must be a name: an argument, a let local or a parameter"
-        )
+    y_form, x_form = match(datum).parts
     x = t.name(x_form, env)
     if not isinstance(x, Node):
         raise SourceError(
@@ -136,11 +116,9 @@ def gradient_(t, datum: List, env: dict) -> Node:
     )
 
 
-def _stack(t, datum: List, usage: str) -> tuple:
+def _stack(t, datum: List) -> tuple:
     """The stack a `chain` or `nth` form names, and its layers' forward."""
-    if len(datum.items) < 3 or not isinstance(datum.items[1], Symbol):
-        raise SourceError(datum.span, f"expected {usage}")
-    layers = datum.items[1]
+    layers, _ = match(datum).parts
     param = t.model.params.get(layers.name)
     if param is None or param.init.kind != "stack":
         raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
@@ -155,7 +133,7 @@ def _stack(t, datum: List, usage: str) -> tuple:
 
 
 def chain(t, datum: List, env: dict) -> Operand:
-    layers, forward = _stack(t, datum, "(chain LAYERS X ARG ...)")
+    layers, forward = _stack(t, datum)
     inner = List(datum.items[1:], datum.span)
     (x, *rest), keys = t.caller.arguments(forward, inner, env)
 
@@ -173,7 +151,7 @@ def chain(t, datum: List, env: dict) -> Operand:
 
 def nth(t, datum: List, env: dict) -> Operand:
     """(nth STACK I X ...): the forward of STACK's layer I, I known when the module runs."""
-    layers, forward = _stack(t, datum, "(nth STACK I X ...)")
+    layers, forward = _stack(t, datum)
     index = t.scalar(datum.items[2], env)
     inner = List((layers, *datum.items[3:]), datum.span)
     inputs, keys = t.caller.arguments(forward, inner, env)
@@ -229,11 +207,8 @@ def loop(
 def for_(t, datum: List, env: dict) -> Operand:
     """(for (I LAYER STACK) ((NAME INIT) ...) BODY ...): BODY's value is the carried
     value's next one, or a vector of them, [a b], when several are carried."""
-    usage = "expected (for (I LAYER STACK) ((NAME INIT) ...) BODY ...)"
     items = datum.items
-    if len(items) < 4 or not isinstance(items[1], List):
-        raise SourceError(datum.span, usage)
-    header = items[1].items
+    header = match(datum).parts[0].items
     if len(header) not in (2, 3) or not all(isinstance(h, Symbol) for h in header):
         raise SourceError(items[1].span, "expected (I LAYER STACK) or (LAYER STACK)")
     *names, stack = header
@@ -241,7 +216,7 @@ def for_(t, datum: List, env: dict) -> Operand:
     param = t.model.params.get(stack.name)
     if param is None or param.init.kind != "stack":
         raise SourceError(stack.span, f"'{stack.name}' is not a stack of sub-models")
-    if not isinstance(items[2], List) or not items[2].items:
+    if not items[2].items:
         raise SourceError(
             items[2].span, "expected the carried values, ((NAME INIT) ...)"
         )
@@ -282,8 +257,7 @@ def for_(t, datum: List, env: dict) -> Operand:
 
 def if_(t, datum: List, env: dict) -> Operand:
     """(if COND THEN ELSE), COND known when the module runs: both branches are compiled."""
-    if len(datum.items) != 4:
-        raise SourceError(datum.span, "expected (if CONDITION THEN ELSE)")
+    match(datum)
     condition = t.expr(datum.items[1], env)
     if not isinstance(condition, Scalar):
         raise SourceError(
@@ -318,8 +292,7 @@ def _is_none(datum: Datum, env: dict) -> bool:
 
 
 def not_(t, datum: List, env: dict) -> Scalar:
-    if len(datum.items) != 2:
-        raise SourceError(datum.span, "expected (not CONDITION)")
+    match(datum)
     return scalars.logic("not", [t.scalar(datum.items[1], env)], datum.span)
 
 
@@ -332,18 +305,15 @@ def or_(t, datum: List, env: dict) -> Scalar:
 
 
 def _logic(t, op: str, datum: List, env: dict) -> Scalar:
-    if len(datum.items) < 3:
-        raise SourceError(datum.span, f"expected ({op} CONDITION CONDITION ...)")
+    match(datum)
     operands = [t.scalar(item, env) for item in datum.items[1:]]
     return scalars.logic(op, operands, datum.span)
 
 
 def in_(t, datum: List, env: dict) -> Scalar:
-    items = datum.items
-    if len(items) != 3 or not isinstance(items[2], Vector):
-        raise SourceError(datum.span, "expected (in X [A B ...])")
-    options = tuple(t.scalar(item, env) for item in items[2].items)
-    return scalars.member(t.scalar(items[1], env), options)
+    x, choices = match(datum).parts
+    options = tuple(t.scalar(item, env) for item in choices.items)
+    return scalars.member(t.scalar(x, env), options)
 
 
 def _wraps_gradient(datum: List) -> bool:

@@ -93,7 +93,7 @@ CASES = {
         b"(defconst d)\n(defun forward (x) x)\n",
         1,
         1,
-        "wrong number of arguments: expected (defconst NAME VALUE [DOC])",
+        "wrong number of arguments: expected (defconst NAME VALUE [DOC]), got 1",
     ),
     "unknown-key": (
         b"(defun forward (x)\n  (softmax x :axiz -1))\n",
@@ -129,7 +129,7 @@ CASES = {
         b"(defun forward (x)\n  (cast x :f64))\n",
         2,
         11,
-        "cast takes :f32 or :bf16, got :f64",
+        "expected :f32 or :bf16, got :f64",
     ),
     "shape-not-vector": (
         b"(defparam w (zeros 3))\n(defun forward (x) x)\n",
@@ -487,7 +487,7 @@ CASES = {
         b"(defparam s (tensor 0.5 1.0))\n",
         1,
         13,
-        "wrong number of arguments: expected (tensor [VALUE ...])",
+        "wrong number of arguments: expected (tensor [VALUE ...]), got 2",
     ),
 }
 
