@@ -18,7 +18,7 @@ from sx2torch.resolve.values import (
     shape,
 )
 from sx2torch.syntax import scalars
-from sx2torch.syntax.forms import match
+from sx2torch.syntax.forms import Part, Shape, match
 from sx2torch.syntax.program import Const, Init, Model
 from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
 from sx2torch.syntax.scalars import Scalar, ScalarOp
@@ -51,26 +51,21 @@ def initializer(model: Model, datum: Datum) -> Init:
     if head not in INITIALIZERS:
         return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head].positional, INITIALIZERS[head].keys
-    n = len(positional)
-    items = datum.items[1:]
-    if len(items) < n or any(isinstance(i, Keyword) for i in items[:n]):
-        raise SourceError(
-            datum.span,
-            f"wrong number of arguments: expected ({head} {' '.join(p.upper() for p in positional)}{' &key ...' if defaults else ''})",
-        )
+    parts = tuple(Part(key.upper()) for key in positional)
+    form = match(datum, Shape(parts, keys=dict.fromkeys(defaults)))
     args = {}
-    for key, item in zip(positional, items[:n]):
+    for key, item in zip(positional, form.parts):
         if key == "shape":
             args[key] = shape(built_from(model, item), item, model.names)
         else:
             args[key] = evaluate(model, item)
-    keywords = read_keywords(items[n:], defaults, head)
+    keywords = form.keys
     for key, item in keywords.items():
         args[key] = evaluate(model, item)
     for key, default in defaults.items():
         args.setdefault(key, Scalar.lit(default))
     for key in INITIALIZERS[head].counts:
-        scalars.expect_int(args[key], items[0].span, f"{head}'s size")
+        scalars.expect_int(args[key], datum.items[1].span, f"{head}'s size")
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
 

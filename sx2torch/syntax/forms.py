@@ -7,7 +7,7 @@ what a part means (a const's value, an initializer, a branch) is theirs to check
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.errors import SourceError
@@ -77,8 +77,9 @@ class Shape:
     # the items after the parts, at least `least` of them, as the usage writes one
     body: Optional[str] = None
     least: int = 0
-    # `:key value` pairs after the parts: key -> what its value must be (None: any datum)
-    keys: dict = field(default_factory=dict)
+    # `:key value` pairs after the parts: key -> what its value must be (None: any datum);
+    # None where the form takes no keywords ({}: it takes them, and knows none)
+    keys: Optional[dict] = None
     example: str = ""  # a form as written, shown after the usage
 
     def usage(self, head: str) -> str:
@@ -109,14 +110,18 @@ def match(datum: List, shape: Optional[Shape] = None) -> Matched:
     shape = shape or SHAPES[head]
     items = datum.items[1:]
     required = sum(not p.optional for p in shape.parts)
-    if shape.body is not None or shape.keys:
-        fits = len(items) >= required + shape.least
+    count = len(items)
+    if shape.keys is not None:  # the parts are the items before the first keyword
+        count = next((k for k, i in enumerate(items) if isinstance(i, Keyword)), count)
+        fits = count >= required
+    elif shape.body is not None:
+        fits = count >= required + shape.least
     else:
-        fits = required <= len(items) <= len(shape.parts)
+        fits = required <= count <= len(shape.parts)
     if not fits:
         raise SourceError(
             datum.span,
-            f"wrong number of arguments: expected {shape.usage(head)}, got {len(items)}",
+            f"wrong number of arguments: expected {shape.usage(head)}, got {count}",
         )
     given = items[: len(shape.parts)]
     for part, item in zip(shape.parts, given):
@@ -126,7 +131,7 @@ def match(datum: List, shape: Optional[Shape] = None) -> Matched:
             )
     parts = (*given, *[None] * (len(shape.parts) - len(given)))
     rest = items[len(shape.parts) :]
-    if not shape.keys:
+    if shape.keys is None:
         return Matched(parts, rest, {})
     keys = keyword_args.keywords(rest, keyword_args.form(head, shape.keys))
     for key, value in keys.items():

@@ -58,6 +58,10 @@ CASES = [
     ("(defparam w (repeat 2))\n" + FORWARD, 1, 13, f"{WRONG} (repeat N INIT), got 1"),
     ("(defparam w (pow 2 (ones [2]) 3))\n" + FORWARD, 1, 13, f"{WRONG} (pow BASE INIT), got 3"),
     ("(defparam w (tensor))\n" + FORWARD, 1, 13, f"{WRONG} (tensor [VALUE ...]), got 0"),
+    # a tensor initializer's shape is made from its registry entry
+    ("(defparam w (normal))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std), got 0"),
+    ("(defparam w (normal :std 1 [2]))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std), got 0"),
+    ("(defparam w (zeros [2] :std 1))\n" + FORWARD, 1, 24, "unknown keyword :std in zeros (known: none)"),
     # the special forms, which trace's handlers trace
     (body("(let ((y x)))"), 3, 20, f"{WRONG} (let ((NAME EXPR) ...) BODY ...), got 1"),
     (body("(let x x)"), 3, 25, "expected the bindings ((NAME EXPR) ...), got 'x'"),
