@@ -138,7 +138,7 @@ class Input:
     """A synthetic batch argument: normal floats, or integers in [0, high)."""
 
     name: Symbol
-    shape: tuple  # data until _check_run evaluates it, then ints
+    shape: tuple  # data until resolve's check_run evaluates it, then ints
     high: Optional[Datum]  # then an int
 
 
