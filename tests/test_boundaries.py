@@ -37,6 +37,9 @@ LAYERS = [
     ("ranks",),
     ("policy",),
     ("functions",),
+    # each specialization's plan (statements, blocks, spelled casts, hoists) and the
+    # module's methods, decided; names and emit (emit/) only name and print them
+    ("plan",),
     ("emit",),
     ("format",),
     # the pipeline's printers (--dump-after) and its warnings; then the pass table
@@ -149,6 +152,9 @@ def imported(path: Path) -> set:
         # gradient expands the traced graph: it knows nothing of emission
         ("gradient.py", "sx2torch.emit"),
         ("policy/*.py", "sx2torch.emit"),
+        # the plan decides what emission prints, knowing nothing of how it is printed
+        ("plan/*.py", "sx2torch.emit"),
+        ("plan/*.py", "sx2torch.build"),
         ("policy/*.py", "sx2torch.syntax.read"),
     ],
 )

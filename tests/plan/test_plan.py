@@ -1,6 +1,6 @@
-"""The printed plan (sx2torch/emit/plan.py) that sharing compares: two specializations'
+"""The printed plan (sx2torch/plan/printed.py) that sharing compares: two specializations'
 plans print the same exactly where their held code is the same but for the names of their
-locals, and naming decides which share a method without writing any code."""
+locals, and the plan pass decides which share a method without writing any code."""
 
 from __future__ import annotations
 
@@ -12,33 +12,34 @@ from sx2torch import compiler
 from sx2torch.compiler import Options, Unit
 import sx2torch.build as b
 from sx2torch.emit import method, module, naming
-from sx2torch.emit.layout import Layout
 from sx2torch.emit.method import ClassContext
-from sx2torch.emit.naming import DECIDING, defuns
-from sx2torch.emit.plan import printed
-from sx2torch.emit.sharing import View
-from sx2torch.emit.targets import Target
+from sx2torch.plan.layout import Layout
+from sx2torch.plan.methods import DECIDING, Plan, defuns
+from sx2torch.plan.printed import printed
+from sx2torch.plan.sharing import View
+from sx2torch.plan.spelled import Spelled
 
 from cases import SOURCES
 
 
-def _lowered(text: str, name: str = "model.lisp"):
-    unit = compiler.run(Unit(text, name, Options(target="cpu")), until="functions")
-    return unit.program, unit.lowered
+def _named(text: str, name: str = "model.lisp", target: str = "cpu"):
+    """The unit of a compile run through `names`."""
+    return compiler.run(Unit(text, name, Options(target=target)), until="names")
 
 
-def _held_code(typed, layout, names, methods) -> str:
+def _held_code(typed, layout, unit, methods) -> str:
     """The method MethodEmitter writes on the deciding target from `layout`, its calls by
     `methods`: the reference the printed plan is checked against."""
-    names = replace(
-        names,
-        methods=methods,
-        specialized=set(),
-        entry={},
-        layouts={**names.layouts, typed: layout},
-        locals={**names.locals, typed: naming._LocalNaming(layout).run()},
+    plan = Plan(typed, layout, Spelled(layout), typed, {})
+    plans = replace(
+        unit.plans, plans={**unit.plans.plans, typed: plan}, specialized=frozenset()
     )
-    ctx = ClassContext(DECIDING, names, names.attrs.get(typed.model, {}))
+    names = replace(
+        unit.names,
+        methods=methods,
+        locals={**unit.names.locals, typed: naming._LocalNaming(layout).run()},
+    )
+    ctx = ClassContext(DECIDING, plans, names, names.attrs.get(typed.model, {}))
     return b.code(module._method(typed, "method", ctx))
 
 
@@ -51,8 +52,8 @@ SHARED = [s for s in SOURCES if s.stem in ("specializations", "public-methods")]
 def test_plans_print_the_same_exactly_where_the_held_code_is_the_same(source):
     """Every pair of specializations of a defun, each as it runs on its own arguments and
     on the other's (sharing's View): the plans print the same iff the held code does."""
-    program, lowered = _lowered(source.read_text(), source.name)
-    names = naming.run(program, lowered, DECIDING)
+    unit = _named(source.read_text(), source.name)
+    lowered = unit.lowered
     methods = {t: f"m{i}" for i, t in enumerate(lowered.specializations)}
     compared = 0
     for specs in defuns(lowered).values():
@@ -65,8 +66,8 @@ def test_plans_print_the_same_exactly_where_the_held_code_is_the_same(source):
                 theirs = Layout(other, DECIDING, lowered)
                 for mine in (own, view):
                     same_plan = printed(mine, methods) == printed(theirs, methods)
-                    same_code = _held_code(a, mine, names, methods) == _held_code(
-                        other, theirs, names, methods
+                    same_code = _held_code(a, mine, unit, methods) == _held_code(
+                        other, theirs, unit, methods
                     )
                     assert same_plan == same_code, (a.graph.name, a.signature)
                     compared += same_plan
@@ -83,7 +84,7 @@ SOURCE = """
 """
 
 
-def test_naming_groups_specializations_without_writing_code(monkeypatch):
+def test_the_plan_groups_specializations_without_writing_code(monkeypatch):
     """A held target's relu of a bf16 value is written as of an f32 one (it cannot leave
     bf16 values), so `same` is one method; `differs` rounds its bf16 product, so it is two.
     """
@@ -92,9 +93,8 @@ def test_naming_groups_specializations_without_writing_code(monkeypatch):
         raise AssertionError("naming wrote a method")
 
     monkeypatch.setattr(method.MethodEmitter, "__init__", refuse)
-    program, lowered = _lowered(SOURCE)
     for target in ("cuda", "cpu", "metal"):
-        names = naming.run(program, lowered, Target(target))
+        names = _named(SOURCE, target=target).names
         by_defun = {}
         for typed, name in names.methods.items():
             by_defun.setdefault(typed.graph.name, set()).add(name)
@@ -103,7 +103,7 @@ def test_naming_groups_specializations_without_writing_code(monkeypatch):
 
 
 def test_a_plan_notes_the_rounding_its_code_writes():
-    program, lowered = _lowered(SOURCE)
+    lowered = _named(SOURCE).lowered
     specs = defuns(lowered)["model", "differs"]
     f32, bf16 = sorted(specs, key=lambda t: "bf16" in t.signature)
     methods = {}
