@@ -13,11 +13,13 @@ from sx2torch.compiler import Options, Unit
 import sx2torch.build as b
 from sx2torch.emit import method, module, naming
 from sx2torch.emit.method import ClassContext
+from sx2torch.plan.casts import Conversions
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.methods import DECIDING, Plan, defuns
 from sx2torch.plan.printed import printed
 from sx2torch.plan.sharing import View
 from sx2torch.plan.spelled import Spelled
+from sx2torch.plan.targets import Target
 
 from cases import SOURCES
 
@@ -110,3 +112,28 @@ def test_a_plan_notes_the_rounding_its_code_writes():
     plans = [printed(Layout(t, DECIDING, lowered), methods) for t in (f32, bf16)]
     assert [" rounds" in plan for plan in plans] == [False, True]
     assert plans[0] == plans[1].replace(" rounds", "")
+
+
+def test_names_and_emit_read_the_plan_deciding_nothing(monkeypatch):
+    """Past the plan pass no layout is built, no read's cast decided and no cast spelled:
+    the names pass and emission read the plan (the names pass built a layout at four sites,
+    and emission spelled each cast as it wrote it)."""
+    for target in ("cuda", "cpu"):
+        unit = compiler.run(Unit(SOURCE, "model.lisp", Options(target=target)), "plan")
+        with monkeypatch.context() as patched:
+            for owner, name in [
+                (Layout, "__init__"),
+                (Conversions, "__init__"),
+                (Spelled, "__init__"),
+                (Target, "spelling"),
+            ]:
+                patched.setattr(owner, name, _refuse)
+            names = [p.name for p in compiler.PASSES]
+            rest = compiler.PASSES[names.index("plan") + 1 :]
+            for step in rest:
+                step.run(unit)
+        assert "def differs_bf16(self, x):" in unit.code
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("decided after the plan pass")
