@@ -1,7 +1,7 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
-    read -> resolve -> trace -> gradient -> ranks -> policy -> functions -> plan -> names -> emit -> format
+    read -> resolve -> trace -> gradient -> ranks -> policy -> plan -> names -> emit -> format
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Callable, Optional, get_args
 
 import sx2torch.dump as dump
 import sx2torch.format as format
-import sx2torch.functions as functions
 import sx2torch.gradient as gradient
 import sx2torch.ir as ir
 import sx2torch.lint as lint
@@ -159,14 +158,6 @@ def _policy(unit: Unit) -> None:
     unit.lowered = policy.run(unit.program, unit.graphs, unit.precision)
 
 
-def _functions(unit: Unit) -> None:
-    """The library's typed uses become calls of its functions, whose graphs are shaped and
-    typed as any defun's."""
-    if functions.run(unit.graphs, unit.lowered):
-        ranks.run(unit.program, unit.graphs)
-        _policy(unit)
-
-
 def _verify_lowered(unit: Unit) -> None:
     for typed in unit.lowered.specializations:
         policy.verify(typed)
@@ -230,12 +221,6 @@ PASSES = (
         lambda unit: dump.graphs(unit.graphs, shapes=True),
     ),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
-    Pass(
-        "functions",
-        _functions,
-        _verify_lowered,
-        lambda unit: dump.lowered(unit.lowered),
-    ),
     Pass("plan", _plan, _verify_plans, lambda unit: dump.plans(unit.plans)),
     Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
     Pass("emit", _emit, _verify_code, lambda unit: unit.code),

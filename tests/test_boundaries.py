@@ -36,7 +36,6 @@ LAYERS = [
     ("gradient",),
     ("ranks",),
     ("policy",),
-    ("functions",),
     # each specialization's plan (statements, blocks, spelled casts, hoists) and the
     # module's methods, decided; names and emit (emit/) only name and print them
     ("plan",),

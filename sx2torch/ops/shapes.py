@@ -64,7 +64,7 @@ class Analysis:
         for graph in self._callers_first():
             calls = passed.get(graph)
             given = {
-                node: _agreed([call[k] for call in calls]) if calls else None
+                node: agreed([call[k] for call in calls]) if calls else None
                 for k, node in enumerate(graph.inputs)
             }
             shapes = self.nodes(graph.model, graph.nodes, given)
@@ -189,7 +189,7 @@ def ranked(dims) -> Dims:
     return None if isinstance(dims, Tail) else dims
 
 
-def _agreed(shapes: list) -> Dims:
+def agreed(shapes: list) -> Dims:
     """The shape all of `shapes` have, a size unknown where they differ; None where their
     ranks differ or one is unknown."""
     if any(dims is None for dims in shapes) or len({len(d) for d in shapes}) > 1:

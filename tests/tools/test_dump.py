@@ -36,7 +36,7 @@ def test_every_specialization_verifies_after_the_policy(source, precision):
     """
     text = f"{source.read_text()}\n(defrun policy-check :precision :{precision})\n"
     unit = Unit(text, source.name, Options(run="policy-check"))
-    assert compiler.run(unit, until="functions", verify=True).lowered.specializations
+    assert compiler.run(unit, until="policy", verify=True).lowered.specializations
 
 
 @pytest.mark.parametrize(
