@@ -102,24 +102,31 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         for defun in model.defuns
         for typed in emitted.get((model.name, defun), [])
     ]
-    specialized = {
+    library = _library(lowered, plans, methods)
+    return Plans(
+        target,
+        plans,
+        public,
+        emitted,
+        _specialized(methods, group, public, library),
+        tuple(rep for reps in library.values() for rep in reps),
+        _read_consts(plans[t].code for t in methods),
+    )
+
+
+def _specialized(methods: list, group: dict, public: dict, library: dict) -> frozenset:
+    """The specializations named with their dtypes: a method's that another serves than the
+    public one (and the one serving it), and a library function's where the methods call
+    two bodies of it."""
+    found = {
         t
         for typed in methods
         for t in (typed, group[typed].rep)
         if public[typed.model, typed.graph.name] is None
         or group[typed] is not group[public[typed.model, typed.graph.name]]
     }
-    library = _library(lowered, plans, methods)
-    specialized |= {rep for reps in library.values() if len(reps) > 1 for rep in reps}
-    return Plans(
-        target,
-        plans,
-        public,
-        emitted,
-        frozenset(specialized),
-        tuple(rep for reps in library.values() for rep in reps),
-        _read_consts(plans[t].code for t in methods),
-    )
+    found |= {rep for reps in library.values() if len(reps) > 1 for rep in reps}
+    return frozenset(found)
 
 
 def verify(plans: Plans, lowered: Lowered) -> None:
