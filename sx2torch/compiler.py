@@ -1,7 +1,7 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
-    read -> resolve -> trace -> gradient -> ranks -> policy -> functions -> names -> emit -> format
+    read -> resolve -> trace -> gradient -> ranks -> policy -> plan -> names -> emit -> format
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Callable, Optional, get_args
 
 import sx2torch.dump as dump
 import sx2torch.format as format
-import sx2torch.functions as functions
 import sx2torch.gradient as gradient
 import sx2torch.ir as ir
 import sx2torch.lint as lint
+import sx2torch.plan as plan
 import sx2torch.policy as policy
 import sx2torch.ranks as ranks
 import sx2torch.resolve as resolve
@@ -26,9 +26,9 @@ import sx2torch.trace as trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
-from sx2torch.emit.targets import Target
 from sx2torch.errors import UsageError
 from sx2torch.ops import REGISTRY
+from sx2torch.plan.targets import Target
 from sx2torch.policy import Lowered
 from sx2torch.syntax import read
 from sx2torch.syntax.program import Program, Run
@@ -72,6 +72,7 @@ class Unit:
     chosen: Optional[Run] = None  # trace: the defrun compiled for
     graphs: Optional[dict] = None  # trace, then gradient
     lowered: Optional[Lowered] = None  # policy
+    plans: Optional[plan.Plans] = None  # plan
     names: Optional[naming.Naming] = None  # names
     code: Optional[str] = None  # emit, then format
 
@@ -157,22 +158,22 @@ def _policy(unit: Unit) -> None:
     unit.lowered = policy.run(unit.program, unit.graphs, unit.precision)
 
 
-def _functions(unit: Unit) -> None:
-    """The library's typed uses become calls of its functions, whose graphs are shaped and
-    typed as any defun's."""
-    if functions.run(unit.graphs, unit.lowered):
-        ranks.run(unit.program, unit.graphs)
-        _policy(unit)
-
-
 def _verify_lowered(unit: Unit) -> None:
     for typed in unit.lowered.specializations:
         policy.verify(typed)
 
 
+def _plan(unit: Unit) -> None:
+    unit.plans = plan.run(unit.program, unit.lowered, unit.target)
+
+
+def _verify_plans(unit: Unit) -> None:
+    plan.verify(unit.plans, unit.lowered)
+
+
 def _names(unit: Unit) -> None:
-    unit.names = naming.run(unit.program, unit.lowered, unit.target)
-    library.name(unit.lowered, unit.names)
+    unit.names = naming.run(unit.program, unit.plans)
+    library.name(unit.plans, unit.names)
 
 
 def _verify_names(unit: Unit) -> None:
@@ -180,7 +181,7 @@ def _verify_names(unit: Unit) -> None:
     for model in unit.program.all_models():
         assert model.name in names.classes and model.name in names.attrs, model.name
     for typed in unit.lowered.specializations:
-        assert typed in names.layouts and typed in names.locals, typed.graph.name
+        assert typed in names.locals, typed.graph.name
 
 
 def _emit(unit: Unit) -> None:
@@ -188,6 +189,7 @@ def _emit(unit: Unit) -> None:
     tree = module.run(
         unit.program,
         unit.lowered,
+        unit.plans,
         unit.names,
         header,
         unit.target,
@@ -219,12 +221,7 @@ PASSES = (
         lambda unit: dump.graphs(unit.graphs, shapes=True),
     ),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
-    Pass(
-        "functions",
-        _functions,
-        _verify_lowered,
-        lambda unit: dump.lowered(unit.lowered),
-    ),
+    Pass("plan", _plan, _verify_plans, lambda unit: dump.plans(unit.plans)),
     Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
     Pass("emit", _emit, _verify_code, lambda unit: unit.code),
     Pass("format", _format, _verify_code),

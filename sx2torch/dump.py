@@ -5,6 +5,8 @@ from __future__ import annotations
 import sx2torch.printer as printer
 from sx2torch.syntax.echo import show
 from sx2torch.emit.naming import Naming
+from sx2torch.plan import Plans
+from sx2torch.plan.printed import printed
 from sx2torch.ir import Graph, Kind, Node, walk
 from sx2torch.ops.rank import Tail
 from sx2torch.policy import Lowered, Typed
@@ -107,6 +109,32 @@ def lowered(low: Lowered) -> str:
     parts = [graph(t.graph, t) for t in low.specializations]
     storage = "".join(f"  {m}.{p}: {d}\n" for (m, p), d in low.storage.items())
     return "".join(parts) + f"storage ({low.precision})\n" + storage
+
+
+def plans(planned: Plans) -> str:
+    """Each specialization's plan on the target, numbered `#N` in the policy's order: what
+    its method is (its own, served by another's, left out), the arguments it casts at
+    entry, then its graph noted with its statements, blocks and casts as they are written,
+    the methods it calls by their numbers; then the consts the methods read."""
+    label = {typed: f"#{i}" for i, typed in enumerate(planned.plans)}
+    emitted = {t for specs in planned.emitted.values() for t in specs}
+    emitted |= set(planned.library)
+    lines = []
+    for typed, plan in planned.plans.items():
+        what = [
+            "public" if typed in planned.public.values() else "",
+            "specialized" if typed in planned.specialized else "",
+            f"served by {label[plan.code]}" if plan.code is not typed else "",
+            "" if typed in emitted else "not emitted",
+            f"casts {', '.join(map(str, plan.entry))} at entry" if plan.entry else "",
+        ]
+        lines.append(
+            f"{label[typed]} ({_signature(typed)}) {' '.join(filter(None, what))}"
+        )
+        lines.append(printed(plan.layout, label, plan.spelled))
+    for model, consts in planned.read_consts.items():
+        lines.append(f"{model} reads {', '.join(sorted(consts))}")
+    return "\n".join(lines) + "\n"
 
 
 def names(naming: Naming) -> str:

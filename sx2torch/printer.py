@@ -2,7 +2,7 @@
 each region indented under its node and ending in `yield`. What a printing adds beside the
 structure is its `Notes`: `--dump-after` notes each value's dtypes or shape
 (sx2torch/dump.py); sharing notes a specialization's plan, the casts and roundings its
-held code is written from (sx2torch/emit/plan.py), and compares the texts.
+held code is written from (sx2torch/plan/printed.py), and compares the texts.
 """
 
 from __future__ import annotations

@@ -1,60 +1,18 @@
 """The ranks pass: ranks, and shapes where known, of every node of a traced graph, set on
 the node (`Node.shape`, which the policy reads); the mismatches they prove.
 
-One pass over the nodes in trace order, each op's shape from its inputs' by the op's rank
-rule (sx2torch/ops/rank.py). A parameter's shape is its initializer's, a size written with
-a const unknown (the constructor can change it) but its rank known; a defun's argument has
-an unknown rank unless the caller of the analysis gives it; a call's result has the shape
-of its callee's output, found with the callee's arguments unknown. `check` reports a
-mismatch no value of the unknowns can fix, such as `(matmul a b)` of [3 4] and [5 6].
+The analysis is the ops' rank rules run over a graph (sx2torch/ops/shapes.py), which the
+gradient pass also reads, each graph alone. Here each defun's arguments are shaped as every
+call in the file passes them, and `check` reports a mismatch no value of the unknowns can fix,
+such as `(matmul a b)` of [3 4] and [5 6].
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 from sx2torch.errors import SourceError
-from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, callee_key, reads, walk
-from sx2torch.ops import REGISTRY, initializers
-from sx2torch.ops.rank import Dims, ShapeError, Tail, known
-
+from sx2torch.ir import Graph, Shape, walk
+from sx2torch.ops.shapes import Analysis, ranked
 from sx2torch.syntax.program import Program
-
-
-def shapes(
-    graph: Graph,
-    program: Program,
-    inputs: Optional[dict] = None,
-    graphs: Optional[dict] = None,
-) -> dict:
-    """{node: shape} for the graph's inputs and nodes; `inputs` maps argument names to shapes,
-    `graphs` (trace's output) lets calls take their callee's output shape."""
-    found = _Analysis(program, graphs).graph(graph, inputs or {})
-    return {node: _ranked(dims) for node, dims in found.items()}
-
-
-def ranks(
-    graph: Graph,
-    program: Program,
-    inputs: Optional[dict] = None,
-    graphs: Optional[dict] = None,
-) -> dict:
-    """{node: rank, or None where unknown}."""
-    found = shapes(graph, program, inputs, graphs)
-    return {node: None if dims is None else len(dims) for node, dims in found.items()}
-
-
-def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
-    """The rank of one node of a graph still being traced, from the nodes it depends on."""
-    cone, pending = set(), [node]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, Node) and item not in cone:
-            cone.add(item)
-            pending.extend(reads(item))
-    nodes = [n for n in graph.nodes if n in cone]
-    dims = _ranked(_Analysis(program, None).nodes(graph.model, nodes, {}).get(node))
-    return None if dims is None else len(dims)
 
 
 def run(program: Program, graphs: dict) -> None:
@@ -63,10 +21,10 @@ def run(program: Program, graphs: dict) -> None:
     unknown (a 0-d value, an element of a vector or a full reduction, is known as such).
     """
     check(program, graphs)
-    found = _Analysis(program, graphs).as_called()
+    found = Analysis(program, graphs).as_called()
     for graph in graphs.values():
         for node in valued(graph):
-            node.shape = Shape(_ranked(found.get(node)))
+            node.shape = Shape(ranked(found.get(node)))
 
 
 def valued(graph: Graph):
@@ -80,7 +38,7 @@ def valued(graph: Graph):
 
 def check(program: Program, graphs: dict) -> None:
     """Raise the first provable shape mismatch in the source, if any."""
-    analysis = _Analysis(program, graphs)
+    analysis = Analysis(program, graphs)
     for graph in graphs.values():
         analysis.alone(graph)
     if analysis.problems:
@@ -88,157 +46,3 @@ def check(program: Program, graphs: dict) -> None:
             analysis.problems, key=lambda p: (p[0].span.line, p[0].span.col)
         )
         raise SourceError(node.span, message)
-
-
-class _Analysis:
-    def __init__(self, program: Program, graphs: Optional[dict]):
-        self.program = program
-        self.graphs = graphs or {}
-        self.done: dict = {}  # graph -> its shapes with its arguments unknown
-        self.problems: list = []  # (node, message) of each provable mismatch
-
-    def alone(self, graph: Graph) -> dict:
-        """The graph's shapes with its arguments unknown, found once."""
-        if graph not in self.done:
-            self.done[graph] = {}  # resolve rejects recursion; this only guards
-            self.done[graph] = self.graph(graph, {})
-        return self.done[graph]
-
-    def as_called(self) -> dict:
-        """{node: shape} of every graph, its arguments shaped as its callers pass them."""
-        passed: dict = {}  # graph -> [the shapes of its arguments at one call]
-        found: dict = {}
-        for graph in self._callers_first():
-            calls = passed.get(graph)
-            given = {
-                node: _agreed([call[k] for call in calls]) if calls else None
-                for k, node in enumerate(graph.inputs)
-            }
-            shapes = self.nodes(graph.model, graph.nodes, given)
-            found.update(shapes)
-            for node in walk(graph.nodes):
-                callee = self._callee(node, graph.model)
-                if callee is not None:
-                    passed.setdefault(callee, []).append(
-                        [
-                            () if isinstance(i, Scalar) else _ranked(shapes.get(i))
-                            for i in node.inputs
-                        ]
-                    )
-        return found
-
-    def _callers_first(self) -> list:
-        """The graphs, each after every graph that calls it (resolve rejects recursion)."""
-        done, order = set(), []
-
-        def visit(graph: Graph) -> None:
-            if graph not in done:
-                done.add(graph)
-                for node in walk(graph.nodes):
-                    callee = self._callee(node, graph.model)
-                    if callee is not None:
-                        visit(callee)
-                order.append(graph)
-
-        for graph in self.graphs.values():
-            visit(graph)
-        return order[::-1]
-
-    def graph(self, graph: Graph, inputs: dict) -> dict:
-        given = {node: inputs.get(node.name) for node in graph.inputs}
-        return self.nodes(graph.model, graph.nodes, given)
-
-    def nodes(self, model: str, nodes: list, given: dict) -> dict:
-        found = dict(given)
-        for node in nodes:
-            found[node] = self._node(node, model, found)
-        return found
-
-    def _node(self, node: Node, model: str, found: dict) -> Dims:
-        if node.kind is Kind.PARAM:
-            return self._param(node, model)
-        if node.kind in CALLS:
-            return self._called(node, model)
-        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
-        if node.kind is Kind.CAST:
-            return inputs[0]
-        if node.kind is Kind.ITEM:
-            return inputs[0] and inputs[0][node.attrs["index"]]
-        if node.kind is Kind.GRADIENT:  # dY/dX, before the gradient pass writes it
-            return inputs[1]
-        if node.kind is Kind.FOR:
-            return self._loop(node, model, found, inputs)
-        if node.kind is Kind.IF:
-            then, otherwise = (self._region(r, model, found)[0] for r in node.regions)
-            return then if then == otherwise else None
-        rule = REGISTRY[node.op].rank
-        if rule.tails:
-            inputs = [Tail(()) if dims is None else dims for dims in inputs]
-        else:
-            inputs = [_ranked(dims) for dims in inputs]
-        try:
-            dims = rule.shape(inputs, node.attrs)
-        except ShapeError as error:
-            self.problems.append((node, str(error)))
-            return None
-        return None if dims == Tail(()) else dims
-
-    def _loop(self, node: Node, model: str, found: dict, inputs: list) -> tuple:
-        """The carried values' shapes after the loop: what an iteration gives, where that
-        stays the same from one iteration to the next and the stack has layers."""
-        (body,) = node.regions
-        count = known(self.program.model(model).params[node.attrs["stack"]].init.count)
-        forward = node.attrs.get("reverse")
-        # an adjoint loop: the forward's carried values, recorded
-        if forward is not None:
-            found.update(zip(body.inputs[len(inputs) :], found.get(forward) or ()))
-        carried = inputs
-        for _ in range(2 if count else 1):
-            found.update(zip(body.inputs, carried))
-            before, carried = carried, self._region(body, model, found)
-        if not count:
-            return tuple(i if i == o else None for i, o in zip(inputs, carried))
-        return tuple(b if b == a else None for b, a in zip(before, carried))
-
-    def _region(self, region, model: str, found: dict) -> list:
-        found.update(self.nodes(model, region.nodes, found))
-        return [() if isinstance(o, Scalar) else found.get(o) for o in region.outputs]
-
-    def _param(self, node: Node, model: str) -> Dims:
-        owner = self.program.model(node.attrs.get("owner", model))
-        init = owner.params[node.attrs["param"]].init
-        return tuple(known(size) for size in initializers.sizes(init))
-
-    def _called(self, node: Node, model: str) -> Dims:
-        callee = self._callee(node, model)
-        if callee is None:
-            return None
-        if isinstance(callee.output, tuple):  # read by its ITEMs
-            return tuple(self.alone(callee).get(o) for o in callee.output)
-        if not isinstance(callee.output, Node):
-            return None
-        return self.alone(callee).get(callee.output)
-
-    def _callee(self, node: Node, model: str) -> Optional[Graph]:
-        """The graph a call node calls, if it is known."""
-        if node.kind not in CALLS:
-            return None
-        target = node.attrs["target"]
-        if node.kind is Kind.CALL:
-            return self.graphs.get(callee_key(node, model))
-        param = self.program.model(model).params.get(target)
-        # a stack chained inside an inlined sub-model: not followed
-        return None if param is None else self.graphs.get((param.init.model, "forward"))
-
-
-def _ranked(dims) -> Dims:
-    """A shape of known rank, or None: what readers outside the analysis see of a Tail."""
-    return None if isinstance(dims, Tail) else dims
-
-
-def _agreed(shapes: list) -> Dims:
-    """The shape all of `shapes` have, a size unknown where they differ; None where their
-    ranks differ or one is unknown."""
-    if any(dims is None for dims in shapes) or len({len(d) for d in shapes}) > 1:
-        return None
-    return tuple(sizes[0] if len(set(sizes)) == 1 else None for sizes in zip(*shapes))

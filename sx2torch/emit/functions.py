@@ -1,5 +1,5 @@
 """The library functions at module level: one `def` per group of specializations that one
-body serves (sx2torch/emit/sharing.py), written before the classes, called by name.
+body serves (sx2torch/plan/sharing.py), written before the classes, called by name.
 
 A function is named after its op (`rms_norm`); where the program needs two bodies of it (a
 value that stays f32 with f32 input and bf16 with bf16 input), each is named with its
@@ -14,38 +14,32 @@ from typing import Callable
 import libcst as cst
 
 from sx2torch.emit.names import Namespace
-from sx2torch.syntax.names import mangle
 from sx2torch.emit.naming import Locals, Naming, specialization_suffix
 from sx2torch.ir import LIBRARY
-from sx2torch.policy import Lowered
+from sx2torch.plan import Plans
+from sx2torch.syntax.names import mangle
 
 
-def name(lowered: Lowered, naming: Naming) -> None:
-    """Name the library specializations the methods call, in `naming.methods`; those named
-    with their dtypes go to `naming.specialized`."""
-    reps = _called(lowered, naming)
+def name(plans: Plans, naming: Naming) -> None:
+    """Name the library specializations the methods call (the plan's `library`), in
+    `naming.methods`; a function the program needs two bodies of is named with their
+    dtypes (the plan's `specialized`)."""
     taken = set()
     for locals_ in naming.locals.values():
         taken |= _local_names(locals_)
     names = Namespace(taken)
-    by_function: dict = {}
-    for rep in reps:
-        by_function.setdefault(rep.graph.name, []).append(rep)
     chosen = {}
-    for function, group in by_function.items():
-        for rep in group:
-            base = mangle(function)
-            if len(group) > 1:
-                base = f"{base}_{specialization_suffix(rep)}"
-                naming.specialized.add(rep)
-            chosen[rep] = names.fresh(base)
-    for typed in lowered.specializations:
-        rep = naming.code.get(typed, typed)
-        if rep in chosen:
-            naming.methods[typed] = chosen[rep]
+    for rep in plans.library:
+        base = mangle(rep.graph.name)
+        if rep in plans.specialized:
+            base = f"{base}_{specialization_suffix(rep)}"
+        chosen[rep] = names.fresh(base)
+    for typed, plan in plans.plans.items():
+        if plan.code in chosen:
+            naming.methods[typed] = chosen[plan.code]
 
 
-def definitions(naming: Naming, method: Callable) -> list:
+def definitions(plans: Plans, naming: Naming, method: Callable) -> list:
     """The functions' `def`s, in the order they were named: `method(typed, name)` writes one
     as a method, whose `self` is then left out."""
     written, found = set(), []
@@ -53,23 +47,11 @@ def definitions(naming: Naming, method: Callable) -> list:
         if typed.model != LIBRARY or function in written:
             continue
         written.add(function)
-        definition = method(naming.code.get(typed, typed), function)
+        definition = method(plans.plans[typed].code, function)
         params = definition.params.with_changes(params=definition.params.params[1:])
         leading = [cst.EmptyLine(), cst.EmptyLine(), *definition.leading_lines]
         found.append(definition.with_changes(params=params, leading_lines=leading))
     return found
-
-
-def _called(lowered: Lowered, naming: Naming) -> list:
-    """The library specializations whose code the methods' code calls, in the policy's order."""
-    reached, pending = set(), [naming.code.get(t, t) for t in naming.methods]
-    while pending:
-        for callee in pending.pop().callee.values():
-            rep = naming.code.get(callee, callee)
-            if rep.model == LIBRARY and rep not in reached:
-                reached.add(rep)
-                pending.append(rep)
-    return [t for t in lowered.specializations if t in reached]
 
 
 def _local_names(locals_: Locals) -> set:

@@ -8,16 +8,16 @@ from typing import Optional
 import libcst as cst
 
 import sx2torch.build as b
-from sx2torch.emit import plan
-from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
+from sx2torch.emit import scalars, targets
 from sx2torch.emit.naming import Locals, Naming
-from sx2torch.emit.targets import Target
-from sx2torch.ir import ISLAND, Kind, Node, Scalar, walk
+from sx2torch.ir import ISLAND, Kind, Node, Scalar
 from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
 from sx2torch.ops.rank import rank_of
+from sx2torch.plan import Plans
+from sx2torch.plan.casts import Hoist
+from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
+from sx2torch.plan.targets import Target
 from sx2torch.policy import Typed
-from sx2torch.policy.rules import output_dtype
-from sx2torch.emit import scalars
 from sx2torch.syntax.scalars import ScalarOp
 
 
@@ -26,6 +26,7 @@ class ClassContext:
     """What a method needs to know of its class and of the other methods."""
 
     target: Target
+    plans: Plans
     naming: Naming
     attrs: dict  # source name -> attribute name, for consts, params and sub-models
     source_lines: Optional[str] = (
@@ -75,17 +76,18 @@ class Spelling:
 
 
 class MethodEmitter:
-    """Writes one specialization's method as its plan says: the layout's statements,
-    precision blocks and hoisted casts (sx2torch/emit/layout.py, casts.py), under the
+    """Writes one specialization's method as its plan says (sx2torch/plan/): the layout's
+    statements, precision blocks and hoisted casts, each cast as it is spelled, under the
     names the names pass gave them (sx2torch/emit/naming.py)."""
 
     def __init__(self, typed: Typed, ctx: ClassContext):
         self.typed = typed
         self.ctx = ctx
         self.graph = typed.graph
-        self.layout: Layout = ctx.naming.layouts[typed]
+        plan = ctx.plans.plans[typed]
+        self.layout: Layout = plan.layout
+        self.spelled = plan.spelled
         self.locals: Locals = ctx.naming.locals[typed]
-        self.conversions = self.layout.conversions
         self.py = self.locals.values
         self.spelling = Spelling(typed, ctx, self.locals)
 
@@ -121,10 +123,7 @@ class MethodEmitter:
         """The casts written before a statement, which its readers then read by name."""
         hoists = []
         for hoist in self.layout.hoists.at.get(statement, []):
-            written = plan.written(self.layout, hoist.operand)
-            cast = self.ctx.target.cast(
-                self.ref(hoist.operand), *hoist.conversion, written
-            )
+            cast = targets.cast(self.ref(hoist.operand), self.spelled.hoists[hoist])
             hoists.append((path, _assign(self.locals.hoists[hoist], cast)))
         return hoists
 
@@ -160,20 +159,15 @@ class MethodEmitter:
             self.layout.end(node, index), path
         )
         stores = [(name, self._output(node, index, k)) for k, name in enumerate(names)]
-        inner += [(path, s) for s in _stores(stores, not _may_draw(region.nodes))]
+        reorder = (node, index) in self.spelled.reordered
+        inner += [(path, s) for s in _stores(stores, reorder)]
         return _nest([(p[len(path) :], s) for p, s in inner], self.ctx.target.device)
 
     def _output(self, node: Node, region: int, index: int) -> b.Expr:
         """A region's output as its node stores it: cast to the node's dtype for it."""
         operand = node.regions[region].outputs[index]
-        want = output_dtype(self.typed, node, index)
-        conversion = self.conversions.conversion_of(operand, want)
-        value = self.ref(operand)
-        if conversion is None:
-            return value
-        return self.ctx.target.cast(
-            value, *conversion, plan.written(self.layout, operand)
-        )
+        cast = self.spelled.outputs.get((node, region, index))
+        return targets.cast(self.ref(operand), cast)
 
     def _for(self, node: Node) -> list:
         """`for i, layer in enumerate(self.stack):`, the carried values assigned before it
@@ -183,7 +177,7 @@ class MethodEmitter:
         statements = [
             _assign(name, self.read(node, k))
             for k, (init, name) in enumerate(zip(node.inputs, names))
-            if self.py.get(init) != name or self.conversions.conversion(node, k)
+            if self.py.get(init) != name or (node, k) in self.spelled.reads
         ]
         index, layer = self.locals.loops[node]
         stack = self.spelling.member(node.attrs["stack"])
@@ -262,16 +256,10 @@ class MethodEmitter:
 
     def read(self, node: Node, index: int) -> b.Expr:
         """An operand as `node` reads it: cast to the dtype the node computes in."""
-        operand = node.inputs[index]
-        conversion = self.conversions.conversion(node, index)
-        if conversion is None:
-            return self.ref(operand)
-        hoist = self.layout.hoists.reads.get((node, index))
-        if hoist is not None:
-            return b.name(self.locals.hoists[hoist])
-        return self.ctx.target.cast(
-            self.ref(operand), *conversion, plan.written(self.layout, operand)
-        )
+        cast = self.spelled.reads.get((node, index))
+        if isinstance(cast, Hoist):
+            return b.name(self.locals.hoists[cast])
+        return targets.cast(self.ref(node.inputs[index]), cast)
 
     def expr(self, node: Node) -> b.Expr:
         if node.kind is Kind.CAST:
@@ -309,12 +297,11 @@ class MethodEmitter:
             tuple(map(_is_number, node.inputs)),
             tuple(map(rank_of, node.inputs)),
         )
-        rounds = plan.rounds(self.typed, node)
-        value = self.ctx.target.store(op.emit(operands, context), rounds)
-        gathered = self.conversions.gathered(node)
-        if gathered is None:
-            return value
-        return self.ctx.target.cast(value, *gathered, plan.stored(self.layout, node))
+        value = op.emit(operands, context)
+        if node in self.spelled.stores:
+            value = targets.store(value)
+        gathered = self.spelled.gathered.get(node)
+        return targets.cast(value, gathered)
 
 
 def _value(value):
@@ -356,15 +343,6 @@ def _stores(stores: list, reorder: bool) -> list:
         ordered.append(_assign(*free))
         pending.remove(free)
     return ordered
-
-
-def _may_draw(nodes: list) -> bool:
-    """Whether a region's values may draw random numbers: a draw, or a call."""
-    return any(
-        node.kind in (Kind.CALL, Kind.SUBMODEL)
-        or (node.kind is Kind.OP and REGISTRY[node.op].draws)
-        for node in walk(nodes)
-    )
 
 
 def _names(value: b.Expr) -> set:

@@ -10,13 +10,15 @@ from typing import Optional
 import libcst as cst
 
 import sx2torch.build as b
-from sx2torch.emit import functions, main
+from sx2torch.emit import functions, main, targets
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.syntax.names import mangle
-from sx2torch.emit.naming import Naming, defuns, store as store_of
-from sx2torch.emit.targets import Target
+from sx2torch.emit.naming import Naming, store as store_of
 from sx2torch.ir import ISLAND, REGION, Scalar, walk
 from sx2torch.ops import initializers
+from sx2torch.plan import Plans
+from sx2torch.plan.methods import defuns
+from sx2torch.plan.targets import Target
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.emit import scalars
@@ -30,6 +32,7 @@ AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
 def run(
     program: Program,
     lowered: Lowered,
+    plans: Plans,
     naming: Naming,
     header: str,
     target: Target,
@@ -40,17 +43,19 @@ def run(
     `__main__` block of the chosen `run` form where it trains."""
     classes = naming.classes
     contexts = {
-        model.name: ClassContext(target, naming, naming.attrs[model.name], source_lines)
+        model.name: ClassContext(
+            target, plans, naming, naming.attrs[model.name], source_lines
+        )
         for model in program.all_models()
     }
     body = _preamble(program, classes)
-    bare = ClassContext(target, naming, {}, source_lines)
-    body += functions.definitions(naming, lambda t, name: _method(t, name, bare))
+    bare = ClassContext(target, plans, naming, {}, source_lines)
+    body += functions.definitions(plans, naming, lambda t, name: _method(t, name, bare))
     by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
         body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
     if chosen is not None and chosen.loss is not None:
-        body.append(_main(program, naming, chosen))
+        body.append(_main(program, plans, naming, chosen))
     comments = [
         cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
     ]
@@ -104,14 +109,14 @@ def _preamble(program: Program, classes: dict) -> list:
     ]
 
 
-def _main(program: Program, naming: Naming, chosen: Run) -> cst.If:
+def _main(program: Program, plans: Plans, naming: Naming, chosen: Run) -> cst.If:
     """The `__main__` block that runs the chosen `run` form, with its loss's public method."""
     loss = next(
         name
         for typed, name in naming.methods.items()
         if typed.model == program.top.name
         and typed.graph.name == chosen.loss.name
-        and typed not in naming.specialized
+        and typed not in plans.specialized
     )
     top = naming.classes[program.top.name]
     return main.block(program, chosen, top, loss, naming.attrs)
@@ -133,11 +138,11 @@ def _class(
         specs = by_defun.get((model.name, defun), [])
         plain = lowered.natural[model.name, defun]
         methods = [
-            (ctx.naming.code.get(t, t), ctx.naming.methods[t])
+            (ctx.plans.plans[t].code, ctx.naming.methods[t])
             for t in ([plain] if plain is not None else []) + specs
             if t in ctx.naming.methods
         ]
-        public = next((m for m in methods if m[0] not in ctx.naming.specialized), None)
+        public = next((m for m in methods if m[0] not in ctx.plans.specialized), None)
         for code, name in methods:
             if name not in emitted:
                 emitted.add(name)
@@ -161,8 +166,8 @@ def _method(typed: Typed, name: str, ctx: ClassContext, public=None) -> cst.Func
     args, keys = names.args, list(names.keys.values())
     defaults = [_key_default(default) for _, default in typed.graph.keys]
     prologue = [
-        _assign_name(args[i], ctx.target.cast(b.name(args[i]), "f32", "bf16"))
-        for i in ctx.naming.entry.get(typed, ())
+        _assign_name(args[i], targets.cast(b.name(args[i]), cast))
+        for i, cast in ctx.plans.plans[typed].entry.items()
     ]
     prologue += [
         _if_none(key, emitter.spelling.scalar(default))
@@ -183,7 +188,7 @@ def _method(typed: Typed, name: str, ctx: ClassContext, public=None) -> cst.Func
         + emitter.body()
     )
     leading = []
-    if typed in ctx.naming.specialized:
+    if typed in ctx.plans.specialized:
         why = _why_own(typed, public)
         leading += [cst.EmptyLine(comment=cst.Comment("# " + why))] if why else []
         leading.append(cst.EmptyLine(comment=cst.Comment("# " + _specialized(typed))))
@@ -260,7 +265,7 @@ def _init(
     body: list = [
         cst.SimpleStatementLine([cst.Expr(b.call(b.attr(b.call("super"), "__init__")))])
     ]
-    read = ctx.naming.read_consts.get(model.name, set())
+    read = ctx.plans.read_consts.get(model.name, set())
     for const in consts:
         if const.value.op is not ScalarOp.LIT:
             body.append(_if_none(names[const.name], _init_scalar(const.value, names)))

@@ -11,24 +11,20 @@ its own. `--dump-after names` prints the result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional
 
-from sx2torch.emit.casts import Hoist
-from sx2torch.emit.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, plain_attribute
-from sx2torch.syntax.names import mangle
-from sx2torch.emit.sharing import Sharing
-from sx2torch.emit.targets import Target
-from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, walk
-from sx2torch.syntax.scalars import Scalar, ScalarOp
+from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
 from sx2torch.ops import REGISTRY
-from sx2torch.policy import Lowered, Typed
+from sx2torch.plan import Plans
+from sx2torch.plan.casts import Hoist
+from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
+from sx2torch.policy import Typed
 from sx2torch.policy.rules import is_param
+from sx2torch.syntax.names import mangle
 from sx2torch.syntax.program import Model, Program
 
-# the target whose code decides which specializations share a method (see `run`)
-DECIDING = Target("cpu")
 MAX_DERIVED = 40  # characters of a temporary's name made from its input's
 
 
@@ -57,26 +53,15 @@ class Naming:
 
     classes: dict  # model -> class name
     attrs: dict  # model -> {const, param or sub-model -> attribute name}
-    layouts: dict  # Typed -> Layout
     locals: dict  # Typed -> Locals
     methods: dict = field(default_factory=dict)  # Typed -> method name
-    specialized: set = field(default_factory=set)  # the Typed named with their dtypes
     # model -> {param or sub-model whose key is no plain attribute -> its store}
     stores: dict = field(default_factory=dict)
-    # the public Typed that casts f32 arguments down at entry -> those arguments' indices
-    entry: dict = field(default_factory=dict)
-    # a Typed whose method is another's code, which serves its arguments -> that Typed
-    code: dict = field(default_factory=dict)
-    # model -> the consts its methods read, each stored as an attribute (`self.d = d`)
-    read_consts: dict = field(default_factory=dict)
 
 
-def run(program: Program, lowered: Lowered, target: Target) -> Naming:
-    """Which specializations of a defun share a method, and what each public method
-    computes, is decided once for every target, on a held target's plans (sharing.py),
-    where every rounding is written out: a cuda method that computes two specializations
-    through its tensors' dtypes (`x * torch.sigmoid(x)` on f32 and on bf16) cannot be one
-    method there, whose tensors are all f32."""
+def run(program: Program, plans: Plans) -> Naming:
+    """Names what the plan decided: a method per code that serves specializations, a
+    local per statement of each plan's layout."""
     classes = _class_names(program)
     attrs = {}
     namespaces = {}
@@ -87,60 +72,11 @@ def run(program: Program, lowered: Lowered, target: Target) -> Naming:
     stores = {
         model.name: _stores(model, attrs[model.name]) for model in program.all_models()
     }
-    naming = _layouts(Naming(classes, attrs, {}, {}, stores=stores), lowered, target)
-    judge = target if target.held else DECIDING
-    deciding = naming if judge is target else _layouts(naming, lowered, judge)
-    sharing = Sharing(lowered, judge, deciding.layouts)
-    methods, specialized = _method_names(
-        program, lowered, namespaces, deciding, sharing
-    )
-    naming.methods, naming.specialized = methods, specialized
-    naming.code, naming.entry = deciding.code, deciding.entry
-    naming.read_consts = _read_consts(naming.code.get(t, t) for t in methods)
-    if deciding is not naming:  # the arguments cast at entry, on this target's layouts
-        for typed, layout in deciding.layouts.items():
-            if layout.conversions.entry:
-                entry = layout.conversions.entry
-                naming.layouts[typed] = Layout(typed, target, lowered, entry)
-                naming.locals[typed] = _LocalNaming(naming.layouts[typed]).run()
-    return naming
-
-
-def _read_consts(emitted) -> dict:
-    """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`)."""
-    found: dict = {}
-
-    def scan(typed, value) -> None:
-        if isinstance(value, Scalar):
-            if value.op is ScalarOp.CONST:
-                owner = value.args[2] if len(value.args) > 2 else typed.model
-                found.setdefault(owner, set()).add(value.args[0])
-            for arg in value.args:
-                scan(typed, arg)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                scan(typed, item)
-        elif isinstance(value, dict):
-            scan(typed, list(value.values()))
-
-    for typed in emitted:
-        scan(typed, typed.graph.output)
-        for node in walk(typed.graph.nodes):
-            scan(typed, [node.inputs, node.attrs])
-            scan(typed, [region.outputs for region in node.regions])
-    return found
-
-
-def _layouts(naming: Naming, lowered: Lowered, target: Target) -> Naming:
-    """`naming` with every specialization's layout and locals on `target`."""
-    layouts = {
-        typed: Layout(typed, target, lowered) for typed in lowered.specializations
+    locals_ = {
+        typed: _LocalNaming(plan.layout).run() for typed, plan in plans.plans.items()
     }
-    return replace(
-        naming,
-        layouts=layouts,
-        locals={typed: _LocalNaming(layout).run() for typed, layout in layouts.items()},
-    )
+    methods = _method_names(program, plans, namespaces)
+    return Naming(classes, attrs, locals_, methods, stores)
 
 
 def class_name(name: str) -> str:
@@ -202,179 +138,28 @@ def argument_names(typed: Typed) -> tuple:
     return args, keys, names
 
 
-def _method_names(
-    program: Program, lowered: Lowered, namespaces: dict, naming: Naming, sharing
-):
-    """Method names: specializations of a defun that one method serves share it
-    (sx2torch/emit/sharing.py). The public method is named as the source names the
-    defun: the one at f32 (and integer) arguments where the program calls it so, else the
-    one its callers call, which casts f32 arguments at entry (`entry`); a specialization
-    only a public copy would call is left out. The others are named with their dtypes and
-    returned as `specialized`."""
-    by_defun = defuns(lowered)
-    group = sharing.run(by_defun)  # Typed -> its Group
-    naming.code = {t: g.rep for t, g in group.items() if g.rep is not t}
-    public, called = _publics(program, lowered, by_defun, group)
-    naming.entry = {
-        typed: _entry(lowered.natural[key], typed)
-        for key, typed in public.items()
-        if typed is not lowered.natural[key]
-    }
-    _cast_at_entry(naming, sharing, set(group.values()))
-    kept = {key: [t for t in specs if t in called] for key, specs in by_defun.items()}
+def _method_names(program: Program, plans: Plans, namespaces: dict) -> dict:
+    """Method names: the specializations one method serves (the plan's `code`) share its
+    name. The public one is named as the source names the defun, the others (the plan's
+    `specialized`) with their dtypes."""
     names: dict = {}
-    specialized: set = set()
     for model in program.all_models():
         namespace = namespaces[model.name]
         # Source names first, so that no specialization takes one.
         plain_names = {defun: namespace.fresh(defun) for defun in model.defuns}
         for defun in model.defuns:
-            plain = public[model.name, defun]
-            chosen: dict = {}  # stand-in -> name
+            plain = plans.public[model.name, defun]
+            chosen: dict = {}  # the code -> its name
             if plain is not None:
-                chosen[group[plain]] = plain_names[defun]
-            for typed in kept.get((model.name, defun), []):
-                if group[typed] not in chosen:
-                    chosen[group[typed]] = namespace.fresh(
+                chosen[plans.plans[plain].code] = plain_names[defun]
+            for typed in plans.emitted.get((model.name, defun), []):
+                code = plans.plans[typed].code
+                if code not in chosen:
+                    chosen[code] = namespace.fresh(
                         f"{defun}_{specialization_suffix(typed)}"
                     )
-                names[typed] = chosen[group[typed]]
-                if plain is None or group[typed] != group[plain]:
-                    specialized.update((typed, group[typed].rep))
-    return names, specialized
-
-
-def _cast_at_entry(naming: Naming, sharing, groups: set) -> None:
-    """A method serving bf16 arguments it reads only cast down casts them at entry."""
-    for group in groups:
-        rep = group.rep
-        layout = naming.layouts[rep]
-        found = sharing.entry(group, layout)
-        if found:
-            entry = frozenset(rep.graph.inputs[i] for i in found)
-            layout = Layout(rep, layout.target, layout.lowered, entry)
-            naming.layouts[rep] = layout
-            naming.locals[rep] = _LocalNaming(layout).run()
-            naming.entry[rep] = sorted(set(naming.entry.get(rep) or []) | set(found))
-
-
-def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
-    """(model, defun) -> its public specialization, and the specializations emitted: those
-    the program runs, the public ones and what they call. A public method the program
-    does not run may call a natural specialization, which is then public itself."""
-    called = _called(program, lowered, group)
-    while True:
-        optional = _optional(called)
-        public = {
-            key: _public(natural, by_defun.get(key, []), called, group, optional)
-            for key, natural in lowered.natural.items()
-        }
-        grown = _closure(called | {t for t in public.values() if t is not None}, group)
-        if grown == called:
-            return public, called
-        called = grown
-
-
-def _called(program: Program, lowered: Lowered, group: dict) -> set:
-    """The specializations the program runs: the top model's public methods (its forward
-    and the defuns it does not call itself) and what they call."""
-    top = [t for t in lowered.specializations if t.model == program.top.name]
-    inner = {c.graph.name for t in top for c in t.callee.values() if c.model == t.model}
-    return _closure(
-        {
-            lowered.natural[program.top.name, defun]
-            for defun in program.top.defuns
-            if defun == "forward" or defun not in inner
-        }
-        - {None},
-        group,
-    )
-
-
-def _optional(called: set) -> set:
-    """(specialization, argument index) for the arguments a caller may pass None: an
-    `if` with a `none` branch, or an argument of its own that may be None."""
-    found: set = set()
-    grown = True
-    while grown:
-        grown = False
-        for typed in called:
-            for node, callee in typed.callee.items():
-                for index, operand in enumerate(node.inputs):
-                    if (callee, index) not in found and _may_be_none(
-                        operand, typed, found
-                    ):
-                        found.add((callee, index))
-                        grown = True
-    return found
-
-
-def _may_be_none(operand, typed, found: set) -> bool:
-    if operand is None:
-        return True
-    if not isinstance(operand, Node):
-        return False
-    if operand.kind is Kind.IF:
-        outputs = [o for region in operand.regions for o in region.outputs]
-        return any(_may_be_none(o, typed, found) for o in outputs)
-    inputs = typed.graph.inputs
-    return operand in inputs and (typed, inputs.index(operand)) in found
-
-
-def _closure(roots: set, group: dict) -> set:
-    """`roots` and every specialization they call, directly or not: the calls of the
-    code that serves each."""
-    seen: set = set()
-    stack = list(roots)
-    while stack:
-        typed = stack.pop()
-        if typed not in seen:
-            seen.add(typed)
-            stack.extend(group[typed].rep.callee.values())
-    return seen
-
-
-def _public(natural, specs: list, called: set, group: dict, optional: set):
-    """The specialization named as the source names the defun: the natural one, unless
-    the program calls the defun only with bf16 where the natural one takes f32 and other
-    code: then the first of those, which casts its f32 arguments down at entry, serves
-    callers from outside too (not where such an argument may be None)."""
-    if natural is None or any(group[t] == group[natural] for t in specs if t in called):
-        return natural
-    for typed in specs:
-        mates = [t for t in specs if group[t] == group[typed] and t in called]
-        casts = _entry(natural, typed)
-        if (
-            typed in called
-            and group[typed].rep is typed
-            and casts is not None
-            and all(_entry(natural, t) == casts for t in mates)
-            and not any((typed, i) in optional for i in casts)
-        ):
-            return typed
-    return natural
-
-
-def _entry(natural, typed) -> Optional[list]:
-    """The arguments `typed` casts at entry to serve f32 callers, or None where it cannot."""
-    if typed.ambient != natural.ambient:
-        return None
-    casts = []
-    for index, (have, want) in enumerate(zip(natural.signature, typed.signature)):
-        if have == want:
-            continue
-        if (have, want) != ("f32", "bf16"):
-            return None
-        casts.append(index)
-    return casts
-
-
-def defuns(lowered: Lowered) -> dict:
-    """(model, defun) -> its specializations, in order: found once, not by a scan per defun."""
-    found: dict = {}
-    for typed in lowered.specializations:
-        found.setdefault((typed.model, typed.graph.name), []).append(typed)
-    return found
+                names[typed] = chosen[code]
+    return names
 
 
 def specialization_suffix(typed: Typed) -> str:

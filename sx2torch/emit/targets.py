@@ -1,75 +1,31 @@
-"""How each target holds bf16 values (section 7).
-
-cuda: native bf16 tensors; a cast is `.to(torch.bfloat16)` or `.float()`.
-metal and cpu: a bf16 value is an f32 tensor holding a bf16 value; a cast down is the
-runtime's exact rounding (`sx.round_to_bf16`), a cast up changes no value (`sx.as_f32` rounds
-only the gradient through it, as cuda's `.float()` does), and a node that computes in bf16
-computes in f32 and rounds on store (`sx.store_bf16`, which also rounds the gradients the op
-sends back), unless its op cannot leave the bf16 values (a reshape, a relu) or it stores the
-f32 accumulator (`:out :f32`). A frozen parameter stored in bf16 is a real bf16
-tensor (half the memory) read through an exact `.float()`.
-"""
+"""A cast as the plan spelled it (sx2torch/plan/targets.py says how each target holds bf16
+values, and sx2torch/plan/spelled.py which spelling each cast gets), written as code."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import sx2torch.build as b
+from sx2torch.plan.spelled import Cast
 
-DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
+
+def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
+    """`value` cast as the plan spelled it; None: `value` as it is."""
+    spelling = spelled and spelled.spelling
+    if spelling == "fill":  # made in the dtype wanted: `torch.ones_like(x, dtype=...)`
+        dtype = b.dotted("torch.float32" if spelled.want == "f32" else "torch.bfloat16")
+        return value.with_changes(
+            args=[*value.args[:-1], value.args[-1].with_changes(value=dtype)]
+        )
+    if spelling == "float":
+        return b.method(value, "float")
+    if spelling == "to-bf16":
+        return b.method(value, "to", b.dotted("torch.bfloat16"))
+    if spelling == "round":
+        return b.call("sx.round_to_bf16", value)
+    return b.call("sx.as_f32", value) if spelling == "as-f32" else value
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-
-    @property
-    def device(self) -> str:
-        """The device type of the `torch.autocast(..., enabled=False)` around f32 islands."""
-        return DEVICE[self.name]
-
-    @property
-    def held(self) -> bool:
-        return self.name != "cuda"
-
-    def spelling(self, have: str, want: str, written: Optional[str]) -> Optional[str]:
-        """How a cast from `have` ("bf16-stored" for a real bf16 tensor) to `want` is written
-        on a value written as `written` ("fill": `torch.ones_like(x, dtype=...)`;
-        "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
-        "float", "to-bf16", "round", "as-f32", or None where nothing is written."""
-        if written == "fill":  # zeros and ones are exact in either dtype
-            return (
-                "fill" if not self.held else None
-            )  # a held target's are f32 either way
-        if not self.held:
-            return "float" if want == "f32" else "to-bf16"
-        if have == "bf16-stored":
-            return "float"
-        if want == "bf16":
-            return "round"
-        # The gradient through this read is rounded before it is summed with those of
-        # the value's other reads; a rounding written in place rounds it already.
-        return None if written == "rounding" else "as-f32"
-
-    def cast(
-        self, value: b.Expr, have: str, want: str, written: Optional[str] = None
-    ) -> b.Expr:
-        """`value`, a tensor of dtype `have` written as `written` (see `spelling`), as `want`."""
-        spelling = self.spelling(have, want, written)
-        if spelling == "fill":
-            dtype = b.dotted("torch.float32" if want == "f32" else "torch.bfloat16")
-            return value.with_changes(
-                args=[*value.args[:-1], value.args[-1].with_changes(value=dtype)]
-            )
-        if spelling == "float":
-            return b.method(value, "float")
-        if spelling == "to-bf16":
-            return b.method(value, "to", b.dotted("torch.bfloat16"))
-        if spelling == "round":
-            return b.call("sx.round_to_bf16", value)
-        return b.call("sx.as_f32", value) if spelling == "as-f32" else value
-
-    def store(self, value: b.Expr, rounds: bool) -> b.Expr:
-        """A bf16 node's result: held targets round what they computed in f32."""
-        return b.call("sx.store_bf16", value) if self.held and rounds else value
+def store(value: b.Expr) -> b.Expr:
+    """A bf16 node's result that a held target rounds, having computed it in f32."""
+    return b.call("sx.store_bf16", value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import sx2torch.ranks as ranks
+import sx2torch.ops.shapes as analysis
 from sx2torch.errors import SourceError
 from sx2torch.gradient.backward import Backward
 from sx2torch.gradient.checks import aliased_start_check, carried_check
@@ -35,7 +35,7 @@ class _Expansion:
         self.program = program
         self.graph = graph
         self.values: dict = {}  # GRADIENT node -> dY/dX
-        self.shapes = ranks.shapes(graph, program)  # of the forward values
+        self.shapes = analysis.shapes(graph, program)  # of the forward values
         for value in _iterated(graph.nodes, set()):
             self.shapes[value] = None
 
@@ -98,7 +98,7 @@ class _Expansion:
 
     def _is_scalar(self, node: Node) -> Optional[bool]:
         """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
-        rank = ranks.rank_of(node, self.graph, self.program)
+        rank = analysis.rank_of(node, self.graph, self.program)
         return None if rank is None else rank == 0
 
 

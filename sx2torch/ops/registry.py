@@ -124,7 +124,7 @@ class Op:
     # draws from torch's generator (dropout, randn-like): computing it again draws anew
     draws: bool = False
     # emitted as `torch.ones_like(x, dtype=...)` (or zeros): a cast of it is the same fill
-    # made in the dtype wanted (sx2torch/emit/targets.py)
+    # made in the dtype wanted (sx2torch/plan/targets.py)
     fills: bool = False
     # its value is ones or zeros, which either dtype holds: the policy makes it in the dtype
     # its readers read it in (a gradient's seed)
@@ -151,7 +151,7 @@ class Op:
     # made from it for its shape alone must still read it, so that the check runs
     checks: bool = False
     # gathers rows of its first input by ids (an embedding lookup): a parameter it reads is
-    # cast after the gather, the rows read rather than the table (sx2torch/emit/casts.py)
+    # cast after the gather, the rows read rather than the table (sx2torch/plan/casts.py)
     gathers: bool = False
     # gives a Python number when the module runs (`x.shape[1]`), which torch takes where it
     # takes a compile-time number: `torch.clamp(x, min=n)`, not `torch.maximum(x, n)`

@@ -3,7 +3,9 @@ offers its passes, `--help` and the pass modules' docstrings name them in its or
 pass's output keeps its invariants (its `verify`, run after every pass) on every bundled source
 and target."""
 
+import ast
 import importlib
+import inspect
 
 import pytest
 
@@ -20,7 +22,7 @@ MODULES = {  # where each pass lives
     "gradient": "sx2torch.gradient",
     "ranks": "sx2torch.ranks",
     "policy": "sx2torch.policy",
-    "functions": "sx2torch.functions",
+    "plan": "sx2torch.plan",
     "names": "sx2torch.emit.naming",
     "emit": "sx2torch.emit.module",
     "format": "sx2torch.format",
@@ -49,7 +51,7 @@ def test_dump_after_offers_every_pass_that_prints(capsys):
         "gradient",
         "ranks",
         "policy",
-        "functions",
+        "plan",
         "names",
         "emit",
     )
@@ -87,3 +89,25 @@ def test_a_pass_that_breaks_its_promise_is_caught():
     node.shape = None
     with pytest.raises(AssertionError, match="have no shape"):
         next(p for p in PASSES if p.name == "ranks").verify(unit)
+
+
+def _unit(name: str) -> str:
+    """A pass's unit of the package (`read` is syntax's, `names` emit's, as the boundary
+    test counts them)."""
+    return {"read": "syntax", "names": "emit"}.get(name, name)
+
+
+def test_the_table_is_the_only_order():
+    """Each pass's step runs its own pass only: no step runs another pass, or another
+    step, again or ahead of its place in the table."""
+    steps = {step.run: step.name for step in PASSES}
+    passes = {_unit(name) for name in steps.values()}
+    for step, name in steps.items():
+        called = set()
+        for node in ast.walk(ast.parse(inspect.getsource(step))):
+            value = compiler.__dict__.get(getattr(node, "id", None))
+            if value in steps:
+                called.add(_unit(steps[value]))
+            elif inspect.ismodule(value):
+                called.add(value.__name__.split(".")[1])
+        assert called & passes <= {_unit(name)}, (name, sorted(called & passes))

@@ -12,9 +12,13 @@ from sx2torch.ir import Kind, walk
 def names_of(source: str, precision: str = "bf16", target: str = "cuda"):
     """The names a compile gives, its passes run through `names`, for a defrun of
     `precision`."""
+    return compiled(source, precision, target).names
+
+
+def compiled(source: str, precision: str = "bf16", target: str = "cuda"):
     text = f"{source}\n(defrun r :precision :{precision})\n"
     unit = Unit(text, "model.lisp", Options(target=target))
-    return compiler.run(unit, until="names").names
+    return compiler.run(unit, until="names")
 
 
 def method(result, name: str, model: str = "model"):
@@ -103,7 +107,7 @@ def test_a_value_read_inside_a_loop_keeps_its_name_until_the_loop_ends():
 def test_specializations_are_named_after_the_source_defuns_they_do_not_shadow():
     """On a held target f's bf16 specialization reads x through `sx.as_f32` for its
     island, so it is a method of its own (its name taken by the source's f-bf16)."""
-    result = names_of(
+    unit = compiled(
         """
 (require sexpgpu/nn)
 (defparam w (normal [4 4]))
@@ -113,10 +117,11 @@ def test_specializations_are_named_after_the_source_defuns_they_do_not_shadow():
 """,
         target="cpu",
     )
+    result, plans = unit.names, unit.plans
     by_name = {name: t.graph.name for t, name in result.methods.items()}
     assert by_name["f"] == "f" and by_name["f_bf16"] == "f-bf16"
     assert by_name["f_bf16_2"] == "f"
-    assert method(result, "f_bf16_2") in result.specialized
+    assert method(result, "f_bf16_2") in plans.specialized
 
 
 def test_a_const_does_not_take_the_name_of_a_class_its_constructor_builds():

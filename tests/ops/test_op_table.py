@@ -52,7 +52,7 @@ def test_every_op_has_a_rank_rule_and_each_fact_in_its_entry_is_of_its_kind():
 
 def test_an_op_said_to_fill_is_emitted_as_a_fill_in_its_compute_dtype():
     """A cast of a fill is written as the fill made in the wanted dtype
-    (sx2torch/emit/targets.py): so each op said to fill must emit exactly that."""
+    (sx2torch/plan/targets.py): so each op said to fill must emit exactly that."""
     fill = re.compile(r"torch\.(ones|zeros)_like\(x, dtype=torch\.bfloat16\)")
     for name, op in REGISTRY.items():
         if op.fills:

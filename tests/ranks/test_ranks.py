@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from sx2torch import ranks, resolve, runtime, trace
+import sx2torch.ops.shapes as analysis
 from sx2torch.api import compile_string
 from sx2torch.errors import SourceError
 from sx2torch.syntax import read
@@ -252,7 +253,7 @@ def test_the_analysis_gives_the_shape_torch_returns(case, build):
 
     program, graphs, graph = traced(text)
     given = {n: tuple(shape) for n, shape in shapes.items()}
-    found = ranks.shapes(graph, program, given, graphs)[graph.output]
+    found = analysis.shapes(graph, program, given, graphs)[graph.output]
     blind = unknown[0] if unknown else set()
     assert found == tuple(
         None if axis in blind else size for axis, size in enumerate(returned)
@@ -309,17 +310,22 @@ def test_every_op_has_a_rank_rule_and_a_case():
     assert set(REGISTRY) - public == {case[0] for case in INTERNAL}
 
 
+def _ranks(shapes: dict) -> dict:
+    """{node: rank, or None where unknown}."""
+    return {node: None if dims is None else len(dims) for node, dims in shapes.items()}
+
+
 def test_arguments_have_unknown_rank_unless_given():
     program, _, graph = traced("""
 (defun forward (x)
   (let ((all (sum x)) (some (sum x :axes [0])) (kept (sum x :keepdims true)))
     (+ (relu x) all some kept)))
 """)
-    found = ranks.ranks(graph, program)
+    found = _ranks(analysis.shapes(graph, program))
     by_name = {node.name: found[node] for node in graph.nodes if node.name}
     assert by_name == {"all": 0, "some": None, "kept": None}
     assert found[graph.inputs[0]] is None and found[graph.output] is None
-    given = ranks.ranks(graph, program, {"x": (None, 5)})
+    given = _ranks(analysis.shapes(graph, program, {"x": (None, 5)}))
     assert given[graph.output] == 2
 
 
@@ -332,7 +338,7 @@ def test_parameters_have_their_initializers_shape_a_const_size_unknown():
 (defparam b (zeros [3]))
 (defun forward (x) (+ (matmul (matmul e (matmul k w)) b) (* 2 d)))
 """)
-    found = ranks.shapes(graph, program)
+    found = analysis.shapes(graph, program)
     params = {n.attrs["param"]: found[n] for n in graph.nodes if n.kind is Kind.PARAM}
     assert params == {"w": (None, 3), "e": (4, 4), "k": (None, None), "b": (3,)}
     assert found[graph.output] == (4,)
@@ -345,7 +351,7 @@ def test_a_concat_parameter_has_the_sum_of_its_parts_sizes():
 (defparam t (concat [(full [n] 1.05) (zeros [1])]))
 (defun forward (x) (+ (sum s) (sum t)))
 """)
-    found = ranks.shapes(graph, program)
+    found = analysis.shapes(graph, program)
     params = {n.attrs["param"]: found[n] for n in graph.nodes if n.kind is Kind.PARAM}
     assert params == {"s": (7,), "t": (None,)}
 
@@ -365,10 +371,10 @@ def test_calls_have_their_callees_output_shape():
     (+ (sum a) (sum b) (sum c) (sum d))))
 """
     program, graphs, graph = traced(text)
-    found = ranks.shapes(graph, program, graphs=graphs)
+    found = analysis.shapes(graph, program, graphs=graphs)
     by_name = {node.name: found[node] for node in graph.nodes if node.name}
     assert by_name == {"a": (3, 3), "b": (None, 6), "c": (None, 6), "d": None}
-    alone = ranks.shapes(graph, program)  # without the callees' graphs: unknown
+    alone = analysis.shapes(graph, program)  # without the callees' graphs: unknown
     assert {alone[n] for n in graph.nodes if n.kind in (Kind.CALL, Kind.SUBMODEL)} == {
         None
     }

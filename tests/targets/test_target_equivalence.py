@@ -41,7 +41,7 @@ from torch.utils._pytree import tree_leaves
 import sx2torch.metal
 from sx2torch.runtime import round_to_bf16
 from sx2torch.compiler import Options, compile_source
-from sx2torch.emit.targets import Target
+from sx2torch.plan.targets import Target
 
 from bitwise import HeldSums
 from cases import SOURCES, lisp

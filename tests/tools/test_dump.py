@@ -19,6 +19,7 @@ def test_each_pass_can_be_printed(capsys):
         "trace": "  %4 = rsqrt(%3) [island]  @16:8",
         "ranks": "  %3 = cross-entropy(%2, %1) [island library] : []  @23:3",
         "policy": "  %8 = matmul(%6, %7) out=f32 : bf16 -> f32  @20:5",
+        "plan": "  %2 = matmul(%0, %1) read 0 to-bf16 read 1 by name  @19:21",
         "names": "  w1_bf16 = %1 as bf16",
     }
     for stage, line in expected.items():
@@ -31,11 +32,11 @@ def test_each_pass_can_be_printed(capsys):
 def test_every_specialization_verifies_after_the_policy(source, precision):
     """The passes run as a compile runs them, through `functions` (whose output emit reads),
     for a defrun of `precision` added to the source; each pass's output is verified (the
-    policy's and the functions pass's: every specialization keeps the policy's invariants)."""
+    policy's and the functions pass's: every specialization keeps the policy's invariants).
+    """
     text = f"{source.read_text()}\n(defrun policy-check :precision :{precision})\n"
     unit = Unit(text, source.name, Options(run="policy-check"))
-    assert compiler.run(unit, until="functions", verify=True).lowered.specializations
-
+    assert compiler.run(unit, until="policy", verify=True).lowered.specializations
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
-"""The printed plan (sx2torch/emit/plan.py) that sharing compares: two specializations'
+"""The printed plan (sx2torch/plan/printed.py) that sharing compares: two specializations'
 plans print the same exactly where their held code is the same but for the names of their
-locals, and naming decides which share a method without writing any code."""
+locals, and the plan pass decides which share a method without writing any code."""
 
 from __future__ import annotations
 
@@ -12,33 +12,36 @@ from sx2torch import compiler
 from sx2torch.compiler import Options, Unit
 import sx2torch.build as b
 from sx2torch.emit import method, module, naming
-from sx2torch.emit.layout import Layout
 from sx2torch.emit.method import ClassContext
-from sx2torch.emit.naming import DECIDING, defuns
-from sx2torch.emit.plan import printed
-from sx2torch.emit.sharing import View
-from sx2torch.emit.targets import Target
+from sx2torch.plan.casts import Conversions
+from sx2torch.plan.layout import Layout
+from sx2torch.plan.methods import DECIDING, Plan, defuns
+from sx2torch.plan.printed import printed
+from sx2torch.plan.sharing import View
+from sx2torch.plan.spelled import Spelled
+from sx2torch.plan.targets import Target
 
 from cases import SOURCES
 
 
-def _lowered(text: str, name: str = "model.lisp"):
-    unit = compiler.run(Unit(text, name, Options(target="cpu")), until="functions")
-    return unit.program, unit.lowered
+def _named(text: str, name: str = "model.lisp", target: str = "cpu"):
+    """The unit of a compile run through `names`."""
+    return compiler.run(Unit(text, name, Options(target=target)), until="names")
 
 
-def _held_code(typed, layout, names, methods) -> str:
+def _held_code(typed, layout, unit, methods) -> str:
     """The method MethodEmitter writes on the deciding target from `layout`, its calls by
     `methods`: the reference the printed plan is checked against."""
-    names = replace(
-        names,
-        methods=methods,
-        specialized=set(),
-        entry={},
-        layouts={**names.layouts, typed: layout},
-        locals={**names.locals, typed: naming._LocalNaming(layout).run()},
+    plan = Plan(typed, layout, Spelled(layout), typed, {})
+    plans = replace(
+        unit.plans, plans={**unit.plans.plans, typed: plan}, specialized=frozenset()
     )
-    ctx = ClassContext(DECIDING, names, names.attrs.get(typed.model, {}))
+    names = replace(
+        unit.names,
+        methods=methods,
+        locals={**unit.names.locals, typed: naming._LocalNaming(layout).run()},
+    )
+    ctx = ClassContext(DECIDING, plans, names, names.attrs.get(typed.model, {}))
     return b.code(module._method(typed, "method", ctx))
 
 
@@ -51,8 +54,8 @@ SHARED = [s for s in SOURCES if s.stem in ("specializations", "public-methods")]
 def test_plans_print_the_same_exactly_where_the_held_code_is_the_same(source):
     """Every pair of specializations of a defun, each as it runs on its own arguments and
     on the other's (sharing's View): the plans print the same iff the held code does."""
-    program, lowered = _lowered(source.read_text(), source.name)
-    names = naming.run(program, lowered, DECIDING)
+    unit = _named(source.read_text(), source.name)
+    lowered = unit.lowered
     methods = {t: f"m{i}" for i, t in enumerate(lowered.specializations)}
     compared = 0
     for specs in defuns(lowered).values():
@@ -65,8 +68,8 @@ def test_plans_print_the_same_exactly_where_the_held_code_is_the_same(source):
                 theirs = Layout(other, DECIDING, lowered)
                 for mine in (own, view):
                     same_plan = printed(mine, methods) == printed(theirs, methods)
-                    same_code = _held_code(a, mine, names, methods) == _held_code(
-                        other, theirs, names, methods
+                    same_code = _held_code(a, mine, unit, methods) == _held_code(
+                        other, theirs, unit, methods
                     )
                     assert same_plan == same_code, (a.graph.name, a.signature)
                     compared += same_plan
@@ -83,7 +86,7 @@ SOURCE = """
 """
 
 
-def test_naming_groups_specializations_without_writing_code(monkeypatch):
+def test_the_plan_groups_specializations_without_writing_code(monkeypatch):
     """A held target's relu of a bf16 value is written as of an f32 one (it cannot leave
     bf16 values), so `same` is one method; `differs` rounds its bf16 product, so it is two.
     """
@@ -92,9 +95,8 @@ def test_naming_groups_specializations_without_writing_code(monkeypatch):
         raise AssertionError("naming wrote a method")
 
     monkeypatch.setattr(method.MethodEmitter, "__init__", refuse)
-    program, lowered = _lowered(SOURCE)
     for target in ("cuda", "cpu", "metal"):
-        names = naming.run(program, lowered, Target(target))
+        names = _named(SOURCE, target=target).names
         by_defun = {}
         for typed, name in names.methods.items():
             by_defun.setdefault(typed.graph.name, set()).add(name)
@@ -103,10 +105,35 @@ def test_naming_groups_specializations_without_writing_code(monkeypatch):
 
 
 def test_a_plan_notes_the_rounding_its_code_writes():
-    program, lowered = _lowered(SOURCE)
+    lowered = _named(SOURCE).lowered
     specs = defuns(lowered)["model", "differs"]
     f32, bf16 = sorted(specs, key=lambda t: "bf16" in t.signature)
     methods = {}
     plans = [printed(Layout(t, DECIDING, lowered), methods) for t in (f32, bf16)]
     assert [" rounds" in plan for plan in plans] == [False, True]
     assert plans[0] == plans[1].replace(" rounds", "")
+
+
+def test_names_and_emit_read_the_plan_deciding_nothing(monkeypatch):
+    """Past the plan pass no layout is built, no read's cast decided and no cast spelled:
+    the names pass and emission read the plan (the names pass built a layout at four sites,
+    and emission spelled each cast as it wrote it)."""
+    for target in ("cuda", "cpu"):
+        unit = compiler.run(Unit(SOURCE, "model.lisp", Options(target=target)), "plan")
+        with monkeypatch.context() as patched:
+            for owner, name in [
+                (Layout, "__init__"),
+                (Conversions, "__init__"),
+                (Spelled, "__init__"),
+                (Target, "spelling"),
+            ]:
+                patched.setattr(owner, name, _refuse)
+            names = [p.name for p in compiler.PASSES]
+            rest = compiler.PASSES[names.index("plan") + 1 :]
+            for step in rest:
+                step.run(unit)
+        assert "def differs_bf16(self, x):" in unit.code
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("decided after the plan pass")

@@ -1,8 +1,8 @@
 """Which specializations of a defun share one method, before they are named.
 
 Two share a method when the method of one, called with the other's arguments, computes the
-other on every target: their plans on a held target (naming.DECIDING), where every rounding
-is written out, print the same (sx2torch/emit/plan.py: the typed graph noted with each
+other on every target: their plans on a held target (methods.DECIDING), where every rounding
+is written out, print the same (sx2torch/plan/printed.py: the typed graph noted with each
 read's cast, the hoisted casts, the roundings on store and the methods called), or print
 the same once the casts down that are identities on the other's bf16 arguments are left
 out (`sx.round_to_bf16(x)` on a bf16 `x`). The second is then "served" by the first, whose
@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from sx2torch.emit.casts import Conversions, cast_once
-from sx2torch.emit.layout import Layout
-from sx2torch.emit.plan import printed
+from sx2torch.plan.casts import Conversions, cast_once
+from sx2torch.plan.layout import Layout
+from sx2torch.plan.printed import printed
 from sx2torch.ir import Kind, Node
 from sx2torch.policy import Lowered, Typed
 
@@ -60,6 +60,7 @@ class Sharing:
     """`run(specializations)` -> Typed -> its Group."""
 
     def __init__(self, lowered: Lowered, target, layouts: dict):
+        assert target.held, "a cuda method computes through its tensors' dtypes"
         self.lowered = lowered
         self.target = target
         self.layouts = layouts  # Typed -> its Layout on `target`

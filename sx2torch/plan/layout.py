@@ -7,7 +7,7 @@ reader's. Casts are explicit: a parameter's cast down is written once at the
 top of the method, a cast several readers share once before the first of them.
 The layout also knows, for liveness, the last statement that reads each value. It is
 the plan the names pass names and emission writes: which values are statements, in which
-blocks, and which casts are hoisted before which statement (sx2torch/emit/casts.py).
+blocks, and which casts are hoisted before which statement (sx2torch/plan/casts.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch.emit.casts import Conversions, Hoists, cast_reads
-from sx2torch.emit.targets import Target
+from sx2torch.plan.casts import Conversions, Hoists, cast_reads
+from sx2torch.plan.targets import Target
 from sx2torch.ir import Kind, Node, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed

@@ -1,6 +1,6 @@
 """Where a method's casts are written: the dtype each operand is read in (`Conversions`),
 and which casts are written as statements of their own, before which statement, and read
-by name by which reads (`Hoists`). The layout (sx2torch/emit/layout.py) holds one of each
+by name by which reads (`Hoists`). The layout (sx2torch/plan/layout.py) holds one of each
 and gives `Hoists` its statements in the order they are written; naming names the hoisted
 casts and emission writes them, neither deciding them again.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch.emit.targets import Target
+from sx2torch.plan.targets import Target
 from sx2torch.ir import Kind, Node, Scalar, walk
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed

@@ -1,29 +1,41 @@
-"""The functions pass: the library functions. An op defined by other ops with a library mark inside (`rms-norm`,
-`layer-norm`, `batch-norm`, `causal-attention`, `newton-schulz`) is traced in place, so that
-ranks and a gradient see its nodes; here, after both, each use that nothing reads into
-becomes a CALL of one graph per op, a function of its arguments and of its number keys
-(`eps`, `steps`), which the policy specializes like a defun and the emitter writes once, at
-module level (sx2torch/emit/functions.py). It runs after the policy has typed the uses in
-place, and the policy then runs again. A use a backward reads into stays in place, as does
-one whose input's cast a reader outside it shares, and one whose keys that shape its code
-(`batch-norm`'s `:axes`) differ from the first's.
+"""The library functions, outlined by the policy. An op defined by other ops with a library
+mark inside (`rms-norm`, `layer-norm`, `batch-norm`, `causal-attention`, `newton-schulz`) is
+traced in place, so that ranks and a gradient see its nodes; here, once the policy has typed
+the uses in place, each use that nothing reads into becomes a CALL of one graph per op, a
+function of its arguments and of its number keys (`eps`, `steps`), which the policy then
+specializes like a defun and the emitter writes once, at module level
+(sx2torch/emit/functions.py). A use a backward reads into stays in place, as does one whose
+input's cast a reader outside it shares, and one whose keys that shape its code
+(`batch-norm`'s `:axes`) differ from the first's. A function's graph is shaped as its calls
+pass it its arguments (`shape`); the call keeps the shape its use had.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from sx2torch.ir import LIBRARY, Expansion, Graph, Kind, Node, outputs, reads, walk
+from sx2torch.ir import (
+    LIBRARY,
+    Expansion,
+    Graph,
+    Kind,
+    Node,
+    Shape,
+    outputs,
+    reads,
+    walk,
+)
 from sx2torch.ops import REGISTRY
-from sx2torch.syntax.read import List, Symbol
+from sx2torch.ops.shapes import Analysis, agreed, ranked
+from sx2torch.ranks import valued
 from sx2torch.syntax.scalars import Scalar, ScalarOp
-from sx2torch.trace.builder import Builder, default
+from sx2torch.trace.library import function_graph
 
 
 def run(graphs: dict, lowered) -> bool:
     """Replace the separable library uses of every graph by calls, as the policy typed them
-    in place (`lowered`); add the functions' graphs to `graphs` under (LIBRARY, op). Whether
-    any use was replaced."""
+    in place (`lowered`); add the functions' graphs to `graphs` under (LIBRARY, op), to be
+    shaped by `shape`. Whether any use was replaced."""
     shapes: dict = {}  # op -> the values of the keys that shape its function's code
     typed: dict = {}
     for specialization in lowered.specializations:
@@ -123,7 +135,7 @@ def _function(record: Expansion, graphs: dict, shapes: dict) -> Optional[Graph]:
         return None
     key = (LIBRARY, op.name)
     if key not in graphs:
-        graphs[key] = _traced(op, record, numbers, shaping)
+        graphs[key] = function_graph(op, record, numbers, shaping)
     graph = graphs[key]
     marked = any(f.library for n in walk(graph.nodes) for f in n.frames)
     return graph if marked and isinstance(graph.output, Node) else None
@@ -139,31 +151,6 @@ def _shown(shaping: dict) -> tuple:
         )
         for name, value in shaping.items()
     )
-
-
-def _traced(op, record: Expansion, numbers: dict, shaping: dict) -> Graph:
-    span = record.result.span
-    names = [arg.name for arg in op.args[: len(record.inputs)]]
-    specs = {spec.name: spec for spec in op.keys}
-    keys = [(name, default(specs[name].default)) for name in numbers]
-    graph = Graph(LIBRARY, op.name, [], keys, None, span=span)
-    for name in names:
-        symbol = Symbol(name, span)
-        node = Node(Kind.INPUT, None, (), {}, span, symbol, name=name)
-        graph.inputs.append(node)
-    builder = Builder(graph)
-    builder.expanding = True  # the ops it is defined by are its own nodes
-    builder.datum = List(
-        (Symbol(op.name, span), *(Symbol(n, span) for n in names)), span
-    )
-    attrs = dict(shaping)
-    for name, value in keys:
-        attrs[name] = Scalar(ScalarOp.KEY, (name,), value.value)
-    result = op.expand(builder, list(graph.inputs), attrs)
-    if isinstance(result, Node) and result.label is None:
-        result.label = op.word
-    graph.output = result
-    return graph
 
 
 def _call(graph: Graph, record: Expansion, function: Graph) -> None:
@@ -188,3 +175,28 @@ def _drop(nodes: list, inner: set) -> None:
     for node in nodes:
         for region in node.regions:
             _drop(region.nodes, inner)
+
+
+def shape(program, graphs: dict) -> None:
+    """Every value of the functions' graphs shaped, each argument as every call passes it
+    where the calls agree (as the ranks pass shapes a defun's); the callers keep theirs.
+    """
+    passed: dict = {}  # function -> [the shapes of its arguments at one call]
+    for (model, _), graph in graphs.items():
+        for node in walk(graph.nodes):
+            if node.kind is Kind.CALL and node.attrs.get("library"):
+                passed.setdefault(node.attrs["target"], []).append(
+                    [() if isinstance(i, Scalar) else i.shape.dims for i in node.inputs]
+                )
+    analysis = Analysis(program, graphs)
+    for (model, name), graph in graphs.items():
+        if model != LIBRARY:
+            continue
+        calls = passed.get(name)
+        given = {
+            node: agreed([call[k] for call in calls]) if calls else None
+            for k, node in enumerate(graph.inputs)
+        }
+        found = analysis.nodes(model, graph.nodes, given)
+        for node in valued(graph):
+            node.shape = Shape(ranked(found.get(node)))

@@ -1,0 +1,299 @@
+"""The plan pass: typed specializations -> one frozen `Plan` per specialization on the
+compile's target, and the module's methods, decided before anything is named.
+
+A `Plan` is what emission prints for one specialization: its layout (statements,
+precision blocks, hoisted casts, liveness: sx2torch/plan/layout.py), every cast spelled
+(sx2torch/plan/spelled.py), the arguments it casts down at entry and the specialization
+whose code serves it. `Plans` adds the module's decisions: which specializations share a
+method (sharing.py, decided once for every target on a held target's plans, where every
+rounding is written out: a cuda method that computes two specializations through its
+tensors' dtypes, `x * torch.sigmoid(x)` on f32 and on bf16, cannot be one method there,
+whose tensors are all f32), which one is public, which are emitted and which are named
+with their dtypes, the library functions the methods call, and the consts they read. The
+names pass (sx2torch/emit/naming.py) names what this decides; emission prints it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from sx2torch.ir import LIBRARY, Kind, Node, walk
+from sx2torch.plan.layout import Layout
+from sx2torch.plan.sharing import Sharing
+from sx2torch.plan.spelled import Cast, Spelled
+from sx2torch.plan.targets import Target
+from sx2torch.policy import Lowered, Typed
+from sx2torch.syntax.program import Program
+from sx2torch.syntax.scalars import Scalar, ScalarOp
+
+# the target whose plans decide which specializations share a method (see the docstring)
+DECIDING = Target("cpu")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One specialization's method as emission writes it."""
+
+    typed: Typed
+    layout: Layout  # its statements, blocks, hoisted casts and liveness on the target
+    spelled: Spelled  # each cast spelled, the results rounded on store
+    code: Typed  # the specialization whose method serves it (itself, where its own)
+    entry: dict  # argument index -> the Cast it is cast down with at entry
+
+
+@dataclass(frozen=True)
+class Plans:
+    """The pass's output."""
+
+    target: Target
+    plans: dict  # Typed -> Plan, for every specialization, in the policy's order
+    public: dict  # (model, defun) -> the specialization named as the source names it
+    # (model, defun) -> its specializations the program calls, in the policy's order
+    emitted: dict
+    specialized: frozenset  # the specializations named with their dtypes
+    library: tuple  # the library's specializations the methods call, by function
+    read_consts: dict  # model -> the consts its methods read (stored as attributes)
+
+
+def run(program: Program, lowered: Lowered, target: Target) -> Plans:
+    layouts = {
+        typed: Layout(typed, target, lowered) for typed in lowered.specializations
+    }
+    judge = target if target.held else DECIDING
+    deciding = (
+        layouts
+        if judge is target
+        else {typed: Layout(typed, judge, lowered) for typed in lowered.specializations}
+    )
+    sharing = Sharing(lowered, judge, deciding)
+    by_defun = defuns(lowered)
+    group = sharing.run(by_defun)  # Typed -> its Group
+    public, called = _publics(program, lowered, by_defun, group)
+    entry = {
+        typed: _entry(lowered.natural[key], typed)
+        for key, typed in public.items()
+        if typed is not lowered.natural[key]
+    }
+    # A method serving bf16 arguments it reads only cast down casts them at entry.
+    for rep in (g.rep for g in dict.fromkeys(group.values())):
+        found = sharing.entry(group[rep], deciding[rep])
+        if found:
+            cast = frozenset(rep.graph.inputs[i] for i in found)
+            layouts[rep] = Layout(rep, target, lowered, cast)
+            entry[rep] = sorted(set(entry.get(rep) or []) | set(found))
+    down = Cast(target.spelling("f32", "bf16", None), "bf16")
+    plans = {
+        typed: Plan(
+            typed,
+            layouts[typed],
+            Spelled(layouts[typed]),
+            group[typed].rep,
+            {index: down for index in entry.get(typed) or ()},
+        )
+        for typed in lowered.specializations
+    }
+    emitted = {
+        key: [t for t in specs if t in called] for key, specs in by_defun.items()
+    }
+    methods = [
+        typed
+        for model in program.all_models()
+        for defun in model.defuns
+        for typed in emitted.get((model.name, defun), [])
+    ]
+    library = _library(lowered, plans, methods)
+    return Plans(
+        target,
+        plans,
+        public,
+        emitted,
+        _specialized(methods, group, public, library),
+        tuple(rep for reps in library.values() for rep in reps),
+        _read_consts(plans[t].code for t in methods),
+    )
+
+
+def _specialized(methods: list, group: dict, public: dict, library: dict) -> frozenset:
+    """The specializations named with their dtypes: a method's that another serves than the
+    public one (and the one serving it), and a library function's where the methods call
+    two bodies of it."""
+    found = {
+        t
+        for typed in methods
+        for t in (typed, group[typed].rep)
+        if public[typed.model, typed.graph.name] is None
+        or group[typed] is not group[public[typed.model, typed.graph.name]]
+    }
+    found |= {rep for reps in library.values() if len(reps) > 1 for rep in reps}
+    return frozenset(found)
+
+
+def verify(plans: Plans, lowered: Lowered) -> None:
+    """Every specialization has a plan on the target, served by a method whose own it is."""
+    assert list(plans.plans) == lowered.specializations
+    for typed, plan in plans.plans.items():
+        assert plan.typed is typed and plan.layout.target == plans.target
+        assert plans.plans[plan.code].code is plan.code, typed.graph.name
+        assert set(plan.entry) <= set(range(len(typed.graph.inputs)))
+
+
+def defuns(lowered: Lowered) -> dict:
+    """(model, defun) -> its specializations, in order: found once, not by a scan per defun."""
+    found: dict = {}
+    for typed in lowered.specializations:
+        found.setdefault((typed.model, typed.graph.name), []).append(typed)
+    return found
+
+
+def _library(lowered: Lowered, plans: dict, methods: list) -> dict:
+    """Library function -> its specializations whose code the methods' code calls, in the
+    policy's order."""
+    reached, pending = set(), [plans[t].code for t in methods]
+    while pending:
+        for callee in pending.pop().callee.values():
+            rep = plans[callee].code
+            if rep.model == LIBRARY and rep not in reached:
+                reached.add(rep)
+                pending.append(rep)
+    found: dict = {}
+    for typed in lowered.specializations:
+        if typed in reached:
+            found.setdefault(typed.graph.name, []).append(typed)
+    return found
+
+
+def _read_consts(emitted) -> dict:
+    """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`)."""
+    found: dict = {}
+
+    def scan(typed, value) -> None:
+        if isinstance(value, Scalar):
+            if value.op is ScalarOp.CONST:
+                owner = value.args[2] if len(value.args) > 2 else typed.model
+                found.setdefault(owner, set()).add(value.args[0])
+            for arg in value.args:
+                scan(typed, arg)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                scan(typed, item)
+        elif isinstance(value, dict):
+            scan(typed, list(value.values()))
+
+    for typed in emitted:
+        scan(typed, typed.graph.output)
+        for node in walk(typed.graph.nodes):
+            scan(typed, [node.inputs, node.attrs])
+            scan(typed, [region.outputs for region in node.regions])
+    return found
+
+
+def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
+    """(model, defun) -> its public specialization, and the specializations emitted: those
+    the program runs, the public ones and what they call. A public method the program
+    does not run may call a natural specialization, which is then public itself."""
+    called = _called(program, lowered, group)
+    while True:
+        optional = _optional(called)
+        public = {
+            key: _public(natural, by_defun.get(key, []), called, group, optional)
+            for key, natural in lowered.natural.items()
+        }
+        grown = _closure(called | {t for t in public.values() if t is not None}, group)
+        if grown == called:
+            return public, called
+        called = grown
+
+
+def _called(program: Program, lowered: Lowered, group: dict) -> set:
+    """The specializations the program runs: the top model's public methods (its forward
+    and the defuns it does not call itself) and what they call."""
+    top = [t for t in lowered.specializations if t.model == program.top.name]
+    inner = {c.graph.name for t in top for c in t.callee.values() if c.model == t.model}
+    return _closure(
+        {
+            lowered.natural[program.top.name, defun]
+            for defun in program.top.defuns
+            if defun == "forward" or defun not in inner
+        }
+        - {None},
+        group,
+    )
+
+
+def _optional(called: set) -> set:
+    """(specialization, argument index) for the arguments a caller may pass None: an
+    `if` with a `none` branch, or an argument of its own that may be None."""
+    found: set = set()
+    grown = True
+    while grown:
+        grown = False
+        for typed in called:
+            for node, callee in typed.callee.items():
+                for index, operand in enumerate(node.inputs):
+                    if (callee, index) not in found and _may_be_none(
+                        operand, typed, found
+                    ):
+                        found.add((callee, index))
+                        grown = True
+    return found
+
+
+def _may_be_none(operand, typed, found: set) -> bool:
+    if operand is None:
+        return True
+    if not isinstance(operand, Node):
+        return False
+    if operand.kind is Kind.IF:
+        outputs = [o for region in operand.regions for o in region.outputs]
+        return any(_may_be_none(o, typed, found) for o in outputs)
+    inputs = typed.graph.inputs
+    return operand in inputs and (typed, inputs.index(operand)) in found
+
+
+def _closure(roots: set, group: dict) -> set:
+    """`roots` and every specialization they call, directly or not: the calls of the
+    code that serves each."""
+    seen: set = set()
+    stack = list(roots)
+    while stack:
+        typed = stack.pop()
+        if typed not in seen:
+            seen.add(typed)
+            stack.extend(group[typed].rep.callee.values())
+    return seen
+
+
+def _public(natural, specs: list, called: set, group: dict, optional: set):
+    """The specialization named as the source names the defun: the natural one, unless
+    the program calls the defun only with bf16 where the natural one takes f32 and other
+    code: then the first of those, which casts its f32 arguments down at entry, serves
+    callers from outside too (not where such an argument may be None)."""
+    if natural is None or any(group[t] == group[natural] for t in specs if t in called):
+        return natural
+    for typed in specs:
+        mates = [t for t in specs if group[t] == group[typed] and t in called]
+        casts = _entry(natural, typed)
+        if (
+            typed in called
+            and group[typed].rep is typed
+            and casts is not None
+            and all(_entry(natural, t) == casts for t in mates)
+            and not any((typed, i) in optional for i in casts)
+        ):
+            return typed
+    return natural
+
+
+def _entry(natural, typed) -> Optional[list]:
+    """The arguments `typed` casts at entry to serve f32 callers, or None where it cannot."""
+    if typed.ambient != natural.ambient:
+        return None
+    casts = []
+    for index, (have, want) in enumerate(zip(natural.signature, typed.signature)):
+        if have == want:
+            continue
+        if (have, want) != ("f32", "bf16"):
+            return None
+        casts.append(index)
+    return casts

@@ -1,0 +1,52 @@
+"""How each target holds bf16 values (section 7), as the plan decides its casts' spellings.
+
+cuda: native bf16 tensors; a cast is `.to(torch.bfloat16)` or `.float()`.
+metal and cpu: a bf16 value is an f32 tensor holding a bf16 value; a cast down is the
+runtime's exact rounding (`sx.round_to_bf16`), a cast up changes no value (`sx.as_f32` rounds
+only the gradient through it, as cuda's `.float()` does), and a node that computes in bf16
+computes in f32 and rounds on store (`sx.store_bf16`, which also rounds the gradients the op
+sends back), unless its op cannot leave the bf16 values (a reshape, a relu) or it stores the
+f32 accumulator (`:out :f32`). A frozen parameter stored in bf16 is a real bf16
+tensor (half the memory) read through an exact `.float()`. sx2torch/emit/targets.py writes
+each spelling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+
+    @property
+    def device(self) -> str:
+        """The device type of the `torch.autocast(..., enabled=False)` around f32 islands."""
+        return DEVICE[self.name]
+
+    @property
+    def held(self) -> bool:
+        return self.name != "cuda"
+
+    def spelling(self, have: str, want: str, written: Optional[str]) -> Optional[str]:
+        """How a cast from `have` ("bf16-stored" for a real bf16 tensor) to `want` is written
+        on a value written as `written` ("fill": `torch.ones_like(x, dtype=...)`;
+        "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
+        "float", "to-bf16", "round", "as-f32", or None where nothing is written."""
+        if written == "fill":  # zeros and ones are exact in either dtype
+            return (
+                "fill" if not self.held else None
+            )  # a held target's are f32 either way
+        if not self.held:
+            return "float" if want == "f32" else "to-bf16"
+        if have == "bf16-stored":
+            return "float"
+        if want == "bf16":
+            return "round"
+        # The gradient through this read is rounded before it is summed with those of
+        # the value's other reads; a rounding written in place rounds it already.
+        return None if written == "rounding" else "as-f32"
