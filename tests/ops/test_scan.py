@@ -188,12 +188,13 @@ def mamba_inputs(inner=64, length=37, state=64):
     return torch.exp(a * dt), dt * torch.randn(1, inner, length, state)
 
 
-def test_a_wide_recurrence_on_the_cpu_gives_the_bits_of_the_loop_as_written():
+@pytest.mark.parametrize("dim", [2, -2])
+def test_a_wide_recurrence_on_the_cpu_gives_the_bits_of_the_loop_as_written(dim):
     """Each step holds 4,096 elements: the runtime runs the loop, several times faster
     than the scan there, and gets the bits of a model file's own loop."""
     discrete_a, delta_b_u = mamba_inputs()
     assert torch.equal(
-        linear_scan(discrete_a, delta_b_u, dim=2),
+        linear_scan(discrete_a, delta_b_u, dim=dim),
         mamba_slow_path_loop(discrete_a, delta_b_u),
     )
 
