@@ -91,7 +91,7 @@ def matrix_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
 # A CPU op's fixed cost in elements of a whole-tensor pass, as the rule below uses it: the
 # loop runs two ops a step, the scan about seven a round over all T steps, so the loop wins
 # once a step's elements times the rounds pass it. `python -m benchmarks.scan --crossover`
-# measures where (one thread): on this project's 2-core machine the crossover moved by 2x
+# measures where (one thread): on this project's 2-core machine the crossover moved by 2.5x
 # with the load, and 8,000 lies between (at T = 64, 512, 2048 the loop from 1,300, 900 and
 # 700 elements a step).
 _OP_COST_IN_ELEMENTS = 8_000
