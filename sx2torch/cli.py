@@ -15,7 +15,6 @@ from typing import Optional
 
 import sx2torch.api as api
 import sx2torch.output as output
-from sx2torch.tools import check
 from sx2torch.compiler import (
     DUMPS,
     PASSES,
@@ -226,6 +225,10 @@ def _refuse_own_source(source: str, out: Optional[str], option: str) -> None:
 
 
 def _check_command(args) -> int:
+    # here, not at the top: a compile, the common command, does not import check's
+    # modules (tomllib among them) at start-up
+    from sx2torch.tools import check
+
     given = {"run": args.run, "target": args.target, "source_lines": args.source_lines}
     found = check.pairs(args.paths)
     if not found:
@@ -237,6 +240,8 @@ def _check_command(args) -> int:
 
 def _check_pair(source: Path, generated: Path, given: dict) -> int:
     """0 fresh, 1 stale, missing or a diagnostic, 2 unreadable; reported, and on to the next."""
+    from sx2torch.tools import check  # imported by _check_command, which calls this
+
     try:
         committed = _committed(generated)
         options = check.options_for(committed, given)

@@ -15,6 +15,11 @@ number of rounds depends only on the length of the axis). Work is
 ``O(T log T)`` against the sequential loop's ``O(T)``, in ``log T`` steps of
 depth instead of ``T``.
 
+On a CPU, eagerly, where a step holds enough elements that the loop's ``O(T)``
+work outweighs its two ops per step, ``linear_scan`` runs the loop instead
+(``_sequential``): several times faster on Mamba's shapes, and rounded as the
+recurrence is written, which is the bits of a model file's own loop.
+
 The compiler calls them inside an f32 island (LANGUAGE.md 6.8): the products of
 many decays lose precision fast in bf16.
 """
@@ -39,6 +44,8 @@ def linear_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
     shape. A length-0 or length-1 axis returns ``b`` (broadcast) unchanged.
     """
     a, b = torch.broadcast_tensors(a, b)
+    if _sequential(b, dim):
+        return _linear_loop(a, b, dim)
     offset = 1
     while offset < _longest(b.shape[dim]):
         b = b + a * _shift(b, offset, dim, b.new_zeros(()))
@@ -79,6 +86,38 @@ def matrix_scan(a: Tensor, b: Tensor, dim: int = 1) -> Tensor:
         a = a @ _shift(a, offset, dim, identity)
         offset *= 2
     return b
+
+
+# A CPU op's fixed cost in elements of a whole-tensor pass, as the rule below uses it: the
+# loop runs two ops a step, the scan about seven a round over all T steps, so the loop wins
+# once a step's elements times the rounds pass it. `python -m benchmarks.scan --crossover`
+# measures where (one thread): on this project's 2-core machine the crossover moved by 2.5x
+# with the load, and 8,000 lies between (at T = 64, 512, 2048 the loop from 1,300, 900 and
+# 700 elements a step).
+_OP_COST_IN_ELEMENTS = 8_000
+
+
+def _sequential(b: Tensor, dim: int) -> bool:
+    """Whether the recurrence is cheaper as the plain loop than as the scan: on the CPU,
+    eagerly, where a step's elements times the scan's rounds outweigh an op's fixed cost.
+    ``torch.compile`` and ``torch.export`` keep the scan, whose graph does not grow with
+    the length; a GPU keeps it too, where the loop's ops each cost a launch."""
+    length = b.shape[dim]
+    if b.device.type != "cpu" or torch.compiler.is_compiling() or length < 2:
+        return False
+    rounds = (length - 1).bit_length()
+    return b.numel() // length * rounds >= _OP_COST_IN_ELEMENTS
+
+
+def _linear_loop(a: Tensor, b: Tensor, dim: int) -> Tensor:
+    """``h_t = a_t * h_{t-1} + b_t`` one step at a time, rounded as written: the bits of the
+    loop a model file writes (transformers' Mamba slow path), and of the interpreter's.
+    """
+    h, states = b.new_zeros(()), []
+    for a_t, b_t in zip(a.unbind(dim), b.unbind(dim)):
+        h = a_t * h + b_t
+        states.append(h)
+    return torch.stack(states, dim)
 
 
 def _longest(length) -> int:

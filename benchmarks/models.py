@@ -1,0 +1,227 @@
+"""The ports against transformers: examples/llama.lisp, gpt2.lisp and mixtral.lisp, compiled
+with their `exact` (f32) defrun, against the transformers classes they port, built from
+configs with random weights and loaded into the port with ``strict=True``; side by side on
+the same ids: forward (no grad), forward + backward (the sum of the logits), the number
+of ops in the forward graph ``torch.compile`` traces, and with ``--compiled`` the first
+compiled forward and backward (inductor compiling, from whatever cache inductor has
+kept in /tmp) and the compiled step after it.
+
+The op count is what dynamo hands its backend: the calls in the traced forward. Per
+block, it is the count of a two-layer model less a one-layer one's, so that what the
+embedding and the head add is not counted in.
+
+On one thread, counting the process's CPU time; variants interleaved, medians.
+Goals (issue 39): eager forward and forward + backward within 1.05x of transformers, the
+first compiled step within 1.1x, no op per block that transformers' graph does not have.
+
+Run: ``python -m benchmarks.models [--model NAME] [--length 128] [--repeat 10] [--compiled]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import types
+from pathlib import Path
+
+import torch
+import torch._inductor.config
+
+from sx2torch.compiler import Options, compile_source
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name -> (transformers config and model classes, the port's class, the config's sizes)
+MODELS = {
+    "llama": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        "Llama",
+        dict(
+            vocab_size=1024,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+        ),
+    ),
+    "gpt2": (
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        "Gpt2",
+        dict(vocab_size=1024, n_positions=512, n_embd=256, n_layer=2, n_head=8),
+    ),
+    "mixtral": (
+        "MixtralConfig",
+        "MixtralForCausalLM",
+        "Mixtral",
+        dict(
+            vocab_size=1024,
+            hidden_size=256,
+            intermediate_size=384,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        ),
+    ),
+}
+LAYERS = {
+    "llama": "num_hidden_layers",
+    "gpt2": "n_layer",
+    "mixtral": "num_hidden_layers",
+}
+
+
+def pair(name: str, layers: int | None = None) -> tuple[dict, int]:
+    """The logits of the port and of transformers' model, whose weights the port loads,
+    both in eval mode, as functions of the ids; and the vocabulary's size."""
+    import transformers
+
+    config_class, model_class, port_class, sizes = MODELS[name]
+    if layers is not None:
+        sizes = dict(sizes, **{LAYERS[name]: layers})
+    options = dict(attn_implementation="sdpa")
+    if name == "mixtral":
+        options["experts_implementation"] = "eager"
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**sizes, **options)
+    real = getattr(transformers, model_class)(config).eval()
+    path = ROOT / "examples" / f"{name}.lisp"
+    code = compile_source(path.read_text(), path.name, Options(run="exact"))
+    module = types.ModuleType(name)
+    exec(compile(code, path.name, "exec"), vars(module))
+    port = getattr(module, port_class)(**sizes).eval()
+    port.load_state_dict(real.state_dict(), strict=True)
+    logits = {"sx2torch": port, "transformers": lambda ids: real(ids).logits}
+    return logits, sizes["vocab_size"]
+
+
+def timed(fn, backward: bool) -> float:
+    """CPU seconds of one call, the process's and its finished children's: inductor's
+    first step runs the C++ compiler in subprocesses."""
+    start = cpu_time()
+    if backward:
+        fn().sum().backward()
+    else:
+        with torch.no_grad():
+            fn()
+    return cpu_time() - start
+
+
+def cpu_time() -> float:
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in map(
+            resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        )
+    )
+
+
+def medians(runs: dict, backward: bool, repeat: int) -> dict:
+    times = {name: [] for name in runs}
+    for rep in range(repeat + 1):
+        names = list(runs)
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            elapsed = timed(runs[name], backward)
+            if rep:  # the first round warms up
+                times[name].append(elapsed)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def graph_ops(logits, ids) -> int:
+    """The calls in the forward graph dynamo traces (one graph: a break is an error)."""
+    counted = []
+
+    def count(graph_module, example_inputs):
+        counted.append(
+            sum(
+                node.op in ("call_function", "call_method", "call_module")
+                for node in graph_module.graph.nodes
+            )
+        )
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(logits, backend=count, fullgraph=True)(ids)
+    return sum(counted)
+
+
+def compare(name: str, length: int, repeat: int, compiled: bool) -> None:
+    logits, vocab = pair(name)
+    ids = torch.randint(
+        0, vocab, (1, length), generator=torch.Generator().manual_seed(1)
+    )
+    with torch.no_grad():
+        diff = (logits["sx2torch"](ids) - logits["transformers"](ids)).abs().max()
+    print(f"{name}: length {length}, max abs logit difference {diff:.1e}")
+    runs = {who: (lambda f: lambda: f(ids))(f) for who, f in logits.items()}
+    for backward in (False, True):
+        got = medians(runs, backward, repeat)
+        label = "forward + backward" if backward else "forward"
+        print(
+            f"  {label}: sx2torch {got['sx2torch'] * 1e3:.1f} ms, transformers "
+            f"{got['transformers'] * 1e3:.1f} ms, ratio "
+            f"{got['sx2torch'] / got['transformers']:.3f} (goal <= 1.05)"
+        )
+    if name == "mixtral":  # each expert's tokens are a data-dependent count
+        print("  forward graph ops: none, the expert loops break the graph")
+    else:
+        op_counts(name, ids)
+    if compiled:
+        first_compiled_step(runs, logits, ids, repeat)
+
+
+def op_counts(name: str, ids) -> None:
+    ops = {}
+    for layers in (1, 2):
+        one, _ = pair(name, layers)
+        ops[layers] = [graph_ops(one[who], ids) for who in ("sx2torch", "transformers")]
+    (port1, real1), (port2, real2) = ops[1], ops[2]
+    print(
+        f"  forward graph ops, two layers: sx2torch {port2}, transformers {real2}; per "
+        f"block: sx2torch {port2 - port1}, transformers {real2 - real1}"
+    )
+
+
+def first_compiled_step(runs: dict, logits: dict, ids, repeat: int) -> None:
+    # the first compile in a process also sets inductor up: not the first model's cost
+    warm = torch.randn(4, requires_grad=True)
+    torch.compile(lambda x: x.sin() + 1)(warm).sum().backward()
+    first = {}
+    torch._dynamo.reset()
+    for who, forward in logits.items():
+        fn = torch.compile(forward)
+        first[who] = timed(lambda: fn(ids), backward=True)
+        runs[who] = (lambda f: lambda: f(ids))(fn)
+    got = medians(runs, True, repeat)
+    print(
+        f"  compiled, forward + backward: first step sx2torch {first['sx2torch']:.1f} s, "
+        f"transformers {first['transformers']:.1f} s, ratio "
+        f"{first['sx2torch'] / first['transformers']:.2f} (goal <= 1.1); after it "
+        f"{got['sx2torch'] / got['transformers']:.3f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=MODELS, action="append")
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--compiled", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    # inductor compiles in this process (and the compilers it starts), where the CPU time
+    # counts it, not in a pool of workers that outlive the step
+    torch._inductor.config.compile_threads = 1
+    for name in args.model or MODELS:
+        compare(name, args.length, args.repeat, args.compiled)
+
+
+if __name__ == "__main__":
+    main()
