@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.emit.targets import Target
-from sx2torch.ir import Kind, Node, Scalar, walk
+from sx2torch.ir import DType, Kind, Node, Scalar, walk
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import Why
@@ -95,6 +95,8 @@ class Conversions:
         if want is None or isinstance(operand, Scalar) or operand in self.entry:
             return None
         have = self.lowered.value_dtype(self.typed, operand)
+        if have in (DType.INT, DType.BOOL):  # only a cast reads one as a float (read_dtype)
+            return have, want
         if have not in ("f32", "bf16"):
             return None
         if self.target.held and have == "bf16":

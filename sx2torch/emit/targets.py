@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import sx2torch.build as b
+from sx2torch.ir import DType
 
 DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
 
@@ -37,7 +38,12 @@ class Target:
         """How a cast from `have` ("bf16-stored" for a real bf16 tensor) to `want` is written
         on a value written as `written` ("fill": `torch.ones_like(x, dtype=...)`;
         "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
-        "float", "to-bf16", "round", "as-f32", or None where nothing is written."""
+        "float", "to-bf16", "round", "as-f32", "float-round" (an integer rounded to bf16 on a held
+        target), or None where nothing is written."""
+        if have in (DType.INT, DType.BOOL):  # made a float: held targets round it as f32
+            if want == "f32":
+                return "float"
+            return "float-round" if self.held else "to-bf16"
         if written == "fill":  # zeros and ones are exact in either dtype
             return (
                 "fill" if not self.held else None
@@ -64,6 +70,8 @@ class Target:
             )
         if spelling == "float":
             return b.method(value, "float")
+        if spelling == "float-round":
+            return b.call("sx.round_to_bf16", b.method(value, "float"))
         if spelling == "to-bf16":
             return b.method(value, "to", b.dotted("torch.bfloat16"))
         if spelling == "round":

@@ -84,9 +84,24 @@ def _joined(ev, value, dtype):
     return keep_rank(read, read.view_as(read)) if read is tensor_of(value) else read
 
 
+# (cast X :i64), (cast X :i32), (cast X :bool): torch's conversions of X as it is
+INTEGERS = {
+    ":i64": torch.Tensor.long,
+    ":i32": torch.Tensor.int,
+    ":bool": torch.Tensor.bool,
+}
+
+
 def _cast(ev, items, frame):
     value = ev.eval(items[0], frame)
-    dtype = F64 if ev.precision == "f64" else DTYPES[ev.eval(items[1], frame)]
+    wanted = ev.eval(items[1], frame)
+    if wanted in INTEGERS:  # read as it is computed, never rounded first
+        if isinstance(value, (int, float)):
+            return int(value)  # a number stays one, as Python's int makes it
+        return INTEGERS[wanted](tensor_of(value))
+    dtype = F64 if ev.precision == "f64" else DTYPES[wanted]
+    if isinstance(value, torch.Tensor) and not value.is_floating_point():
+        return value.to(dtype)  # integers or booleans made floats: (cast mask :f32)
     made = Lam(value.t.to(dtype)) if isinstance(value, Lam) else ev.cast(value, dtype)
     return ev.alias(value, made, frame)
 

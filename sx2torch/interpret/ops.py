@@ -245,6 +245,12 @@ OPS = {
     "abs": Spec(lambda a, k: torch.abs(a[0]), KEEP),
     "neg": Spec(lambda a, k: -a[0], KEEP),
     "relu": Spec(lambda a, k: torch.relu(a[0]), KEEP),
+    "floor": Spec(lambda a, k: torch.floor(a[0]), KEEP),
+    "ceil": Spec(lambda a, k: torch.ceil(a[0]), KEEP),
+    # read as it is computed: an f32 value is truncated, not its bf16 rounding
+    "int": Spec(
+        lambda a, k: a[0].int() if k.get("bits") == 32 else a[0].long(), KEEP, skip=(0,)
+    ),
     "exp": Spec(lambda a, k: torch.exp(a[0])),
     "log": Spec(lambda a, k: torch.log(a[0])),
     "log1p": Spec(lambda a, k: torch.log1p(a[0])),
@@ -299,6 +305,10 @@ OPS = {
     "concat": Spec(
         lambda a, k: torch.cat(a[0], dim=k.get("axis", 0)), KEEP, lists=True
     ),
+    "stack": Spec(
+        lambda a, k: torch.stack(a[0], dim=k.get("axis", 0)), KEEP, lists=True
+    ),
+    "pad": Spec(lambda a, k: F.pad(a[0], tuple(a[1]), value=k.get("value", 0.0)), KEEP),
     "at": Spec(lambda a, k: a[0][a[1]], KEEP),
     "take": Spec(lambda a, k: a[0][a[1]], KEEP, skip=(1,)),
     "previous": Spec(_previous, KEEP),

@@ -95,14 +95,28 @@ def cast(t, datum: List, env: dict) -> Operand:
             "wrong number of arguments: expected (cast X :f32) or (cast X :bf16)",
         )
     value, dtype = datum.items[1:]
-    if not (isinstance(dtype, Keyword) and dtype.name in ("f32", "bf16")):
-        raise SourceError(dtype.span, f"cast takes :f32 or :bf16, got {shown(dtype)}")
+    if not (isinstance(dtype, Keyword) and dtype.name in CASTS):
+        raise SourceError(
+            dtype.span,
+            f"cast takes :f32, :bf16, :i64, :i32 or :bool, got {shown(dtype)}",
+        )
     operand = t.expr(value, env)
+    if dtype.name == "bool" and isinstance(operand, Scalar):
+        raise SourceError(value.span, "cast to :bool takes a tensor, got a number")
     outer, t.builder.datum = t.builder.datum, datum
     try:
-        return t.builder.cast(operand, DType(dtype.name))
+        if dtype.name in ("f32", "bf16"):
+            return t.builder.cast(operand, DType(dtype.name))
+        # integers and booleans are ops (the policy never rounds them): int's truncation
+        if dtype.name == "bool":
+            return t.builder.op("cast-bool", [operand])
+        return t.builder.op("int", [operand], bits=Scalar.lit(CASTS[dtype.name]))
     finally:
         t.builder.datum = outer
+
+
+# the dtypes a cast makes, and an integer's bits
+CASTS = {"f32": None, "bf16": None, "i64": 64, "i32": 32, "bool": None}
 
 
 def gradient_(t, datum: List, env: dict) -> Node:

@@ -190,6 +190,18 @@ CASES: dict[str, list[Case]] = {
     "log": [case("x", "(log x)", POS, torch.log)],
     "log1p": [case("x", "(log1p x)", POS, torch.log1p)],
     "expm1": [case("x", "(expm1 x)", X, torch.expm1)],
+    "stack": [
+        case("x y", "(stack [x y] :axis 1)", XY, lambda x, y: torch.stack([x, y], 1))
+    ],
+    "pad": [
+        case("x", "(pad x [2 1 1 0])", X, lambda x: F.pad(x, (2, 1, 1, 0))),
+        case(
+            "x", "(pad x [-1 1] :value 2.5)", X, lambda x: F.pad(x, (-1, 1), value=2.5)
+        ),
+    ],
+    "floor": [case("x", "(floor (* 3.0 x))", X, lambda x: torch.floor(3.0 * x))],
+    "ceil": [case("x", "(ceil (* 3.0 x))", X, lambda x: torch.ceil(3.0 * x))],
+    "int": [case("x", "(int (* 3.0 x))", X, lambda x: (3.0 * x).long())],
     "softplus": [
         case("x", "(softplus x)", X, F.softplus),
         case(
@@ -884,6 +896,7 @@ def _implemented(name: str) -> bool:
 # their own file of numeric tests on every target.
 TESTED_ELSEWHERE = {
     "expect-scalar": "tests/gradient/test_scalar_y.py",
+    "cast-bool": "tests/ops/test_integers.py",  # made by (cast x :bool)
     **dict.fromkeys(
         (
             "conv1d",
