@@ -95,7 +95,8 @@ class Conversions:
         if want is None or isinstance(operand, Scalar) or operand in self.entry:
             return None
         have = self.lowered.value_dtype(self.typed, operand)
-        if have in (DType.INT, DType.BOOL):  # only a cast reads one as a float (read_dtype)
+        # only a cast reads an integer or a boolean as a float (read_dtype)
+        if have in (DType.INT, DType.BOOL):
             return have, want
         if have not in ("f32", "bf16"):
             return None

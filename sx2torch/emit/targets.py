@@ -40,7 +40,8 @@ class Target:
         "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
         "float", "to-bf16", "round", "as-f32", "float-round" (an integer rounded to bf16 on a held
         target), or None where nothing is written."""
-        if have in (DType.INT, DType.BOOL):  # made a float: held targets round it as f32
+        # an integer or a boolean made a float: a held target rounds it as any f32
+        if have in (DType.INT, DType.BOOL):
             if want == "f32":
                 return "float"
             return "float-round" if self.held else "to-bf16"

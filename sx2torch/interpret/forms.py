@@ -263,6 +263,21 @@ def _causal_attention(ev, args, keys, frame):
     return ev.op("matmul", [weights, v], {}, frame)
 
 
+def _eager_attention(ev, args, keys, frame):
+    """transformers' eager_attention_forward: scores scaled and masked as the policy
+    computes, the softmax an island (the op's f32), read back by the matmul with V."""
+    q, k, v, *mask = args
+    scores = ev.op("matmul", [q, ev.op("swap-axes", [k, -2, -1], {}, frame)], {}, frame)
+    if keys.get("scale") is None:
+        scores = ev.op("attention-scale", [scores, q], {}, frame)
+    else:
+        scores = ev.op("*", [scores, keys["scale"]], {}, frame)
+    if mask:
+        scores = ev.op("+", [scores, mask[0]], {}, frame)
+    weights = ev.op("softmax", [scores], {}, frame)
+    return ev.op("matmul", [weights, v], {}, frame)
+
+
 def _newton_schulz(ev, args, keys, frame):
     """Muon's quintic iteration on the normalized G, all of it in bf16, the normalization
     too (a bf16 region around the op: G is cast down as it enters); an f32 result."""
@@ -284,6 +299,7 @@ DEFINED.update(
         "layer-norm": _normalize([-1]),
         "batch-norm": _normalize([0]),
         "causal-attention": _causal_attention,
+        "eager-attention": _eager_attention,
         "newton-schulz": _newton_schulz,
     }
 )

@@ -338,7 +338,12 @@ OPS = {
         lambda a, k: F.group_norm(a[0], a[1], *a[2:], eps=k.get("eps", 1e-05)), ISLAND
     ),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
-    "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
+    "topk": Spec(
+        lambda a, k: tuple(
+            torch.topk(a[0], a[1], dim=_axis(k), sorted=k.get("sorted", True))
+        ),
+        KEEP,
+    ),
     "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),
     "gather": Spec(lambda a, k: torch.gather(a[0], _axis(k), a[1]), KEEP, skip=(1,)),
     "index-select": Spec(

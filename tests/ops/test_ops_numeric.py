@@ -506,6 +506,12 @@ CASES: dict[str, list[Case]] = {
         case("x", "(let (([v i] (topk x 2))) v)", X, lambda x: torch.topk(x, 2).values),
         case(
             "x",
+            "(let (([v i] (topk x 3 :sorted false))) v)",
+            X,
+            lambda x: torch.topk(x, 3, sorted=False).values,
+        ),
+        case(
+            "x",
             "(let (([v i] (topk x 2 :axis 0))) i)",
             X,
             lambda x: torch.topk(x, 2, dim=0).indices,
@@ -829,6 +835,16 @@ CASES: dict[str, list[Case]] = {
             "(newton-schulz-bf16 g)",
             lambda: (torch.randn(6, 4, generator=_generator(0)),),
             _newton_schulz,  # the iteration in bf16, cast back to the input's dtype
+        )
+    ],
+    "eager-attention": [
+        case(
+            "q k v",
+            "(eager-attention q k v (* 0.5 q) :scale 0.3)",
+            lambda: tuple(
+                torch.randn(2, 3, 4, 4, generator=_generator(s)) for s in range(3)
+            ),
+            lambda q, k, v: torch.softmax(q @ k.mT * 0.3 + 0.5 * q, -1) @ v,
         )
     ],
     "causal-attention": [

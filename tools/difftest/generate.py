@@ -270,6 +270,8 @@ class Gen:
             "group-norm": f"(group-norm {x} {self.pick(1, 2)}"
             f"{self.pick('', ' v', ' v v')})",
             "causal-attention": f"(causal-attention {x} {y} {x})",
+            "eager-attention": f"(eager-attention {x} {y} {x}"
+            f"{self.pick('', ' (* 0.5 ' + y + ')')}{self.pick('', ' :scale 0.3')})",
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
             **{op: f"({op} {x})" for op in simple},
@@ -324,7 +326,8 @@ class Gen:
             whole += self.pick(")", " :i64)", " :i32)")
             rough["int"] = f"(take table (mod {whole} {TABLE[0]}))"
             rough["sparse-experts"] = (
-                f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}))) "
+                f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}"
+                f"{self.pick('', ' :sorted false')}))) "
                 f"(sparse-experts {x} ti (softmax tv) gu dn))"
             )
         if scope.ids:
