@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from sx2torch import interpret
-from sx2torch.compiler import Options, compile_source
-from sx2torch.errors import SourceError
 
 CASTS = """
 (defun forward (x)
@@ -53,23 +51,6 @@ def test_a_boolean_or_integer_cast_to_a_float_is_written(build, target, precisio
         assert torch.equal(got, want)
     interpreted = interpret.load(source).evaluate("forward", [X])
     assert torch.equal(got.float(), interpreted.float())
-
-
-BAD = [
-    ("(cast x :i16)", "cast takes :f32, :bf16, :i64, :i32 or :bool, got :i16"),
-    ("(cast 2 :bool)", "cast to :bool takes a tensor, got a number"),
-    ("(exp (cast x :i64))", "'exp' needs a float tensor, got an integer tensor"),
-    ("(tanh (cast x :bool))", "'tanh' needs a float tensor, got a boolean tensor"),
-]
-
-
-@pytest.mark.parametrize("form, message", BAD, ids=[m for _, m in BAD])
-def test_misuse_is_a_diagnostic_at_the_form(form, message):
-    source = f"(defun forward (x)\n  (+ 1 {form}))\n"
-    with pytest.raises(SourceError) as caught:
-        compile_source(source, "bad.lisp", Options())
-    assert message in caught.value.message
-    assert caught.value.span.line == 2
 
 
 def test_a_numbers_integer_cast_is_pythons_int(build):

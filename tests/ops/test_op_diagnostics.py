@@ -1,4 +1,5 @@
-"""Bad input to the views and the norms: a diagnostic at the form, with torch's reason."""
+"""Bad input to the views, the norms and the integer casts: a diagnostic at the form, with
+torch's reason."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ BAD = [
     ("(pad x [1 2 3])", "pad of 3 numbers: torch's padding is a (left, right) pair"),
     ("(pad (reshape x [2 3]) [1 1 1 1 1 1])", "pad of 3 axes of a value of rank 2"),
     ("(pad (reshape x [2 3]) [-2 -2])", "pad of [2 3] trims axis 1 below nothing"),
+    # the integer casts (sx2torch/trace/forms.py) and float-only ops fed integers
+    ("(cast x :i16)", "cast takes :f32, :bf16, :i64, :i32 or :bool, got :i16"),
+    ("(cast 2 :bool)", "cast to :bool takes a tensor, got a number"),
+    ("(exp (cast x :i64))", "'exp' needs a float tensor, got an integer tensor"),
+    ("(tanh (cast x :bool))", "'tanh' needs a float tensor, got a boolean tensor"),
     # group-norm (sx2torch/ops/nn.py)
     (
         "(group-norm (reshape x [2 6 3]) 4)",
