@@ -271,7 +271,8 @@ class Gen:
             f"{self.pick('', ' v', ' v v')})",
             "causal-attention": f"(causal-attention {x} {y} {x})",
             "eager-attention": f"(eager-attention {x} {y} {x}"
-            f"{self.pick('', ' (* 0.5 ' + y + ')')}{self.pick('', ' :scale 0.3')})",
+            f"{self.pick('', f' (matmul {y} (swap-axes {x} 0 1))')}"
+            f"{self.pick('', ' :scale 0.3')})",
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
             **{op: f"({op} {x})" for op in simple},
