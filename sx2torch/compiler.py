@@ -26,6 +26,7 @@ import sx2torch.trace as trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
+from sx2torch.emit.names import IMPORTED
 from sx2torch.errors import UsageError
 from sx2torch.ops import REGISTRY
 from sx2torch.plan.targets import Target
@@ -185,18 +186,28 @@ def _verify_names(unit: Unit) -> None:
 
 
 def _emit(unit: Unit) -> None:
-    header = _header(unit)
-    tree = module.run(
+    tree = _module(unit)
+    if module.math_shadowed(tree):  # a source name `math` beside the import of math
+        taken = IMPORTED.set(frozenset({"math"}))
+        try:
+            _names(unit)
+            tree = _module(unit)
+        finally:
+            IMPORTED.reset(taken)
+    unit.code = b.code(tree)
+
+
+def _module(unit: Unit):
+    return module.run(
         unit.program,
         unit.lowered,
         unit.plans,
         unit.names,
-        header,
+        _header(unit),
         unit.target,
         unit.shown,
         unit.chosen,
     )
-    unit.code = b.code(tree)
 
 
 def _verify_code(unit: Unit) -> None:

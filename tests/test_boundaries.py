@@ -224,11 +224,18 @@ d = name != "*" and kind == "cuda"
     ]
 
 
+# Words that name an op and something else a pass tests: `stack` is also the syntax's
+# initializer kind of a stack of layers (`param.init.kind == "stack"`), which no field of
+# an op could replace; the finder reads words, not what they are compared with.
+NOT_ONLY_OPS = {"stack"}
+
+
 def test_no_pass_names_an_op_in_a_comparison():
     named = {
         f"{path.relative_to(PACKAGE)}:{line}: {name!r}"
         for path in sorted(PACKAGE.rglob("*.py"))
         if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
         for line, name in op_names_compared(path.read_text(encoding="utf-8"))
+        if name not in NOT_ONLY_OPS
     }
     assert not named, sorted(named)

@@ -19,6 +19,8 @@ def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
         )
     if spelling == "float":
         return b.method(value, "float")
+    if spelling == "float-round":
+        return b.call("sx.round_to_bf16", b.method(value, "float"))
     if spelling == "to-bf16":
         return b.method(value, "to", b.dotted("torch.bfloat16"))
     if spelling == "round":

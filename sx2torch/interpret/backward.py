@@ -45,7 +45,15 @@ LINEAR |= {"transpose", "swap-axes", "slice", "concat", "gather", "index-select"
 LINEAR |= {"scatter-add", "index-add", "cumsum", "cast-run", "attention-scale"}
 LINEAR |= {"causal-mask", "take", "relu", "abs", "maximum", "minimum", "clamp", "where"}
 LINEAR |= {"amax", "amin", "previous", "topk", "alias"}
-LINEAR |= {"unsqueeze", "squeeze", "flatten", "repeat-interleave", "roll"}
+LINEAR |= {
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "repeat-interleave",
+    "roll",
+    "stack",
+    "pad",
+}
 # Products: the derivative by one operand reads the others.
 PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d"}
 

@@ -84,9 +84,24 @@ def _joined(ev, value, dtype):
     return keep_rank(read, read.view_as(read)) if read is tensor_of(value) else read
 
 
+# (cast X :i64), (cast X :i32), (cast X :bool): torch's conversions of X as it is
+INTEGERS = {
+    ":i64": torch.Tensor.long,
+    ":i32": torch.Tensor.int,
+    ":bool": torch.Tensor.bool,
+}
+
+
 def _cast(ev, items, frame):
     value = ev.eval(items[0], frame)
-    dtype = F64 if ev.precision == "f64" else DTYPES[ev.eval(items[1], frame)]
+    wanted = ev.eval(items[1], frame)
+    if wanted in INTEGERS:  # read as it is computed, never rounded first
+        if isinstance(value, (int, float)):
+            return int(value)  # a number stays one, as Python's int makes it
+        return INTEGERS[wanted](tensor_of(value))
+    dtype = F64 if ev.precision == "f64" else DTYPES[wanted]
+    if isinstance(value, torch.Tensor) and not value.is_floating_point():
+        return value.to(dtype)  # integers or booleans made floats: (cast mask :f32)
     made = Lam(value.t.to(dtype)) if isinstance(value, Lam) else ev.cast(value, dtype)
     return ev.alias(value, made, frame)
 
@@ -248,6 +263,21 @@ def _causal_attention(ev, args, keys, frame):
     return ev.op("matmul", [weights, v], {}, frame)
 
 
+def _eager_attention(ev, args, keys, frame):
+    """transformers' eager_attention_forward: scores scaled and masked as the policy
+    computes, the softmax an island (the op's f32), read back by the matmul with V."""
+    q, k, v, *mask = args
+    scores = ev.op("matmul", [q, ev.op("swap-axes", [k, -2, -1], {}, frame)], {}, frame)
+    if keys.get("scale") is None:
+        scores = ev.op("attention-scale", [scores, q], {}, frame)
+    else:
+        scores = ev.op("*", [scores, keys["scale"]], {}, frame)
+    if mask:
+        scores = ev.op("+", [scores, mask[0]], {}, frame)
+    weights = ev.op("softmax", [scores], {}, frame)
+    return ev.op("matmul", [weights, v], {}, frame)
+
+
 def _newton_schulz(ev, args, keys, frame):
     """Muon's quintic iteration on the normalized G, all of it in bf16, the normalization
     too (a bf16 region around the op: G is cast down as it enters); an f32 result."""
@@ -269,6 +299,7 @@ DEFINED.update(
         "layer-norm": _normalize([-1]),
         "batch-norm": _normalize([0]),
         "causal-attention": _causal_attention,
+        "eager-attention": _eager_attention,
         "newton-schulz": _newton_schulz,
     }
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Optional
@@ -29,6 +30,14 @@ COMPARES = {
     "<=": operator.le,
     ">": operator.gt,
     ">=": operator.ge,
+}
+# A const's functions, as Python computes them where the module is built.
+FUNCTIONS = {
+    "int": int,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "log": math.log,
+    "exp": math.exp,
 }
 
 
@@ -87,6 +96,8 @@ def scalar(s: Scalar, env: dict):
         return not values[0]
     if s.op == "neg":
         return -values[0]
+    if s.op in FUNCTIONS:
+        return FUNCTIONS[s.op](values[0])
     if s.op == "in":
         return values[0] in [scalar(o, env) for o in s.args[1]]
     if s.op == "if":

@@ -245,6 +245,12 @@ OPS = {
     "abs": Spec(lambda a, k: torch.abs(a[0]), KEEP),
     "neg": Spec(lambda a, k: -a[0], KEEP),
     "relu": Spec(lambda a, k: torch.relu(a[0]), KEEP),
+    "floor": Spec(lambda a, k: torch.floor(a[0]), KEEP),
+    "ceil": Spec(lambda a, k: torch.ceil(a[0]), KEEP),
+    # read as it is computed: an f32 value is truncated, not its bf16 rounding
+    "int": Spec(
+        lambda a, k: a[0].int() if k.get("bits") == 32 else a[0].long(), KEEP, skip=(0,)
+    ),
     "exp": Spec(lambda a, k: torch.exp(a[0])),
     "log": Spec(lambda a, k: torch.log(a[0])),
     "log1p": Spec(lambda a, k: torch.log1p(a[0])),
@@ -299,6 +305,10 @@ OPS = {
     "concat": Spec(
         lambda a, k: torch.cat(a[0], dim=k.get("axis", 0)), KEEP, lists=True
     ),
+    "stack": Spec(
+        lambda a, k: torch.stack(a[0], dim=k.get("axis", 0)), KEEP, lists=True
+    ),
+    "pad": Spec(lambda a, k: F.pad(a[0], tuple(a[1]), value=k.get("value", 0.0)), KEEP),
     "at": Spec(lambda a, k: a[0][a[1]], KEEP),
     "take": Spec(lambda a, k: a[0][a[1]], KEEP, skip=(1,)),
     "previous": Spec(_previous, KEEP),
@@ -328,7 +338,12 @@ OPS = {
         lambda a, k: F.group_norm(a[0], a[1], *a[2:], eps=k.get("eps", 1e-05)), ISLAND
     ),
     "one-hot": Spec(lambda a, k: F.one_hot(a[0], a[1]), skip=(0,)),
-    "topk": Spec(lambda a, k: tuple(torch.topk(a[0], a[1], dim=_axis(k))), KEEP),
+    "topk": Spec(
+        lambda a, k: tuple(
+            torch.topk(a[0], a[1], dim=_axis(k), sorted=k.get("sorted", True))
+        ),
+        KEEP,
+    ),
     "argmax": Spec(lambda a, k: torch.argmax(a[0], dim=_axis(k)), KEEP),
     "gather": Spec(lambda a, k: torch.gather(a[0], _axis(k), a[1]), KEEP, skip=(1,)),
     "index-select": Spec(

@@ -318,6 +318,42 @@ _function(
     lambda t, n, g: [_times(t, g, t.op("*", [TWO, n.inputs[0]]))],
 )
 
+# floor and ceil of a bf16 number are bf16 numbers; torch's derivative is zero
+for _step in ("floor", "ceil"):
+    _function(_step, f"torch.{_step}", "keep", lambda t, n, g: [None], exact=True)
+
+
+def _int(a, ctx):
+    return b.method(a[0], "long" if ctx.values["bits"] == 64 else "int")
+
+
+_register(
+    Op(
+        "int",
+        (Arg("x", "as-is"),),
+        _int,
+        keys=(Key("bits", "int", 64, static=True),),
+        result="int",
+        no_grad="integers carry no gradient",
+        numbers=partial(scalars.function, "int"),
+        doc="X truncated toward zero to integers, as Python's int() and "
+        "(cast x :i64): x.long(), or x.int() with :bits 32 ((cast x :i32)); X read as it "
+        "is computed (an f32 value under :bf16 is not rounded first). On numbers, (int "
+        "(* partial-rotary-factor head-dim)) is a number",
+    )
+)
+_register(
+    Op(
+        "cast-bool",
+        (Arg("x", "as-is"),),
+        lambda a, ctx: b.method(a[0], "bool"),
+        result="bool",
+        no_grad="booleans carry no gradient",
+        doc="(cast x :bool): x.bool(), true where X is not zero, X read as it is computed",
+        internal=True,
+    )
+)
+
 
 def _gelu(a, ctx):
     if ctx.attrs["approximate"] in (None, "none"):

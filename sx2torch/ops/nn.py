@@ -354,6 +354,43 @@ register(
 )
 
 
+def _eager_attention(t, args, attrs):
+    """transformers' eager_attention_forward, op for op: the scores a matmul (rounded under
+    :bf16), times :scale (rounded), plus MASK (rounded), a softmax in an f32 island (its
+    `dtype=torch.float32`), read back down by the matmul with V (its `.to(query.dtype)`).
+    """
+    q, k, v, *mask = args
+    keys_t = t.op("swap-axes", [k], a=Scalar.lit(-2), b=Scalar.lit(-1))
+    scores = t.op("matmul", [q, keys_t], out=None)
+    scale = attrs["scale"]
+    if scale is None:
+        scores = t.op("attention-scale", [scores, q])
+    else:
+        scores = t.op("*", [scores, scale])
+    if mask:
+        scores = t.op("+", [scores, mask[0]])
+    with t.library_island():
+        weights = t.op("softmax", [scores], axis=Scalar.lit(-1))
+    scores.name, weights.name = "scores", "weights"  # locals of the generated method
+    return t.op("matmul", [weights, v], out=None)
+
+
+register(
+    Op(
+        "eager-attention",
+        (Arg("q"), Arg("k"), Arg("v"), Arg("mask")),
+        expand=_eager_attention,
+        keys=(Key("scale", "number"),),
+        arity=(3, 4),
+        rank=ATTENTION,
+        doc="transformers' eager attention, softmax(Q Kᵀ :scale + MASK) V over the last two "
+        "axes (:scale default 1/sqrt(d), d = Q's last dim; MASK additive, broadcast "
+        "against the scores): under :bf16 the scores rounded, scaled and masked in bf16, "
+        "the softmax in f32 and rounded once, as every decoder port writes it by hand",
+    )
+)
+
+
 def _causal_attention(t, args, attrs):
     """The explicit composition: the matmuls and the 1/sqrt(d) follow the policy,
     the mask and the softmax are an f32 island (6.8). Under :bf16 the scores are

@@ -316,6 +316,58 @@ def axis_in(op: str, key: str, scalar, rank: int, extra: int = 0) -> Optional[in
     return axis % span
 
 
+def _stack(shapes, attrs):
+    """Equal shapes where known, a new axis of the count at :axis (-1: after the last)."""
+    known_shapes = [x for x in shapes if x is not None]
+    if not known_shapes:
+        return None
+    if any(len(x) != len(known_shapes[0]) for x in known_shapes):
+        raise ShapeError(
+            "stack of "
+            + " and ".join(shown(x) for x in known_shapes)
+            + ": torch stacks tensors of one shape"
+        )
+    sizes = [
+        next((x[i] for x in known_shapes if x[i] is not None), None)
+        for i in range(len(known_shapes[0]))
+    ]
+    for x in known_shapes:
+        if any(None not in (a, b) and a != b for a, b in zip(x, sizes)):
+            raise ShapeError(
+                f"stack of {shown(x)} beside {shown(tuple(sizes))}: torch stacks tensors "
+                "of one shape"
+            )
+    axis = axis_in("stack", ":axis", attrs["axis"], len(sizes), extra=1)
+    if axis is None:
+        return None
+    return tuple(sizes[:axis]) + (len(shapes),) + tuple(sizes[axis:])
+
+
+def _pad(shapes, attrs):
+    """F.pad's constant mode: PADDING is (left, right) of the last axis, then of the one
+    before, ...; each padded axis grows by both (a negative one trims)."""
+    (x,) = shapes
+    pads = [known(p) for p in attrs["padding"]]
+    if len(pads) % 2:
+        raise ShapeError(
+            f"pad of {len(pads)} numbers: torch's padding is a (left, right) pair per axis"
+        )
+    if x is None:
+        return None
+    if len(pads) > 2 * len(x):
+        raise ShapeError(
+            f"pad of {len(pads) // 2} axes of a value of rank {len(x)} ({shown(x)})"
+        )
+    out = list(x)
+    for i in range(len(pads) // 2):
+        axis, left, right = len(x) - 1 - i, pads[2 * i], pads[2 * i + 1]
+        grown = None if None in (out[axis], left, right) else out[axis] + left + right
+        if grown is not None and grown < 0:
+            raise ShapeError(f"pad of {shown(x)} trims axis {axis} below nothing")
+        out[axis] = grown
+    return tuple(out)
+
+
 def needs(op: str, attrs, key: str) -> None:
     """A key without a default that torch's call cannot do without."""
     if attrs[key] is None:
@@ -516,4 +568,6 @@ SQUEEZE = RankRule("X's - 1 (without :axis: less each size-1 axis)", _squeeze)
 FLATTEN = RankRule("X's - (:end - :start)", _flatten)
 REPEAT_INTERLEAVE = RankRule("same as X (without :axis: 1)", _repeat_interleave)
 ROLL = RankRule("same as X", _roll)
+STACK = RankRule("the inputs' + 1", _stack)
+PAD = RankRule("same as X", _pad)
 GROUP_NORM = RankRule("same as X", _group_norm)

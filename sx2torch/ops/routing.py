@@ -57,11 +57,22 @@ DROPPED = RankRule(
 SAME = RankRule("same as X", lambda s, attrs: s[0])
 
 
+SORTED = Key("sorted", "bool", True, static=True)
+
+
+def _topk_indices(a, ctx):
+    unsorted = {} if ctx.values["sorted"] else {"sorted": b.name("False")}
+    call = b.call("torch.topk", a[0], ctx.attrs["k"], dim=_dim(ctx), **unsorted)
+    return b.attr(call, "indices")
+
+
 def _topk(t, inputs, attrs):
     """(topk X K): the indices from torch.topk, the values gathered at them, so the
     values are X's own elements (exact) and their gradient flows through the gather."""
     (x,) = inputs
-    indices = t.op("topk-indices", [x], k=attrs["k"], axis=attrs["axis"])
+    indices = t.op(
+        "topk-indices", [x], k=attrs["k"], axis=attrs["axis"], sorted=attrs["sorted"]
+    )
     return t.op("gather", [x, indices], axis=attrs["axis"]), indices
 
 
@@ -70,13 +81,15 @@ register(
         "topk",
         (X, K),
         expand=_topk,
-        keys=LAST,
+        keys=(*LAST, SORTED),
         rank=TOPK,
         doc=(
             "the K largest values along :axis and their indices, two values: "
             "`(let (([v i] (topk x 2))) ...)`, in torch.topk's order, ties broken as "
             "torch breaks them; written `torch.topk(x, k, dim).indices` and a `gather` "
-            "of x at them, so the values are exact and differentiable"
+            "of x at them, so the values are exact and differentiable. :sorted false is "
+            "torch's sorted=False: the order its kernel leaves them in (a sum over them "
+            "adds in that order, as DeepSeek's renormalisation does)"
         ),
     )
 )
@@ -84,10 +97,8 @@ register(
     Op(
         "topk-indices",
         (X,),
-        lambda a, ctx: b.attr(
-            b.call("torch.topk", a[0], ctx.attrs["k"], dim=_dim(ctx)), "indices"
-        ),
-        keys=(Key("k", "int"), *LAST),
+        _topk_indices,
+        keys=(Key("k", "int"), *LAST, SORTED),
         result="int",
         internal=True,
         rank=TOPK,

@@ -15,6 +15,8 @@ from sx2torch.ops.rank import (
     FLATTEN,
     REPEAT_INTERLEAVE,
     ROLL,
+    PAD,
+    STACK,
     SQUEEZE,
     UNSQUEEZE,
     ONE_HOT,
@@ -135,6 +137,65 @@ register(
             )
             for i in range(len(n.inputs))
         ],
+    )
+)
+
+
+def _stack_grad(t, n, g):
+    """Each input's gradient is its slice of G along the new axis, that axis dropped."""
+    axis = n.attrs["axis"]
+    return [
+        t.op(
+            "squeeze",
+            [t.op("slice", [g], axis=axis, start=Scalar.lit(i), end=Scalar.lit(i + 1))],
+            axis=axis,
+        )
+        for i in range(len(n.inputs))
+    ]
+
+
+register(
+    Op(
+        "stack",
+        (Arg("xs", "tensors"),),
+        lambda a, ctx: b.call("torch.stack", b.list_(a), dim=ctx.attrs["axis"]),
+        keys=(Key("axis", "int", 0, static=True),),
+        rank=STACK,
+        result="keep",
+        exact=True,
+        grad=_stack_grad,
+        doc="torch.stack: the tensors of XS, of one shape, along a new axis at :axis "
+        "(default 0; -1 is after the last); moves data, rounding nowhere. Its derivative "
+        "gives each its slice of the gradient",
+    )
+)
+
+
+def _pad(a, ctx):
+    value = ctx.values["value"]
+    extra = {} if value == 0 else {"value": ctx.attrs["value"]}
+    return b.call("F.pad", a[0], b.tuple_(list(ctx.attrs["padding"])), **extra)
+
+
+def _pad_grad(t, n, g):
+    """torch's: the gradient trimmed back, F.pad by the negated amounts."""
+    back = tuple(scalars.negate(p, n.span) for p in n.attrs["padding"])
+    return [t.op("pad", [g], padding=back)]
+
+
+register(
+    Op(
+        "pad",
+        (X, Arg("padding", "ints")),
+        _pad,
+        keys=(Key("value", "number", 0.0),),
+        rank=PAD,
+        result="keep",
+        grad=_pad_grad,
+        doc="F.pad in constant mode: PADDING is [left right] for the last axis, then for "
+        "the one before, ... (a negative amount trims), the new places :value (default "
+        "0); under :bf16 a bf16 tensor holds :value rounded, as torch's does. Its "
+        "derivative trims the gradient back",
     )
 )
 

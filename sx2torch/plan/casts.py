@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.plan.targets import Target
-from sx2torch.ir import Kind, Node, Scalar, walk
+from sx2torch.ir import DType, Kind, Node, Scalar, walk
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import Why
@@ -95,6 +95,9 @@ class Conversions:
         if want is None or isinstance(operand, Scalar) or operand in self.entry:
             return None
         have = self.lowered.value_dtype(self.typed, operand)
+        # only a cast reads an integer or a boolean as a float (read_dtype)
+        if have in (DType.INT, DType.BOOL):
+            return have, want
         if have not in ("f32", "bf16"):
             return None
         if self.target.held and have == "bf16":

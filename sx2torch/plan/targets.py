@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from sx2torch.ir import DType
+
 DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
 
 
@@ -36,7 +38,13 @@ class Target:
         """How a cast from `have` ("bf16-stored" for a real bf16 tensor) to `want` is written
         on a value written as `written` ("fill": `torch.ones_like(x, dtype=...)`;
         "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
-        "float", "to-bf16", "round", "as-f32", or None where nothing is written."""
+        "float", "to-bf16", "round", "as-f32", "float-round" (an integer rounded to bf16 on a held
+        target), or None where nothing is written."""
+        # an integer or a boolean made a float: a held target rounds it as any f32
+        if have in (DType.INT, DType.BOOL):
+            if want == "f32":
+                return "float"
+            return "float-round" if self.held else "to-bf16"
         if written == "fill":  # zeros and ones are exact in either dtype
             return (
                 "fill" if not self.held else None

@@ -126,10 +126,13 @@ def _keys(record: Expansion) -> tuple:
 
 def _function(record: Expansion, graphs: dict, shapes: dict) -> Optional[Graph]:
     """The op's function graph, traced at its first use; None where the op has no mark
-    inside (its code is one expression) or this use's shaping keys differ from the first's.
+    inside (its code is one expression), this use's shaping keys differ from the first's,
+    or one reads a const.
     """
     op = REGISTRY[record.op]
     numbers, shaping = _keys(record)
+    if any(_reads_names(value) for value in shaping.values()):
+        return None  # a const in a key that shapes the code: written where it is read
     shape = (len(record.inputs), _shown(shaping))
     if shapes.setdefault(op.name, shape) != shape:
         return None
@@ -139,6 +142,13 @@ def _function(record: Expansion, graphs: dict, shapes: dict) -> Optional[Graph]:
     graph = graphs[key]
     marked = any(f.library for n in walk(graph.nodes) for f in n.frames)
     return graph if marked and isinstance(graph.output, Node) else None
+
+
+def _reads_names(value) -> bool:
+    """Whether a key's value reads a const or a key (eager-attention's :scale of a const),
+    which a function shared by the module's models could not name."""
+    values = value if isinstance(value, tuple) else (value,)
+    return any(isinstance(v, Scalar) and v.op is not ScalarOp.LIT for v in values)
 
 
 def _shown(shaping: dict) -> tuple:

@@ -96,6 +96,8 @@ class Lowered:
     def read_dtype(self, typed: Typed, node: Node, index: int) -> Optional[str]:
         """The dtype `node` reads its input `index` in, or None where it takes it as it is."""
         have = self.value_dtype(typed, node.inputs[index])
+        if node.kind is Kind.CAST and have in (DType.INT, DType.BOOL):
+            return node.attrs["dtype"]  # integers made floats: (cast mask :f32)
         if (
             have not in (DType.F32, DType.BF16)
             or node.kind in CALLS
@@ -677,7 +679,10 @@ def _storage(program: Program, used: list) -> dict:
                 dtype = (
                     typed.decision(operand).dtype if isinstance(operand, Node) else None
                 )
-                if node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.LIKE:
+                if (
+                    node.kind is Kind.OP
+                    and _kind(REGISTRY[node.op], index) is ArgKind.LIKE
+                ):
                     continue  # its shape read: any storage has it (a gradient's ones)
                 if is_param(dtype):
                     decided = typed.decided[node]

@@ -223,7 +223,7 @@ SPECIAL = {
         example="(with-numerics (:precision :bf16) (matmul x w))",
     ),
     "cast": Shape(
-        (Part("X"), Part("DTYPE", choice("f32", "bf16"))), example="(cast x :bf16)"
+        (Part("X"), Part("DTYPE", choice("f32", "bf16", "i64", "i32", "bool"))), example="(cast x :bf16)"
     ),
     "gradient": Shape(
         (

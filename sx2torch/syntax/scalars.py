@@ -43,6 +43,13 @@ class ScalarOp(str, Enum):
     NEG = "neg"
     IN = "in"  # (value, options)
     IF = "if"  # (condition, then, otherwise)
+    # functions of one number, written as Python's (int) and math's: a const's is computed
+    # where the module is built, so that a caller's value changes it
+    INT = "int"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    LOG = "log"
+    EXP = "exp"
 
     __str__ = str.__str__
     __format__ = str.__format__
@@ -68,6 +75,16 @@ BINARY: dict[ScalarOp, Callable] = {
     ScalarOp.AND: lambda a, b: a and b,
     ScalarOp.OR: lambda a, b: a or b,
 }
+# What the functions of one number compute on a const (int, floor and ceil give integers).
+UNARY: dict[ScalarOp, Callable] = {
+    ScalarOp.INT: int,
+    ScalarOp.FLOOR: math.floor,
+    ScalarOp.CEIL: math.ceil,
+    ScalarOp.LOG: math.log,
+    ScalarOp.EXP: math.exp,
+}
+# The functions a defconst may apply to numbers: those a const's value can stay.
+CONST_FUNCTIONS = frozenset(("int", "floor", "ceil", "log", "exp", "sqrt"))
 # The source's words for them.
 ARITHMETIC: dict[str, ScalarOp] = {
     "+": ScalarOp.ADD,
@@ -98,6 +115,9 @@ FUNCTIONS: dict[str, Callable] = {
     "cos": math.cos,
     "erf": math.erf,
     "abs": abs,
+    "int": int,
+    "floor": math.floor,
+    "ceil": math.ceil,
 }
 
 
@@ -133,6 +153,8 @@ def compute(scalar: Scalar, env: dict):
         return -compute(args[0], env)
     if op is ScalarOp.NOT:
         return not compute(args[0], env)
+    if op in UNARY:
+        return UNARY[op](compute(args[0], env))
     if op is ScalarOp.IN:
         return compute(args[0], env) in [compute(o, env) for o in args[1]]
     if op is ScalarOp.IF:
@@ -153,6 +175,8 @@ def text(scalar: Scalar, leaf) -> str:
         return f"-({shown[0]})"
     if op is ScalarOp.NOT:
         return f"(not {shown[0]})"
+    if op in UNARY:
+        return f"{op}({shown[0]})"
     if op is ScalarOp.IN:
         return f"({shown[0]} in [{' '.join(text(o, leaf) for o in args[1])}])"
     if op is ScalarOp.IF:
@@ -268,29 +292,43 @@ def _operands(op: ScalarOp, left: Scalar, right: Scalar, span) -> tuple:
 
 
 def function(name: str, operands: list, span) -> Scalar:
-    """An op of the library applied to numbers alone: `(log 2.0)`, `(pow d 0.5)`, `(sqrt d)`.
-    A literal's is folded; a const's is a power, the one function Python's operators write.
+    """An op of the library applied to numbers alone: `(log 2.0)`, `(pow d 0.5)`, `(sqrt d)`,
+    `(int (* factor head-dim))`. A literal's is folded; a const's stays an operation (a
+    caller may change the const), computed where the module is built; a const's sqrt is a
+    power, as it was written before the functions of consts came.
     """
     if name == "pow":
         return fold(ScalarOp.POW, *operands, span)
     (operand,) = operands
-    if operand.op is not ScalarOp.LIT and name == "sqrt":
-        return fold(ScalarOp.POW, operand, Scalar.lit(0.5), span)
-    if operand.op is not ScalarOp.LIT:
-        raise SourceError(
-            span,
-            f"'{name}' of a const is not known when the file compiles: "
-            "write it with + - * / ** on the const, or on a tensor",
-        )
     if not _is_number(operand.value):
         raise SourceError(span, f"'{name}' needs a number, got {_shown(operand.value)}")
+    if operand.op is not ScalarOp.LIT and name == "sqrt":
+        return fold(ScalarOp.POW, operand, Scalar.lit(0.5), span)
     try:
         value = FUNCTIONS[name](operand.value)
     except (ValueError, OverflowError, ZeroDivisionError):
         raise SourceError(
-            span, f"'{name}' is not defined at {operand.value!r}"
+            span,
+            f"'{name}' is not defined at {operand.value!r}"
+            + (
+                ""
+                if operand.op is ScalarOp.LIT
+                else " (with the consts at their defaults)"
+            ),
         ) from None
-    return Scalar.lit(value)
+    if not _in_range(value):
+        raise SourceError(
+            span, "number out of range (with the consts at their defaults)"
+        )
+    if operand.op is ScalarOp.LIT:
+        return Scalar.lit(value)
+    if name not in CONST_FUNCTIONS:
+        raise SourceError(
+            span,
+            f"'{name}' of a const is not known when the file compiles: write it with "
+            "+ - * / ** int floor ceil log exp sqrt on the const, or on a tensor",
+        )
+    return Scalar(ScalarOp(name), (operand,), value)
 
 
 def arithmetic(op: ScalarOp, operands: list, span) -> Scalar:
@@ -349,6 +387,8 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
             return compare(head, operands, datum.span)
         if head == "if" and len(operands) == 3:
             return choose(*operands, datum.span)
+        if head in CONST_FUNCTIONS and len(operands) == 1:
+            return function(head, operands, datum.span)
         if head in ("and", "or", "not") and operands:
             return logic(head, operands, datum.span)
     raise SourceError(

@@ -86,11 +86,22 @@ def with_numerics(t, datum: List, env: dict) -> Operand:
 def cast(t, datum: List, env: dict) -> Operand:
     value, dtype = match(datum).parts
     operand = t.expr(value, env)
+    if dtype.name == "bool" and isinstance(operand, Scalar):
+        raise SourceError(value.span, "cast to :bool takes a tensor, got a number")
     outer, t.builder.datum = t.builder.datum, datum
     try:
-        return t.builder.cast(operand, DType(dtype.name))
+        if dtype.name in ("f32", "bf16"):
+            return t.builder.cast(operand, DType(dtype.name))
+        # integers and booleans are ops (the policy never rounds them): int's truncation
+        if dtype.name == "bool":
+            return t.builder.op("cast-bool", [operand])
+        return t.builder.op("int", [operand], bits=Scalar.lit(CASTS[dtype.name]))
     finally:
         t.builder.datum = outer
+
+
+# the dtypes a cast makes, and an integer's bits
+CASTS = {"f32": None, "bf16": None, "i64": 64, "i32": 32, "bool": None}
 
 
 def gradient_(t, datum: List, env: dict) -> Node:

@@ -103,6 +103,23 @@ UNARY = {
     ),
     "roll": ("(roll x :shifts 3 :axis -1)", lambda x: torch.roll(x, 3, -1), False),
     "roll-flat": ("(roll x :shifts -2)", lambda x: torch.roll(x, -2), False),
+    "stack": (
+        "(stack [x (exp x)] :axis -1)",
+        lambda x: torch.stack([x, x.exp()], -1),
+        False,
+    ),
+    "pad": (
+        "(pad x [1 2 -1 1] :value 0.5)",
+        lambda x: F.pad(x, (1, 2, -1, 1), value=0.5),
+        False,
+    ),
+    "floor": ("(floor (* 3.0 x))", lambda x: torch.floor(3.0 * x), False),
+    "ceil": ("(ceil (* 3.0 x))", lambda x: torch.ceil(3.0 * x), False),
+    "eager-attention": (
+        "(eager-attention x (exp x) x :scale 0.5)",
+        lambda x: torch.softmax(x @ x.exp().mT * 0.5, -1) @ x,
+        False,
+    ),
     "concat": (
         "(concat [x (exp x)] :axis 1)",
         lambda x: torch.cat([x, x.exp()], 1),

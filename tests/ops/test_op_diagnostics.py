@@ -1,4 +1,5 @@
-"""Bad input to the views and the norms: a diagnostic at the form, with torch's reason."""
+"""Bad input to the views, the norms and the integer casts: a diagnostic at the form, with
+torch's reason."""
 
 from __future__ import annotations
 
@@ -38,6 +39,26 @@ BAD = [
     ),
     ("(slice x :step 0)", "slice :step 0: torch's step is positive"),
     ("(unsqueeze x :axis d)", ":axis must be written as numbers"),
+    (
+        "(stack [(reshape x [2 3]) (reshape x [3 2])])",
+        "stack of [3 2] beside [2 3]: torch stacks tensors of one shape",
+    ),
+    (
+        "(stack [(reshape x [6]) (reshape x [1 6])])",
+        "torch stacks tensors of one shape",
+    ),
+    (
+        "(stack [(reshape x [6]) (reshape x [6])] :axis 3)",
+        "stack :axis 3 is out of range for a value of rank 1 (axes -2 to 1)",
+    ),
+    ("(pad x [1 2 3])", "pad of 3 numbers: torch's padding is a (left, right) pair"),
+    ("(pad (reshape x [2 3]) [1 1 1 1 1 1])", "pad of 3 axes of a value of rank 2"),
+    ("(pad (reshape x [2 3]) [-2 -2])", "pad of [2 3] trims axis 1 below nothing"),
+    # the integer casts (sx2torch/trace/forms.py) and float-only ops fed integers
+    ("(cast x :i16)", "expected :f32 or :bf16 or :i64 or :i32 or :bool, got :i16"),
+    ("(cast 2 :bool)", "cast to :bool takes a tensor, got a number"),
+    ("(exp (cast x :i64))", "'exp' needs a float tensor, got an integer tensor"),
+    ("(tanh (cast x :bool))", "'tanh' needs a float tensor, got a boolean tensor"),
     # group-norm (sx2torch/ops/nn.py)
     (
         "(group-norm (reshape x [2 6 3]) 4)",

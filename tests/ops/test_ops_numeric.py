@@ -190,6 +190,18 @@ CASES: dict[str, list[Case]] = {
     "log": [case("x", "(log x)", POS, torch.log)],
     "log1p": [case("x", "(log1p x)", POS, torch.log1p)],
     "expm1": [case("x", "(expm1 x)", X, torch.expm1)],
+    "stack": [
+        case("x y", "(stack [x y] :axis 1)", XY, lambda x, y: torch.stack([x, y], 1))
+    ],
+    "pad": [
+        case("x", "(pad x [2 1 1 0])", X, lambda x: F.pad(x, (2, 1, 1, 0))),
+        case(
+            "x", "(pad x [-1 1] :value 2.5)", X, lambda x: F.pad(x, (-1, 1), value=2.5)
+        ),
+    ],
+    "floor": [case("x", "(floor (* 3.0 x))", X, lambda x: torch.floor(3.0 * x))],
+    "ceil": [case("x", "(ceil (* 3.0 x))", X, lambda x: torch.ceil(3.0 * x))],
+    "int": [case("x", "(int (* 3.0 x))", X, lambda x: (3.0 * x).long())],
     "softplus": [
         case("x", "(softplus x)", X, F.softplus),
         case(
@@ -492,6 +504,12 @@ CASES: dict[str, list[Case]] = {
     # routing (sx2torch/ops/routing.py): indices are int64, as torch gives them
     "topk": [
         case("x", "(let (([v i] (topk x 2))) v)", X, lambda x: torch.topk(x, 2).values),
+        case(
+            "x",
+            "(let (([v i] (topk x 3 :sorted false))) v)",
+            X,
+            lambda x: torch.topk(x, 3, sorted=False).values,
+        ),
         case(
             "x",
             "(let (([v i] (topk x 2 :axis 0))) i)",
@@ -819,6 +837,16 @@ CASES: dict[str, list[Case]] = {
             _newton_schulz,  # the iteration in bf16, cast back to the input's dtype
         )
     ],
+    "eager-attention": [
+        case(
+            "q k v",
+            "(eager-attention q k v (* 0.5 q) :scale 0.3)",
+            lambda: tuple(
+                torch.randn(2, 3, 4, 4, generator=_generator(s)) for s in range(3)
+            ),
+            lambda q, k, v: torch.softmax(q @ k.mT * 0.3 + 0.5 * q, -1) @ v,
+        )
+    ],
     "causal-attention": [
         case(
             "q k v",
@@ -884,6 +912,7 @@ def _implemented(name: str) -> bool:
 # their own file of numeric tests on every target.
 TESTED_ELSEWHERE = {
     "expect-scalar": "tests/gradient/test_scalar_y.py",
+    "cast-bool": "tests/ops/test_integers.py",  # made by (cast x :bool)
     **dict.fromkeys(
         (
             "conv1d",

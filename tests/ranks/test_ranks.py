@@ -81,6 +81,17 @@ CASES = [
     ("repeat-interleave", "(repeat-interleave x :repeats 2)", {"x": [2, 5]}),
     ("roll", "(roll x :shifts 2 :axis -1)", {"x": [2, 5]}),
     ("group-norm", "(group-norm x 2 w b)", {"x": [2, 4, 3], "w": [4], "b": [4]}),
+    ("stack", "(stack [x y x] :axis 1)", {"x": [2, 5], "y": [2, 5]}),
+    ("stack", "(stack [x y] :axis -1)", {"x": [2, 5], "y": [2, 5]}),
+    ("pad", "(pad x [1 2 -1 0])", {"x": [2, 3, 5]}),
+    ("floor", "(floor x)", {"x": [2, 5]}),
+    ("ceil", "(ceil x)", {"x": [2, 5]}),
+    ("int", "(int x)", {"x": [2, 5]}),
+    (
+        "eager-attention",
+        "(eager-attention q k v m)",
+        {"q": [2, 3, 4], "k": [2, 5, 4], "v": [2, 5, 6], "m": [3, 5]},
+    ),
     ("take", "(take x ids)", {"x": [5, 3], "ids": [2, 4]}),
     ("at", "(at x 2)", {"x": [5, 3]}),
     ("one-hot", "(one-hot ids 7)", {"ids": [2, 3]}),
@@ -170,6 +181,7 @@ for _name in ("<", "<=", ">", ">=", "="):
 # Internal ops cannot be called from source: each is emitted alone, on arguments of these
 # shapes and with these attributes, and the code run. (op, {argument: shape}, {key: value})
 INTERNAL = [
+    ("cast-bool", {"x": [2, 3]}, {}),
     ("cross-entropy-backward", {"g": [], "x": [4, 5], "labels": [4]}, {}),
     ("sum-to", {"g": [3, 4], "x": [4]}, {}),
     ("mean-ones", {"x": [3, 4]}, {}),

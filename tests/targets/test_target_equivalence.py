@@ -234,6 +234,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "loss": (Floats((16, 784)), Ids((16,), 10)),
     },
     "scan": {"forward": (Floats((2, 6, 64)),)},
+    "integers": {"forward": (Floats((2, 8)),)},
     "public-methods": {
         "forward": (Floats((2, 8)),),
         "gate": (Floats((2, 8)),),
@@ -280,6 +281,13 @@ SKIPPED: dict[str, str] = {
     "group-norm": "as conv: its F.conv1d on the held targets runs in f32 and rounds once, "
     "which is not the bits of cuda's bf16 kernel; tests/ops/test_group_norm.py checks "
     "group-norm on the cuda and cpu targets against F.group_norm",
+    "stack-pad": "as conv: its F.conv1d on the held targets runs in f32 and rounds once; "
+    "tests/ops/test_stack_pad.py checks stack and pad on the cuda and cpu targets against "
+    "torch and the interpreter, bit for bit",
+    "eager-attention": "as llama: its bf16 matmuls on the held targets run in f32 and "
+    "round once, which is not the bits of cuda's bf16 kernel; tests/ops/"
+    "test_eager_attention.py checks the cuda and cpu targets against transformers' own "
+    "eager_attention_forward, bit for bit",
     "conv": "as llama: F.conv2d, F.conv1d, F.avg_pool2d and bilinear F.interpolate on the "
     "held targets run in f32 and round once, which is not the bits of cuda's bf16 kernels; "
     "tests/ops/test_conv_ops.py checks each target against the torch call",

@@ -49,7 +49,16 @@ EXACT |= {"<", "<=", "=", ">", ">="}
 EXACT |= {"max-pool1d", "max-pool2d", "interpolate", "topk", "gather", "argmax"}
 EXACT |= {"index-select", "positions", "mod", "//", "arange", "arange-of", "size"}
 EXACT |= {"cast-run", "scalar-like"}
-EXACT |= {"unsqueeze", "squeeze", "flatten", "repeat-interleave", "roll"}
+EXACT |= {
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "repeat-interleave",
+    "roll",
+    "stack",
+    "pad",
+}
+EXACT |= {"floor", "ceil", "int", "cast-bool"}
 # Ops no program draws: random draws (dropout, rand-like, randn-like), which the module
 # and the interpreter would take from torch's generator in different orders; and
 # batch-norm, whose statistics over the B = 2 rows make gradients ill-conditioned.
@@ -216,6 +225,7 @@ class Gen:
         derivative rule."""
         x = self.expr(ROWS, scope, depth)
         axis = self.pick(0, 1, 2, -1, -2, -3)
+        start = self.pick(0, 1)
         forms = {
             "squeeze": f"(squeeze (unsqueeze {x} :axis {axis}) :axis {axis})",
             "flatten": self.pick(
@@ -226,9 +236,18 @@ class Gen:
             f":start {self.pick(0, 1)} :step 2) :repeats 2 :axis 1)",
             "roll": f"(roll {x} :shifts {self.pick(1, -1, 3)}"
             f"{self.pick('', ' :axis 0', ' :axis 1', ' :axis -1')})",
+            "stack": "",  # made below, where drawn: it draws a second operand
+            "pad": f"(slice (pad {x} [1 2]{self.pick('', ' :value 0.5')}) :axis 1 "
+            f":start {start} :end {start + D})",
         }
         op = self.use(self.rng.choice(sorted(forms)))
-        for used in ("unsqueeze", "slice", "reshape"):
+        if op == "stack":
+            y = self.expr(ROWS, scope, depth - 1)
+            forms[op] = (
+                f"(flatten (slice (stack [{x} {y}] :axis {self.pick(2, -1)}) :axis 2 "
+                f":start {start} :end {start + 1}) :start 1)"
+            )
+        for used in ("unsqueeze", "slice", "reshape", "flatten"):
             if f"({used} " in forms[op]:
                 self.use(used)
         return forms[op]
@@ -251,6 +270,9 @@ class Gen:
             "group-norm": f"(group-norm {x} {self.pick(1, 2)}"
             f"{self.pick('', ' v', ' v v')})",
             "causal-attention": f"(causal-attention {x} {y} {x})",
+            "eager-attention": f"(eager-attention {x} {y} {x}"
+            f"{self.pick('', f' (matmul {y} (swap-axes {x} 0 1))')}"
+            f"{self.pick('', ' :scale 0.3')})",
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
             **{op: f"({op} {x})" for op in simple},
@@ -293,13 +315,20 @@ class Gen:
             f"{back})",
             "avg-pool2d": f"(reshape (interpolate (avg-pool2d {image} 2 :stride 1 "
             f":padding 1) :size {back}) {back})",
+            "floor": f"(floor (* 4 {x}))",
+            "cast-bool": f"(* {x} (cast (cast (relu {x}) :bool) {self.pick(':f32', ':bf16')}))",
+            "ceil": f"(ceil (* 4 {x}))",
         }
         if "table" in scope.params.get(TABLE, []):  # the top level's parameters
             smooth["conv1d"] = f"(reshape (conv1d {seq} wc :padding 1) {back})"
             smooth["conv2d"] = f"(reshape (conv2d {image} wk :padding 1) {back})"
             rough["argmax"] = f"(take table (argmax {x} :axis 1))"
+            whole = self.pick("(int ", "(cast ") + f"(* 4 (amax {x} :axes [1]))"
+            whole += self.pick(")", " :i64)", " :i32)")
+            rough["int"] = f"(take table (mod {whole} {TABLE[0]}))"
             rough["sparse-experts"] = (
-                f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}))) "
+                f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}"
+                f"{self.pick('', ' :sorted false')}))) "
                 f"(sparse-experts {x} ti (softmax tv) gu dn))"
             )
         if scope.ids:

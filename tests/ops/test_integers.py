@@ -1,0 +1,59 @@
+"""Integer and boolean tensors: `(cast X :i64)`, `:i32` and `:bool` are torch's `.long()`,
+`.int()` and `.bool()` of X as it is computed (the policy never rounds an integer, nor the
+value it is made from), and a cast of one to a float is written, as torch needs it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sx2torch import interpret
+
+CASTS = """
+(defun forward (x)
+  (let ((h (* 4.0 x)))
+    [(cast h :i64) (cast h :i32) (cast (relu h) :bool)]))
+(defrun train :precision :bf16)
+"""
+# 255.6 is 256 in bf16: an integer made from the f32 value is 255 (torch's .long() of it)
+X = torch.tensor([[-2.6, -0.1, 0.3, 63.9], [1.25, 2.0, -63.9, 0.0]])
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_integer_casts_are_torchs_of_the_value_as_computed(build, target):
+    module, code = build(CASTS, target=target)
+    h = 4.0 * X
+    got = module.Model()(X)
+    want = (h.long(), h.int(), torch.relu(h).bool())
+    for value, expected in zip(got, want):
+        assert value.dtype == expected.dtype and torch.equal(value, expected)
+    assert got[0][0, 3] == 255  # not 256, the bf16 rounding of 255.6
+    interpreted = interpret.load(CASTS).evaluate("forward", [X])
+    for value, expected in zip(interpreted, want):
+        assert value.dtype == expected.dtype and torch.equal(value, expected)
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_a_boolean_or_integer_cast_to_a_float_is_written(build, target, precision):
+    """`(mean (cast (> x 0) :f32))` was `torch.mean(x > 0)`, which torch refuses (mean of
+    a bool tensor); the cast is now `.float()`, and to bf16 torch's conversion."""
+    source = (
+        "(defun forward (x) (+ (mean (cast (> x 0) :f32))"
+        " (* x (cast (int (* 3.0 x)) :bf16))))\n"
+        f"(defrun train :precision :{precision})\n"
+    )
+    module, code = build(source, target=target)
+    assert "(x > 0).float()" in code
+    got = module.Model()(X)
+    if precision == "f32":  # integers of 3x are bf16 numbers: the cast is exact
+        want = torch.mean((X > 0).float()) + X * (3.0 * X).long().float()
+        assert torch.equal(got, want)
+    interpreted = interpret.load(source).evaluate("forward", [X])
+    assert torch.equal(got.float(), interpreted.float())
+
+
+def test_a_numbers_integer_cast_is_pythons_int(build):
+    module, code = build("(defun forward (x &key (k 2.7)) (* x (cast k :i64)))\n")
+    assert "int(k)" in code
+    assert torch.equal(module.Model()(X, k=-3.5), X * -3)
