@@ -873,7 +873,7 @@ class _Built:
     def compute(self, scalar: Scalar, env: dict):
         try:
             value = scalars.compute(scalar, env)
-        except (ArithmeticError, TypeError, ValueError) as error:
+        except (ArithmeticError, LookupError, TypeError, ValueError) as error:
             raise self.fail(
                 f"{scalars.text(scalar, _leaf_name)} cannot be computed ({error})"
             )

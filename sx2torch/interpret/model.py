@@ -88,9 +88,18 @@ def scalar(s: Scalar, env: dict):
     if s.op == "neg":
         return -values[0]
     if s.op == "in":
-        return values[0] in [scalar(o, env) for o in s.args[1]]
+        options = s.args[1]
+        if isinstance(options, Scalar):  # a list const or &key
+            return values[0] in values[1]
+        return values[0] in [scalar(o, env) for o in options]
     if s.op == "if":
         return values[1] if values[0] else values[2]
+    if s.op == "list":
+        return tuple(values)
+    if s.op == "at":
+        return values[0][values[1]]
+    if s.op == "len":
+        return len(values[0])
     raise ValueError(f"unknown compile-time operation {s.op!r}")
 
 

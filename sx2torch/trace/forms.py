@@ -340,9 +340,16 @@ def _logic(t, op: str, datum: List, env: dict) -> Scalar:
 
 def in_(t, datum: List, env: dict) -> Scalar:
     items = datum.items
-    if len(items) != 3 or not isinstance(items[2], Vector):
-        raise SourceError(datum.span, "expected (in X [A B ...])")
-    options = tuple(t.scalar(item, env) for item in items[2].items)
+    if len(items) != 3:
+        raise SourceError(datum.span, "expected (in X [A B ...]) or (in X LIST)")
+    if isinstance(items[2], Vector):
+        options = tuple(t.scalar(item, env) for item in items[2].items)
+    else:  # a list const or &key, as `(in layer-idx mlp-only-layers)`
+        options = t.scalar(items[2], env)
+        if not isinstance(options.value, tuple):
+            raise SourceError(
+                items[2].span, "expected (in X [A B ...]) or (in X LIST), LIST a list"
+            )
     return scalars.member(t.scalar(items[1], env), options)
 
 

@@ -48,6 +48,7 @@ EXACT |= {"expand-as", "reshape-as", "clamp", "causal-mask", "cast", "outer"}
 EXACT |= {"<", "<=", "=", ">", ">="}
 EXACT |= {"max-pool1d", "max-pool2d", "interpolate", "topk", "gather", "argmax"}
 EXACT |= {"index-select", "positions", "mod", "//", "arange", "arange-of", "size"}
+EXACT |= {"len"}
 EXACT |= {"cast-run", "scalar-like"}
 EXACT |= {"unsqueeze", "squeeze", "flatten", "repeat-interleave", "roll"}
 # Ops no program draws: random draws (dropout, rand-like, randn-like), which the module
@@ -152,6 +153,7 @@ class Gen:
         if choice < 0.17:
             return self.pick(
                 f"({self.use('size')} x :axis {self.pick(0, 1)})",
+                f"({self.use('len')} x)",
                 f"({self.use('scalar-like')} x {self.pick('2.0', '0.5')})",
             )
         if choice < 0.3 and shape == ROWS:
