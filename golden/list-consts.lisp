@@ -25,7 +25,8 @@
            :dim (at hidden-sizes i)
            :depth (at depths i)
            :gated gated-layers)))
-(defparam head (normal [(at hidden-sizes -1) 2] :std 0.02))
+(defparam head (normal [(at hidden-sizes -1) 2] :std 0.02)
+  "the classifier, on the last stage's width")
 
 (defun forward (x &key (scales [1.0 0.5 0.25]))
   (matmul (for (i stage stages) ((h x)) (* (stage h) (at scales i))) head))

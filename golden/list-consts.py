@@ -58,6 +58,7 @@ class ListConsts(nn.Module):
                 for i in sx.layers(len(depths))
             ]
         )
+        # the classifier, on the last stage's width
         self.head = nn.Parameter(torch.normal(0.0, 0.02, size=(hidden_sizes[-1], 2)))
 
     def forward(self, x, *, scales=(1.0, 0.5, 0.25)):

@@ -242,15 +242,22 @@ def _defconst(model: Model, datum: List) -> Const:
 
 def _defparam(model: Model, datum: List) -> Param:
     _arity(
-        datum, 2, None, "(defparam NAME INIT &key :numerics :trainable :dtype :when)"
+        datum,
+        2,
+        None,
+        "(defparam NAME INIT [DOC] &key :numerics :trainable :dtype :when)",
     )
     name = _symbol(datum.items[1], "a parameter name")
+    documented = len(datum.items) > 3 and isinstance(datum.items[3], String)
+    rest = datum.items[4:] if documented else datum.items[3:]
     options = _keywords(
-        datum.items[3:],
+        rest,
         {"numerics": None, "trainable": None, "dtype": None, "when": None},
         "defparam",
     )
     param = Param(name.name, _init(model, datum.items[2]), name.span)
+    if documented:
+        param.doc = datum.items[3].value
     _check_size(param.init, datum.items[2])
     if "when" in options:
         when = options.pop("when")
@@ -275,7 +282,7 @@ def _defparam(model: Model, datum: List) -> Param:
         param.dtype = _choice(options["dtype"], PRECISIONS, ":dtype")
     if param.is_module and len(options):
         raise SourceError(
-            datum.items[3].span,
+            rest[0].span,
             "a sub-model parameter takes no :numerics, :trainable or :dtype",
         )
     return param

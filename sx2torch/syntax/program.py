@@ -59,6 +59,7 @@ class Param:
     dtype: Optional[str] = None  # `:dtype`: the stored dtype, whatever the readers read
     # `:when`: a condition on the consts; else always made
     when: Optional[Scalar] = None
+    doc: Optional[str] = None  # its docstring, a comment above it in __init__
 
     @property
     def is_module(self) -> bool:

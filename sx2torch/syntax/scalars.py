@@ -162,7 +162,11 @@ def text(scalar: Scalar, leaf) -> str:
     """A scalar as the dumps show it, its leaves (but literals) written by `leaf`."""
     op, args = scalar.op, scalar.args
     if op is ScalarOp.LIT:
-        return _shown(scalar.value) if isinstance(scalar.value, tuple) else repr(scalar.value)
+        return (
+            _shown(scalar.value)
+            if isinstance(scalar.value, tuple)
+            else repr(scalar.value)
+        )
     if op in LEAVES:
         return leaf(scalar)
     shown = [text(a, leaf) if isinstance(a, Scalar) else a for a in args]
@@ -246,7 +250,9 @@ def vector(items: list, span) -> Scalar:
     where each element is one, else a LIST of them (`[d (* 2 d)]`)."""
     for item in items:
         if isinstance(item.value, tuple):
-            raise SourceError(span, "a list's elements are numbers, booleans or keywords, not lists")
+            raise SourceError(
+                span, "a list's elements are numbers, booleans or keywords, not lists"
+            )
     value = tuple(item.value for item in items)
     if all(item.op is ScalarOp.LIT for item in items):
         return Scalar.lit(value)
@@ -260,7 +266,8 @@ def element(operands: list, span) -> Scalar:
     items, index = operands
     if not isinstance(items.value, tuple):
         raise SourceError(
-            span, f"'at' of numbers reads an element of a list, got {_shown(items.value)}"
+            span,
+            f"'at' of numbers reads an element of a list, got {_shown(items.value)}",
         )
     expect_int(index, span, "the index of 'at'")
     count = len(items.value)
@@ -277,7 +284,9 @@ def length(operands: list, span) -> Scalar:
     """`(len LIST)`: how many elements a list const or &key has."""
     (items,) = operands
     if not isinstance(items.value, tuple):
-        raise SourceError(span, f"'len' of numbers needs a list, got {_shown(items.value)}")
+        raise SourceError(
+            span, f"'len' of numbers needs a list, got {_shown(items.value)}"
+        )
     return _made(ScalarOp.LEN, (items,), len(items.value))
 
 
@@ -395,7 +404,9 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
             raise _not_constant(datum, known)
         return found
     if isinstance(datum, Vector):
-        return vector([evaluate(item, lookup, known) for item in datum.items], datum.span)
+        return vector(
+            [evaluate(item, lookup, known) for item in datum.items], datum.span
+        )
     if head_is(datum, "in") and len(datum.items) == 3:
         options = datum.items[2]
         value = evaluate(datum.items[1], lookup, known)
@@ -403,7 +414,9 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
             return member(
                 value, tuple(evaluate(item, lookup, known) for item in options.items)
             )
-        return member(value, _list(evaluate(options, lookup, known), options.span, "in"))
+        return member(
+            value, _list(evaluate(options, lookup, known), options.span, "in")
+        )
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
         operands = [evaluate(item, lookup, known) for item in datum.items[1:]]

@@ -400,7 +400,7 @@ class Tracer:
         if isinstance(datum, Vector):  # a list, passed to a list &key: `:sizes [3 4]`
             items = [self.scalar(item, env) for item in datum.items]
             return scalars.vector(items, datum.span)
-        if isinstance(datum, Keyword):  # an element of a list of keywords, `(in t [:a])`
+        if isinstance(datum, Keyword):  # a keyword element, as `(in t [:full])`'s
             return Scalar.lit(datum.name)
         return _known(self.expr(datum, env), datum.span)
 

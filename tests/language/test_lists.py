@@ -1,6 +1,7 @@
 """List consts and list &keys (golden/list-consts): `(at LIST I)` and `(len LIST)` in stack
 counts, shapes, layer arguments and bodies, `(in I LIST)` in conditions, against the same
-model written in plain PyTorch; the interpreter agrees; bad lists are located diagnostics."""
+model written in plain PyTorch; the interpreter agrees; bad lists are located diagnostics.
+"""
 
 from __future__ import annotations
 
@@ -68,7 +69,9 @@ def test_the_lists_decide_each_stage_and_the_constructor_takes_them_as_lists(con
     assert torch.equal(model(x), reference(model, x, scales, gated, depths))
     # a list &key is the caller's: passed as a list, read element by element
     other = [2.0, -1.0, 3.0][: len(depths)]
-    assert torch.equal(model(x, scales=other), reference(model, x, other, gated, depths))
+    assert torch.equal(
+        model(x, scales=other), reference(model, x, other, gated, depths)
+    )
     # the interpreter builds the same model from the same lists and computes the same
     consts = {k.replace("_", "-"): v for k, v in config.items()}
     path = lisp("list-consts")
