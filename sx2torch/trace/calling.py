@@ -107,7 +107,7 @@ class Caller:
 
     def returned(self, forms: tuple, env: dict):
         """A defun's value: its last form's, or a tuple of tensors where that is a vector
-        `[A B]`, possibly at the end of a `let`."""
+        `[A B]`, possibly at the end of a `let` or a `with-numerics`."""
         t = self.tracer
         *before, last = forms
         t.body(tuple(before), env)
@@ -119,6 +119,8 @@ class Caller:
             return tuple(t.tensor(i, env, "a returned value") for i in last.items)
         if head_name(last) == "let":
             return let(t, last, env, lambda d, e: self.returned((d,), e))
+        if head_name(last) == "with-numerics":  # whose own last vector gives several
+            return t.form(last, env)
         return t.expr(last, env)
 
     def call(self, datum: List, env: dict) -> Operand:

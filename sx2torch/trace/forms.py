@@ -84,8 +84,8 @@ def with_numerics(t, datum: List, env: dict) -> Operand:
     if _wraps_gradient(datum):
         with t.builder.stamp(frame):
             return t.body(datum.items[2:], env)
-    with t.builder.frame(frame):
-        return t.body(datum.items[2:], env)
+    with t.builder.frame(frame):  # a last vector [a b] gives several values, as a defun's
+        return t.caller.returned(datum.items[2:], env)
 
 
 def cast(t, datum: List, env: dict) -> Operand:
