@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 from sx2torch.ir import Scalar
+from sx2torch.ops.initializers import FORMULA_FUNCTIONS
 from sx2torch.syntax.program import Model, Param, Program
 
 FOLDS = {
@@ -191,7 +192,20 @@ def initial(init, env: dict) -> torch.Tensor:
         return float(scalar(args[name], env))
 
     if init.kind == "concat":
-        return torch.cat([initial(part, env) for part in args["parts"]])
+        return torch.cat([initial(part, env) for part in args["parts"]], args["axis"])
+    if init.kind == "arange":
+        return torch.arange(f("start"), f("end")).float()
+    if init.kind in FORMULA_FUNCTIONS:
+        return getattr(torch, init.kind)(initial(args["part"], env))
+    if init.kind == "outer":
+        left, right = initial(args["left"], env), initial(args["right"], env)
+        return left[:, None] * right[None, :]
+    if init.kind == "arithmetic":
+        left, right = (
+            f(side) if isinstance(args[side], Scalar) else initial(args[side], env)
+            for side in ("left", "right")
+        )
+        return FOLDS[args["op"]](left, right)
     if init.kind == "repeat":
         return initial(args["part"], env).repeat(scalar(args["count"], env))
     if init.kind == "tensor":
