@@ -152,6 +152,10 @@ def _concat(model: Model, datum: List) -> Init:
             )
         part = initializer(model, item)
         shape = [s.value for s in sizes(part)]
+        if not shape:
+            raise SourceError(
+                item.span, f"concat's parts must have an axis, got a 0-D {part.kind}"
+            )
         if not 0 <= axis < len(shape):
             raise SourceError(
                 item.span,

@@ -209,12 +209,16 @@ def _literal(arg) -> bool:
 
 
 def compare(op: str, operands: list, span) -> Scalar:
-    """A comparison of numbers known when the module runs: a condition for `if`."""
+    """A comparison of numbers known when the module runs, or `=` of two keywords (a
+    layer's type, `(= (at layer-types i) :sliding)`): a condition for `if`."""
     comparison, (left, right) = COMPARISONS[op], operands
-    for operand in (left, right):
+    keywords = isinstance(left.value, str) and isinstance(right.value, str)
+    for operand in (left, right) if not (keywords and op == "=") else ():
         if not _is_number(operand.value):
             raise SourceError(
-                span, f"'{op}' compares numbers, got {_shown(operand.value)}"
+                span,
+                f"'{op}' compares numbers (or '=' two keywords), got "
+                f"{_shown(operand.value)}",
             )
     value = BINARY[comparison](left.value, right.value)
     return _made(comparison, (left, right), value)

@@ -45,11 +45,17 @@ class Builder:
         op = REGISTRY[name]
         if op.numbers and inputs and all(isinstance(i, Scalar) for i in inputs):
             return op.numbers(inputs, self.datum.span, **attrs)
-        if any(isinstance(i, Scalar) and isinstance(i.value, tuple) for i in inputs):
-            raise SourceError(
-                self.datum.span,
-                f"'{name}' of a list: a list is read by (at LIST I) and (len LIST)",
-            )
+        for operand in inputs:
+            if isinstance(operand, Scalar) and isinstance(operand.value, tuple):
+                raise SourceError(
+                    self.datum.span,
+                    f"'{name}' of a list: a list is read by (at LIST I) and (len LIST)",
+                )
+            if isinstance(operand, Scalar) and isinstance(operand.value, str):
+                raise SourceError(
+                    self.datum.span,
+                    f"'{name}' of the keyword :{operand.value}, not a number or a tensor",
+                )
         for spec in op.keys:
             attrs.setdefault(spec.name, default(spec.default))
         if op.expand:

@@ -161,10 +161,58 @@ def test_a_list_key_of_a_defun_is_passed_and_read(build):
             "building 'stage' with these arguments: dims[k] cannot be computed",
             (4, 13),
         ),
+        (
+            "(defun forward (x) (* x (< :a :b)))",
+            "'<' compares numbers (or '=' two keywords), got :a",
+            (1, 25),
+        ),
+        (
+            "(defun forward (x) (+ x :a))",
+            ":a is a keyword, not a number or a tensor",
+            (1, 25),
+        ),
+        (
+            "(defconst m :fast)\n(defun forward (x) (+ x (= m 1)))",
+            "'=' compares numbers (or '=' two keywords), got :fast",
+            (2, 25),
+        ),
     ],
 )
-def test_a_bad_list_is_a_located_diagnostic(source, message, where):
+def test_a_bad_list_or_keyword_is_a_located_diagnostic(source, message, where):
     with pytest.raises(SourceError) as caught:
         compile_source(source, "model.lisp")
     assert message in caught.value.message
     assert (caught.value.span.line, caught.value.span.col) == where
+
+
+TYPES = """
+(defconst layer-types [:sliding :full :sliding] "as Gemma's config.layer_types")
+(defmodel blk (&key (kind :full) (w 2))
+  (defparam scale (ones [w]) :when (= kind :sliding))
+  (defun forward (x &key (window 0))
+    (if (= kind :sliding) (* x scale window) x)))
+(defparam layers (stack (i (len layer-types)) (blk :kind (at layer-types i))))
+(defun forward (x)
+  (for (i layer layers) ((h x))
+    (layer h :window (if (= (at layer-types i) :sliding) (+ i 2) 0))))
+"""
+
+
+@pytest.mark.parametrize("types", [None, ["full", "sliding", "sliding", "full"]])
+def test_a_list_of_keywords_chooses_each_layers_kind(build, types):
+    module, code = build(TYPES)
+    assert 'if kind == "sliding":' in code
+    assert 'window=i + 2 if self.layer_types[i] == "sliding" else 0' in code
+    torch.manual_seed(0)
+    model = module.Model() if types is None else module.Model(layer_types=types)
+    types = types or ["sliding", "full", "sliding"]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    sliding = [i for i, t in enumerate(types) if t == "sliding"]
+    assert sorted(model.state_dict()) == [f"layers.{i}.scale" for i in sliding]
+    x = torch.randn(2)
+    h = x
+    for i in sliding:
+        h = h * model.layers[i].scale * (i + 2)
+    assert torch.equal(model(x), h)
