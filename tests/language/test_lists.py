@@ -161,6 +161,31 @@ def test_a_list_key_of_a_defun_is_passed_and_read(build):
             "building 'stage' with these arguments: dims[k] cannot be computed",
             (4, 13),
         ),
+        (  # a list &key passed a number, and a number &key passed a list
+            "(defun f (x &key (by [1.0 2.0])) (* x (at by 1)))\n"
+            "(defun forward (x) (f x :by 3.0))",
+            "f's :by is a list (its default is [1.0 2.0]), got 3.0",
+            (2, 29),
+        ),
+        (
+            "(defun f (x &key (by 2.0)) (* x by))\n(defun forward (x) (f x :by [1 2]))",
+            "f's :by is not a list (its default is 2.0), got [1 2]",
+            (2, 29),
+        ),
+        (
+            "(defmodel m (&key (dims [1 2]))\n"
+            "  (defparam w (zeros [(at dims 0)]))\n"
+            "  (defun forward (x) (* x w)))\n"
+            "(defparam s (m :dims 3))\n(defun forward (x) (s x))",
+            "m's :dims is a list (its default is [1 2]), got 3",
+            (4, 16),
+        ),
+        (
+            "(defmodel m (&key (dims 1)) (defun forward (x) x))\n"
+            "(defparam s (m :dims [3 4]))\n(defun forward (x) (s x))",
+            "m's :dims is not a list (its default is 1), got [3 4]",
+            (2, 16),
+        ),
         (
             "(defun forward (x) (* x (< :a :b)))",
             "'<' compares numbers (or '=' two keywords), got :a",
