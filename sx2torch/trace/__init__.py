@@ -464,7 +464,7 @@ def _known(operand, span) -> Scalar:
     ):
         raise SourceError(
             span,
-            "expected a number known at compile time, got (size ...), a Python "
+            f"expected a number known at compile time, got ({operand.op} ...), a Python "
             "integer known only when the module runs",
         )
     if not isinstance(operand, Scalar):

@@ -161,6 +161,11 @@ def test_a_list_key_of_a_defun_is_passed_and_read(build):
             "building 'stage' with these arguments: dims[k] cannot be computed",
             (4, 13),
         ),
+        (  # len of a tensor is known only when the module runs
+            "(defconst d [4 5])\n(defun forward (x) (* x (at d (len x))))",
+            "got (len ...), a Python integer known only when the module runs",
+            (2, 31),
+        ),
         (  # a list &key passed a number, and a number &key passed a list
             "(defun f (x &key (by [1.0 2.0])) (* x (at by 1)))\n"
             "(defun forward (x) (f x :by 3.0))",
