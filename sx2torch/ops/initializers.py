@@ -38,6 +38,10 @@ class Initializer:
 INITIALIZERS: dict[str, Initializer] = {}
 # the functions an initializer may apply to another's values, `(log (arange 1 n))`
 FORMULA_FUNCTIONS = ("log", "exp", "sin", "cos", "sqrt")
+# arithmetic of initializers, `(* (arange 0 n) 2.0)`
+FORMULA_ARITHMETIC = ("+", "-", "*", "/")
+# the formulas' heads, which a model may have as its name too
+FORMULAS = ("arange", "outer", *FORMULA_FUNCTIONS, *FORMULA_ARITHMETIC)
 
 
 def register(initializer: Initializer) -> None:

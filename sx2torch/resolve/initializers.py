@@ -8,7 +8,13 @@ from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
-from sx2torch.ops.initializers import FORMULA_FUNCTIONS, INITIALIZERS, sizes
+from sx2torch.ops.initializers import (
+    FORMULA_ARITHMETIC,
+    FORMULA_FUNCTIONS,
+    FORMULAS,
+    INITIALIZERS,
+    sizes,
+)
 from sx2torch.resolve.values import (
     arity,
     built_from,
@@ -303,7 +309,7 @@ def _is_formula(datum: Datum) -> bool:
     ):
         return False
     head = datum.items[0].name
-    if head in ARITHMETIC_HEADS:
+    if head in FORMULA_ARITHMETIC:
         return any(_is_formula(item) for item in datum.items[1:])
     return head in INITIALIZERS
 
@@ -322,9 +328,6 @@ def _outer(model: Model, datum: List) -> Init:
     )
 
 
-ARITHMETIC_HEADS = ("+", "-", "*", "/")
-# the formula initializers' heads, which a model may have as its name too
-FORMULAS = ("arange", "outer", *FORMULA_FUNCTIONS, *ARITHMETIC_HEADS)
 # The initializers with a form of their own (sx2torch/ops/initializers.py emits them).
 COMPOSITE = {
     "concat": _concat,
@@ -332,7 +335,7 @@ COMPOSITE = {
     "pow": _pow,
     "tensor": _tensor,
     **{name: _function for name in FORMULA_FUNCTIONS},
-    **{op: _arithmetic for op in ARITHMETIC_HEADS},
+    **{op: _arithmetic for op in FORMULA_ARITHMETIC},
     "arange": _arange,
     "outer": _outer,
 }

@@ -275,18 +275,6 @@ class Tracer:
             f"unknown name '{name}': expected an argument, a let local, a const or a param{_suggest(name, known)}",
         )
 
-    def keyword(self, datum: Datum, env: dict) -> Optional[Scalar]:
-        """A keyword, or a const or &key argument whose value is one, as a Scalar; else
-        None."""
-        if isinstance(datum, Keyword):
-            return Scalar.lit(datum.name)
-        if not isinstance(datum, Symbol) or datum.name in env:
-            return None
-        if self.defun.shared and datum.name not in self.keys:
-            return None
-        scalar = self.keys.get(datum.name) or self.const(datum.name)
-        return scalar if scalar is not None and isinstance(scalar.value, str) else None
-
     def _out_of_reach(self, symbol: Symbol) -> SourceError:
         return SourceError(
             symbol.span,

@@ -60,7 +60,7 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
         attrs[spec.name] = given.get(spec.name, default(spec.default))
     only_numbers = inputs and all(isinstance(i, Scalar) for i in inputs)
     for item in positional if not only_numbers else ():
-        keyword = t.keyword(item, env)
+        keyword = _keyword(t, item, env)
         if keyword is not None:
             what = (
                 f"'{item.name}' is the keyword :{keyword.value}"
@@ -84,6 +84,18 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
         t.builder.datum = outer
 
 
+def _keyword(t, datum: Datum, env: dict):
+    """A keyword, or a const or &key argument whose value is one, as a Scalar; else None."""
+    if isinstance(datum, Keyword):
+        return Scalar.lit(datum.name)
+    if not isinstance(datum, Symbol) or datum.name in env:
+        return None
+    if t.defun.shared and datum.name not in t.keys:
+        return None
+    scalar = t.keys.get(datum.name) or t.const(datum.name)
+    return scalar if scalar is not None and isinstance(scalar.value, str) else None
+
+
 def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
     if len(inputs) == 1:  # (- x)
         return t.builder.op(op.name, inputs, **attrs)
@@ -98,7 +110,7 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
     value is one, is one of them, as `(= (at layer-types i) :sliding)` compares an element
     of a list of keywords (`apply` refuses it beside a tensor)."""
     if numbers and spec.kind.is_tensor:
-        keyword = t.keyword(item, env)
+        keyword = _keyword(t, item, env)
         if keyword is not None:
             return keyword
     value = _value_of(t, spec.kind, item, env, what)
