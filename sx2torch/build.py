@@ -187,8 +187,12 @@ def neg(operand: Expr) -> Expr:
     return cst.UnaryOperation(cst.Minus(), at_least(operand, UNARY))
 
 
-def number(value: int | float | bool | str) -> Expr:
-    """A scalar's literal; a keyword scalar (a const `(defconst mode :fast)`) is its name as a string."""
+def number(value: int | float | bool | str | tuple) -> Expr:
+    """A scalar's literal; a keyword scalar (a const `(defconst mode :fast)`) is its name as
+    a string, a list const a tuple of them (an immutable default: `depths=(3, 3, 9, 3)`).
+    """
+    if isinstance(value, tuple):
+        return tuple_([number(v) for v in value])
     if isinstance(value, str):
         return string(value)
     if isinstance(value, bool):

@@ -116,7 +116,7 @@ def _leaf(s: Scalar) -> str:
         return f"layer {s.args[0]}"
     if s.op is ScalarOp.INDEX:
         return f"index({s.args[0].attrs['index']})"
-    return f"{s.args[0]}={s.value!r}"
+    return f"{s.args[0]}={scalars.text(Scalar.lit(s.value), _leaf)}"  # [2 1 3]: a list
 
 
 def value(v) -> str:

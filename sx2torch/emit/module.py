@@ -313,7 +313,9 @@ def _init(
     for param in model.params.values():
         # located: an error building it (a size past the limit) points at its defparam
         statement = _param(model, param, lowered, ctx)
-        body.append(located(statement, param.span, ctx.source_lines))
+        body.append(
+            _documented(located(statement, param.span, ctx.source_lines), param)
+        )
     body += [_tie(program, model, tie, ctx) for tie in model.ties]
     params = cst.Parameters(
         star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
@@ -321,6 +323,17 @@ def _init(
     )
     params = params.with_changes(params=[cst.Param(cst.Name("self"))])
     return cst.FunctionDef(cst.Name("__init__"), params, cst.IndentedBlock(body))
+
+
+def _documented(statement, param: Param):
+    """A parameter's docstring as comment lines above the statement that makes it."""
+    if param.doc is None:
+        return statement
+    lines = [line.strip() for line in param.doc.strip().splitlines()] or [""]
+    comments = [
+        cst.EmptyLine(comment=cst.Comment(f"# {line}".rstrip())) for line in lines
+    ]
+    return statement.with_changes(leading_lines=comments)
 
 
 def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:

@@ -31,7 +31,16 @@ def python(op: ScalarOp, args: tuple, write) -> cst.BaseExpression:
     ):  # int is Python's; the others math's, imported where a module calls one
         return b.call("int" if op is ScalarOp.INT else f"math.{op}", write(args[0]))
     if op is ScalarOp.IN:
-        return b.compare(write(args[0]), "in", b.tuple_([write(o) for o in args[1]]))
+        options = args[1]
+        if not isinstance(options, tuple):  # a list const or &key
+            return b.compare(write(args[0]), "in", write(options))
+        return b.compare(write(args[0]), "in", b.tuple_([write(o) for o in options]))
+    if op is ScalarOp.LIST:
+        return b.tuple_([write(a) for a in args])
+    if op is ScalarOp.AT:
+        return b.subscript(write(args[0]), write(args[1]))
+    if op is ScalarOp.LEN:
+        return b.call("len", write(args[0]))
     if op is ScalarOp.IF:
         condition, then, otherwise = (write(a) for a in args)
         return cst.IfExp(

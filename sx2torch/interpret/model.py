@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from sx2torch.ir import Scalar
+from sx2torch.ops.initializers import FORMULA_FUNCTIONS
 from sx2torch.syntax.program import Model, Param, Program
 
 FOLDS = {
@@ -99,9 +100,18 @@ def scalar(s: Scalar, env: dict):
     if s.op in FUNCTIONS:
         return FUNCTIONS[s.op](values[0])
     if s.op == "in":
-        return values[0] in [scalar(o, env) for o in s.args[1]]
+        options = s.args[1]
+        if isinstance(options, Scalar):  # a list const or &key
+            return values[0] in values[1]
+        return values[0] in [scalar(o, env) for o in options]
     if s.op == "if":
         return values[1] if values[0] else values[2]
+    if s.op == "list":
+        return tuple(values)
+    if s.op == "at":
+        return values[0][values[1]]
+    if s.op == "len":
+        return len(values[0])
     raise ValueError(f"unknown compile-time operation {s.op!r}")
 
 
@@ -193,7 +203,20 @@ def initial(init, env: dict) -> torch.Tensor:
         return float(scalar(args[name], env))
 
     if init.kind == "concat":
-        return torch.cat([initial(part, env) for part in args["parts"]])
+        return torch.cat([initial(part, env) for part in args["parts"]], args["axis"])
+    if init.kind == "arange":
+        return torch.arange(f("start"), f("end")).float()
+    if init.kind in FORMULA_FUNCTIONS:
+        return getattr(torch, init.kind)(initial(args["part"], env))
+    if init.kind == "outer":
+        left, right = initial(args["left"], env), initial(args["right"], env)
+        return left[:, None] * right[None, :]
+    if init.kind == "arithmetic":
+        left, right = (
+            f(side) if isinstance(args[side], Scalar) else initial(args[side], env)
+            for side in ("left", "right")
+        )
+        return FOLDS[args["op"]](left, right)
     if init.kind == "repeat":
         return initial(args["part"], env).repeat(scalar(args["count"], env))
     if init.kind == "tensor":

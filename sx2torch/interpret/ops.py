@@ -320,6 +320,7 @@ OPS = {
         lambda a, k: torch.arange(a[0].shape[k.get("axis", -1)]), skip=(0,)
     ),
     "size": Spec(lambda a, k: a[0].shape[k.get("axis", -1)], KEEP, skip=(0,)),
+    "len": Spec(lambda a, k: a[0].shape[0], KEEP, skip=(0,)),
     "positions": Spec(
         lambda a, k: torch.arange(a[0].shape[k.get("axis", -1)]), KEEP, skip=(0,)
     ),

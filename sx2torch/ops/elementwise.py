@@ -335,7 +335,8 @@ _register(
         keys=(Key("bits", "int", 64, static=True),),
         result="int",
         no_grad="integers carry no gradient",
-        numbers=partial(scalars.function, "int"),
+        # a number's integer is Python's int, whatever its width
+        numbers=lambda operands, span, bits=64: scalars.function("int", operands, span),
         doc="X truncated toward zero to integers, as Python's int() and "
         "(cast x :i64): x.long(), or x.int() with :bits 32 ((cast x :i32)); X read as it "
         "is computed (an f32 value under :bf16 is not rounded first). On numbers, (int "

@@ -3,8 +3,9 @@ the tensor it makes (read by the rank check, explain's sizes and the optimizer's
 and the torch expression that makes it in the constructor.
 
 `(normal [d d] :std 0.02)` is the Init("normal", {"shape": (d, d), "mean": 0, "std": 0.02})
-that resolve makes of it; a composite initializer (`concat`, `repeat`, `pow`, `tensor`)
-has a form of its own, which resolve reads.
+that resolve makes of it; a composite initializer (`concat`, `repeat`, `pow`, `tensor`,
+and the formulas: `arange`, `outer`, a function of one, arithmetic) has a form of its own,
+which resolve reads.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class Initializer:
 
 
 INITIALIZERS: dict[str, Initializer] = {}
+# the functions an initializer may apply to another's values, `(log (arange 1 n))`
+FORMULA_FUNCTIONS = ("log", "exp", "sin", "cos", "sqrt")
+# arithmetic of initializers, `(* (arange 0 n) 2.0)`
+FORMULA_ARITHMETIC = ("+", "-", "*", "/")
+# the formulas' heads, which a model may have as its name too
+FORMULAS = ("arange", "outer", *FORMULA_FUNCTIONS, *FORMULA_ARITHMETIC)
 
 
 def register(initializer: Initializer) -> None:
@@ -136,9 +143,58 @@ register(
 )
 register(
     Initializer(
-        "concat",
+        "arange",
         lambda args, write, part: b.call(
-            "torch.cat", b.list_([part(p) for p in args["parts"]])
+            "torch.arange",
+            write(args["start"]),
+            write(args["end"]),
+            dtype=b.dotted("torch.float32"),
+        ),
+        sizes=lambda args: (args["size"],),
+    )
+)
+
+
+def _concat(args, write, part) -> cst.BaseExpression:
+    parts = b.list_([part(p) for p in args["parts"]])
+    if args["axis"] == 0:
+        return b.call("torch.cat", parts)
+    return b.call("torch.cat", parts, dim=b.number(args["axis"]))
+
+
+register(Initializer("concat", _concat))
+# A formula of initializers (sinusoidal tables, Mamba's A_log): a function of one, applied
+# to each value, and arithmetic of two or of one and a number, as the torch calls.
+for _name in FORMULA_FUNCTIONS:
+    register(
+        Initializer(
+            _name,
+            lambda args, write, part, name=_name: b.call(
+                f"torch.{name}", part(args["part"])
+            ),
+        )
+    )
+
+
+def _operand(value, write, part) -> cst.BaseExpression:
+    return as_float(value, write) if isinstance(value, Scalar) else part(value)
+
+
+register(
+    Initializer(
+        "arithmetic",
+        lambda args, write, part: b.binop(
+            _operand(args["left"], write, part),
+            args["op"],
+            _operand(args["right"], write, part),
+        ),
+    )
+)
+register(
+    Initializer(
+        "outer",
+        lambda args, write, part: b.call(
+            "torch.outer", part(args["left"]), part(args["right"])
         ),
     )
 )

@@ -477,6 +477,13 @@ def _group_norm(shapes, attrs):
     return x
 
 
+def _len(shapes, attrs):
+    (x,) = shapes
+    if x is not None and not x:
+        raise ShapeError("len of a 0-d value: it has no first axis")
+    return ()
+
+
 def _at(shapes, attrs):
     (x,) = shapes
     if x is None:
@@ -557,6 +564,7 @@ TRANSPOSE = RankRule("the length of PERM", _transpose, tails=True)
 SWAP_AXES = RankRule("same as X", _swap_axes, tails=True)
 SLICE = RankRule("same as X", _slice)
 AT = RankRule("X's - 1", _at)
+LEN = RankRule("0", _len)
 TAKE = RankRule("IDS's + TABLE's - 1", _take)
 ONE_HOT = RankRule("IDS's + 1", _one_hot)
 OUTER = RankRule("broadcast of the leading axes + 2", _outer)

@@ -156,8 +156,8 @@ class Op:
     # gives a Python number when the module runs (`x.shape[1]`), which torch takes where it
     # takes a compile-time number: `torch.clamp(x, min=n)`, not `torch.maximum(x, n)`
     python_number: bool = False
-    # the op on compile-time numbers, `numbers(operands, span) -> Scalar`: where every operand
-    # is one, it is folded when the file compiles and makes no node
+    # the op on compile-time numbers, `numbers(operands, span, **attrs) -> Scalar`: where
+    # every operand is one, it is folded when the file compiles and makes no node
     numbers: Optional[Callable] = None
     # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
     # policy decides: the f32-out matmul's `:out :f32`

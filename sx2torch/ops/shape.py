@@ -11,6 +11,7 @@ from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops.rank import (
     AT,
+    LEN,
     CONCAT,
     FLATTEN,
     REPEAT_INTERLEAVE,
@@ -355,6 +356,7 @@ register(
         exact=True,
         rank=AT,
         no_grad="no derivative rule yet",
+        numbers=lambda operands, span, i: scalars.element([*operands, i], span),
         doc="X[I], I a number known when the module runs (a const, a key, the layer index): "
         "an element of a vector is a 0-d tensor (a row of a matrix is not), which decides no "
         "dtype beside a tensor with axes (torch's type promotion) and is read in the dtype "
@@ -363,6 +365,21 @@ register(
         "as it is (`lam * x`) and a later one with its cast (`x * lam.to(torch.bfloat16)`), "
         "which torch's CPU kernel would read as a scalar, in f32; metal and cpu round it "
         "with sx.round_to_bf16",
+    )
+)
+register(
+    Op(
+        "len",
+        (X,),
+        lambda a, ctx: b.call("len", a[0]),
+        result="int",
+        python_number=True,
+        numbers=scalars.length,
+        no_grad="integers carry no gradient",
+        rank=LEN,
+        doc="len(X): of a list const or &key, its length, known when the module is built "
+        "(`(stack (i (len depths)) ...)`); of a tensor, the size of its first axis when "
+        "the module runs, a Python integer as `size`'s",
     )
 )
 register(

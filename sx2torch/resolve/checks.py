@@ -22,11 +22,20 @@ def check_params(program: Program, model: Model) -> None:
                 param.init.span, f"unknown initializer or model '{param.init.model}'"
             )
         sub = program.models[param.init.model]
-        for key, (span, _) in param.init.args.items():
+        for key, (span, value) in param.init.args.items():
             if key not in sub.consts:
                 known = ", ".join(f":{k}" for k in sub.consts) or "none"
                 raise SourceError(
                     span, f"model '{sub.name}' has no key :{key} (known: {known})"
+                )
+            default = sub.consts[key].value.value
+            if isinstance(default, tuple) != isinstance(value.value, tuple):
+                what = "a list" if isinstance(default, tuple) else "not a list"
+                raise SourceError(
+                    span,
+                    f"{sub.name}'s :{key} is {what} (its default is "
+                    f"{scalars.text(Scalar.lit(default), None)}), got "
+                    f"{scalars.text(Scalar.lit(value.value), None)}",
                 )
 
 
@@ -82,7 +91,7 @@ class _Built:
     def compute(self, scalar: Scalar, env: dict):
         try:
             value = scalars.compute(scalar, env)
-        except (ArithmeticError, TypeError, ValueError) as error:
+        except (ArithmeticError, LookupError, TypeError, ValueError) as error:
             raise self.fail(
                 f"{scalars.text(scalar, _leaf_name)} cannot be computed ({error})"
             )

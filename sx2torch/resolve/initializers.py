@@ -8,7 +8,13 @@ from typing import Optional
 
 from sx2torch.errors import SourceError
 from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
-from sx2torch.ops.initializers import INITIALIZERS, sizes
+from sx2torch.ops.initializers import (
+    FORMULA_ARITHMETIC,
+    FORMULA_FUNCTIONS,
+    FORMULAS,
+    INITIALIZERS,
+    sizes,
+)
 from sx2torch.resolve.values import (
     built_from,
     evaluate,
@@ -20,7 +26,7 @@ from sx2torch.resolve.values import (
 from sx2torch.syntax import scalars
 from sx2torch.syntax.forms import Part, Shape, match
 from sx2torch.syntax.program import Const, Init, Model
-from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.read import Datum, Keyword, List, Number, Symbol, Vector, shown
 from sx2torch.syntax.scalars import Scalar, ScalarOp
 
 
@@ -46,9 +52,10 @@ def initializer(model: Model, datum: Datum) -> Init:
     head = form_head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
         return _stack(model, datum)
-    if head in COMPOSITE:
+    instance = head in FORMULAS and _instance_like(datum)
+    if head in COMPOSITE and not instance:
         return COMPOSITE[head](model, datum)
-    if head not in INITIALIZERS:
+    if head not in INITIALIZERS or instance:
         return Init("model", _instance_args(model, datum), model=head, span=datum.span)
     positional, defaults = INITIALIZERS[head].positional, INITIALIZERS[head].keys
     parts = tuple(Part(key.upper()) for key in positional)
@@ -68,6 +75,12 @@ def initializer(model: Model, datum: Datum) -> Init:
         scalars.expect_int(args[key], datum.items[1].span, f"{head}'s size")
     _check_ranges(head, args, keywords, datum)
     return Init(head, args)
+
+
+def _instance_like(datum: List) -> bool:
+    """`(outer :k 2)`, `(log)`: keyword arguments alone, an instance of a model of that
+    name (a formula's arguments are initializers and numbers)."""
+    return len(datum.items) == 1 or isinstance(datum.items[1], Keyword)
 
 
 def _stack(model: Model, datum: List) -> Init:
@@ -111,10 +124,19 @@ def _with_index(model: Model, index: Optional[Symbol]) -> Model:
 
 
 def _concat(model: Model, datum: List) -> Init:
-    """`(concat [INIT ...])`: parts end to end along their first axis, as `torch.cat`; its
-    size there is the sum of theirs, kept in terms of the consts."""
-    match(datum)
+    """`(concat [INIT ...] :axis A)`: parts end to end along axis A (0 by default, a
+    literal), as `torch.cat`; its size there is the sum of theirs, kept in terms of the
+    consts."""
+    options = match(datum).keys
     items = datum.items[1]
+    axis = 0
+    if "axis" in options:
+        given = options["axis"]
+        if not (isinstance(given, Number) and isinstance(given.value, int)):
+            raise SourceError(
+                given.span, "concat's :axis must be written as an integer"
+            )
+        axis = given.value
     if not isinstance(items, Vector) or not items.items:
         raise SourceError(
             items.span,
@@ -134,19 +156,30 @@ def _concat(model: Model, datum: List) -> Init:
             raise SourceError(
                 item.span, f"concat's parts must have an axis, got a 0-D {part.kind}"
             )
-        first = [s.value for s in sizes(parts[0])] if parts else shape
-        if shape[1:] != first[1:]:
+        if not 0 <= axis < len(shape):
             raise SourceError(
                 item.span,
-                f"concat's parts must agree in all sizes but the first, got a {part.kind} of shape {shape} after one of shape {first}",
+                f"concat's parts must have an axis {axis}, got a {part.kind} of shape "
+                f"{shape}",
+            )
+        first = [s.value for s in sizes(parts[0])] if parts else shape
+        if _but(shape, axis) != _but(first, axis):
+            which = "the first" if axis == 0 else f"axis {axis}'s"
+            raise SourceError(
+                item.span,
+                f"concat's parts must agree in all sizes but {which}, got a {part.kind} of shape {shape} after one of shape {first}",
             )
         parts.append(part)
-    size = sizes(parts[0])[0]
+    shape = list(sizes(parts[0]))
     for part in parts[1:]:
-        size = scalars.fold(ScalarOp.ADD, size, sizes(part)[0], datum.span)
-    return Init(
-        "concat", {"parts": tuple(parts), "shape": (size, *sizes(parts[0])[1:])}
-    )
+        shape[axis] = scalars.fold(
+            ScalarOp.ADD, shape[axis], sizes(part)[axis], datum.span
+        )
+    return Init("concat", {"parts": tuple(parts), "axis": axis, "shape": tuple(shape)})
+
+
+def _but(shape: list, axis: int) -> list:
+    return shape[:axis] + shape[axis + 1 :]
 
 
 def _repeat(model: Model, datum: List) -> Init:
@@ -197,8 +230,109 @@ def _tensor(model: Model, datum: List) -> Init:
     return Init("tensor", {"values": values, "shape": (Scalar.lit(len(values)),)})
 
 
+def _arange(model: Model, datum: List) -> Init:
+    """`(arange START END)`: START, START + 1, ..., END - 1 as floats, Mamba's
+    `torch.arange(1, d_state + 1, dtype=torch.float32)`; its size END - START in terms
+    of the consts."""
+    match(datum, Shape((Part("START"), Part("END"))))
+    start, end = (
+        scalars.expect_int(evaluate(model, item), item.span, "arange's bound")
+        for item in datum.items[1:]
+    )
+    size = scalars.fold(ScalarOp.SUB, end, start, datum.span)
+    if size.value < 0:
+        raise SourceError(
+            datum.span,
+            f"arange's END must not be below its START, got {start.value} and {end.value}",
+        )
+    return Init("arange", {"start": start, "end": end, "size": size})
+
+
+def _tensor_part(model: Model, datum: Datum, what: str) -> Init:
+    part = initializer(model, datum)
+    if part.kind in ("model", "stack"):
+        raise SourceError(datum.span, f"{what} takes tensor initializers")
+    return part
+
+
+def _function(model: Model, datum: List) -> Init:
+    """`(log INIT)`, `(sin INIT)`, ...: the function of each value, `torch.log(...)`."""
+    head = datum.items[0].name
+    match(datum, Shape((Part("INIT"),)))
+    part = _tensor_part(model, datum.items[1], head)
+    return Init(head, {"part": part, "shape": sizes(part)})
+
+
+def _arithmetic(model: Model, datum: List) -> Init:
+    """`(* INIT INIT)`, `(* INIT 2.0)`, `(- 1.0 INIT)`: the values of two initializers of
+    one shape, or of one and a number, combined elementwise as torch's operator does."""
+    head = datum.items[0].name
+    match(datum, Shape((Part("A"), Part("B")), example=f"({head} (arange 0 n) 2.0)"))
+    operands = [
+        _tensor_part(model, item, head) if _is_formula(item) else evaluate(model, item)
+        for item in datum.items[1:]
+    ]
+    parts = [o for o in operands if isinstance(o, Init)]
+    if not parts:
+        raise SourceError(
+            datum.span, f"{head} of numbers alone is a number, not a tensor"
+        )
+    shapes = [[s.value for s in sizes(p)] for p in parts]
+    if shapes[-1] != shapes[0]:
+        raise SourceError(
+            datum.span,
+            f"{head}'s initializers must have one shape, got {shapes[0]} and {shapes[1]}",
+        )
+    for operand, item in zip(operands, datum.items[1:]):
+        if isinstance(operand, Scalar) and isinstance(
+            operand.value, (bool, str, tuple)
+        ):
+            raise SourceError(item.span, f"{head} takes numbers, got {shown(item)}")
+    left, right = operands
+    return Init(
+        "arithmetic",
+        {"op": head, "left": left, "right": right, "shape": sizes(parts[0])},
+    )
+
+
+def _is_formula(datum: Datum) -> bool:
+    """Whether `datum` makes a tensor: an initializer, or arithmetic with one among its
+    operands (`(- 0.0 inc)` is a number, `(- 1.0 (arange 0 n))` a tensor)."""
+    if not (
+        isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol)
+    ):
+        return False
+    head = datum.items[0].name
+    if head in FORMULA_ARITHMETIC:
+        return any(_is_formula(item) for item in datum.items[1:])
+    return head in INITIALIZERS
+
+
+def _outer(model: Model, datum: List) -> Init:
+    """`(outer A B)` of two 1-D initializers: the table of their products,
+    `torch.outer(a, b)`, as a sinusoidal table's positions times its frequencies."""
+    match(datum, Shape((Part("A"), Part("B"))))
+    left, right = (_tensor_part(model, item, "outer") for item in datum.items[1:])
+    for part, item in zip((left, right), datum.items[1:]):
+        if len(sizes(part)) != 1:
+            raise SourceError(item.span, "outer takes 1-D initializers")
+    return Init(
+        "outer",
+        {"left": left, "right": right, "shape": (sizes(left)[0], sizes(right)[0])},
+    )
+
+
 # The initializers with a form of their own (sx2torch/ops/initializers.py emits them).
-COMPOSITE = {"concat": _concat, "repeat": _repeat, "pow": _pow, "tensor": _tensor}
+COMPOSITE = {
+    "concat": _concat,
+    "repeat": _repeat,
+    "pow": _pow,
+    "tensor": _tensor,
+    **{name: _function for name in FORMULA_FUNCTIONS},
+    **{op: _arithmetic for op in FORMULA_ARITHMETIC},
+    "arange": _arange,
+    "outer": _outer,
+}
 
 
 def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:

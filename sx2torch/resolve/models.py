@@ -64,8 +64,10 @@ def _defconst(model: Model, datum: List) -> Const:
 
 def _defparam(model: Model, datum: List) -> Param:
     form = match(datum)
-    (name, init), options = form.parts, form.keys
+    (name, init, doc), options = form.parts, form.keys
     param = Param(name.name, initializer(model, init), name.span)
+    if doc is not None:
+        param.doc = doc.value
     check_size(param.init, init)
     if "when" in options:
         when = options.pop("when")
@@ -83,7 +85,7 @@ def _defparam(model: Model, datum: List) -> Param:
         param.dtype = options["dtype"].name
     if param.is_module and len(options):
         raise SourceError(
-            datum.items[3].span,
+            datum.items[3 + (doc is not None)].span,
             "a sub-model parameter takes no :numerics, :trainable or :dtype",
         )
     return param

@@ -123,14 +123,14 @@ def match(datum: List, shape: Optional[Shape] = None) -> Matched:
             datum.span,
             f"wrong number of arguments: expected {shape.usage(head)}, got {count}",
         )
-    given = items[: len(shape.parts)]
+    given = items[: min(len(shape.parts), count)]
     for part, item in zip(shape.parts, given):
         if part.kind is not None and not part.kind.fits(item):
             raise SourceError(
                 item.span, f"expected {part.kind.what}, got {shown(item)}"
             )
     parts = (*given, *[None] * (len(shape.parts) - len(given)))
-    rest = items[len(shape.parts) :]
+    rest = items[len(given) :]
     if shape.keys is None:
         return Matched(parts, rest, {})
     keys = keyword_args.keywords(rest, keyword_args.form(head, shape.keys))
@@ -151,7 +151,7 @@ DEFINITIONS = {
     "defconst": CONST,
     "defflag": CONST,
     "defparam": Shape(
-        (named("NAME", "a parameter name"), Part("INIT")),
+        (named("NAME", "a parameter name"), Part("INIT"), Part("DOC", DOC, optional=True)),
         keys={
             "numerics": choice("high"),
             "trainable": FLAG,
@@ -197,7 +197,7 @@ DEFINITIONS = {
     ),
     # the initializers with a form of their own
     "stack": Shape((Part("N"), Part("(MODEL :k v ...)"))),
-    "concat": Shape((Part("[INIT ...]"),)),
+    "concat": Shape((Part("[INIT ...]"),), keys={"axis": None}),
     "repeat": Shape((Part("N"), Part("INIT"))),
     "pow": Shape((Part("BASE"), Part("INIT"))),
     "tensor": Shape((Part("[VALUE ...]"),)),
@@ -248,7 +248,7 @@ SPECIAL = {
     "in": Shape(
         (
             Part("X"),
-            Part("[A B ...]", Kind((Vector,), "a vector of choices, [A B ...]")),
+            Part("[A B ...]", Kind((Vector, Symbol), "a vector of choices, [A B ...], or a list")),
         )
     ),
 }

@@ -59,6 +59,7 @@ class Param:
     dtype: Optional[str] = None  # `:dtype`: the stored dtype, whatever the readers read
     # `:when`: a condition on the consts; else always made
     when: Optional[Scalar] = None
+    doc: Optional[str] = None  # its docstring, a comment above it in __init__
 
     @property
     def is_module(self) -> bool:
@@ -88,14 +89,14 @@ class Defun:
     @property
     def arity(self) -> int:
         """How many values it returns: several where its body ends in a vector `[a b]`,
-        possibly at the end of a `let` (known before it is traced, so a call can bind them).
-        """
+        possibly at the end of a `let` or a `with-numerics` (known before it is traced, so a
+        call can bind them)."""
         last = self.body[-1]
         while (
             isinstance(last, List)
             and len(last.items) > 2
             and isinstance(last.items[0], Symbol)
-            and last.items[0].name == "let"
+            and last.items[0].name in ("let", "with-numerics")
         ):
             last = last.items[-1]
         return len(last.items) if isinstance(last, Vector) else 1

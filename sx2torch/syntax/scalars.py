@@ -41,7 +41,7 @@ class ScalarOp(str, Enum):
     OR = "or"
     NOT = "not"  # one operand
     NEG = "neg"
-    IN = "in"  # (value, options)
+    IN = "in"  # (value, options): options a tuple of scalars, or a list scalar
     IF = "if"  # (condition, then, otherwise)
     # functions of one number, written as Python's (int) and math's: a const's is computed
     # where the module is built, so that a caller's value changes it
@@ -50,6 +50,9 @@ class ScalarOp(str, Enum):
     CEIL = "ceil"
     LOG = "log"
     EXP = "exp"
+    LIST = "list"  # the elements: a vector some of whose elements are not literals
+    AT = "at"  # (list, index): an element of a list, `depths[i]`
+    LEN = "len"  # (list,): its length, `len(depths)`
 
     __str__ = str.__str__
     __format__ = str.__format__
@@ -131,7 +134,8 @@ class Scalar:
 
     op: ScalarOp
     args: tuple
-    value: Union[int, float, bool, str]
+    # a list const's value is a tuple of numbers, booleans or keywords
+    value: Union[int, float, bool, str, tuple]
 
     def __post_init__(self):
         object.__setattr__(self, "op", ScalarOp(self.op))  # an unknown one is refused
@@ -156,18 +160,35 @@ def compute(scalar: Scalar, env: dict):
     if op in UNARY:
         return UNARY[op](compute(args[0], env))
     if op is ScalarOp.IN:
-        return compute(args[0], env) in [compute(o, env) for o in args[1]]
+        return compute(args[0], env) in _options(args[1], env)
     if op is ScalarOp.IF:
         condition, then, otherwise = args
         return compute(then if compute(condition, env) else otherwise, env)
+    if op is ScalarOp.LIST:
+        return tuple(compute(a, env) for a in args)
+    if op is ScalarOp.AT:
+        return compute(args[0], env)[compute(args[1], env)]
+    if op is ScalarOp.LEN:
+        return len(compute(args[0], env))
     return functools.reduce(BINARY[op], (compute(a, env) for a in args))
+
+
+def _options(options, env: dict) -> list:
+    """`in`'s options: a vector's scalars, or a list const's elements."""
+    if isinstance(options, Scalar):
+        return list(compute(options, env))
+    return [compute(o, env) for o in options]
 
 
 def text(scalar: Scalar, leaf) -> str:
     """A scalar as the dumps show it, its leaves (but literals) written by `leaf`."""
     op, args = scalar.op, scalar.args
     if op is ScalarOp.LIT:
-        return repr(scalar.value)
+        return (
+            _shown(scalar.value)
+            if isinstance(scalar.value, tuple)
+            else repr(scalar.value)
+        )
     if op in LEAVES:
         return leaf(scalar)
     shown = [text(a, leaf) if isinstance(a, Scalar) else a for a in args]
@@ -175,10 +196,18 @@ def text(scalar: Scalar, leaf) -> str:
         return f"-({shown[0]})"
     if op is ScalarOp.NOT:
         return f"(not {shown[0]})"
+    if op is ScalarOp.IN and isinstance(args[1], Scalar):
+        return f"({shown[0]} in {shown[1]})"
     if op in UNARY:
         return f"{op}({shown[0]})"
     if op is ScalarOp.IN:
         return f"({shown[0]} in [{' '.join(text(o, leaf) for o in args[1])}])"
+    if op is ScalarOp.LIST:
+        return f"[{' '.join(shown)}]"
+    if op is ScalarOp.AT:
+        return f"{shown[0]}[{shown[1]}]"
+    if op is ScalarOp.LEN:
+        return f"len({shown[0]})"
     if op is ScalarOp.IF:
         condition, then, otherwise = shown
         return f"({then} if {condition} else {otherwise})"
@@ -204,12 +233,16 @@ def _literal(arg) -> bool:
 
 
 def compare(op: str, operands: list, span) -> Scalar:
-    """A comparison of numbers known when the module runs: a condition for `if`."""
+    """A comparison of numbers known when the module runs, or `=` of two keywords (a
+    layer's type, `(= (at layer-types i) :sliding)`): a condition for `if`."""
     comparison, (left, right) = COMPARISONS[op], operands
-    for operand in (left, right):
+    keywords = isinstance(left.value, str) and isinstance(right.value, str)
+    for operand in (left, right) if not (keywords and op == "=") else ():
         if not _is_number(operand.value):
             raise SourceError(
-                span, f"'{op}' compares numbers, got {_shown(operand.value)}"
+                span,
+                f"'{op}' compares numbers (or '=' two keywords), got "
+                f"{_shown(operand.value)}",
             )
     value = BINARY[comparison](left.value, right.value)
     return _made(comparison, (left, right), value)
@@ -231,10 +264,58 @@ def logic(op: str, operands: list, span) -> Scalar:
     return result
 
 
-def member(value: Scalar, options: tuple) -> Scalar:
+def member(value: Scalar, options) -> Scalar:
+    """`(in X [A B ...])`, the options a tuple of scalars, or `(in X LIST)` of a list."""
+    if isinstance(options, Scalar):
+        return _made(ScalarOp.IN, (value, options), value.value in options.value)
     return _made(
         ScalarOp.IN, (value, options), value.value in [o.value for o in options]
     )
+
+
+def vector(items: list, span) -> Scalar:
+    """A list of numbers, booleans or keywords, `[3 3 9 3]`, `[:full :sliding]`: a literal
+    where each element is one, else a LIST of them (`[d (* 2 d)]`)."""
+    for item in items:
+        if isinstance(item.value, tuple):
+            raise SourceError(
+                span, "a list's elements are numbers, booleans or keywords, not lists"
+            )
+    value = tuple(item.value for item in items)
+    if all(item.op is ScalarOp.LIT for item in items):
+        return Scalar.lit(value)
+    return Scalar(ScalarOp.LIST, tuple(items), value)
+
+
+def element(operands: list, span) -> Scalar:
+    """`(at LIST I)` of a list const or &key: its element I (from the end where I < 0, as
+    Python's), I an integer known when the module is built; out of range at the defaults
+    is a diagnostic here, and with an instance's arguments when it is built."""
+    items, index = operands
+    if not isinstance(items.value, tuple):
+        raise SourceError(
+            span,
+            f"'at' of numbers reads an element of a list, got {_shown(items.value)}",
+        )
+    expect_int(index, span, "the index of 'at'")
+    count = len(items.value)
+    if not -count <= index.value < count:
+        raise SourceError(
+            span,
+            f"index {index.value} is out of range for the list {_shown(items.value)} of "
+            f"{count} elements (with the consts at their defaults)",
+        )
+    return _made(ScalarOp.AT, (items, index), items.value[index.value])
+
+
+def length(operands: list, span) -> Scalar:
+    """`(len LIST)`: how many elements a list const or &key has."""
+    (items,) = operands
+    if not isinstance(items.value, tuple):
+        raise SourceError(
+            span, f"'len' of numbers needs a list, got {_shown(items.value)}"
+        )
+    return _made(ScalarOp.LEN, (items,), len(items.value))
 
 
 def choose(condition: Scalar, then: Scalar, otherwise: Scalar, span) -> Scalar:
@@ -364,13 +445,20 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
         if found is None:
             raise _not_constant(datum, known)
         return found
+    if isinstance(datum, Vector):
+        return vector(
+            [evaluate(item, lookup, known) for item in datum.items], datum.span
+        )
     if head_is(datum, "in") and len(datum.items) == 3:
         options = datum.items[2]
+        value = evaluate(datum.items[1], lookup, known)
         if isinstance(options, Vector):
             return member(
-                evaluate(datum.items[1], lookup, known),
-                tuple(evaluate(item, lookup, known) for item in options.items),
+                value, tuple(evaluate(item, lookup, known) for item in options.items)
             )
+        return member(
+            value, _list(evaluate(options, lookup, known), options.span, "in")
+        )
     if isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol):
         head = datum.items[0].name
         operands = [evaluate(item, lookup, known) for item in datum.items[1:]]
@@ -391,6 +479,10 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
             return function(head, operands, datum.span)
         if head in ("and", "or", "not") and operands:
             return logic(head, operands, datum.span)
+        if head == "at" and len(operands) == 2:
+            return element(operands, datum.span)
+        if head == "len" and len(operands) == 1:
+            return length(operands, datum.span)
     raise SourceError(
         datum.span,
         "expected a number known at compile time (a literal, a const, or arithmetic on them)",
@@ -430,6 +522,14 @@ def expect_int(scalar: Scalar, span, what: str) -> Scalar:
     return scalar
 
 
+def _list(scalar: Scalar, span, what: str) -> Scalar:
+    if not isinstance(scalar.value, tuple):
+        raise SourceError(
+            span, f"'{what}' takes a vector or a list, got {_shown(scalar.value)}"
+        )
+    return scalar
+
+
 def _too_big(base, exponent) -> bool:
     """Whether an integer power would leave 64 bits: known from the sizes of its operands,
     before computing it (`(** 3 9223372036854775807)` would take memory without end)."""
@@ -450,7 +550,9 @@ def _is_number(value: object) -> bool:
 
 
 def _shown(value: object) -> str:
-    """A scalar's value as the source writes it: `:fp16`, `true`, `1.5`."""
+    """A scalar's value as the source writes it: `:fp16`, `true`, `1.5`, `[3 3 9 3]`."""
+    if isinstance(value, tuple):
+        return f"[{' '.join(_shown(v) for v in value)}]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -138,7 +138,7 @@ def _value(scalar: Scalar, env: dict):
     passed to a key, say), which torch's own error reports when the module is built."""
     try:
         return scalars.compute(scalar, env)
-    except (ArithmeticError, TypeError, ValueError):
+    except (ArithmeticError, LookupError, TypeError, ValueError):
         return None
 
 
@@ -397,6 +397,11 @@ class Tracer:
         return result
 
     def scalar(self, datum: Datum, env: dict) -> Scalar:
+        if isinstance(datum, Vector):  # a list, passed to a list &key: `:sizes [3 4]`
+            items = [self.scalar(item, env) for item in datum.items]
+            return scalars.vector(items, datum.span)
+        if isinstance(datum, Keyword):  # a keyword element, as `(in t [:full])`'s
+            return Scalar.lit(datum.name)
         return _known(self.expr(datum, env), datum.span)
 
     def integer(self, scalar: Scalar, span, what: str) -> Scalar:
@@ -447,7 +452,7 @@ def _known(operand, span) -> Scalar:
     ):
         raise SourceError(
             span,
-            "expected a number known at compile time, got (size ...), a Python "
+            f"expected a number known at compile time, got ({operand.op} ...), a Python "
             "integer known only when the module runs",
         )
     if not isinstance(operand, Scalar):

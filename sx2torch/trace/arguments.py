@@ -10,7 +10,7 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import ArgKind, Op
-from sx2torch.syntax.read import Datum, Keyword, List, String, Vector, shown
+from sx2torch.syntax.read import Datum, Keyword, List, String, Symbol, Vector, shown
 
 SCALAR_KINDS = {
     ArgKind.INT: "an integer",
@@ -28,9 +28,12 @@ PADDINGS = ("same", "valid")
 
 
 def apply(t, op: Op, datum: List, env: dict) -> Operand:
-    positional, keywords = keyword_args.split(
-        datum.items[1:], keyword_args.call(op.name, [k.name for k in op.keys])
-    )
+    if op.numbers and not op.keys:  # a keyword is a value: (= kind :sliding)
+        positional, keywords = datum.items[1:], {}
+    else:
+        positional, keywords = keyword_args.split(
+            datum.items[1:], keyword_args.call(op.name, [k.name for k in op.keys])
+        )
     least, most = op.bounds
     if len(positional) < least or (most is not None and len(positional) > most):
         raise SourceError(
@@ -40,7 +43,9 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
     inputs, attrs = [], {}
     for index, item in enumerate(positional):
         spec = op.args[min(index, len(op.args) - 1)]
-        value = _argument(t, spec, item, env, f"{op.name}'s {spec.name}")
+        value = _argument(
+            t, spec, item, env, f"{op.name}'s {spec.name}", op.numbers is not None
+        )
         if spec.kind.is_tensor:
             inputs.append(value)
         elif spec.kind is ArgKind.TENSORS:
@@ -54,6 +59,15 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
     for spec in op.keys:
         attrs[spec.name] = given.get(spec.name, default(spec.default))
     only_numbers = inputs and all(isinstance(i, Scalar) for i in inputs)
+    for item in positional if not only_numbers else ():
+        keyword = _keyword(t, item, env)
+        if keyword is not None:
+            what = (
+                f"'{item.name}' is the keyword :{keyword.value}"
+                if isinstance(item, Symbol)
+                else f":{keyword.value} is a keyword"
+            )
+            raise SourceError(item.span, f"{what}, not a number or a tensor")
     if only_numbers and op.numbers is None:
         raise SourceError(
             datum.span,
@@ -70,6 +84,18 @@ def apply(t, op: Op, datum: List, env: dict) -> Operand:
         t.builder.datum = outer
 
 
+def _keyword(t, datum: Datum, env: dict):
+    """A keyword, or a const or &key argument whose value is one, as a Scalar; else None."""
+    if isinstance(datum, Keyword):
+        return Scalar.lit(datum.name)
+    if not isinstance(datum, Symbol) or datum.name in env:
+        return None
+    if t.defun.shared and datum.name not in t.keys:
+        return None
+    scalar = t.keys.get(datum.name) or t.const(datum.name)
+    return scalar if scalar is not None and isinstance(scalar.value, str) else None
+
+
 def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
     if len(inputs) == 1:  # (- x)
         return t.builder.op(op.name, inputs, **attrs)
@@ -79,7 +105,14 @@ def _fold_left(t, op: Op, inputs: list, attrs: dict) -> Operand:
     return result
 
 
-def _argument(t, spec, item: Datum, env: dict, what: str):
+def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
+    """`numbers`: the op folds compile-time values, so a keyword, or a const or key whose
+    value is one, is one of them, as `(= (at layer-types i) :sliding)` compares an element
+    of a list of keywords (`apply` refuses it beside a tensor)."""
+    if numbers and spec.kind.is_tensor:
+        keyword = _keyword(t, item, env)
+        if keyword is not None:
+            return keyword
     value = _value_of(t, spec.kind, item, env, what)
     scalars_given = value if isinstance(value, tuple) else (value,)
     if spec.static and any(

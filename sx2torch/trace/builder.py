@@ -22,6 +22,7 @@ from sx2torch.ir import (
     Scalar,
 )
 from sx2torch.ops import REGISTRY
+from sx2torch.errors import SourceError
 from sx2torch.syntax.read import Datum
 
 
@@ -43,7 +44,18 @@ class Builder:
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
         if op.numbers and inputs and all(isinstance(i, Scalar) for i in inputs):
-            return op.numbers(inputs, self.datum.span)
+            return op.numbers(inputs, self.datum.span, **attrs)
+        for operand in inputs:
+            if isinstance(operand, Scalar) and isinstance(operand.value, tuple):
+                raise SourceError(
+                    self.datum.span,
+                    f"'{name}' of a list: a list is read by (at LIST I) and (len LIST)",
+                )
+            if isinstance(operand, Scalar) and isinstance(operand.value, str):
+                raise SourceError(
+                    self.datum.span,
+                    f"'{name}' of the keyword :{operand.value}, not a number or a tensor",
+                )
         for spec in op.keys:
             attrs.setdefault(spec.name, default(spec.default))
         if op.expand:

@@ -16,7 +16,8 @@ from sx2torch.syntax import keywords as keyword_args
 from sx2torch.trace.builder import Builder
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import Kind, Node, Operand, Scalar
-from sx2torch.syntax.read import List, Vector
+from sx2torch.syntax.echo import echo
+from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Vector
 from sx2torch.trace.forms import head_name, let
 from sx2torch.syntax.program import Defun
 
@@ -107,7 +108,7 @@ class Caller:
 
     def returned(self, forms: tuple, env: dict):
         """A defun's value: its last form's, or a tuple of tensors where that is a vector
-        `[A B]`, possibly at the end of a `let`."""
+        `[A B]`, possibly at the end of a `let` or a `with-numerics`."""
         t = self.tracer
         *before, last = forms
         t.body(tuple(before), env)
@@ -119,6 +120,8 @@ class Caller:
             return tuple(t.tensor(i, env, "a returned value") for i in last.items)
         if head_name(last) == "let":
             return let(t, last, env, lambda d, e: self.returned((d,), e))
+        if head_name(last) == "with-numerics":  # whose own last vector gives several
+            return t.form(last, env)
         return t.expr(last, env)
 
     def call(self, datum: List, env: dict) -> Operand:
@@ -179,4 +182,23 @@ class Caller:
                 )
             inputs.append(operand)
         keys = {key: self.tracer.scalar(value, env) for key, value in keywords.items()}
+        defaults = {symbol.name: default for symbol, default in callee.keys}
+        for key, value in keys.items():
+            listed = _lists(defaults[key])
+            if listed is not None and listed != isinstance(value.value, tuple):
+                what = "a list" if listed else "not a list"
+                raise SourceError(
+                    keywords[key].span,
+                    f"{callee.name}'s :{key} is {what} (its default is "
+                    f"{echo(defaults[key])}), got {echo(keywords[key])}",
+                )
         return inputs, keys
+
+
+def _lists(default: Datum):
+    """Whether a &key's default is a list, where its form says so (not a const's name)."""
+    if isinstance(default, Vector):
+        return True
+    if isinstance(default, (Number, Boolean, Keyword)):
+        return False
+    return None

@@ -79,8 +79,8 @@ def with_numerics(t, datum: List, env: dict) -> Operand:
     if _wraps_gradient(datum):
         with t.builder.stamp(frame):
             return t.body(datum.items[2:], env)
-    with t.builder.frame(frame):
-        return t.body(datum.items[2:], env)
+    with t.builder.frame(frame):  # a last vector [a b] gives several values, as a defun's
+        return t.caller.returned(datum.items[2:], env)
 
 
 def cast(t, datum: List, env: dict) -> Operand:
@@ -323,7 +323,14 @@ def _logic(t, op: str, datum: List, env: dict) -> Scalar:
 
 def in_(t, datum: List, env: dict) -> Scalar:
     x, choices = match(datum).parts
-    options = tuple(t.scalar(item, env) for item in choices.items)
+    if isinstance(choices, Vector):
+        options = tuple(t.scalar(item, env) for item in choices.items)
+    else:  # a list const or &key, as `(in layer-idx mlp-only-layers)`
+        options = t.scalar(choices, env)
+        if not isinstance(options.value, tuple):
+            raise SourceError(
+                choices.span, "expected (in X [A B ...]) or (in X LIST), LIST a list"
+            )
     return scalars.member(t.scalar(x, env), options)
 
 

@@ -151,3 +151,43 @@ def test_a_loop_binds_its_layers_values_and_differentiates_them(build):
     value, grad = model(x)
     torch.testing.assert_close(value, expected)
     torch.testing.assert_close(grad, torch.autograd.grad(expected, x)[0])
+
+
+ISLAND = lisp("island-values").read_text()
+
+
+@pytest.mark.parametrize("run", ["bf16", "f32"])
+def test_an_island_gives_several_values_each_in_f32(build, run):
+    """golden/island-values: a with-numerics that ends in [A B], bound in a let, and a
+    defun that ends in one; under :f32 the same sums without the roundings."""
+    source = ISLAND if run == "bf16" else ISLAND.replace(":bf16", ":f32")
+    module, code = build(source, "island-values.lisp")
+    assert "return mu, mean_x" in code
+    torch.manual_seed(3)
+    model = module.IslandValues()
+    x = torch.randn(2, 5, 8)
+    low = BF16 if run == "bf16" else torch.float32
+    h = x.to(low) @ model.w.detach().to(low)
+    hf = h.float()
+    mu = hf.mean(-1, keepdim=True)
+    var = ((hf - mu) * (hf - mu)).mean(-1, keepdim=True)
+    scale, shift = torch.rsqrt(var + 1e-5), -mu
+    expected = (h + shift.to(low)) * scale.to(low)
+    got = model(x)
+    assert got.dtype == low and torch.equal(got, expected)
+    mu_got, var_got = model.moments(h)
+    assert mu_got.dtype == var_got.dtype == torch.float32
+    assert torch.equal(mu_got, mu) and torch.equal(var_got, var)
+    interpreted = interpret.load(source, "island-values.lisp", state=model.state_dict())
+    assert torch.equal(interpreted.evaluate("forward", [x]), got)
+
+
+def test_an_island_of_several_values_must_be_bound():
+    source = (
+        "(defun forward (x)\n"
+        "  (+ x (with-numerics (:sensitivity :high) [(exp x) (sin x)])))"
+    )
+    with pytest.raises(SourceError) as caught:
+        compile_source(source, "model.lisp")
+    assert "gives 2 values: bind them" in caught.value.message
+    assert (caught.value.span.line, caught.value.span.col) == (2, 8)

@@ -56,6 +56,14 @@ def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(bu
         "repeat": "(repeat 3 (linspace 2))",
         "pow": "(pow 2 (eye 2))",
         "tensor": "(tensor [0.5 1 2])",
+        "arange": "(arange 1 4)",
+        "outer": "(outer (arange 0 2) (ones [3]))",
+        "log": "(log (arange 1 3))",
+        "exp": "(exp (zeros [2 1]))",
+        "sin": "(sin (eye 2))",
+        "cos": "(cos (eye 3))",
+        "sqrt": "(sqrt (ones [1 2]))",
+        "arithmetic": "(* (arange 0 5) 2.0)",
     }
     assert set(forms) == set(INITIALIZERS)
     source = "".join(f"(defparam {k} {v})\n" for k, v in forms.items())

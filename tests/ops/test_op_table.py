@@ -101,8 +101,11 @@ def test_every_op_the_language_folds_on_numbers_folds_through_its_entry():
         "neg",
     }
     folded = {name for name, op in REGISTRY.items() if op.numbers}
-    # every word but `**`, which the library writes `pow`
-    assert folded == words - {"**"}
+    # every word but `**`, which the library writes `pow`; and a list's `at` and `len`
+    assert folded == words - {"**"} | {"at", "len"}
+    depths = Scalar.lit((3, 3, 9, 3))
+    assert REGISTRY["at"].numbers([depths], None, i=Scalar.lit(-2)).value == 9
+    assert REGISTRY["len"].numbers([depths], None).value == 4
     two, three = Scalar.lit(2), Scalar.lit(3)
     assert REGISTRY["-"].numbers([two, three], None).value == -1
     assert REGISTRY["-"].numbers([two], None).value == -2

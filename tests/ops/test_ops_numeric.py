@@ -168,6 +168,7 @@ CASES: dict[str, list[Case]] = {
     "//": [case("x y", "(// x y)", XY, lambda x, y: x // y)],
     "positions": [case("x", "(positions x :axis 1)", X, lambda x: torch.arange(4))],
     "size": [case("x", "(* x (size x :axis 0))", X, lambda x: x * 3)],
+    "len": [case("x", "(* x (len x))", X, lambda x: x * 3)],
     "mod": [case("x y", "(mod x y)", XY, torch.remainder)],
     "dropout": [
         case("x", "(dropout x 0.25)", seeded, drawn(lambda x: F.dropout(x, 0.25)))

@@ -117,6 +117,7 @@ CASES = [
     ("mod", "(mod x y)", {"x": [2, 3], "y": [3]}),
     ("positions", "(positions x :axis 1)", {"x": [2, 3, 4]}),
     ("size", "(size x :axis 1)", {"x": [2, 3]}),
+    ("len", "(len x)", {"x": [2, 3]}),
     ("dropout", "(dropout x 0.5)", {"x": [2, 3]}),
     ("randn-like", "(randn-like x)", {"x": [2, 3, 4]}),
     ("rand-like", "(rand-like x)", {"x": [3]}),

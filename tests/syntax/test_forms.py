@@ -35,7 +35,7 @@ CASES = [
     ('(defconst "d" 1)\n' + FORWARD, 1, 11, "expected a constant name, got a string"),
     ("(defconst d 1 2)\n" + FORWARD, 1, 15, "expected a docstring, got 2"),
     ("(defparam w)\n" + FORWARD, 1, 1,
-     f"{WRONG} (defparam NAME INIT &key :numerics :trainable :dtype :when), got 1"),
+     f"{WRONG} (defparam NAME INIT [DOC] &key :numerics :trainable :dtype :when), got 1"),
     ("(defparam w (ones [2]) :dtype :f16)\n" + FORWARD, 1, 31, ":dtype must be :f32 or :bf16, got :f16"),
     ("(defparam w (ones [2]) :trainable 0)\n" + FORWARD, 1, 35, ":trainable must be true or false, got 0"),
     ("(defparam w (ones [2]) :numerics :low)\n" + FORWARD, 1, 34, ":numerics must be :high, got :low"),
@@ -54,7 +54,7 @@ CASES = [
     ("(defrun r :precision :f16)\n" + FORWARD, 1, 22, ":precision must be :f32 or :bf16, got :f16"),
     ("(defrun r :loss 1)\n" + FORWARD, 1, 17, ":loss must be the name of the loss defun, got 1"),
     ("(defparam w (stack 2))\n" + FORWARD, 1, 13, f"{WRONG} (stack N (MODEL :k v ...)), got 1"),
-    ("(defparam w (concat))\n" + FORWARD, 1, 13, f"{WRONG} (concat [INIT ...]), got 0"),
+    ("(defparam w (concat))\n" + FORWARD, 1, 13, f"{WRONG} (concat [INIT ...] &key :axis), got 0"),
     ("(defparam w (repeat 2))\n" + FORWARD, 1, 13, f"{WRONG} (repeat N INIT), got 1"),
     ("(defparam w (pow 2 (ones [2]) 3))\n" + FORWARD, 1, 13, f"{WRONG} (pow BASE INIT), got 3"),
     ("(defparam w (tensor))\n" + FORWARD, 1, 13, f"{WRONG} (tensor [VALUE ...]), got 0"),
@@ -86,7 +86,7 @@ CASES = [
     (body("(if (and true) x x)"), 3, 24, f"{WRONG} (and CONDITION CONDITION ...), got 1"),
     (body("(if (or true) x x)"), 3, 24, f"{WRONG} (or CONDITION CONDITION ...), got 1"),
     (body("(if (in 1) x x)"), 3, 24, f"{WRONG} (in X [A B ...]), got 1"),
-    (body("(if (in 1 2) x x)"), 3, 30, "expected a vector of choices, [A B ...], got 2"),
+    (body("(if (in 1 2) x x)"), 3, 30, "expected a vector of choices, [A B ...], or a list, got 2"),
 ]  # fmt: skip
 
 
@@ -120,7 +120,8 @@ def _lists(data):
     [
         ("(defconst d 4)", ["d", "4", None], [], {}),
         ('(defconst d 4 "width")', ["d", "4", '"..."'], [], {}),  # echo elides strings
-        ("(defparam w (ones [2]) :dtype :bf16)", ["w", "(ones [2])"], [], {"dtype": ":bf16"}),
+        ("(defparam w (ones [2]) :dtype :bf16)", ["w", "(ones [2])", None], [], {"dtype": ":bf16"}),
+        ('(defparam w (ones [2]) "the scale" :dtype :bf16)', ["w", "(ones [2])", '"..."'], [], {"dtype": ":bf16"}),
         ("(let ((y x)) y (relu y))", ["((y x))"], ["y", "(relu y)"], {}),
     ],
 )  # fmt: skip

@@ -132,6 +132,16 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "lm_head.forward": (Floats((2, 4)),),
     },
     "dtype-values": {"forward": (Ids((2, 5), 10),), "norm": (Floats((2, 48)),)},
+    "list-consts": {
+        "forward": (Floats((5, 4)),),
+        "stages.1.forward": (Floats((5, 8)),),
+        "stages.0.blocks.0.forward": (Floats((5, 8)),),
+    },
+    "island-values": {
+        "forward": (Floats((2, 5, 8)),),
+        "moments": (Floats((2, 5, 8)),),
+    },
+    "formula-inits": {"forward": (Floats((6, 4)),)},
     "exact-keys": {
         "forward": (Floats((2, 4)),),
         "lambda.forward": (Floats((2, 4)),),

@@ -1,8 +1,9 @@
 """Random well-formed SexpGPU programs, typed by shape so that every one compiles.
 
-A program has a sub-model `blk` (a parameter, a forward with a `&key`), an instance of it and
-a stack of two, top-level parameters with every storage option, a `helper` defun with a
-`&key` and `forward`; expressions are drawn for a wanted shape from ops, forms and calls.
+A program has a sub-model `blk` (a parameter, a forward with a `&key`, a list `&key`), an
+instance of it and a stack of two (in some, its count a list const's length and its widths
+the list's elements), top-level parameters with every storage option, a `helper` defun
+with a `&key` and `forward`; expressions are drawn for a wanted shape from ops, forms and calls.
 The header line records what the checks need: the methods to call and their inputs.
 """
 
@@ -48,6 +49,7 @@ EXACT |= {"expand-as", "reshape-as", "clamp", "causal-mask", "cast", "outer"}
 EXACT |= {"<", "<=", "=", ">", ">="}
 EXACT |= {"max-pool1d", "max-pool2d", "interpolate", "topk", "gather", "argmax"}
 EXACT |= {"index-select", "positions", "mod", "//", "arange", "arange-of", "size"}
+EXACT |= {"len"}
 EXACT |= {"cast-run", "scalar-like"}
 EXACT |= {
     "unsqueeze",
@@ -161,6 +163,7 @@ class Gen:
         if choice < 0.17:
             return self.pick(
                 f"({self.use('size')} x :axis {self.pick(0, 1)})",
+                f"({self.use('len')} x)",
                 f"({self.use('scalar-like')} x {self.pick('2.0', '0.5')})",
             )
         if choice < 0.3 and shape == ROWS:
@@ -476,9 +479,10 @@ def program(seed: int) -> tuple:
     g.budget = 16
     forward = g.rng.choice([g.rows, g.binary, g.form, g.elementwise])(ROWS, top, 5)
     lines = [f"(defconst d {D})", f"(defconst flag {rng.choice(['true', 'false'])})"]
+    lines.append("(defconst widths [d d])")  # a list const, read by the stacks and blk
     if re.search(r"\b(sub|blocks)\b", forward):
         lines += [
-            "(defmodel blk (&key (d 4) (idx 0))",
+            "(defmodel blk (&key (d 4) (idx 0) (odd [1 3]))",
             f"  (defparam w (normal [d d]){rng.choice(PARAM_OPTIONS)})",
             f"  (defun forward (x &key (k 1.0)) {_blk_body(g)}))",
             "(defparam sub (blk :d d))",
@@ -511,12 +515,16 @@ TENSOR_PARAMS = [
     ("gu", "[2 4 d]"),
     ("dn", "[2 d 2]"),
 ]
-STACKS = ["(stack 2 (blk :d d))", "(stack (i 2) (blk :d d :idx i))"]
+STACKS = [
+    "(stack 2 (blk :d d))",
+    "(stack (i 2) (blk :d d :idx i))",
+    "(stack (i (len widths)) (blk :d (at widths i) :idx i))",
+]
 
 
 def _blk_body(g: Gen) -> str:
     g.budget = 6
     scope = Scope({ROWS: ["x"]}, {MAT: ["w"]}, calls=False, smooth=True, keys=("k",))
-    scope.conditions = ("(= idx 1)", "(< idx 1)", "(= d 4)")
+    scope.conditions = ("(= idx 1)", "(< idx 1)", "(= d 4)", "(in idx odd)")
     body = g.expr(ROWS, scope, 3)
     return f"(if (= idx 1) (* {body} k) {body})" if g.chance(0.2) else body
