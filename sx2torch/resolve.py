@@ -218,6 +218,14 @@ def _keywords(items: tuple, allowed, where: str) -> dict:
     return keyword_args.keywords(items, keyword_args.form(where, allowed))
 
 
+def _boolean(datum: Datum, what: str) -> bool:
+    if not isinstance(datum, Boolean):
+        raise SourceError(
+            datum.span, f"{what} must be true or false, got {shown(datum)}"
+        )
+    return datum.value
+
+
 def _choice(datum: Datum, choices: tuple, what: str) -> str:
     if isinstance(datum, Keyword) and datum.name in choices:
         return datum.name
@@ -265,12 +273,7 @@ def _defparam(model: Model, datum: List) -> Param:
             _choice(options["numerics"], ("high",), ":numerics") == "high"
         )
     if "trainable" in options:
-        flag = options["trainable"]
-        if not isinstance(flag, Boolean):
-            raise SourceError(
-                flag.span, f":trainable must be true or false, got {shown(flag)}"
-            )
-        param.trainable = flag.value
+        param.trainable = _boolean(options["trainable"], ":trainable")
     if "dtype" in options:
         param.dtype = _choice(options["dtype"], PRECISIONS, ":dtype")
     if param.is_module and len(options):
@@ -619,8 +622,10 @@ def _defrun(datum: List, runs: list) -> Run:
         run.warmup, run.cooldown = _schedule(options["schedule"])
     if "inputs" in options:
         run.inputs = _inputs(options["inputs"])
+    if "generate" in options:
+        run.generate = _boolean(options["generate"], ":generate")
     if run.loss is None:
-        for key in [k for k in options if k != "precision"]:
+        for key in [k for k in options if k not in ("precision", "generate")]:
             raise SourceError(
                 options[key].span, f"defrun :{key} needs :loss (the defun to train)"
             )

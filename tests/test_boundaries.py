@@ -34,6 +34,7 @@ LAYERS = [
     ("resolve",),
     ("trace",),
     ("gradient",),
+    ("cache",),
     ("ranks",),
     ("policy",),
     ("functions",),

@@ -1,0 +1,92 @@
+"""The ports' generate runs decode with a KV cache as transformers' generate does: the same
+tokens and bit-identical logits at every one of 32 greedy steps, the f32 run against the f32
+model and the bf16 run against from_pretrained(dtype=torch.bfloat16), on tiny random-weight
+models built from configs (issue 36)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cases import GPT2, LLAMA, MIXTRAL, lisp
+from conftest import load_module
+from sx2torch.compiler import Options, compile_source
+from sx2torch.runtime import generate
+
+PORTS = {
+    "llama": ("LlamaForCausalLM", "LlamaConfig", LLAMA),
+    # room for the prompt and the 32 new tokens in the learned positions
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(GPT2, n_positions=64)),
+    "mixtral": ("MixtralForCausalLM", "MixtralConfig", MIXTRAL),
+}
+# sdpa, whose call the ports' attention makes; for Mixtral's experts the loop its modeling
+# file writes, which sx.sparse_experts follows (its default, grouped_mm, sums otherwise)
+SETTINGS = dict(attn_implementation="sdpa", experts_implementation="eager")
+RUNS = {"generate-exact": torch.float32, "generate": torch.bfloat16}
+
+
+def compiled(name: str, run: str):
+    path = lisp(name)
+    module = load_module(compile_source(path.read_text(), path.name, Options(run=run)))
+    return next(
+        v
+        for k, v in vars(module).items()
+        if k.lower() == name.replace("-", "") and isinstance(v, type)
+    )
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """{(port, run): transformers' model}: random weights (away from their initial ones and
+    zeros, so every parameter counts) in f32, and as from_pretrained(..., dtype=bf16)
+    loads them."""
+    import transformers
+
+    models = {}
+    for name, (cls, config, sizes) in PORTS.items():
+        torch.manual_seed(0)
+        config = getattr(transformers, config)(**sizes, **SETTINGS)
+        f32 = getattr(transformers, cls)(config).eval()
+        with torch.no_grad():
+            for p in f32.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        folder = tmp_path_factory.mktemp(name)
+        f32.save_pretrained(folder)
+        models[name, "generate-exact"] = f32
+        models[name, "generate"] = (
+            getattr(transformers, cls)
+            .from_pretrained(folder, dtype=torch.bfloat16, **SETTINGS)
+            .eval()
+        )
+    return models
+
+
+@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("name", PORTS)
+def test_greedy_generate_gives_transformers_tokens_and_logits_bit_for_bit(
+    real, name, run
+):
+    torch.set_num_threads(1)
+    reference = real[name, run]
+    model = compiled(name, run)(**PORTS[name][2])
+    model.load_state_dict(reference.state_dict(), strict=True)
+    prompt = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(1))
+    want = reference.generate(
+        prompt,
+        do_sample=False,
+        max_new_tokens=32,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+    )
+    tokens, logits = generate(model, prompt, 32, return_logits=True)
+    assert torch.equal(tokens, want.sequences)
+    assert len(logits) == len(want.logits) == 32
+    for step, (got, expected) in enumerate(zip(logits, want.logits)):
+        assert got.dtype == torch.float32 and got.shape == (2, 256)
+        assert torch.equal(got, expected), f"step {step}"
+    # without a generation running, the same module gives every position's logits
+    with torch.no_grad():
+        full = model(prompt)
+    assert full.dtype == RUNS[run] and full.shape == (2, 7, 256)
+    assert torch.equal(full, reference(prompt).logits)
