@@ -160,12 +160,19 @@ def _allowed(query_at: Tensor, keys: int, window) -> Tensor:
 
 
 def _static(q: Tensor, k: Tensor, v: Tensor, position: Tensor, window, extra) -> Tensor:
-    """Attention over a static cache's capacity: transformers' static formulation, a boolean
-    mask of the filled keys, grouped-query heads folded into the query axis for one query
-    and repeated otherwise (SDPA takes no enable_gqa beside a mask there)."""
-    mask = _allowed(position, k.shape[-2], window)
+    """Attention over a static cache's capacity, transformers' static formulation: the
+    prompt (S > 1 from position 0) with `is_causal` over its own keys; a later chunk with the
+    boolean mask `[B, 1, S, capacity]` of the keys it sees, grouped-query heads folded into
+    the query axis for one query, repeated otherwise (SDPA takes no enable_gqa beside a
+    mask there)."""
     batch, heads, queries, dim = q.shape
     groups = heads // k.shape[-3]
+    gqa = {"enable_gqa": True} if groups > 1 else {}
+    if queries > 1 and window is None and int(position[0]) == 0:
+        k, v = k[..., :queries, :], v[..., :queries, :]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa, **extra)
+    mask = _allowed(position, k.shape[-2], window)
+    mask = mask.expand(batch, 1, queries, k.shape[-2]).contiguous()
     if groups == 1:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
     if queries == 1:

@@ -61,7 +61,8 @@ def generate(
         generator=generator,
     )
     batch, length = input_ids.shape
-    cache = Cache(length + max_new_tokens if static_cache else None)
+    # the last token's keys are never read: transformers' static capacity
+    cache = Cache(length + max_new_tokens - 1 if static_cache else None)
     step = torch.compile(model, fullgraph=True) if static_cache else model
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
     tokens, logits = input_ids, []

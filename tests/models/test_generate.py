@@ -61,11 +61,15 @@ def real(tmp_path_factory):
     return models
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("name", PORTS)
 def test_greedy_generate_gives_transformers_tokens_and_logits_bit_for_bit(
-    real, name, run
+    real, name, run, static, monkeypatch
 ):
+    """The dynamic cache against transformers' DynamicCache; the static one, eager (the
+    compiled step is tests/runtime's), against cache_implementation="static", whose bits
+    differ from the dynamic one's in bf16."""
     torch.set_num_threads(1)
     reference = real[name, run]
     model = compiled(name, run)(**PORTS[name][2])
@@ -78,8 +82,12 @@ def test_greedy_generate_gives_transformers_tokens_and_logits_bit_for_bit(
         output_logits=True,
         return_dict_in_generate=True,
         pad_token_id=0,
+        cache_implementation="static" if static else None,
     )
-    tokens, logits = generate(model, prompt, 32, return_logits=True)
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
+    tokens, logits = generate(
+        model, prompt, 32, return_logits=True, static_cache=static
+    )
     assert torch.equal(tokens, want.sequences)
     assert len(logits) == len(want.logits) == 32
     for step, (got, expected) in enumerate(zip(logits, want.logits)):

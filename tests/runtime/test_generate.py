@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from cases import lisp
+from cases import LLAMA, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import cached_attention, generate
@@ -124,3 +124,27 @@ def test_a_module_compiled_without_generate_is_refused():
         generate(
             load_module(code).GenerateCache(), torch.zeros(1, 3, dtype=torch.long), 2
         )
+
+
+def test_the_static_decode_step_compiles_once_torch_compile():
+    """static_cache=True: the 31 steps after the prompt run one graph compiled with
+    fullgraph=True (a graph break is an error), never compiled again
+    (error_on_recompile), and give eager's tokens. A one-layer Llama keeps inductor short.
+    """
+    from torch._dynamo.utils import counters
+
+    torch.set_num_threads(1)
+    path = lisp("llama")
+    code = compile_source(path.read_text(), path.name, Options(run="generate-exact"))
+    torch.manual_seed(0)
+    sizes = dict(LLAMA, num_hidden_layers=1, vocab_size=64, intermediate_size=64)
+    module = load_module(code).Llama(**sizes)
+    prompt = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    eager = generate(module, prompt, 32)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        tokens = generate(module, prompt, 32, static_cache=True)
+    assert torch.equal(tokens, eager)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"]
