@@ -39,7 +39,8 @@ class Cache:
     them. Dynamic (`capacity` None): each chunk is concatenated, as transformers'
     DynamicCache does. Static: each slot is preallocated `[B, KV, capacity, D]` on its first
     store and written in place at `position` (a tensor, so that a compiled step reads the
-    same buffers at every length); `keep` then says which of the capacity's keys are filled.
+    same buffers at every length). Left-padded prompts (dynamic): `keep` [B, L] says which
+    stored keys are tokens, `rows` [B, S] is each row's positions of the chunk.
     """
 
     def __init__(self, capacity: Optional[int] = None):
@@ -51,6 +52,8 @@ class Cache:
         self.position: Optional[Tensor] = (
             None  # static: this chunk's positions, int64 [S]
         )
+        self.keep: Optional[Tensor] = None  # padded: the keys that are tokens, [B, L]
+        self.rows: Optional[Tensor] = None  # padded: the chunk's positions, [B, S]
 
     def begin(self, length: int, position: Optional[Tensor] = None) -> None:
         """Before each forward: `length` tokens are stored, the chunk comes after them."""
@@ -136,6 +139,10 @@ def cached_attention(
     queries, keys = q.shape[-2], k.shape[-2]
     if cache.capacity:
         return _static(q, k, v, cache.position, window, extra)
+    if cache.keep is not None:
+        query_at = torch.arange(keys - queries, keys, device=q.device)
+        mask = _allowed(query_at, keys, window) & cache.keep[:, None, None, :]
+        return _masked(q, k, v, mask, extra)
     if window is None and keys == queries:
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=queries > 1, enable_gqa=enable_gqa, **extra
@@ -162,9 +169,7 @@ def _allowed(query_at: Tensor, keys: int, window) -> Tensor:
 def _static(q: Tensor, k: Tensor, v: Tensor, position: Tensor, window, extra) -> Tensor:
     """Attention over a static cache's capacity, transformers' static formulation: the
     prompt (S > 1 from position 0) with `is_causal` over its own keys; a later chunk with the
-    boolean mask `[B, 1, S, capacity]` of the keys it sees, grouped-query heads folded into
-    the query axis for one query, repeated otherwise (SDPA takes no enable_gqa beside a
-    mask there)."""
+    boolean mask `[B, 1, S, capacity]` of the keys it sees."""
     batch, heads, queries, dim = q.shape
     groups = heads // k.shape[-3]
     gqa = {"enable_gqa": True} if groups > 1 else {}
@@ -172,7 +177,15 @@ def _static(q: Tensor, k: Tensor, v: Tensor, position: Tensor, window, extra) ->
         k, v = k[..., :queries, :], v[..., :queries, :]
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa, **extra)
     mask = _allowed(position, k.shape[-2], window)
-    mask = mask.expand(batch, 1, queries, k.shape[-2]).contiguous()
+    return _masked(q, k, v, mask.expand(batch, 1, queries, k.shape[-2]), extra)
+
+
+def _masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, extra) -> Tensor:
+    """SDPA with a boolean mask `[B, 1, S, L]`, as transformers calls it beside one:
+    grouped-query heads folded into the query axis for one query, repeated otherwise."""
+    batch, heads, queries, dim = q.shape
+    groups = heads // k.shape[-3]
+    mask = mask.contiguous()
     if groups == 1:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
     if queries == 1:
@@ -192,6 +205,14 @@ def cache_positions(like: Tensor, axis: int, dtype=None) -> Tensor:
     size = like.shape[axis]
     if cache is None:
         return torch.arange(size, dtype=dtype, device=like.device)
+    if cache.rows is not None:
+        if like.dim() != 2:
+            raise ValueError(
+                "left-padded prompts need each row's positions, which this model reads "
+                f"from a {like.dim()}-d value's axis {axis}, shared by the rows: give "
+                "prompts of one length, or take positions from the [batch, length] ids"
+            )
+        return cache.rows if dtype is None else cache.rows.to(dtype)
     if cache.capacity:
         return cache.position if dtype is None else cache.position.to(dtype)
     return torch.arange(

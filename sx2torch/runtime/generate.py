@@ -41,7 +41,9 @@ def generate(
     forward takes the token ids and gives logits `[batch, length, vocab]`. `static_cache`
     preallocates the cache for the prompt and the new tokens and runs each step after the
     first under `torch.compile(fullgraph=True)`, the same graph at every length.
-    `eos_token_id` (an int or a list) ends a row at one of them; later tokens of a finished
+    `attention_mask` [batch, length] (1 for a token, 0 for padding) takes prompts of different
+    lengths padded on the left: each row's positions count its own tokens, as transformers
+    computes them, and no query sees a pad. `eos_token_id` (an int or a list) ends a row at one of them; later tokens of a finished
     row are the first of them, transformers' pad. `streamer` is given the prompt, each new
     token (`put`) and the end (`end`), transformers' streamer protocol.
     """
@@ -51,7 +53,9 @@ def generate(
         )
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    _check_unpadded(attention_mask)
+    padded = attention_mask is not None and not bool(attention_mask.all())
+    if padded and static_cache:
+        raise NotImplementedError("left-padded prompts take the dynamic cache for now")
     ends = _ends(eos_token_id, input_ids.device)
     sample = dict(
         do_sample=do_sample,
@@ -63,6 +67,10 @@ def generate(
     batch, length = input_ids.shape
     # the last token's keys are never read: transformers' static capacity
     cache = Cache(length + max_new_tokens - 1 if static_cache else None)
+    if padded:  # transformers' positions: each row counts its own tokens
+        cache.keep = attention_mask.bool()
+        cache.rows = attention_mask.long().cumsum(-1) - 1
+        cache.rows.masked_fill_(attention_mask == 0, 1)
     step = torch.compile(model, fullgraph=True) if static_cache else model
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
     tokens, logits = input_ids, []
@@ -92,6 +100,9 @@ def generate(
                 if unfinished.max() == 0:
                     break
             chunk, forward = chosen[:, None], step
+            if padded:
+                cache.rows = cache.rows[:, -1:] + 1
+                cache.keep = torch.cat([cache.keep, cache.keep.new_ones(batch, 1)], -1)
             position = _decode_position(cache, position, tokens.shape[1] - 1)
     if streamer is not None:
         streamer.end()
@@ -115,11 +126,3 @@ def _ends(eos_token_id, device) -> Optional[Tensor]:
         return None
     ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     return torch.tensor(ids, dtype=torch.long, device=device)
-
-
-def _check_unpadded(attention_mask: Optional[Tensor]) -> None:
-    if attention_mask is not None and not bool(attention_mask.all()):
-        raise NotImplementedError(
-            "generate takes prompts of one length: a padded attention_mask is not "
-            "supported yet"
-        )
