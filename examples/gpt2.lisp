@@ -1,7 +1,7 @@
 ;; Hugging Face transformers' GPT2LMHeadModel (models/gpt2/modeling_gpt2.py, Apache licence
 ;; 2.0), with its state_dict: a checkpoint loads with strict=True. The constructor takes
 ;; GPT2Config's names; learned positions for any length up to n_positions, lm_head tied to
-;; the token embedding; a KV cache, no padding mask, no dropout (the model in eval mode).
+;; the token embedding; no KV cache, no padding mask, no dropout (the model in eval mode).
 
 (defconst vocab-size 50257)
 (defconst n-positions 1024)
@@ -85,5 +85,3 @@
 
 (defrun train :precision :bf16)
 (defrun exact :precision :f32)
-(defrun generate :precision :bf16 :generate true)
-(defrun generate-exact :precision :f32 :generate true)

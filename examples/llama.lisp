@@ -1,6 +1,6 @@
 ;; Hugging Face transformers' LlamaForCausalLM (models/llama/modeling_llama.py, Apache
 ;; licence 2.0), with its state_dict: a checkpoint loads with strict=True. The constructor
-;; takes LlamaConfig's names; the default rope, no biases, no padding mask; a KV cache.
+;; takes LlamaConfig's names; the default rope, no biases, no KV cache, no padding mask.
 
 (defconst vocab-size 32000)
 (defconst hidden-size 4096)
@@ -85,5 +85,3 @@
 
 (defrun train :precision :bf16)
 (defrun exact :precision :f32)
-(defrun generate :precision :bf16 :generate true)
-(defrun generate-exact :precision :f32 :generate true)

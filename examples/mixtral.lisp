@@ -1,7 +1,7 @@
 ;; Hugging Face transformers' MixtralForCausalLM (models/mixtral/modeling_mixtral.py, Apache
 ;; licence 2.0), with its state_dict: a checkpoint loads with strict=True, the experts' weights
 ;; as transformers 5 stores them (gate_up_proj [E 2I H], down_proj [E H I]). The constructor
-;; takes MixtralConfig's names; the default rope, no sliding window, a KV cache, no padding
+;; takes MixtralConfig's names; the default rope, no sliding window, no KV cache, no padding
 ;; mask, no router jitter (a training-time noise, 0 by default). Each token goes through only
 ;; the num-experts-per-tok experts its router chose (sparse-experts: transformers' loop over
 ;; the chosen experts, each on its own tokens).
@@ -112,5 +112,3 @@
 
 (defrun train :precision :bf16)
 (defrun exact :precision :f32)
-(defrun generate :precision :bf16 :generate true)
-(defrun generate-exact :precision :f32 :generate true)

@@ -40,3 +40,10 @@ MIXTRAL = dict(
     num_local_experts=4,
     num_experts_per_tok=2,
 )
+
+# The runs that compile a port for sx2torch.runtime.generate, added to its source by the
+# generation tests (Llama's source keeps within its 70 lines)
+GENERATE_RUNS = (
+    "\n(defrun generate :precision :bf16 :generate true)"
+    "\n(defrun generate-exact :precision :f32 :generate true)\n"
+)

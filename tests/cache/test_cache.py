@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cases import lisp
+from cases import GENERATE_RUNS, lisp
 from sx2torch.api import compile_string
 from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
@@ -65,8 +65,9 @@ def test_generate_is_true_or_false():
 
 def test_a_run_without_generate_keeps_the_plain_ops():
     path = lisp("gpt2")
-    plain = compile_source(path.read_text(), path.name, Options(run="exact"))
-    cached = compile_source(path.read_text(), path.name, Options(run="generate-exact"))
+    source = path.read_text() + GENERATE_RUNS
+    plain = compile_source(source, path.name, Options(run="exact"))
+    cached = compile_source(source, path.name, Options(run="generate-exact"))
     assert "sx.cached_attention" not in plain and "sx.last_position" not in plain
     assert "sx.cached_attention(query, key, value, dtype=torch.float32)" in cached
     assert "self.wpe(sx.cache_positions(input_ids, 1))" in cached
@@ -76,7 +77,9 @@ def test_a_run_without_generate_keeps_the_plain_ops():
 def test_dump_after_cache_shows_the_cached_ops():
     path = lisp("llama")
     dumped = compile_source(
-        path.read_text(), path.name, Options(run="generate", dump_after="cache")
+        path.read_text() + GENERATE_RUNS,
+        path.name,
+        Options(run="generate", dump_after="cache"),
     )
     for op in ("cached-attention", "cached-arange-of", "last-position"):
         assert op in dumped

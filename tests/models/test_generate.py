@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import GPT2, LLAMA, MIXTRAL, lisp
+from cases import GENERATE_RUNS, GPT2, LLAMA, MIXTRAL, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
@@ -27,7 +27,8 @@ RUNS = {"generate-exact": torch.float32, "generate": torch.bfloat16}
 
 def compiled(name: str, run: str):
     path = lisp(name)
-    module = load_module(compile_source(path.read_text(), path.name, Options(run=run)))
+    source = path.read_text() + GENERATE_RUNS
+    module = load_module(compile_source(source, path.name, Options(run=run)))
     return next(
         v
         for k, v in vars(module).items()

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from cases import LLAMA, lisp
+from cases import GENERATE_RUNS, LLAMA, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import cached_attention, generate
@@ -135,7 +135,8 @@ def test_the_static_decode_step_compiles_once_torch_compile():
 
     torch.set_num_threads(1)
     path = lisp("llama")
-    code = compile_source(path.read_text(), path.name, Options(run="generate-exact"))
+    source = path.read_text() + GENERATE_RUNS
+    code = compile_source(source, path.name, Options(run="generate-exact"))
     torch.manual_seed(0)
     sizes = dict(LLAMA, num_hidden_layers=1, vocab_size=64, intermediate_size=64)
     module = load_module(code).Llama(**sizes)
