@@ -1,7 +1,11 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
+<<<<<<< HEAD
     read -> resolve -> trace -> gradient -> ranks -> policy -> plan -> names -> emit -> format
+=======
+    read -> resolve -> trace -> gradient -> cache -> ranks -> policy -> plan -> names -> emit -> format
+>>>>>>> gen
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable, Optional, get_args
 
+import sx2torch.cache as cache
 import sx2torch.dump as dump
 import sx2torch.format as format
 import sx2torch.gradient as gradient
@@ -144,6 +149,10 @@ def _verify_expanded(unit: Unit) -> None:
         assert not left, f"{graph.name}: {left!r} not expanded"
 
 
+def _cache(unit: Unit) -> None:
+    cache.run(unit.program, unit.graphs, unit.chosen)
+
+
 def _ranks(unit: Unit) -> None:
     ranks.run(unit.program, unit.graphs)
 
@@ -225,6 +234,7 @@ PASSES = (
     Pass(
         "gradient", _gradient, _verify_expanded, lambda unit: dump.graphs(unit.graphs)
     ),
+    Pass("cache", _cache, _verify_expanded, lambda unit: dump.graphs(unit.graphs)),
     Pass(
         "ranks",
         _ranks,

@@ -17,3 +17,33 @@ def lisp(name: str) -> Path:
     """The source named NAME.lisp, in golden/ or examples/."""
     (path,) = [p for p in SOURCES if p.stem == name]
     return path
+
+
+# The ports' tiny configs (transformers' config names), shared by their tests and the
+# generation tests
+LLAMA = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
+GPT2 = dict(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4)
+MIXTRAL = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+)
+
+# The runs that compile a port for sx2torch.runtime.generate, added to its source by the
+# generation tests (Llama's source keeps within its 70 lines)
+GENERATE_RUNS = (
+    "\n(defrun generate :precision :bf16 :generate true)"
+    "\n(defrun generate-exact :precision :f32 :generate true)\n"
+)

@@ -34,6 +34,7 @@ LAYERS = [
     ("resolve",),
     ("trace",),
     ("gradient",),
+    ("cache",),
     ("ranks",),
     ("policy",),
     # each specialization's plan (statements, blocks, spelled casts, hoists) and the

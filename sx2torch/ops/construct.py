@@ -7,6 +7,7 @@ and no gradient flows through them.
 """
 
 import sx2torch.build as b
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import RankRule, ShapeError, known
 
@@ -70,6 +71,7 @@ register(
         keys=(Key("axis", "int", -1),),
         name_inputs=True,
         grad=lambda t, n, g: [None],
+        cached=sequence.positions("cached-arange-of"),
         doc=(
             "0, 1, ..., n-1 with n LIKE's size along :axis when the module runs (positions); "
             "f32 unless in a bf16 region, where bf16 holds integers exactly only up to 256"
@@ -93,6 +95,7 @@ register(
         name_inputs=True,
         result="int",
         no_grad="integers carry no gradient",
+        cached=sequence.positions("cached-positions"),
         doc=(
             "0, 1, ..., n-1 as integers (int64), n LIKE's size along :axis when the module "
             "runs: positions for `take`, as `(take wpe (positions ids :axis 1))`; exact"
@@ -109,6 +112,7 @@ register(
         result="int",
         python_number=True,
         no_grad="integers carry no gradient",
+        cached=sequence.size,
         doc=(
             "LIKE's size along :axis when the module runs, `x.shape[1]`: a Python integer, "
             "which decides no dtype beside a tensor (as a number does)"

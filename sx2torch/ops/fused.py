@@ -14,6 +14,7 @@ import libcst as cst
 import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.syntax.scalars import ScalarOp
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, RankRule, ShapeError, like, product
 
@@ -277,6 +278,7 @@ register(
         ),
         name_inputs=_reads_q_and_k_twice,
         no_grad="no derivative rule yet: under gradient, write the attention out by hand",
+        cached=sequence.attention,
         doc=(
             "F.scaled_dot_product_attention on [..., T, D]: one kernel, its softmax and "
             "sums f32 inside, the output rounded once to the dtype it computes in. :scale "

@@ -2,6 +2,7 @@
 
 import sx2torch.build as b
 from sx2torch.ir import DType, Node, Scalar
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import MATMUL
 
@@ -42,6 +43,7 @@ register(
         grad=_matmul_grad,
         ones_from=_matmul_ones,
         rank=MATMUL,
+        cached=sequence.product,
         doc="`:out :f32` on bf16 operands keeps the bf16 GEMM and stores its f32 accumulator",
     )
 )

@@ -2,7 +2,7 @@
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
-from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, along, register
 from sx2torch.ops.rank import (
     ATTENTION,
     GROUP_NORM,
@@ -47,6 +47,7 @@ register(
         _softmax("torch.softmax"),
         keys=(LAST_AXIS,),
         sensitive=True,
+        mixes=along("axis"),
         grad=_softmax_grad,
         rank=SAME,
     )
@@ -58,6 +59,7 @@ register(
         _softmax("torch.log_softmax"),
         keys=(LAST_AXIS,),
         sensitive=True,
+        mixes=along("axis"),
         grad=_log_softmax_grad,
         rank=SAME,
     )
@@ -103,6 +105,7 @@ register(
         name_inputs=True,
         grad=_logsumexp_grad,
         rank=REDUCED,
+        mixes=along("axes"),
     )
 )
 REDUCTION = Key("reduction", "reduction")
@@ -278,6 +281,7 @@ register(
         sensitive=True,
         grad=_group_norm_grad,
         rank=GROUP_NORM,
+        mixes=True,
         doc=(
             "F.group_norm of X [N, C, ...]: the C channels in GROUPS groups, each "
             "normalized by its mean and variance over its channels and the other axes, "

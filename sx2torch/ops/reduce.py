@@ -2,7 +2,7 @@
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
-from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, along, register
 from sx2torch.ops.rank import REDUCED
 
 AXES = (
@@ -69,6 +69,7 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
             grad=GRADS[name],
             exact=exact,
             rank=REDUCED,
+            mixes=along("axes"),
             # a sum over every axis (mean's gradient is ones over their number)
             total=(lambda attrs: attrs["axes"] is None) if name == "sum" else False,
             bf16_risk=(

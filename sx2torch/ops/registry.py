@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable, Optional, Union
 
-from sx2torch.ops.rank import RankRule
+from sx2torch.ops.rank import RankRule, known
 
 
 class ArgKind(str, Enum):
@@ -162,6 +162,17 @@ class Op:
     # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
     # policy decides: the f32-out matmul's `:out :f32`
     out_dtype: Optional[Callable] = None
+    # combines values along an axis (a reduction, a softmax, a scan): True, or a test of the
+    # attrs (`along`); a :generate run refuses one whose axis may be the sequence's, which a
+    # cached step sees one position of (sx2torch/cache.py)
+    mixes: Union[bool, Callable] = False
+    # what a :generate run makes of it (sx2torch/cache.py): `cached(attrs, operands, made)`,
+    # `made` telling for each operand whether it is computed from the input, gives (the op
+    # that keeps or reads the cache, its attrs), or a string saying why the cache cannot
+    # hold it (a diagnostic at its form), or None where it stays as it is
+    cached: Optional[Callable] = None
+    # keeps keys and values in the generation's cache (cached-attention)
+    caches: bool = False
 
     def negates(self, operands: tuple) -> bool:
         return self.negation(operands) if callable(self.negation) else self.negation
@@ -171,6 +182,9 @@ class Op:
 
     def is_exact(self, operands: tuple) -> bool:
         return self.exact(operands) if callable(self.exact) else self.exact
+
+    def mixes_along(self, attrs: dict) -> bool:
+        return self.mixes(attrs) if callable(self.mixes) else self.mixes
 
     def names_inputs(self, node) -> bool:
         return (
@@ -188,6 +202,21 @@ class Op:
 
     def key(self, name: str) -> Optional[Key]:
         return next((k for k in self.keys if k.name == name), None)
+
+
+def along(key: str) -> Callable:
+    """A `mixes` test: the op combines along the axes its `key` gives (every axis where it
+    gives none); any but the last may be the sequence's."""
+
+    def test(attrs: dict) -> bool:
+        axes = attrs.get(key)
+        if axes is None:
+            return True
+        return any(
+            known(a) != -1 for a in (axes if isinstance(axes, tuple) else (axes,))
+        )
+
+    return test
 
 
 REGISTRY: dict[str, Op] = {}

@@ -7,7 +7,7 @@ counts from 0 or from the end (default -1, index ops 0 where torch's examples in
 import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.ops.rank import RankRule, known
-from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, along, register
 
 X, IDS, K = Arg("x"), Arg("index", "ids"), Arg("k", "int")
 LAST = (Key("axis", "int", -1),)
@@ -220,6 +220,7 @@ register(
         keys=LAST,
         grad=_cumsum_grad,
         rank=SAME,
+        mixes=along("axis"),
         bf16_risk="sums in bf16, which loses the small terms of a long sum",
         doc=(
             "the running sums along :axis, `torch.cumsum`; each sum rounds to the "

@@ -53,6 +53,7 @@ register(
         lambda a, ctx: b.call("sx.previous", a[0], dim=ctx.attrs["axis"]),
         keys=(TIME_AXIS,),
         result="keep",
+        mixes=True,
         exact=True,
         rank=SAME,
         no_grad="no derivative rule yet",
@@ -82,6 +83,7 @@ register(
         _scan("sx.linear_scan"),
         keys=(TIME_AXIS,),
         sensitive=True,
+        mixes=True,
         grad=_scan_grad("linear-scan-adjoint", "*"),
         rank=BROADCAST,
         doc="h_t = a_t * h_{t-1} + b_t along :axis, h_{-1} = 0; A and B broadcast",
@@ -94,6 +96,7 @@ register(
         _scan("sx.matrix_scan"),
         keys=(TIME_AXIS,),
         sensitive=True,
+        mixes=True,
         grad=_scan_grad("matrix-scan-adjoint", "outer"),
         rank=MATRIX_SCAN,
         doc=(

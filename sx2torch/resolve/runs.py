@@ -33,8 +33,10 @@ def defrun(datum: List, runs: list) -> Run:
         run.warmup, run.cooldown = _schedule(options["schedule"])
     if "inputs" in options:
         run.inputs = _inputs(options["inputs"])
+    if "generate" in options:
+        run.generate = options["generate"].value
     if run.loss is None:
-        for key in [k for k in options if k != "precision"]:
+        for key in [k for k in options if k not in ("precision", "generate")]:
             raise SourceError(
                 options[key].span, f"defrun :{key} needs :loss (the defun to train)"
             )

@@ -1,9 +1,11 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
 from sx2torch.runtime.attention import causal_mask, restrict_mask, window_mask
+from sx2torch.runtime.cache import cache_positions, cached_attention, last_position
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
 from sx2torch.runtime.experts import sparse_experts
+from sx2torch.runtime.generate import generate
 from sx2torch.runtime.located import install as _show_source_of_errors
 from sx2torch.runtime.grad import (
     concat_part,
@@ -29,12 +31,16 @@ from sx2torch.runtime.scan import (
 
 __all__ = [
     "as_f32",
+    "cache_positions",
+    "cached_attention",
     "bf16_region",
     "causal_mask",
     "concat_part",
     "cross_entropy_backward",
     "expect_scalar",
+    "generate",
     "group_norm_backward",
+    "last_position",
     "layers",
     "linear_scan",
     "linear_scan_adjoint",

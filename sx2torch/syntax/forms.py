@@ -190,6 +190,7 @@ DEFINITIONS = {
             **dict.fromkeys(RUN_KEYS),
             "precision": choice(*PRECISIONS),
             "loss": name("the name of the loss defun"),
+            "generate": FLAG,
         },
     ),
     "require": Shape(

@@ -21,6 +21,7 @@ RUN_KEYS = (
     "schedule",
     "grad-clip",
     "inputs",
+    "generate",
 )
 OPTIMIZER_KEYS = {
     "adamw": ("lr", "betas", "weight-decay", "eps"),
@@ -158,6 +159,8 @@ class Run:
     cooldown: float = 0.0
     grad_clip: Optional[float] = None
     inputs: Optional[list] = None  # [Input]: synthetic batches instead of token data
+    # `:generate true`: the module keeps a KV cache for sx2torch.runtime.generate
+    generate: bool = False
     keys: dict = field(default_factory=dict)  # key -> its datum, for later diagnostics
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import lisp
+from cases import LLAMA, MIXTRAL, lisp
 from sx2torch import interpret
 from sx2torch.compiler import Options, compile_source
 
@@ -56,29 +56,10 @@ CASES = {
         _bert_inputs,
     ),
     "llama": (
-        dict(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        ),
+        LLAMA,
         _ids(256),
     ),
-    "mixtral": (
-        dict(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_local_experts=4,
-            num_experts_per_tok=2,
-        ),
-        _ids(256),
-    ),
+    "mixtral": (MIXTRAL, _ids(256)),
     "vit": (
         dict(
             hidden_size=64,

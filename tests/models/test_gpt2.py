@@ -16,11 +16,11 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.models.gpt2 import modeling_gpt2
 
-from cases import lisp
+from cases import GPT2, lisp
 from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
 
-SIZES = dict(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4)
+SIZES = GPT2
 DTYPES = {"exact": torch.float32, "train": torch.bfloat16}
 
 

@@ -13,20 +13,11 @@ import pytest
 import torch
 from transformers import MixtralConfig, MixtralForCausalLM
 
-from cases import lisp
+from cases import MIXTRAL, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 
-SIZES = dict(
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    num_local_experts=4,
-    num_experts_per_tok=2,
-)
+SIZES = MIXTRAL
 
 
 def mixtral(run: str):
@@ -145,7 +136,8 @@ def experts_inputs():
 @pytest.mark.parametrize("target", ["cuda", "metal", "cpu"])
 def test_the_sparse_experts_round_each_op_on_every_target(build, target):
     """The held targets (bf16 values in f32 tensors) round each op inside the layer as
-    cuda's bf16 tensors do, not the f32 layer once (found-held-sparse-experts-rounding)."""
+    cuda's bf16 tensors do, not the f32 layer once (found-held-sparse-experts-rounding).
+    """
     module, code = build(EXPERTS, target=target)
     assert ("held=True" in code) == (target != "cuda"), code
     got = module.Model()(*experts_inputs())

@@ -224,6 +224,12 @@ INTERNAL = [
         {"axis": -1, "start": 1, "end": None, "step": 2},
     ),
     ("group-norm-backward", {"g": [2, 4, 3], "x": [2, 4, 3], "w": [4]}, {"groups": 2}),
+    # the cache's ops without a generation running (the plain ops' values); last-position
+    # on one position, which it keeps while generating
+    ("cached-attention", {"q": [2, 4, 5, 8], "k": [2, 4, 5, 8], "v": [2, 4, 5, 8]}, {}),
+    ("cached-arange-of", {"like": [2, 5, 3]}, {}),
+    ("cached-positions", {"like": [2, 5]}, {}),
+    ("last-position", {"x": [2, 1, 3]}, {}),
     (
         "group-norm-backward",
         {"g": [2, 4, 3], "x": [2, 4, 3], "w": [4]},

@@ -312,6 +312,9 @@ SKIPPED: dict[str, str] = {
     "fused-layer-norm": "as modded-nanogpt-simple's F.rms_norm: F.layer_norm runs in f32 and "
     "rounds once on the held targets, which is not the bits of cuda's bf16 kernel; "
     "tests/language/test_everyday.py checks it against F.layer_norm",
+    "generate-cache": "as llama: F.linear and SDPA (sx.cached_attention) on the held targets "
+    "run in f32 and round once; tests/runtime/test_generate.py checks its cached steps against "
+    "its whole-prefix forward, and tests/models/test_generate.py the ports' against transformers",
     "attention-mask": "as llama: SDPA on the held targets runs in f32 and rounds once, which is "
     "not the bits of cuda's bf16 kernel; tests/language/test_everyday.py checks it against SDPA",
     "modded-nanogpt-simple": "its fused kernels (F.linear, F.rms_norm, SDPA) run in f32 and "

@@ -1,0 +1,96 @@
+"""The KV cache's ops: what the `cache` pass (sx2torch/cache.py) makes of a `:generate true`
+run's causal attention, positions and last tokenwise value. Each is written as a call of
+sx2torch/runtime/cache.py, which computes the plain op where no generation runs, so the module
+trains as before; while one runs, the attention keeps its keys and values (in the dtype it
+reads them in, a literal here: the store is a copy, never a rounding), positions start where
+the cache ends, and the value after the last attention keeps its last position.
+"""
+
+import sx2torch.build as b
+from sx2torch.ops.sequence import SEQUENCE
+from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.rank import ATTENTION, RankRule
+from sx2torch.ops.construct import ARANGE_OF, LIKE
+
+
+def _cached_attention(a, ctx):
+    extra = {"dtype": b.dotted(ctx.tensor_dtype)}
+    for key, word in (("scale", "scale"), ("window", "window")):
+        if ctx.attrs[key] is not None:
+            extra[word] = ctx.attrs[key]
+    if ctx.values["enable-gqa"] is not False:
+        extra["enable_gqa"] = ctx.attrs["enable-gqa"]
+    return b.call("sx.cached_attention", *a, **extra)
+
+
+register(
+    Op(
+        "cached-attention",
+        (Arg("q", "matrix"), Arg("k", "matrix"), Arg("v", "matrix")),
+        _cached_attention,
+        keys=(
+            Key("scale", "number"),
+            Key("window", "int"),
+            Key("enable-gqa", "bool", False),
+        ),
+        doc=(
+            "`(attention q k v :causal true ...)` in a :generate run, keeping K and V in "
+            "the cache (sx.cached_attention), in the dtype it computes in, a literal"
+        ),
+        rank=ATTENTION,
+        caches=True,
+        internal=True,
+    )
+)
+
+
+def _positions(dtype: bool):
+    def emit(a, ctx):
+        extra = {"dtype": b.dotted(ctx.tensor_dtype)} if dtype else {}
+        return b.call("sx.cache_positions", a[0], ctx.attrs["axis"], **extra)
+
+    return emit
+
+
+AXIS = (Key("axis", "int", SEQUENCE),)
+for _name, _plain, _result in (
+    ("cached-arange-of", "arange-of", "float"),
+    ("cached-positions", "positions", "int"),
+):
+    register(
+        Op(
+            _name,
+            (LIKE,),
+            _positions(dtype=_result == "float"),
+            keys=AXIS,
+            result=_result,
+            doc=f"`{_plain}` over the sequence axis in a :generate run: from the cache's length",
+            rank=ARANGE_OF,
+            internal=True,
+        )
+    )
+
+
+def _last(shapes, attrs):
+    (x,) = shapes
+    if not x:
+        return x
+    axis = attrs["axis"].value
+    return x[:axis] + (1,) + x[axis + 1 :]
+
+
+register(
+    Op(
+        "last-position",
+        (Arg("x"),),
+        lambda a, ctx: b.call("sx.last_position", a[0], ctx.attrs["axis"]),
+        keys=AXIS,
+        result="keep",
+        doc=(
+            "the value the last attention of a :generate run feeds, at its last position "
+            "while generating (transformers' logits_to_keep=1), else the value itself"
+        ),
+        rank=RankRule("X's with the sequence axis of size 1", _last),
+        internal=True,
+    )
+)

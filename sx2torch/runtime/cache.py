@@ -1,0 +1,228 @@
+"""The KV cache of a module compiled for a `(defrun NAME :generate true)` run.
+
+The compiler's `cache` pass makes each causal `attention` a `cached-attention`, each position
+over the sequence axis a `cache-positions`, and the value the last attention feeds a
+`last-position`; they are written as the three functions below. Without a generation running
+(`sx2torch.runtime.generate` makes one with `generating`), each computes what the plain op
+computes, so the module trains and evaluates as before. While one runs, the i-th attention
+called in a forward keeps its keys and values in the cache's slot i, positions start where the
+cache ends, and tokenwise work after the last attention reads the last position only.
+
+A store is a copy, never a rounding: keys and values reach the cache in the dtype the attention
+reads them in, the `dtype` the compiler writes as a literal beside each call (checked here).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from sx2torch.runtime.attention import window_mask
+
+__all__ = [
+    "Cache",
+    "cached_attention",
+    "cache_positions",
+    "generating",
+    "last_position",
+]
+
+_ACTIVE: list = [None]  # the cache of the generation running, else None
+
+
+class Cache:
+    """Keys and values of every cached attention, slot by slot in the order a forward calls
+    them. Dynamic (`capacity` None): each chunk is concatenated, as transformers'
+    DynamicCache does. Static: each slot is preallocated `[B, KV, capacity, D]` on its first
+    store and written in place at `position` (a tensor, so that a compiled step reads the
+    same buffers at every length). Left-padded prompts (dynamic): `keep` [B, L] says which
+    stored keys are tokens, `rows` [B, S] is each row's positions of the chunk.
+    """
+
+    def __init__(self, capacity: Optional[int] = None):
+        self.capacity = capacity
+        self.keys: list = []
+        self.values: list = []
+        self.length = 0  # tokens stored before this chunk (dynamic)
+        self.slot = 0  # the next attention's slot in this forward
+        self.position: Optional[Tensor] = (
+            None  # static: this chunk's positions, int64 [S]
+        )
+        self.keep: Optional[Tensor] = None  # padded: the keys that are tokens, [B, L]
+        self.rows: Optional[Tensor] = None  # padded: the chunk's positions, [B, S]
+
+    def begin(self, length: int, position: Optional[Tensor] = None) -> None:
+        """Before each forward: `length` tokens are stored, the chunk comes after them."""
+        self.length, self.slot = length, 0
+        if position is not None:
+            self.position = position
+
+    def store(self, k: Tensor, v: Tensor, dtype: torch.dtype) -> tuple:
+        """The keys and values this slot attends over, the chunk's among them."""
+        if k.dtype != dtype or v.dtype != dtype:
+            raise TypeError(
+                f"the cache holds {dtype}, the attention gave {k.dtype} and {v.dtype}"
+            )
+        slot, self.slot = self.slot, self.slot + 1
+        if slot == len(self.keys):
+            self.keys.append(self._empty(k) if self.capacity else k)
+            self.values.append(self._empty(v) if self.capacity else v)
+            if not self.capacity:
+                return k, v
+        if self.capacity:
+            self.keys[slot].index_copy_(-2, self.position, k)
+            self.values[slot].index_copy_(-2, self.position, v)
+        else:
+            self.keys[slot] = torch.cat([self.keys[slot], k], dim=-2)
+            self.values[slot] = torch.cat([self.values[slot], v], dim=-2)
+        return self.keys[slot], self.values[slot]
+
+    def _empty(self, x: Tensor) -> Tensor:
+        shape = (*x.shape[:-2], self.capacity, x.shape[-1])
+        buffer = torch.zeros(shape, dtype=x.dtype, device=x.device)
+        # the step compiled once reads the same storage at every length
+        torch._dynamo.mark_static_address(buffer)
+        return buffer
+
+    def bytes_per_token(self) -> int:
+        """What one more token costs the cache, every slot's keys and values."""
+        return sum(
+            t.element_size() * t[..., 0, :].numel() for t in [*self.keys, *self.values]
+        )
+
+
+@contextmanager
+def generating(cache: Cache):
+    """Run the module's forwards with `cache` as the generation's cache."""
+    _ACTIVE[0] = cache
+    try:
+        yield cache
+    finally:
+        _ACTIVE[0] = None
+
+
+def cached_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    dtype: torch.dtype,
+    scale=None,
+    window=None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """`(attention q k v :causal true ...)` with its keys and values kept in the cache.
+
+    Without a generation running it is the plain op's call. In a dynamic cache the chunk's
+    S queries see the L keys stored, theirs last: no mask for one query, `is_causal` when
+    nothing was stored before, else the causal mask aligned bottom-right (query i sees keys
+    j <= L - S + i), transformers' `sdpa_attention_forward` call in each case. A static
+    cache attends over its whole capacity with the boolean mask of the filled keys, and
+    grouped-query attention written as transformers' static cache writes it.
+    """
+    extra = {} if scale is None else {"scale": scale}
+    cache = _ACTIVE[0]
+    if cache is None:
+        if window is not None:
+            mask = window_mask(q.shape[-2], window, q.device)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
+            )
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=enable_gqa, **extra
+        )
+    k, v = cache.store(k, v, dtype)
+    queries, keys = q.shape[-2], k.shape[-2]
+    if cache.capacity:
+        return _static(q, k, v, cache.position, window, extra)
+    if cache.keep is not None:
+        query_at = torch.arange(keys - queries, keys, device=q.device)
+        mask = _allowed(query_at, keys, window) & cache.keep[:, None, None, :]
+        return _masked(q, k, v, mask, extra)
+    if window is None and keys == queries:
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=queries > 1, enable_gqa=enable_gqa, **extra
+        )
+    if window is None and queries == 1:
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa, **extra)
+    query_at = torch.arange(keys - queries, keys, device=q.device)
+    mask = _allowed(query_at, keys, window)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
+    )
+
+
+def _allowed(query_at: Tensor, keys: int, window) -> Tensor:
+    """[S, keys] booleans: query i, at position query_at[i], sees key j <= query_at[i], and
+    within the window's reach where there is one."""
+    key_at = torch.arange(keys, device=query_at.device)
+    seen = key_at[None, :] <= query_at[:, None]
+    if window is not None:
+        seen = seen & (key_at[None, :] >= query_at[:, None] - window)
+    return seen
+
+
+def _static(q: Tensor, k: Tensor, v: Tensor, position: Tensor, window, extra) -> Tensor:
+    """Attention over a static cache's capacity, transformers' static formulation: the
+    prompt (S > 1 from position 0) with `is_causal` over its own keys; a later chunk with the
+    boolean mask `[B, 1, S, capacity]` of the keys it sees."""
+    batch, heads, queries, dim = q.shape
+    groups = heads // k.shape[-3]
+    gqa = {"enable_gqa": True} if groups > 1 else {}
+    if queries > 1 and window is None and int(position[0]) == 0:
+        k, v = k[..., :queries, :], v[..., :queries, :]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa, **extra)
+    mask = _allowed(position, k.shape[-2], window)
+    return _masked(q, k, v, mask.expand(batch, 1, queries, k.shape[-2]), extra)
+
+
+def _masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, extra) -> Tensor:
+    """SDPA with a boolean mask `[B, 1, S, L]`, as transformers calls it beside one:
+    grouped-query heads folded into the query axis for one query, repeated otherwise."""
+    batch, heads, queries, dim = q.shape
+    groups = heads // k.shape[-3]
+    mask = mask.contiguous()
+    if groups == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
+    if queries == 1:
+        folded = q.reshape(batch, heads // groups, groups, dim)
+        y = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, **extra)
+        return y.reshape(batch, heads, 1, dim)
+    k = k.repeat_interleave(groups, dim=-3)
+    v = v.repeat_interleave(groups, dim=-3)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
+
+
+def cache_positions(like: Tensor, axis: int, dtype=None) -> Tensor:
+    """Positions along the sequence axis: 0..n-1 without a generation, else the chunk's
+    positions after the tokens stored (`arange-of` with a dtype, `positions` as int64).
+    """
+    cache = _ACTIVE[0]
+    size = like.shape[axis]
+    if cache is None:
+        return torch.arange(size, dtype=dtype, device=like.device)
+    if cache.rows is not None:
+        if like.dim() != 2:
+            raise ValueError(
+                "left-padded prompts need each row's positions, which this model reads "
+                f"from a {like.dim()}-d value's axis {axis}, shared by the rows: give "
+                "prompts of one length, or take positions from the [batch, length] ids"
+            )
+        return cache.rows if dtype is None else cache.rows.to(dtype)
+    if cache.capacity:
+        return cache.position if dtype is None else cache.position.to(dtype)
+    return torch.arange(
+        cache.length, cache.length + size, dtype=dtype, device=like.device
+    )
+
+
+def last_position(x: Tensor, axis: int) -> Tensor:
+    """While generating, `x` at the last position of the sequence axis (kept as an axis of
+    size 1): the lm_head of transformers' `logits_to_keep=1`; else `x`."""
+    if _ACTIVE[0] is None:
+        return x
+    return x.narrow(axis, x.shape[axis] - 1, 1)

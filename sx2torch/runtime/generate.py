@@ -1,0 +1,134 @@
+"""`generate`: decoding with the KV cache of a module compiled for a `:generate true` run,
+transformers' `generate` loop step for step (its names, its order: the prompt in one forward,
+then one token per forward; the last position's logits in f32; the processors of
+`sx2torch.runtime.sampling`; finished rows padded with the end token).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from sx2torch.runtime.cache import Cache, generating
+from sx2torch.runtime.sampling import next_tokens
+
+__all__ = ["generate"]
+
+
+def generate(
+    model,
+    input_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: Optional[int] = None,
+    top_p: Optional[float] = None,
+    generator: Optional[torch.Generator] = None,
+    attention_mask: Optional[Tensor] = None,
+    static_cache: bool = False,
+    eos_token_id=None,
+    streamer=None,
+    return_logits: bool = False,
+):
+    """The prompt `input_ids` [batch, length] and up to `max_new_tokens` tokens after it,
+    transformers' `sequences`; with `return_logits`, `(tokens, logits)`, one f32 `[batch,
+    vocab]` tensor per step (`output_logits`). `model` is compiled from a source with
+    `(defrun NAME ... :generate true)`. `static_cache` preallocates the cache and compiles
+    the steps after the prompt (fullgraph, one graph). `attention_mask` (1 a token, 0 a pad)
+    takes prompts padded on the left, positions counted per row as transformers does.
+    `eos_token_id` (an int or a list) ends a row, padded after with the first of them;
+    `streamer` gets the prompt, each token (`put`) and the end (`end`).
+    """
+    cache = _new_cache(input_ids, max_new_tokens, attention_mask, static_cache)
+    ends = _ends(eos_token_id, input_ids.device)
+    unfinished = None if ends is None else torch.ones_like(input_ids[:, 0])
+    sample = dict(
+        do_sample=do_sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        generator=generator,
+    )
+    step = torch.compile(model, fullgraph=True) if static_cache else model
+    tokens, logits = input_ids, []
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    with torch.no_grad(), generating(cache):
+        chunk, forward = input_ids, model  # the prompt runs eagerly, at its own length
+        position = torch.arange(input_ids.shape[1], device=input_ids.device)
+        for _ in range(max_new_tokens):
+            cache.begin(tokens.shape[1] - chunk.shape[1], position)
+            logits.append(_last_logits(forward(chunk), cache))
+            chosen = next_tokens(logits[-1], **sample)
+            if ends is not None:  # a finished row is padded with the first end token
+                chosen = chosen * unfinished + ends[0] * (1 - unfinished)
+                unfinished = unfinished & ~torch.isin(chosen, ends)
+            tokens = torch.cat([tokens, chosen[:, None]], dim=-1)
+            if streamer is not None:
+                streamer.put(chosen.cpu())
+            if unfinished is not None and unfinished.max() == 0:
+                break
+            chunk, forward = chosen[:, None], step
+            position = _advance(cache, position, tokens.shape[1] - 1)
+    if streamer is not None:
+        streamer.end()
+    return (tokens, tuple(logits)) if return_logits else tokens
+
+
+def _last_logits(out: Tensor, cache: Cache) -> Tensor:
+    """The last position's logits in f32, transformers' `output_logits`."""
+    if not cache.keys:
+        raise TypeError(
+            "the model keeps no KV cache: compile it from a source with "
+            "(defrun NAME ... :generate true)"
+        )
+    return out[:, -1].to(copy=True, dtype=torch.float32)
+
+
+def _new_cache(
+    input_ids: Tensor, max_new_tokens: int, attention_mask, static_cache: bool
+) -> Cache:
+    if input_ids.dim() != 2:
+        raise ValueError(
+            f"input_ids must be [batch, length], got {tuple(input_ids.shape)}"
+        )
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    padded = attention_mask is not None and not bool(attention_mask.all())
+    if padded and static_cache:
+        raise NotImplementedError("left-padded prompts take the dynamic cache for now")
+    # the last token's keys are never read: transformers' static capacity
+    cache = Cache(input_ids.shape[1] + max_new_tokens - 1 if static_cache else None)
+    if padded:  # transformers' positions: each row counts its own tokens
+        cache.keep = attention_mask.bool()
+        cache.rows = attention_mask.long().cumsum(-1) - 1
+        cache.rows.masked_fill_(attention_mask == 0, 1)
+    return cache
+
+
+def _advance(cache: Cache, position: Tensor, at: int) -> Tensor:
+    """After a token, the next one-token chunk: a padded row's next position and key; in
+    a static cache the position is one tensor, written in place, so that the compiled step
+    reads the same input at every step."""
+    if cache.rows is not None:
+        cache.rows = cache.rows[:, -1:] + 1
+        cache.keep = torch.cat(
+            [cache.keep, cache.keep.new_ones(len(cache.keep), 1)], -1
+        )
+    if cache.capacity is None:
+        return position
+    if position.numel() != 1:
+        position = torch.zeros(1, dtype=torch.long, device=position.device)
+        torch._dynamo.mark_static_address(position)
+    position.fill_(at)
+    return position
+
+
+def _ends(eos_token_id, device) -> Optional[Tensor]:
+    if eos_token_id is None:
+        return None
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    return torch.tensor(ids, dtype=torch.long, device=device)
