@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["next_tokens", "sampling_scores"]
+__all__ = ["check_settings", "next_tokens", "sampling_scores"]
 
 FILTERED = -float("inf")  # transformers' filter_value for top-k and top-p
 MIN_TOKENS_TO_KEEP = 1  # transformers' for a generate without beams
@@ -51,7 +51,7 @@ def sampling_scores(
     """The scores transformers' sampling processors make of `logits` [batch, vocab]: each
     processor applies only where it changes something, as transformers builds its list
     (temperature 1.0, top-k None or 0 and top-p None or 1.0 are left out)."""
-    _check(temperature, top_k, top_p)
+    check_settings(temperature, top_k, top_p)
     scores = logits
     if temperature != 1.0:
         scores = scores / temperature
@@ -67,7 +67,8 @@ def sampling_scores(
 
 def _top_p(scores: Tensor, top_p: float) -> Tensor:
     """transformers' TopPLogitsWarper: the tokens whose cumulative probability, summed from
-    the least likely up, stays at or below 1 - top_p are removed, never the most likely."""
+    the least likely up, stays at or below 1 - top_p are removed, never the most likely.
+    """
     ascending, order = torch.sort(scores, descending=False)
     cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
     remove = cumulative <= (1 - top_p)
@@ -76,8 +77,9 @@ def _top_p(scores: Tensor, top_p: float) -> Tensor:
     return scores.masked_fill(remove, FILTERED)
 
 
-def _check(temperature, top_k, top_p) -> None:
-    """transformers' refusals, said in the driver's names."""
+def check_settings(temperature, top_k, top_p) -> None:
+    """transformers' refusals of these settings, said in the driver's names: a ValueError or
+    TypeError."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number, got {temperature!r}")
     if not temperature > 0:
