@@ -125,7 +125,9 @@ def measure(runs: dict, ids: torch.Tensor, repeat: int) -> dict:
     for name, run in runs.items():
         tokens = run(ids)
         if not torch.equal(tokens, expected):
-            raise SystemExit(f"{name} made other tokens than transformers' eager generate")
+            raise SystemExit(
+                f"{name} made other tokens than transformers' eager generate"
+            )
     cuda = ids.is_cuda
     clock = time.perf_counter if cuda else time.process_time
     times: dict = {name: [] for name in runs}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import lisp
+from cases import TINY_LLAMA, lisp
 from sx2torch import interpret
 from sx2torch.compiler import Options, compile_source
 
@@ -56,14 +56,7 @@ CASES = {
         _bert_inputs,
     ),
     "llama": (
-        dict(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        ),
+        TINY_LLAMA,
         _ids(256),
     ),
     "mixtral": (

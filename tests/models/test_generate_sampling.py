@@ -1,14 +1,15 @@
 """Sampling end to end (issue 36): the Llama port's cached generate with do_sample=True,
 temperature 0.8, top-k 50 and top-p 0.9 draws transformers' tokens from the same seed, the
 f32 run against the f32 model and the bf16 run against from_pretrained(dtype=bf16), three
-seeds; and the script's `generate` command decodes a training checkpoint as the driver does."""
+seeds; and the script's `generate` command decodes a training checkpoint as the driver does.
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cases import lisp
+from cases import TINY_LLAMA, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import train
@@ -17,14 +18,7 @@ generate = pytest.importorskip(
     "sx2torch.runtime.generate", reason="the driver comes with the gen branch"
 ).generate
 
-SIZES = dict(
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
+SIZES = TINY_LLAMA
 PRECISIONS = {"f32": torch.float32, "bf16": torch.bfloat16}
 SAMPLING = dict(do_sample=True, temperature=0.8, top_k=50, top_p=0.9)
 NEW_TOKENS = 12
@@ -42,7 +36,8 @@ def cached_llama(precision: str) -> type:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     """{precision: transformers' Llama}: random weights moved off their initial values (so
-    that every parameter counts), in f32 and as from_pretrained(dtype=bf16) loads them."""
+    that every parameter counts), in f32 and as from_pretrained(dtype=bf16) loads them.
+    """
     import transformers
 
     torch.manual_seed(0)
@@ -109,6 +104,8 @@ def test_the_generate_command_decodes_a_checkpoint(real, tmp_path, capsys):
         out, err = capsys.readouterr()
         assert exit.value.code == 0, err
         if sampling:
-            sampling = dict(sampling, top_p=None, generator=torch.Generator().manual_seed(4))
+            sampling = dict(
+                sampling, top_p=None, generator=torch.Generator().manual_seed(4)
+            )
         want = generate(model.eval(), torch.tensor([prompt]), 9, **sampling)
         assert out == ",".join(map(str, want[0].tolist())) + "\n"

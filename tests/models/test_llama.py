@@ -21,20 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-from cases import lisp
+from cases import TINY_LLAMA, lisp
 from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
-SIZES = dict(
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
+SIZES = TINY_LLAMA
 
 
 def llama(run: str):
