@@ -187,16 +187,17 @@ def _model_mismatch(recorded: dict, model_id: dict):
     return None
 
 
-def resume_point(out: Path, model_id: dict, warn) -> Path:
+def resume_point(out: Path, model_id: dict, warn, asked: str = "--resume") -> Path:
     """The newest checkpoint in `out` that verifies; each newer one that does not is named in
     a warning, as is a newer one that `latest` names and that is gone, and when none
-    verifies the error names why the newest did not."""
+    verifies the error names why the newest did not, after `asked`, what asked for it.
+    """
     folder = out / "checkpoints"
     steps = sorted(_steps(folder), reverse=True)
     gone = _missing_latest(folder)
     if not steps:
         raise CheckpointError(
-            f"--resume: no checkpoint in {out}"
+            f"{asked}: no checkpoint in {out}"
             + (
                 f" (checkpoints/latest names {gone.name}, which is missing)"
                 if gone
@@ -223,7 +224,7 @@ def resume_point(out: Path, model_id: dict, warn) -> Path:
         if others
         else ""
     )
-    raise CheckpointError(f"--resume: {first}: {why}{more}")
+    raise CheckpointError(f"{asked}: {first}: {why}{more}")
 
 
 def _missing_latest(folder: Path):
@@ -272,20 +273,23 @@ def load(checkpoint: Path, model, optimizers) -> int:
     return _step(checkpoint)
 
 
-def load_checkpoint(model: torch.nn.Module, path) -> int:
+def load_checkpoint(
+    model: torch.nn.Module, path, asked: str = "load_checkpoint", warn=warnings.warn
+) -> int:
     """Load into `model` (a generated module, unsharded) the weights of the newest verified
     checkpoint of a run's DIR, or of the checkpoint folder `path` names; the step it holds.
-    A checkpoint that does not verify raises CheckpointError."""
+    A checkpoint that does not verify raises CheckpointError, its message led by `asked`;
+    a newer one passed over is said through `warn`."""
     import torch.distributed.checkpoint as dcp
 
     path, model_id = Path(path), identity(model)
     if STEP.fullmatch(path.name):
         reason = verify(path, model_id)
         if reason:
-            raise CheckpointError(f"{path}: {reason}")
+            raise CheckpointError(f"{asked}: {path}: {reason}")
         checkpoint = path
     else:
-        checkpoint = resume_point(path, model_id, lambda line: warnings.warn(line))
+        checkpoint = resume_point(path, model_id, warn, asked)
     state = {"model": model.state_dict()}
     with _quiet_without_group():
         dcp.load(state, checkpoint_id=checkpoint)

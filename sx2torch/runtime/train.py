@@ -2,6 +2,7 @@
 
     python model.py --data GLOB --steps N --out DIR [--resume] [--compile] [--parallel ddp|fsdp2]
     torchrun --nproc-per-node K model.py ... --parallel ddp|fsdp2
+    python model.py generate --checkpoint DIR --prompt-ids 1,2,3 (runtime/generate_cli.py)
 
 `settings` is the literal the compiler wrote from the defrun: the loss method, steps, batch
 size and sequence length, schedule, gradient clipping, synthetic inputs, and the optimizers
@@ -21,6 +22,7 @@ tqdm are imported when first needed, so that `--help` and the first step come so
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import math
 import os
@@ -52,20 +54,26 @@ FAILED = 2  # a failure reported in one line
 
 
 def main(model_class: type, settings: dict, argv=None) -> None:
-    names = loss_arguments(model_class, settings["loss"])
-    args = _arguments(settings, names, argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["generate"]:  # the script's other command
+        from sx2torch.runtime import generate_cli
+
+        args = generate_cli.arguments(argv[1:])
+        command, stopped = functools.partial(generate_cli.run, model_class, args), ""
+    else:
+        names = loss_arguments(model_class, settings["loss"])
+        args = _arguments(settings, names, argv)
+        command = functools.partial(train, model_class, settings, args)
+        stopped = "; nothing saved since the last checkpoint"
     rank = int(os.environ.get("RANK", 0))
     try:
-        sys.exit(train(model_class, settings, args))
+        sys.exit(command())
     except DataError as error:
         if rank == 0:
             print(f"error: {error}", file=sys.stderr)
         sys.exit(FAILED)
-    except KeyboardInterrupt:  # a second Ctrl-C: stop at once, without saving
-        print(
-            "interrupted: stopped at once; nothing saved since the last checkpoint",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt:  # training: a second Ctrl-C, stop at once without saving
+        print(f"interrupted: stopped at once{stopped}", file=sys.stderr)
         sys.exit(INTERRUPTED)
     except Exception as error:  # one line, the traceback on request
         if args.traceback:
@@ -101,7 +109,8 @@ def _parser(settings: dict, names: list) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Train the model with the settings of its defrun.",
         formatter_class=_Help,
-        epilog="Outputs, in --out DIR: metrics.jsonl (one JSON object a step), "
+        epilog="`generate --help`: the command that generates from a checkpoint. "
+        "Outputs, in --out DIR: metrics.jsonl (one JSON object a step), "
         "checkpoints/step-N (the newest --keep, each verified by its manifest.json; "
         "checkpoints/latest names the newest) and, when the run completes, model.pt "
         "(the final weights as one state_dict). Errors are one line: exit 2, or 1 for an "
