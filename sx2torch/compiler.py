@@ -22,6 +22,7 @@ import sx2torch.lint as lint
 import sx2torch.policy as policy
 import sx2torch.ranks as ranks
 import sx2torch.resolve as resolve
+import sx2torch.shard as shard
 import sx2torch.trace as trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
@@ -72,6 +73,7 @@ class Unit:
     chosen: Optional[Run] = None  # trace: the defrun compiled for
     graphs: Optional[dict] = None  # trace, then gradient
     lowered: Optional[Lowered] = None  # policy
+    plan: Optional[shard.Plan] = None  # shard: the tensor-parallel plan
     names: Optional[naming.Naming] = None  # names
     code: Optional[str] = None  # emit, then format
 
@@ -170,6 +172,17 @@ def _verify_lowered(unit: Unit) -> None:
         policy.verify(typed)
 
 
+def _shard(unit: Unit) -> None:
+    reduce = unit.chosen.tp_reduce if unit.chosen else "f32"
+    unit.plan = shard.run(unit.program, unit.graphs, reduce)
+
+
+def _verify_plan(unit: Unit) -> None:
+    paths = [entry.path for entry in unit.plan.entries]
+    assert len(paths) == len(set(paths)), "a module planned twice"
+    assert set(unit.plan.styles.values()) <= {shard.COLWISE, shard.ROWWISE, shard.GATHER}
+
+
 def _names(unit: Unit) -> None:
     unit.names = naming.run(unit.program, unit.lowered, unit.target)
     library.name(unit.lowered, unit.names)
@@ -193,6 +206,7 @@ def _emit(unit: Unit) -> None:
         unit.target,
         unit.shown,
         unit.chosen,
+        unit.plan,
     )
     unit.code = b.code(tree)
 
@@ -225,6 +239,7 @@ PASSES = (
         _verify_lowered,
         lambda unit: dump.lowered(unit.lowered),
     ),
+    Pass("shard", _shard, _verify_plan, lambda unit: dump.plan(unit.plan)),
     Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
     Pass("emit", _emit, _verify_code, lambda unit: unit.code),
     Pass("format", _format, _verify_code),

@@ -619,8 +619,10 @@ def _defrun(datum: List, runs: list) -> Run:
         run.warmup, run.cooldown = _schedule(options["schedule"])
     if "inputs" in options:
         run.inputs = _inputs(options["inputs"])
+    if "tp-reduce" in options:
+        run.tp_reduce = _choice(options["tp-reduce"], PRECISIONS, ":tp-reduce")
     if run.loss is None:
-        for key in [k for k in options if k != "precision"]:
+        for key in [k for k in options if k not in ("precision", "tp-reduce")]:
             raise SourceError(
                 options[key].span, f"defrun :{key} needs :loss (the defun to train)"
             )

@@ -37,6 +37,8 @@ LAYERS = [
     ("ranks",),
     ("policy",),
     ("functions",),
+    # the tensor-parallel plan, an analysis of the graphs
+    ("shard",),
     ("emit",),
     ("format",),
     # the pipeline's printers (--dump-after) and its warnings; then the pass table

@@ -22,6 +22,7 @@ from sx2torch.policy.rules import is_param
 from sx2torch.emit import scalars
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Model, Param, Program, Run, Tie
+from sx2torch.shard import Plan
 from sx2torch.syntax.scalars import ScalarOp
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
@@ -35,6 +36,7 @@ def run(
     target: Target,
     source_lines=None,
     chosen: Optional[Run] = None,
+    plan: Optional[Plan] = None,
 ) -> cst.Module:
     """The module: imports, the library's functions, one class per model, and the
     `__main__` block of the chosen `run` form where it trains."""
@@ -48,7 +50,10 @@ def run(
     body += functions.definitions(naming, lambda t, name: _method(t, name, bare))
     by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
-        body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
+        top = _tp_plan(plan) if model.is_top and plan and plan.styles else []
+        body.append(
+            _class(program, model, lowered, by_defun, contexts[model.name], top)
+        )
     if chosen is not None and chosen.loss is not None:
         body.append(_main(program, naming, chosen))
     comments = [
@@ -122,11 +127,17 @@ def _import(name: str) -> cst.SimpleStatementLine:
 
 
 def _class(
-    program, model: Model, lowered: Lowered, by_defun: dict, ctx: ClassContext
+    program,
+    model: Model,
+    lowered: Lowered,
+    by_defun: dict,
+    ctx: ClassContext,
+    attributes: list,
 ) -> cst.ClassDef:
     body: list = []
     if model.doc is not None:
         body.append(_docstring(model.doc))
+    body += attributes
     body.append(_init(program, model, lowered, ctx))
     emitted = set()
     for defun in model.defuns:
@@ -149,6 +160,25 @@ def _class(
         bases=[cst.Arg(base)],
         leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
     )
+
+
+def _tp_plan(plan: Plan) -> list:
+    """The tensor-parallel plan the shard pass derived, as `sx.tensor_parallel` applies it."""
+    why = {
+        "f32": "f32 partial sums, all-reduced in f32 and rounded once",
+        "bf16": "partial products rounded to bf16, all-reduced in bf16",
+    }[plan.reduce]
+    comments = [
+        "Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other",
+        f"weights whole; a rowwise layer reduces {why}.",
+    ]
+    lines = [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in comments]
+    return [
+        cst.parse_statement(f"TP_PLAN = {plan.styles!r}").with_changes(
+            leading_lines=lines
+        ),
+        cst.parse_statement(f"TP_REDUCE = {plan.reduce!r}"),
+    ]
 
 
 def _docstring(text: str) -> cst.SimpleStatementLine:

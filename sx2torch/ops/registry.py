@@ -162,6 +162,9 @@ class Op:
     # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
     # policy decides: the f32-out matmul's `:out :f32`
     out_dtype: Optional[Callable] = None
+    # how a value split across devices along one axis passes through it, for tensor
+    # parallelism (sx2torch/ops/sharding.py); None: it needs the whole value
+    shards: Optional[Callable] = None
 
     def negates(self, operands: tuple) -> bool:
         return self.negation(operands) if callable(self.negation) else self.negation

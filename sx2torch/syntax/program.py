@@ -21,6 +21,7 @@ RUN_KEYS = (
     "schedule",
     "grad-clip",
     "inputs",
+    "tp-reduce",
 )
 OPTIMIZER_KEYS = {
     "adamw": ("lr", "betas", "weight-decay", "eps"),
@@ -158,6 +159,9 @@ class Run:
     grad_clip: Optional[float] = None
     inputs: Optional[list] = None  # [Input]: synthetic batches instead of token data
     keys: dict = field(default_factory=dict)  # key -> its datum, for later diagnostics
+    # a row-parallel layer's reduction under tensor parallelism (LANGUAGE.md): "f32"
+    # partial sums rounded once, or "bf16", the partial products rounded and summed in bf16
+    tp_reduce: str = "f32"
 
 
 @dataclass
