@@ -165,12 +165,12 @@ def _class(
 def _tp_plan(plan: Plan) -> list:
     """The tensor-parallel plan the shard pass derived, as `sx.tensor_parallel` applies it."""
     why = {
-        "f32": "f32 partial sums, all-reduced in f32 and rounded once",
-        "bf16": "partial products rounded to bf16, all-reduced in bf16",
+        "f32": "all-reduce f32 partial sums, rounded once",
+        "bf16": "all-reduce partial products rounded to bf16",
     }[plan.reduce]
     comments = [
         "Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other",
-        f"weights whole; a rowwise layer reduces {why}.",
+        f"weights whole; rowwise layers {why}.",
     ]
     lines = [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in comments]
     return [
