@@ -225,6 +225,17 @@ class MixtralModel(nn.Module):
 
 
 class Mixtral(nn.Module):
+    # Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other
+    # weights whole; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {
+        "model.layers.*.self_attn.q_proj": "colwise",
+        "model.layers.*.self_attn.k_proj": "colwise",
+        "model.layers.*.self_attn.v_proj": "colwise",
+        "model.layers.*.self_attn.o_proj": "rowwise",
+        "lm_head": "colwise_gather_output",
+    }
+    TP_REDUCE = "f32"
+
     def __init__(
         self,
         *,
