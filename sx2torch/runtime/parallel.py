@@ -99,9 +99,10 @@ def _divides(path: str, module: nn.Module, axis: int, ways: int) -> None:
         )
 
 
-def fully_shard_units(model: nn.Module, call) -> list:
-    """Shard the units (see the module's docstring) bottom-up, `call()` running the loss once
-    to see what each method reads; the units' names."""
+def fully_shard_units(model: nn.Module, call, mesh=None) -> list:
+    """Shard the units (see the module's docstring) bottom-up across `mesh` (default: every
+    process), `call()` running the loss once to see what each method reads; the units'
+    names."""
     from torch.distributed.fsdp import fully_shard
 
     candidates = _candidates(model)
@@ -109,7 +110,7 @@ def fully_shard_units(model: nn.Module, call) -> list:
     units = [(n, m) for n, m in candidates if m not in joined] + [("", model)]
     for _, unit in units:
         methods = _methods(unit)
-        fully_shard(unit)
+        fully_shard(unit, mesh=mesh)
         _Entries(unit, methods)
     return [name for name, _ in units]
 

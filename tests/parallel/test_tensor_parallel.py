@@ -4,12 +4,17 @@ gradients; under :tp-reduce :bf16 the Llama's logits are transformers' own tp_pl
 bit for bit; and a row-parallel bf16 GEMM with the default f32 reduction differs from one
 device in at most 0.1% of its outputs (the bf16 reduction's share is printed beside it).
 Mixtral's experts stay whole on every device (read by sparse-experts, no linear layer);
-its attention splits. One launch runs every check (tests/parallel/tp_worker.py)."""
+its attention splits. One launch runs every check (tests/parallel/tp_worker.py).
+
+On 4 processes, `--parallel fsdp2+tp --tp 2` trains the Llama port 20 steps with one
+process's losses; killed after a checkpoint, `--resume` computes the steps after it again
+bit for bit, and the checkpoint loads into one process."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +23,11 @@ import pytest
 import torch
 
 from cases import lisp
+from conftest import load_module
 from sx2torch.compiler import Options, compile_source
+from sx2torch.runtime.checkpoint import load_checkpoint
+from sx2torch.runtime.data import write_shard
+from train.test_script import chain
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parent / "tp_worker.py"
@@ -66,9 +75,7 @@ def results(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("name", ["llama", "mixtral"])
-def test_split_f32_models_give_one_process_s_logits_tokens_and_gradients(
-    results, name
-):
+def test_split_f32_models_give_one_process_s_logits_tokens_and_gradients(results, name):
     got = results[name]
     assert got["split"] == "DTensor"  # o_proj's weight is split
     assert got["logits"] <= 1e-6 and got["scale"] > 1e-2
@@ -87,4 +94,90 @@ def test_the_f32_reduction_differs_from_one_device_in_at_most_a_thousandth(resul
         f"f32 reduction {shares['f32']:.4%}, bf16 reduction {shares['bf16']:.2%}"
     )
     assert shares["f32"] <= 1e-3
-    assert shares["bf16"] > 0.1  # the reduction the key chooses against is measurably worse
+    assert (
+        shares["bf16"] > 0.1
+    )  # the reduction the key chooses against is measurably worse
+
+
+TINY = [  # the Llama port at the tests' sizes, and a run that trains it in f32
+    ("(defconst vocab-size 32000)", "(defconst vocab-size 256)"),
+    ("(defconst hidden-size 4096)", "(defconst hidden-size 64)"),
+    ("(defconst intermediate-size 11008)", "(defconst intermediate-size 128)"),
+    ("(defconst num-hidden-layers 32)", "(defconst num-hidden-layers 2)"),
+    ("(defconst num-attention-heads 32)", "(defconst num-attention-heads 4)"),
+    ("(defconst num-key-value-heads 32)", "(defconst num-key-value-heads 2)"),
+]
+FIT = "(defrun fit :precision :f32 :loss loss :optimizer (adamw :lr 1e-3) :steps 20 :batch-size 4 :seq-len 16 :grad-clip 0.5)"
+FOUR = [*TORCHRUN[:-1], "--nproc-per-node=4"]
+KILLED_AFTER = 13  # steps 10 to 13 run again from the checkpoint of step 10
+
+
+def launch(work: Path, *command: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        start_new_session=True,  # kill.py kills rank 0's process group, no test's
+    )
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("tp-train")
+    source = lisp("llama").read_text()
+    for old, new in TINY:
+        assert old in source
+        source = source.replace(old, new)
+    code = compile_source(source + FIT, "llama.lisp", Options(run="fit"))
+    (work / "llama.py").write_text(code, encoding="utf-8")
+    write_shard(work / "shard.bin", chain(6000, vocab=256))
+    common = ["--data", "shard.bin", "--save-every", "10"]
+    done = launch(work, "llama.py", "--out", "one", *common)
+    assert done.returncode == 0, done.stderr[-4000:]
+    split = [*common, "--out", "four", "--parallel", "fsdp2+tp", "--tp", "2"]
+    kill = str(Path(__file__).parent / "kill.py")
+    killed = launch(work, *FOUR, kill, str(KILLED_AFTER), "llama.py", *split)
+    # torchrun ends the other ranks when rank 0 is killed
+    assert killed.returncode == 1 and "Signal 9 (SIGKILL)" in killed.stderr
+    saved = sorted(p.name for p in (work / "four" / "checkpoints").iterdir())
+    assert saved == ["latest", "step-10"], killed.stderr[-4000:]
+    shutil.copy(work / "four" / "metrics.jsonl", work / "killed.jsonl")
+    done = launch(work, *FOUR, "llama.py", *split, "--resume")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return work
+
+
+def losses(path: Path) -> dict:
+    lines = path.read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+
+def test_fsdp2_tp_on_four_processes_trains_with_one_process_s_losses(training):
+    one, four = losses(training / "one/metrics.jsonl"), losses(
+        training / "four/metrics.jsonl"
+    )
+    assert sorted(one) == sorted(four) == list(range(20))
+    worst = max(abs(four[s] - one[s]) / abs(one[s]) for s in one)
+    assert worst <= 1e-4, (one, four)
+    assert one[19] < one[0]
+
+
+def test_a_killed_run_resumes_bit_for_bit(training):
+    killed, resumed = losses(training / "killed.jsonl"), losses(
+        training / "four/metrics.jsonl"
+    )
+    assert max(killed) == KILLED_AFTER
+    again = range(10, KILLED_AFTER + 1)  # after the checkpoint of step 10
+    assert [resumed[s] for s in again] == [killed[s] for s in again]
+
+
+def test_the_split_checkpoint_loads_into_one_process(training):
+    model = load_module((training / "llama.py").read_text()).Llama()
+    assert load_checkpoint(model, training / "four/checkpoints/step-20") == 20
+    final = torch.load(training / "four/model.pt")
+    assert final.keys() == model.state_dict().keys()
+    assert all(torch.equal(final[k], v) for k, v in model.state_dict().items())

@@ -34,7 +34,9 @@ def load(path: Path):
 
 
 def ids(length: int) -> torch.Tensor:
-    return torch.randint(0, 256, (2, length), generator=torch.Generator().manual_seed(7))
+    return torch.randint(
+        0, 256, (2, length), generator=torch.Generator().manual_seed(7)
+    )
 
 
 def against_one(cls, sizes: dict, mesh) -> dict:
@@ -110,7 +112,9 @@ def main(work: Path) -> None:
         "llama": against_one(load(work / "llama_f32.py")[0], LLAMA, mesh),
         "mixtral": against_one(load(work / "mixtral_f32.py")[0], MIXTRAL, mesh),
         "gemm": gemm(load(work / "llama_bf16.py")[1].LinearLayer, mesh),
-        "transformers": with_transformers(work, load(work / "llama_tp_bf16.py")[0], mesh),
+        "transformers": with_transformers(
+            work, load(work / "llama_tp_bf16.py")[0], mesh
+        ),
     }
     if dist.get_rank() == 0:
         (work / "results.json").write_text(json.dumps(results, indent=1))
