@@ -1,7 +1,7 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
-    read -> resolve -> trace -> gradient -> ranks -> policy -> functions -> names -> emit -> format
+    read -> resolve -> trace -> gradient -> ranks -> policy -> functions -> shard -> names -> emit -> format
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The tensor-parallel plan: which linear layers of a model split across devices, derived
-from the graphs as Megatron-LM splits a transformer.
+"""The shard pass: the tensor-parallel plan, which linear layers of a model split across
+devices, derived from the graphs as Megatron-LM splits a transformer.
 
 A *linear layer* is a sub-model whose forward is one `linear` of its input by its weights
 (torch's [out, in] layout), as nn.Linear is. Called on a whole input, its weights can be

@@ -169,8 +169,8 @@ def _tp_plan(plan: Plan) -> list:
         "bf16": "all-reduce partial products rounded to bf16",
     }[plan.reduce]
     comments = [
-        "Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other",
-        f"weights whole; rowwise layers {why}.",
+        "The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel",
+        f"applies; rowwise layers {why}.",
     ]
     lines = [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in comments]
     return [

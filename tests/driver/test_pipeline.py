@@ -21,6 +21,7 @@ MODULES = {  # where each pass lives
     "ranks": "sx2torch.ranks",
     "policy": "sx2torch.policy",
     "functions": "sx2torch.functions",
+    "shard": "sx2torch.shard",
     "names": "sx2torch.emit.naming",
     "emit": "sx2torch.emit.module",
     "format": "sx2torch.format",
@@ -50,6 +51,7 @@ def test_dump_after_offers_every_pass_that_prints(capsys):
         "ranks",
         "policy",
         "functions",
+        "shard",
         "names",
         "emit",
     )

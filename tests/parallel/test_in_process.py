@@ -1,7 +1,8 @@
-"""Gradient clipping where tensor parallelism split some parameters and left the others
-whole: torch's clip_grad_norm_ refuses the mix of DTensors and tensors (and of DTensors on
-two meshes, as FSDP2 over tensor parallelism gives); the training loop's gives torch's
-clipped gradients. One process, a mesh of one, in this process (no torchrun)."""
+"""Tensor parallelism in this process, on a mesh of one (no torchrun): tensor_parallel's errors,
+and gradient clipping where it split some parameters and left the others whole: torch's
+clip_grad_norm_ refuses the mix of DTensors and tensors (and of DTensors on two meshes, as
+FSDP2 over tensor parallelism gives); the training loop's gives torch's clipped gradients.
+"""
 
 from __future__ import annotations
 
@@ -35,11 +36,24 @@ def group():
     dist.destroy_process_group()
 
 
+def compiled(name: str, run=None):
+    path = lisp(name)
+    module = load_module(compile_source(path.read_text(), path.name, Options(run)))
+    return getattr(module, module.__all__[0])
+
+
+def test_a_model_without_a_plan_or_a_plan_naming_no_module_is_refused(group):
+    with pytest.raises(ValueError, match="TinyGpt has no TP_PLAN: .*sx2torch explain"):
+        tensor_parallel(compiled("tiny-gpt")(), group)
+    model = compiled("llama", "exact")(**SIZES)
+    with pytest.raises(ValueError, match="'model.layers.*.attn.q_proj', no module"):
+        tensor_parallel(model, group, plan={"model.layers.*.attn.q_proj": "colwise"})
+    with pytest.raises(ValueError, match="unknown style 'sideways'"):
+        tensor_parallel(model, group, plan={"lm_head": "sideways"})
+
+
 def test_clipping_split_and_whole_gradients_is_torch_s(group):
-    path = lisp("llama")
-    cls = load_module(
-        compile_source(path.read_text(), path.name, Options("exact"))
-    ).Llama
+    cls = compiled("llama", "exact")
     torch.manual_seed(0)
     whole = cls(**SIZES)
     split = cls(**SIZES)
