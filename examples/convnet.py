@@ -80,8 +80,8 @@ class LinearLayer(nn.Module):
 
 
 class Convnet(nn.Module):
-    # Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other
-    # weights whole; rowwise layers all-reduce f32 partial sums, rounded once.
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
     TP_PLAN = {"head": "colwise_gather_output"}
     TP_REDUCE = "f32"
 

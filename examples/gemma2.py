@@ -242,8 +242,8 @@ class Gemma2Model(nn.Module):
 
 
 class Gemma2(nn.Module):
-    # Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other
-    # weights whole; rowwise layers all-reduce f32 partial sums, rounded once.
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
     TP_PLAN = {
         "model.layers.*.mlp.gate_proj": "colwise",
         "model.layers.*.mlp.up_proj": "colwise",

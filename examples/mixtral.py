@@ -225,8 +225,8 @@ class MixtralModel(nn.Module):
 
 
 class Mixtral(nn.Module):
-    # Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other
-    # weights whole; rowwise layers all-reduce f32 partial sums, rounded once.
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
     TP_PLAN = {
         "model.layers.*.self_attn.q_proj": "colwise",
         "model.layers.*.self_attn.k_proj": "colwise",

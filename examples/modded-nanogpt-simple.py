@@ -145,8 +145,8 @@ class Embedding(nn.Module):
 
 
 class ModdedNanogptSimple(nn.Module):
-    # Tensor parallelism (sx.tensor_parallel): each linear layer's split, the other
-    # weights whole; rowwise layers all-reduce f32 partial sums, rounded once.
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
     TP_PLAN = {
         "blocks.*.mlp.fc": "colwise",
         "blocks.*.mlp.proj": "rowwise",
