@@ -149,7 +149,7 @@ def imported(path: Path) -> set:
         # emission sees the IR and the registry, never the reader's data
         ("emit/*.py", "sx2torch.syntax.read"),
         # gradient expands the traced graph: it knows nothing of emission
-        ("gradient.py", "sx2torch.emit"),
+        ("gradient/*.py", "sx2torch.emit"),
         ("policy/*.py", "sx2torch.emit"),
         ("policy/*.py", "sx2torch.syntax.read"),
     ],

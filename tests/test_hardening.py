@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from sx2torch import cli, resolve
+from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
+from sx2torch.resolve import models
 from sx2torch.errors import SourceError
 from sx2torch.syntax import read
 from sx2torch.compiler import compile_source
@@ -81,7 +83,7 @@ def test_a_stack_past_the_limit_is_located(capsys, tmp_path):
     rc, out, err = run(capsys, path)
     assert (rc, out) == (1, "")
     assert err.splitlines()[0] == (
-        f"{path}:2:18: error: a stack has at most {resolve.MAX_LAYERS:,} layers, got 100,000,000,000"
+        f"{path}:2:18: error: a stack has at most {MAX_LAYERS:,} layers, got 100,000,000,000"
     )
 
 
@@ -102,11 +104,11 @@ def test_a_stack_built_past_the_limit_is_refused_at_its_defparam(tmp_path):
     )
     deep = sx2torch.load(path).Deep
     assert len(deep(n_layer=3).blocks) == 3
-    assert sx.layers(resolve.MAX_LAYERS) == range(resolve.MAX_LAYERS)
+    assert sx.layers(MAX_LAYERS) == range(MAX_LAYERS)
     with pytest.raises(ValueError) as error:
-        deep(n_layer=resolve.MAX_LAYERS + 1)
+        deep(n_layer=MAX_LAYERS + 1)
     assert str(error.value) == (
-        f"a stack has at most {resolve.MAX_LAYERS:,} layers, got {resolve.MAX_LAYERS + 1:,}"
+        f"a stack has at most {MAX_LAYERS:,} layers, got {MAX_LAYERS + 1:,}"
     )
     where = located.locate(error.value)[0].splitlines()
     assert where[0].startswith(f"{path}:3:11: note: the error is raised in this form")
@@ -123,7 +125,7 @@ def test_a_parameter_past_the_limit_is_located(capsys, tmp_path, init, elements)
     rc, out, err = run(capsys, path)
     assert (rc, out) == (1, "")
     assert err.splitlines()[0] == (
-        f"{path}:1:13: error: a parameter has at most {resolve.MAX_ELEMENTS:,} elements, got {elements:,}"
+        f"{path}:1:13: error: a parameter has at most {MAX_ELEMENTS:,} elements, got {elements:,}"
     )
 
 
@@ -275,8 +277,8 @@ def test_many_parameters_are_resolved_in_work_linear_in_their_number(monkeypatch
         spelled.append(name)
         return spell(name)
 
-    spell = resolve.mangle
-    monkeypatch.setattr(resolve, "mangle", counted)
+    spell = models.mangle
+    monkeypatch.setattr(models, "mangle", counted)
     params = "".join(f"(defparam w{i} (normal [2]))\n" for i in range(400))
     program = resolve.run(read.run(params + "(defun forward (x) x)\n"), "many")
     assert len(program.top.params) == 400 and len(spelled) <= 400

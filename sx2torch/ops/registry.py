@@ -131,7 +131,7 @@ class Op:
     constant: bool = False
     # the number that, as either operand of two, makes the op its other operand (1 for
     # `*`): the derivative rules multiply by the forward's numbers, and a product by 1 is
-    # written as the other factor (sx2torch/gradient.py)
+    # written as the other factor (sx2torch/gradient/writer.py)
     identity: Optional[int] = None
     # its value is ones of its input's shape (ones-like): a sum's backward that spreads it
     # to a wider shape makes ones of that shape instead
@@ -210,7 +210,7 @@ WORDS = {
 
 # A derivative rule `grad(t, node, g)` sees the forward node (its inputs, attrs and output) and
 # the gradient `g` of its output, and returns one gradient (or None) per input, built with the
-# tracer `t` as other ops: `t.op("*", [g, x])`. See sx2torch/gradient.py.
+# tracer `t` as other ops: `t.op("*", [g, x])`. See sx2torch/gradient/writer.py.
 
 
 def register(op: Op) -> Op:

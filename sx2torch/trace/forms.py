@@ -107,7 +107,7 @@ def cast(t, datum: List, env: dict) -> Operand:
 
 def gradient_(t, datum: List, env: dict) -> Node:
     """(gradient Y X): a GRADIENT node reading Y and X, for the gradient pass to expand
-    (sx2torch/gradient.py). Y is traced with its calls in place, so that the pass sees into
+    (sx2torch/gradient/). Y is traced with its calls in place, so that the pass sees into
     them, and without the marks of the with-numerics forms wrapped directly around the
     form: those mark only the backward, so the node keeps them."""
     if len(datum.items) != 3:

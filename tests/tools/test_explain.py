@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sx2torch import resolve
+from sx2torch.limits import MAX_LAYERS
 from sx2torch.compiler import Options
 from sx2torch.tools import explain
 from sx2torch.cli import main
@@ -154,7 +154,7 @@ def test_a_long_stack_is_counted_not_enumerated(build):
 
 
 def test_explain_of_the_most_layers_a_stack_takes_reports_the_totals():
-    n = resolve.MAX_LAYERS
+    n = MAX_LAYERS
     report = explain.run(STACKED.replace("N", str(n)), "model.lisp")
     assert len(report["params"]) == 8
     assert report["totals"] == {

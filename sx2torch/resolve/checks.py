@@ -1,0 +1,191 @@
+"""What needs every model read: sub-model instances' keys, each instance as its arguments
+build it, ties, and that no model contains itself."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sx2torch.errors import SourceError, Span
+from sx2torch.limits import MAX_ELEMENTS, MAX_LAYERS
+from sx2torch.ops.initializers import sizes
+from sx2torch.syntax import scalars
+from sx2torch.syntax.program import Model, Program
+from sx2torch.syntax.scalars import Scalar
+
+
+def check_params(program: Program, model: Model) -> None:
+    for param in model.params.values():
+        if not param.is_module:
+            continue
+        if param.init.model not in program.models or param.init.model == model.name:
+            raise SourceError(
+                param.init.span, f"unknown initializer or model '{param.init.model}'"
+            )
+        sub = program.models[param.init.model]
+        for key, (span, _) in param.init.args.items():
+            if key not in sub.consts:
+                known = ", ".join(f":{k}" for k in sub.consts) or "none"
+                raise SourceError(
+                    span, f"model '{sub.name}' has no key :{key} (known: {known})"
+                )
+
+
+def check_built(program: Program) -> None:
+    """Every sub-model instance as its arguments build it: its consts computed from them as
+    its constructor computes them, each parameter's sizes and each stack's count must be
+    integers within the limits (`(block :n 5e-324)` made torch fail when the module was
+    built). Reported at the top model's instance that builds it; a stack whose layers read
+    its index is checked at its first and last layer."""
+    pending = [(program.top, {}, None)]
+    seen = set()
+    while pending:
+        model, given, where = pending.pop()
+        if (model.name, tuple(given.items())) in seen:
+            continue
+        seen.add((model.name, tuple(given.items())))
+        built = _Built(model, where)
+        env = {}
+        for const in model.consts.values():
+            if const.name in given:
+                env[const.name] = given[const.name]
+            else:
+                env[const.name] = built.compute(const.value, env)
+        for param in model.params.values():
+            if param.when is not None and not built.compute(param.when, env):
+                continue
+            init, at = param.init, where or param.init.span
+            if not param.is_module:
+                if where is not None:  # the top model's sizes: initializers.check_size
+                    built.sizes(param, [built.compute(z, env) for z in sizes(init)])
+                continue
+            count = built.compute(init.count, env) if init.kind == "stack" else 1
+            if where is not None and init.kind == "stack":
+                built.count(param, count)
+            layers = sorted({0, count - 1}) if init.index and count > 0 else [None]
+            for layer in layers if count > 0 else []:
+                inside = {**env, init.index: layer} if init.index else env
+                args = {k: built.compute(v, inside) for k, (_, v) in init.args.items()}
+                pending.append((program.models[init.model], args, at))
+
+
+class _Built:
+    """The diagnostics of one model as an instance's arguments build it."""
+
+    def __init__(self, model: Model, where: Optional[Span]):
+        self.model, self.where = model, where
+
+    def fail(self, what: str) -> SourceError:
+        return SourceError(
+            self.where, f"building '{self.model.name}' with these arguments: {what}"
+        )
+
+    def compute(self, scalar: Scalar, env: dict):
+        try:
+            value = scalars.compute(scalar, env)
+        except (ArithmeticError, TypeError, ValueError) as error:
+            raise self.fail(
+                f"{scalars.text(scalar, _leaf_name)} cannot be computed ({error})"
+            )
+        if isinstance(value, complex):
+            raise self.fail(f"{scalars.text(scalar, _leaf_name)} is not a real number")
+        return value
+
+    def sizes(self, param, shape: list) -> None:
+        for size in shape:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise self.fail(
+                    f"parameter '{param.name}' has a size {size!r}, not a non-negative integer"
+                )
+        elements = 1
+        for size in shape:
+            elements *= size
+        if elements > MAX_ELEMENTS:
+            raise self.fail(
+                f"parameter '{param.name}' has {elements:,} elements, past the limit of {MAX_ELEMENTS:,}"
+            )
+
+    def count(self, param, count) -> None:
+        if (
+            not isinstance(count, int)
+            or isinstance(count, bool)
+            or not 0 <= count <= MAX_LAYERS
+        ):
+            raise self.fail(
+                f"stack '{param.name}' has {count!r} layers, not an integer from 0 to {MAX_LAYERS:,}"
+            )
+
+
+def _leaf_name(scalar: Scalar) -> str:
+    return scalar.args[0]
+
+
+def check_ties(program: Program, model: Model) -> None:
+    """Each tie joins two trained parameters stored alike, made on every instance; a
+    parameter is tied once, to one that is not tied itself."""
+    tied: dict = {}  # name -> line
+    targets: dict = {}
+    for tie in model.ties:
+        found = []
+        for symbol in (tie.name, tie.target):
+            steps = program.member(model, symbol.name)
+            if steps is None:
+                raise SourceError(
+                    symbol.span,
+                    f"'{symbol.name}' names no parameter: expected a parameter of this "
+                    "model or of a sub-model instance, as lm-head.weight",
+                )
+            params = [m.params[member] for m, member in steps]
+            last = params[-1]
+            if any(p.when is not None for p in params) or not last.trainable:
+                raise SourceError(
+                    symbol.span,
+                    f"'{symbol.name}' cannot be tied: a tie joins trained parameters made "
+                    "on every instance (no :when, no :trainable false)",
+                )
+            found.append((symbol.name, last))
+        (name, param), (target, other) = found
+        if param.dtype != other.dtype or name == target:
+            raise SourceError(
+                tie.target.span,
+                f"'{name}' cannot be tied to '{target}': it must be another parameter, "
+                "stored in the same dtype (:dtype)",
+            )
+        again = name if name in tied else target if target in tied else None
+        if again is None and name in targets:
+            again = name
+        if again is not None:
+            raise SourceError(
+                tie.name.span if again == name else tie.target.span,
+                f"'{again}' is tied already, at line {tied.get(again, targets.get(again))}"
+                ": a parameter is tied once, to one that is not tied itself",
+            )
+        tied[name] = tie.name.span.line
+        targets[target] = tie.target.span.line
+
+
+def check_containment(program: Program) -> None:
+    """No model holds an instance of itself, directly or through other models."""
+    finished: set = set()
+    for root in program.models.values():
+        stack = [(root, iter(root.params.values()))]
+        path = [root.name]
+        while stack:
+            model, params = stack[-1]
+            param = next(params, None)
+            if param is None:
+                finished.add(model.name)
+                stack.pop()
+                path.pop()
+                continue
+            if not param.is_module or param.init.model in finished:
+                continue
+            if param.init.model in path:
+                route = " -> ".join(
+                    path[path.index(param.init.model) :] + [param.init.model]
+                )
+                raise SourceError(
+                    param.span, f"model '{param.init.model}' contains itself ({route})"
+                )
+            sub = program.models[param.init.model]
+            stack.append((sub, iter(sub.params.values())))
+            path.append(sub.name)

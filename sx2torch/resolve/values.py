@@ -1,0 +1,102 @@
+"""A definition's parts as resolve reads them: its head, symbols, `:key value` options and
+choices, and the compile-time numbers and shapes it gives in terms of a model's consts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sx2torch.errors import SourceError, Span
+from sx2torch.syntax import keywords as keyword_args
+from sx2torch.syntax import scalars
+from sx2torch.syntax.program import Model
+from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.scalars import Scalar
+
+
+def form_head(datum: Datum, what: str) -> str:
+    if (
+        not isinstance(datum, List)
+        or not datum.items
+        or not isinstance(datum.items[0], Symbol)
+    ):
+        raise SourceError(
+            datum.span, f"expected {what} such as (defun ...), got {_describe(datum)}"
+        )
+    return datum.items[0].name
+
+
+def _describe(datum: Datum) -> str:
+    return shown(datum)
+
+
+def expect_symbol(datum: Datum, what: str) -> Symbol:
+    if not isinstance(datum, Symbol):
+        raise SourceError(datum.span, f"expected {what}, got {_describe(datum)}")
+    return datum
+
+
+def arity(datum: List, low: int, high: Optional[int], usage: str) -> None:
+    n = len(datum.items) - 1
+    if n < low or (high is not None and n > high):
+        raise SourceError(datum.span, f"wrong number of arguments: expected {usage}")
+
+
+def read_keywords(items: tuple, allowed, where: str) -> dict:
+    """`:key value` pairs -> {key: Datum}, rejecting unknown and repeated keys."""
+    return keyword_args.keywords(items, keyword_args.form(where, allowed))
+
+
+def choice(datum: Datum, choices: tuple, what: str) -> str:
+    if isinstance(datum, Keyword) and datum.name in choices:
+        return datum.name
+    options = " or ".join(f":{c}" for c in choices)
+    raise SourceError(datum.span, f"{what} must be {options}, got {shown(datum)}")
+
+
+def evaluate(model: Model, datum: Datum) -> Scalar:
+    """A compile-time number read in `model`, whose names are known so far."""
+    return scalars.evaluate(datum, built_from(model, datum), model.names)
+
+
+def built_from(model: Model, datum: Datum):
+    """`model.lookup_const` for a number that decides what is built, which a flag may not:
+    setting the flag on the built module would change nothing there."""
+
+    def lookup(name: str) -> Optional[Scalar]:
+        const = model.consts.get(name)
+        if const is not None and const.flag:
+            raise SourceError(
+                _symbol_in(datum, name) or datum.span,
+                f"'{name}' is a flag, read when the module runs, so it cannot decide what "
+                "the constructor builds (a shape, a :when, a sub-model's argument, a "
+                "const): define it with defconst",
+            )
+        return model.lookup_const(name)
+
+    return lookup
+
+
+def _symbol_in(datum: Datum, name: str) -> Optional[Span]:
+    if isinstance(datum, Symbol):
+        return datum.span if datum.name == name else None
+    items = datum.items if isinstance(datum, (List, Vector)) else ()
+    return next(filter(None, (_symbol_in(i, name) for i in items)), None)
+
+
+def shape(lookup, datum: Datum, known=None) -> tuple:
+    if not isinstance(datum, Vector):
+        raise SourceError(
+            datum.span,
+            "a shape must be a vector of integers and constants, such as [d (* 4 d)]",
+        )
+    sizes = tuple(
+        scalars.expect_int(scalars.evaluate(item, lookup, known), item.span, "a size")
+        for item in datum.items
+    )
+    for item, size in zip(datum.items, sizes):
+        if size.value < 0:
+            raise SourceError(
+                item.span, f"a size must not be negative, got {size.value}"
+            )
+    return sizes
