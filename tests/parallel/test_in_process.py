@@ -15,18 +15,10 @@ from torch.distributed.tensor import DTensor
 
 from cases import lisp
 from conftest import load_module
+from models.test_llama import SIZES
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime.parallel import tensor_parallel
 from sx2torch.runtime.train import _clip_grad_norm
-
-SIZES = dict(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
 
 
 @pytest.fixture
@@ -59,7 +51,7 @@ def test_clipping_split_and_whole_gradients_is_torch_s(group):
     split = cls(**SIZES)
     split.load_state_dict(whole.state_dict())
     tensor_parallel(split, group)
-    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(1))
     for model in (whole, split):
         model.loss(ids, torch.roll(ids, -1, dims=1)).backward()
     params = list(split.parameters())

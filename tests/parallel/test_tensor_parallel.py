@@ -13,10 +13,7 @@ bit for bit, and the checkpoint loads into one process."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,14 +21,14 @@ import torch
 
 from cases import lisp
 from conftest import load_module
+from models.test_llama import SIZES
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime.checkpoint import load_checkpoint
 from sx2torch.runtime.data import write_shard
+from train.test_distributed import TORCHRUN, finish, python, start
 from train.test_script import chain
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parent / "tp_worker.py"
-TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 MODULES = {  # file -> (example, run)
     "llama_f32.py": ("llama", "exact"),
     "mixtral_f32.py": ("mixtral", "exact"),
@@ -52,25 +49,9 @@ def results(tmp_path_factory) -> dict:
         code = compile_source(source, f"{example}.lisp", Options(run=run))
         (work / name).write_text(code, encoding="utf-8")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
+    config = transformers.LlamaConfig(**SIZES, attn_implementation="sdpa")
     transformers.LlamaForCausalLM(config).save_pretrained(work / "llama")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    done = subprocess.run(
-        [sys.executable, *TORCHRUN, str(WORKER), str(work)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    python(work, *TORCHRUN, str(WORKER), str(work))
     return json.loads((work / "results.json").read_text())
 
 
@@ -112,17 +93,11 @@ FOUR = [*TORCHRUN[:-1], "--nproc-per-node=4"]
 KILLED_AFTER = 13  # steps 10 to 13 run again from the checkpoint of step 10
 
 
-def launch(work: Path, *command: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, *command],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        start_new_session=True,  # kill.py kills rank 0's process group, no test's
-    )
+def launch(work: Path, *command: str) -> tuple:
+    """(its exit status, its stderr)."""
+    process = start(work, *command)
+    err = finish(process, timeout=900)
+    return process.returncode, err
 
 
 @pytest.fixture(scope="module")
@@ -136,18 +111,16 @@ def training(tmp_path_factory) -> Path:
     (work / "llama.py").write_text(code, encoding="utf-8")
     write_shard(work / "shard.bin", chain(6000, vocab=256))
     common = ["--data", "shard.bin", "--save-every", "10"]
-    done = launch(work, "llama.py", "--out", "one", *common)
-    assert done.returncode == 0, done.stderr[-4000:]
+    python(work, "llama.py", "--out", "one", *common)
     split = [*common, "--out", "four", "--parallel", "fsdp2+tp", "--tp", "2"]
     kill = str(Path(__file__).parent / "kill.py")
-    killed = launch(work, *FOUR, kill, str(KILLED_AFTER), "llama.py", *split)
+    code, err = launch(work, *FOUR, kill, str(KILLED_AFTER), "llama.py", *split)
     # torchrun ends the other ranks when rank 0 is killed
-    assert killed.returncode == 1 and "Signal 9 (SIGKILL)" in killed.stderr
+    assert code == 1 and "Signal 9 (SIGKILL)" in err
     saved = sorted(p.name for p in (work / "four" / "checkpoints").iterdir())
-    assert saved == ["latest", "step-10"], killed.stderr[-4000:]
+    assert saved == ["latest", "step-10"], err[-4000:]
     shutil.copy(work / "four" / "metrics.jsonl", work / "killed.jsonl")
-    done = launch(work, *FOUR, "llama.py", *split, "--resume")
-    assert done.returncode == 0, done.stderr[-4000:]
+    python(work, *FOUR, "llama.py", *split, "--resume")
     return work
 
 

@@ -12,17 +12,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from sx2torch.runtime.parallel import tensor_parallel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, as pytest has it
 
-LLAMA = dict(
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
-MIXTRAL = dict(LLAMA, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2)
+from models.test_llama import SIZES as LLAMA  # noqa: E402  (the ports' tests' sizes)
+from models.test_mixtral import SIZES as MIXTRAL  # noqa: E402
+from sx2torch.runtime.parallel import tensor_parallel  # noqa: E402
 
 
 def load(path: Path):
