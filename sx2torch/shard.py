@@ -31,7 +31,6 @@ from sx2torch.syntax.names import mangle
 from sx2torch.syntax.program import Program
 
 COLWISE, ROWWISE, GATHER = "colwise", "rowwise", "colwise_gather_output"
-REDUCES = ("f32", "bf16")  # a run's :tp-reduce
 
 
 @dataclass(frozen=True)
@@ -75,8 +74,10 @@ def run(program: Program, graphs: dict, reduce: str = "f32") -> Plan:
 def _linear_layer(model, graphs: dict) -> frozenset:
     """The ways a model splits as a linear layer: COLWISE with each weight split by rows and
     its output then split along its features, ROWWISE with its input split along its
-    features and its matrix by columns, giving a partial sum. Empty: no linear layer."""
-    if any(p.is_module for p in model.params.values()) or set(model.defuns) != {
+    features and its matrix by columns, giving a partial sum. Empty: no linear layer (a
+    frozen weight is a buffer, which torch's styles do not split)."""
+    declared = model.params.values()
+    if any(p.is_module or not p.trainable for p in declared) or set(model.defuns) != {
         "forward"
     }:
         return frozenset()
@@ -88,7 +89,7 @@ def _linear_layer(model, graphs: dict) -> frozenset:
         return frozenset()
     ways = set()
     (x,) = graph.inputs
-    if _alone(graph, {p: -len(_dims(p)) for p in params}) == -1:
+    if _alone(graph, {p: -len(_dims(p)) for p in params if _dims(p)}) == -1:
         ways.add(COLWISE)
     columns = {p: -1 for p in params if len(_dims(p)) == 2}
     if _alone(graph, {x: -1, **columns}) == PARTIAL:
@@ -171,12 +172,9 @@ class _Flow:
     """Splits through one graph, and the graphs it calls, from whole inputs."""
 
     def __init__(self, program: Program, graphs: dict, units: dict, groups: _Groups):
-        self.program, self.graphs, self.units, self.groups = (
-            program,
-            graphs,
-            units,
-            groups,
-        )
+        self.program, self.graphs = program, graphs
+        self.units = units  # linear layers' models -> the ways they split
+        self.groups = groups
 
     def top(self, graph: Graph) -> None:
         for value, (axis, group) in zip(

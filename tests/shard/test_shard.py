@@ -78,6 +78,14 @@ def test_heads_split_with_minus_one_and_merged_back_keep_the_split():
     assert got["block.up"][0] == "colwise" and got["block.down"][0] == "rowwise"
 
 
+def test_a_frozen_weight_is_a_buffer_torch_s_styles_do_not_split():
+    frozen = mlp("(down (relu (up x)))").replace(
+        ":std 0.02))", ":std 0.02) :trainable false)", 1
+    )
+    assert ":trainable false" in frozen
+    assert plan(frozen).styles == {}
+
+
 def test_a_layer_called_on_a_whole_and_on_a_split_input_stays_whole():
     body = "(down (+ (relu (up x)) (down (up x))))"
     assert entries(mlp(body))["block.down"][0] is None
