@@ -59,6 +59,26 @@ def against_one(cls, sizes: dict, mesh) -> dict:
     }
 
 
+def bf16_model(cls, mesh) -> dict:
+    """The bf16 Llama with the default f32 reduction against one process: the share of
+    logits that differ, and a step's backward through the split layers."""
+    torch.manual_seed(0)
+    one = cls(**LLAMA)
+    split = cls(**LLAMA)
+    split.load_state_dict(one.state_dict())
+    tensor_parallel(split, mesh)
+    tokens = ids(16)
+    with torch.no_grad():
+        want, got = one(tokens), split(tokens)
+    split.loss(tokens, torch.roll(tokens, -1, dims=1)).backward()
+    o_proj = split.model.layers[0].self_attn.o_proj.weight
+    return {
+        "differ": (got != want).float().mean().item(),
+        "dtype": str(got.dtype),
+        "grad": type(o_proj.grad).__name__,
+    }
+
+
 def with_transformers(work: Path, cls, mesh) -> dict:
     """:tp-reduce :bf16 against transformers' own tp_plan="auto", both in bf16."""
     from transformers import LlamaForCausalLM
@@ -106,6 +126,7 @@ def main(work: Path) -> None:
         "llama": against_one(load(work / "llama_f32.py")[0], LLAMA, mesh),
         "mixtral": against_one(load(work / "mixtral_f32.py")[0], MIXTRAL, mesh),
         "gemm": gemm(load(work / "llama_bf16.py")[1].LinearLayer, mesh),
+        "bf16": bf16_model(load(work / "llama_bf16.py")[0], mesh),
         "transformers": with_transformers(
             work, load(work / "llama_tp_bf16.py")[0], mesh
         ),
