@@ -80,6 +80,11 @@ class LinearLayer(nn.Module):
 
 
 class Convnet(nn.Module):
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {"head": "colwise_gather_output"}
+    TP_REDUCE = "f32"
+
     def __init__(self, *, in_channels=1, channels=16, depth=2, num_classes=4):
         super().__init__()
         self.stem = ConvLayer(in_channels=in_channels, out_channels=channels, std=0.3)

@@ -242,6 +242,15 @@ class Gemma2Model(nn.Module):
 
 
 class Gemma2(nn.Module):
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {
+        "model.layers.*.mlp.gate_proj": "colwise",
+        "model.layers.*.mlp.up_proj": "colwise",
+        "model.layers.*.mlp.down_proj": "rowwise",
+    }
+    TP_REDUCE = "f32"
+
     def __init__(
         self,
         *,

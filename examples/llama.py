@@ -169,6 +169,20 @@ class LlamaModel(nn.Module):
 
 
 class Llama(nn.Module):
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {
+        "model.layers.*.self_attn.q_proj": "colwise",
+        "model.layers.*.self_attn.k_proj": "colwise",
+        "model.layers.*.self_attn.v_proj": "colwise",
+        "model.layers.*.self_attn.o_proj": "rowwise",
+        "model.layers.*.mlp.gate_proj": "colwise",
+        "model.layers.*.mlp.up_proj": "colwise",
+        "model.layers.*.mlp.down_proj": "rowwise",
+        "lm_head": "colwise_gather_output",
+    }
+    TP_REDUCE = "f32"
+
     def __init__(
         self,
         *,

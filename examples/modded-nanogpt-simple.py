@@ -145,6 +145,15 @@ class Embedding(nn.Module):
 
 
 class ModdedNanogptSimple(nn.Module):
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {
+        "blocks.*.mlp.fc": "colwise",
+        "blocks.*.mlp.proj": "rowwise",
+        "proj": "colwise_gather_output",
+    }
+    TP_REDUCE = "f32"
+
     def __init__(self, *, vocab_size=50304, num_layers=12, model_dim=768, head_dim=128):
         super().__init__()
         self.vocab_size = vocab_size

@@ -1,11 +1,7 @@
 """The pipeline: one table of passes, each with what it does, how its output is checked and
 how it is printed, read by the compiler, by `--dump-after` and by `explain` alike.
 
-<<<<<<< HEAD
-    read -> resolve -> trace -> gradient -> ranks -> policy -> plan -> names -> emit -> format
-=======
-    read -> resolve -> trace -> gradient -> cache -> ranks -> policy -> plan -> names -> emit -> format
->>>>>>> gen
+    read -> resolve -> trace -> gradient -> cache -> ranks -> policy -> shard -> plan -> names -> emit -> format
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ import sx2torch.plan as plan
 import sx2torch.policy as policy
 import sx2torch.ranks as ranks
 import sx2torch.resolve as resolve
+import sx2torch.shard as shard
 import sx2torch.trace as trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
@@ -79,6 +76,7 @@ class Unit:
     graphs: Optional[dict] = None  # trace, then gradient
     lowered: Optional[Lowered] = None  # policy
     plans: Optional[plan.Plans] = None  # plan
+    tp: Optional[shard.Plan] = None  # shard: the tensor-parallel plan
     names: Optional[naming.Naming] = None  # names
     code: Optional[str] = None  # emit, then format
 
@@ -173,6 +171,17 @@ def _verify_lowered(unit: Unit) -> None:
         policy.verify(typed)
 
 
+def _shard(unit: Unit) -> None:
+    reduce = unit.chosen.tp_reduce if unit.chosen else "f32"
+    unit.tp = shard.run(unit.program, unit.graphs, reduce)
+
+
+def _verify_plan(unit: Unit) -> None:
+    paths = [entry.path for entry in unit.tp.entries]
+    assert len(paths) == len(set(paths)), "a module planned twice"
+    assert set(unit.tp.styles.values()) <= {shard.COLWISE, shard.ROWWISE, shard.GATHER}
+
+
 def _plan(unit: Unit) -> None:
     unit.plans = plan.run(unit.program, unit.lowered, unit.target)
 
@@ -216,6 +225,7 @@ def _module(unit: Unit):
         unit.target,
         unit.shown,
         unit.chosen,
+        unit.tp,
     )
 
 
@@ -242,6 +252,7 @@ PASSES = (
         lambda unit: dump.graphs(unit.graphs, shapes=True),
     ),
     Pass("policy", _policy, _verify_lowered, lambda unit: dump.lowered(unit.lowered)),
+    Pass("shard", _shard, _verify_plan, lambda unit: dump.plan(unit.tp)),
     Pass("plan", _plan, _verify_plans, lambda unit: dump.plans(unit.plans)),
     Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
     Pass("emit", _emit, _verify_code, lambda unit: unit.code),

@@ -161,3 +161,14 @@ def names(naming: Naming) -> str:
             for hoist, name in local.hoists.items()
         ]
     return "\n".join(lines) + "\n"
+
+
+def plan(tp) -> str:
+    """The tensor-parallel plan: each linear layer's style, each weight kept whole and why."""
+    lines = [f"reduce {tp.reduce}"]
+    for entry in tp.entries:
+        style = entry.style or "whole"
+        lines.append(
+            f"{entry.path}: {style}" + (f"  ({entry.reason})" if entry.reason else "")
+        )
+    return "\n".join(lines) + "\n"

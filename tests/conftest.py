@@ -26,6 +26,7 @@ def pytest_addoption(parser):
 SLOWEST_FIRST = [
     "targets/test_target_equivalence.py",
     "train/test_distributed.py",
+    "parallel/test_tensor_parallel.py",
     "train/test_script.py",
     "models/test_ports.py",
     "runtime/test_compiling.py",

@@ -37,6 +37,8 @@ LAYERS = [
     ("cache",),
     ("ranks",),
     ("policy",),
+    # the tensor-parallel plan, an analysis of the graphs
+    ("shard",),
     # each specialization's plan (statements, blocks, spelled casts, hoists) and the
     # module's methods, decided; names and emit (emit/) only name and print them
     ("plan",),

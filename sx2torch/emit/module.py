@@ -26,6 +26,7 @@ from sx2torch.emit import scalars
 from sx2torch.emit.scalars import MATH
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Model, Param, Program, Run, Tie
+from sx2torch.shard import Plan
 from sx2torch.syntax.scalars import ScalarOp
 
 AMBIENT = {ISLAND: "in an f32 island", REGION: "in a bf16 region"}
@@ -40,6 +41,7 @@ def run(
     target: Target,
     source_lines=None,
     chosen: Optional[Run] = None,
+    plan: Optional[Plan] = None,
 ) -> cst.Module:
     """The module: imports, the library's functions, one class per model, and the
     `__main__` block of the chosen `run` form where it trains."""
@@ -55,7 +57,10 @@ def run(
     body += functions.definitions(plans, naming, lambda t, name: _method(t, name, bare))
     by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
-        body.append(_class(program, model, lowered, by_defun, contexts[model.name]))
+        top = _tp_plan(plan) if model.is_top and plan and plan.styles else []
+        body.append(
+            _class(program, model, lowered, by_defun, contexts[model.name], top)
+        )
     if chosen is not None and chosen.loss is not None:
         body.append(_main(program, plans, naming, chosen))
     if _reads_math(body):
@@ -162,11 +167,17 @@ def _import(name: str) -> cst.SimpleStatementLine:
 
 
 def _class(
-    program, model: Model, lowered: Lowered, by_defun: dict, ctx: ClassContext
+    program,
+    model: Model,
+    lowered: Lowered,
+    by_defun: dict,
+    ctx: ClassContext,
+    attributes: list,
 ) -> cst.ClassDef:
     body: list = []
     if model.doc is not None:
         body.append(_docstring(model.doc))
+    body += attributes
     body.append(_init(program, model, lowered, ctx))
     emitted = set()
     for defun in model.defuns:
@@ -189,6 +200,25 @@ def _class(
         bases=[cst.Arg(base)],
         leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
     )
+
+
+def _tp_plan(plan: Plan) -> list:
+    """The tensor-parallel plan the shard pass derived, as `sx.tensor_parallel` applies it."""
+    why = {
+        "f32": "all-reduce f32 partial sums, rounded once",
+        "bf16": "all-reduce partial products rounded to bf16",
+    }[plan.reduce]
+    comments = [
+        "The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel",
+        f"applies; rowwise layers {why}.",
+    ]
+    lines = [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in comments]
+    return [
+        cst.parse_statement(f"TP_PLAN = {plan.styles!r}").with_changes(
+            leading_lines=lines
+        ),
+        cst.parse_statement(f"TP_REDUCE = {plan.reduce!r}"),
+    ]
 
 
 def _docstring(text: str) -> cst.SimpleStatementLine:

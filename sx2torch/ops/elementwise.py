@@ -11,6 +11,7 @@ from functools import partial
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
+from sx2torch.ops import sharding
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.conv import given
 from sx2torch.ops.rank import BROADCAST, known
@@ -22,7 +23,7 @@ HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
 
 
 def _register(op: Op) -> Op:
-    return register(replace(op, rank=BROADCAST))
+    return register(replace(op, rank=BROADCAST, shards=sharding.pointwise))
 
 
 def _binary(

@@ -15,6 +15,7 @@ import sx2torch.build as b
 from sx2torch.ir import Scalar
 from sx2torch.syntax.scalars import ScalarOp
 import sx2torch.ops.sequence as sequence
+from sx2torch.ops import sharding
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, RankRule, ShapeError, like, product
 
@@ -202,6 +203,7 @@ register(
         _linear,
         arity=(2, 3),
         grad=_linear_grad,
+        shards=sharding.linear,
         doc=(
             "F.linear: x Wᵀ (+ BIAS), W in torch's [out, in] layout; the bias is added in "
             "the f32 accumulator and the sum rounded once (addmm), as :out :f32 accumulates "
@@ -277,6 +279,7 @@ register(
             Key("enable-gqa", "bool", False),
         ),
         name_inputs=_reads_q_and_k_twice,
+        shards=sharding.attention,
         no_grad="no derivative rule yet: under gradient, write the attention out by hand",
         cached=sequence.attention,
         doc=(

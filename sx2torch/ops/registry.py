@@ -173,6 +173,9 @@ class Op:
     cached: Optional[Callable] = None
     # keeps keys and values in the generation's cache (cached-attention)
     caches: bool = False
+    # how a value split across devices along one axis passes through it, for tensor
+    # parallelism (sx2torch/ops/sharding.py); None: it needs the whole value
+    shards: Optional[Callable] = None
 
     def negates(self, operands: tuple) -> bool:
         return self.negation(operands) if callable(self.negation) else self.negation

@@ -6,6 +6,7 @@ import libcst as cst
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
+from sx2torch.ops import sharding
 from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
 from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import ScalarOp
@@ -88,6 +89,7 @@ register(
         name_inputs=_reads_sizes,
         grad=_reshape_grad,
         rank=RESHAPE,
+        shards=sharding.reshape,
     )
 )
 register(
@@ -110,6 +112,7 @@ register(
         exact=True,
         grad=_transpose_grad,
         rank=TRANSPOSE,
+        shards=sharding.transpose,
     )
 )
 register(
@@ -130,6 +133,7 @@ register(
         lambda a, ctx: b.call("torch.cat", b.list_(a), dim=ctx.attrs["axis"]),
         keys=(Key("axis", "int", 0),),
         rank=CONCAT,
+        shards=sharding.along("axis"),
         result="keep",
         exact=True,
         grad=lambda t, n, g: [
@@ -236,6 +240,7 @@ register(
         exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
         rank=SLICE,
+        shards=sharding.along("axis"),
         doc="X[..., start:end:step] along :axis (default 0); :step (default 1) is positive, "
         "as torch's; a view",
     )

@@ -35,8 +35,10 @@ def defrun(datum: List, runs: list) -> Run:
         run.inputs = _inputs(options["inputs"])
     if "generate" in options:
         run.generate = options["generate"].value
+    if "tp-reduce" in options:
+        run.tp_reduce = options["tp-reduce"].name
     if run.loss is None:
-        for key in [k for k in options if k not in ("precision", "generate")]:
+        for key in [k for k in options if k not in ("precision", "generate", "tp-reduce")]:
             raise SourceError(
                 options[key].span, f"defrun :{key} needs :loss (the defun to train)"
             )

@@ -16,10 +16,14 @@ by code of another module (a tied weight, `self.lm_head.weight`, or a sub-model'
 inlined into its parent's): such a sub-model is no unit of its own, and its parameters are
 gathered with its reader's. Which parameters each method reads is seen once, in one call of
 the loss on the first batch, before the model is sharded.
+
+`tensor_parallel` splits a generated model's linear layers across a 1-D mesh as the plan the
+compiler derived (the class's TP_PLAN and TP_REDUCE) says, with DTensor.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
 
@@ -27,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["init_process_group", "fully_shard_units"]
+__all__ = ["init_process_group", "fully_shard_units", "tensor_parallel"]
 
 
 def init_process_group(device: torch.device, rank: int, world: int) -> None:
@@ -42,9 +46,63 @@ def init_process_group(device: torch.device, rank: int, world: int) -> None:
         )
 
 
-def fully_shard_units(model: nn.Module, call) -> list:
-    """Shard the units (see the module's docstring) bottom-up, `call()` running the loss once
-    to see what each method reads; the units' names."""
+def tensor_parallel(model: nn.Module, mesh, plan=None, reduce=None) -> nn.Module:
+    """Split `model`'s linear layers across the 1-D `mesh`, in place: `plan` (module path,
+    `*` for each layer of a stack -> "colwise", "rowwise" or "colwise_gather_output")
+    defaults to the class's TP_PLAN, `reduce` (a rowwise layer's all-reduce, "f32" or
+    "bf16") to its TP_REDUCE. Each split weight becomes a DTensor; the layers between take
+    and give each device's share as plain tensors, and every other weight stays whole.
+    """
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from sx2torch.runtime.styles import Colwise, Rowwise
+
+    kind = type(model)
+    if plan is None and not hasattr(kind, "TP_PLAN"):
+        raise ValueError(
+            f"{kind.__name__} has no TP_PLAN: the compiler found no linear layer to split "
+            "(`sx2torch explain` says why of each weight)"
+        )
+    plan = kind.TP_PLAN if plan is None else plan
+    reduce = reduce or getattr(kind, "TP_REDUCE", "f32")
+    styles = {
+        "colwise": (Colwise(), 0),
+        "rowwise": (Rowwise(reduce), 1),
+        "colwise_gather_output": (Colwise(output_layouts=Replicate()), 0),
+    }
+    modules = dict(model.named_modules())
+    for path, name in plan.items():
+        if name not in styles:
+            raise ValueError(f"{path}: unknown style {name!r} (known: {list(styles)})")
+        style, axis = styles[name]
+        found = [m for m in modules if _matches(m, path)]
+        if not found:
+            raise ValueError(f"the plan names {path!r}, no module of {kind.__name__}")
+        for found_path in found:
+            _divides(found_path, modules[found_path], axis, mesh.size())
+        parallelize_module(model, mesh, {path: style})
+    return model
+
+
+def _matches(name: str, path: str) -> bool:
+    """`*` stands for one module name, as in torch's plans."""
+    return name.count(".") == path.count(".") and fnmatch.fnmatchcase(name, path)
+
+
+def _divides(path: str, module: nn.Module, axis: int, ways: int) -> None:
+    size = getattr(module, "weight", torch.empty(0, 0)).shape[axis]
+    if size % ways:
+        raise ValueError(
+            f"{path}: its weight's {('rows', 'columns')[axis]} ({size}) do not split "
+            f"evenly into {ways}"
+        )
+
+
+def fully_shard_units(model: nn.Module, call, mesh=None) -> list:
+    """Shard the units (see the module's docstring) bottom-up across `mesh` (default: every
+    process), `call()` running the loss once to see what each method reads; the units'
+    names."""
     from torch.distributed.fsdp import fully_shard
 
     candidates = _candidates(model)
@@ -52,7 +110,7 @@ def fully_shard_units(model: nn.Module, call) -> list:
     units = [(n, m) for n, m in candidates if m not in joined] + [("", model)]
     for _, unit in units:
         methods = _methods(unit)
-        fully_shard(unit)
+        fully_shard(unit, mesh=mesh)
         _Entries(unit, methods)
     return [name for name, _ in units]
 

@@ -1,7 +1,7 @@
 """The training loop a generated file runs as a script (its `if __name__ == "__main__":` block).
 
     python model.py --data GLOB --steps N --out DIR [--resume] [--compile] [--parallel ddp|fsdp2]
-    torchrun --nproc-per-node K model.py ... --parallel ddp|fsdp2
+    torchrun --nproc-per-node K model.py ... --parallel ddp|fsdp2|tp|fsdp2+tp [--tp N]
     python model.py generate --checkpoint DIR --prompt-ids 1,2,3 (runtime/generate_cli.py)
 
 `settings` is the literal the compiler wrote from the defrun: the loss method, steps, batch
@@ -30,6 +30,7 @@ import re
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -160,9 +161,15 @@ def _how(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the loss")
     parser.add_argument(
         "--parallel",
-        choices=("ddp", "fsdp2"),
-        help="under torchrun: DistributedDataParallel or FSDP2's fully_shard "
-        "(default: one process)",
+        choices=("ddp", "fsdp2", "tp", "fsdp2+tp"),
+        help="under torchrun: DistributedDataParallel, FSDP2's fully_shard, tensor "
+        "parallelism by the class's TP_PLAN, or both on a 2-D mesh (default: one process)",
+    )
+    parser.add_argument(
+        "--tp",
+        type=int,
+        help="with --parallel fsdp2+tp: the processes each layer splits across, a divisor "
+        "of their count (consecutive ranks); FSDP2 shards across the rest",
     )
     parser.add_argument(
         "--seed",
@@ -222,11 +229,13 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and args.parallel is None:
         raise DataError(f"{world} processes: pass --parallel ddp or --parallel fsdp2")
+    tp = _tp_size(args, world)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out}: a file, not a folder")
     names = loss_arguments(model_class, settings["loss"])
-    batches, rows = _batches(settings, args, names, rank, world)
+    # the ranks of one tensor-parallel group read the same batches
+    batches, rows = _batches(settings, args, names, rank // tp, world // tp)
     device = _device()
     owned = args.parallel and not dist.is_initialized()  # else the caller's group
     if owned:
@@ -234,12 +243,27 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
 
         init_process_group(device, rank, world)
     torch.manual_seed(args.seed)  # the same initial parameters on every rank
-    run = _Run(model_class(), settings, args, device, rank, world)
+    run = _Run(model_class(), settings, args, device, rank, world, tp)
     run.prepare(batches)
     code = run.loop(batches, rows)
     if owned:
         dist.destroy_process_group()
     return code
+
+
+def _tp_size(args, world: int) -> int:
+    """How many processes each linear layer splits across (1: none)."""
+    if args.tp is not None and args.parallel != "fsdp2+tp":
+        raise DataError("--tp N goes with --parallel fsdp2+tp")
+    if args.parallel == "tp":
+        return world
+    if args.parallel != "fsdp2+tp":
+        return 1
+    if args.tp is None or args.tp < 1 or world % args.tp:
+        raise DataError(
+            f"--parallel fsdp2+tp needs --tp N, a divisor of the {world} processes"
+        )
+    return args.tp
 
 
 def _batches(settings: dict, args, names: list, rank: int, world: int) -> tuple:
@@ -269,9 +293,10 @@ def _batches(settings: dict, args, names: list, rank: int, world: int) -> tuple:
 class _Run:
     """One run's model, optimizers and outputs, from its first step to its last."""
 
-    def __init__(self, model, settings, args, device, rank, world):
+    def __init__(self, model, settings, args, device, rank, world, tp=1):
         self.model, self.settings, self.args = model.to(device), settings, args
         self.device, self.rank, self.world = device, rank, world
+        self.tp = tp  # the processes each linear layer splits across
         self.out = Path(args.out)
         self.start, self.checkpoint = 0, None  # the last checkpoint saved or resumed
         self.out_of_range = None  # what an index out of range says about --data
@@ -295,11 +320,14 @@ class _Run:
                 )
             self.start = int(self.checkpoint.name.removeprefix("step-"))
         self.objective = Objective(self.model, self.settings["loss"])
-        if self.args.parallel == "fsdp2":
+        meshes = self._tensor_parallel()
+        if self.args.parallel in ("fsdp2", "fsdp2+tp"):
             from sx2torch.runtime.parallel import fully_shard_units
 
             first = self._batch(batches, self.start)
-            fully_shard_units(self.model, lambda: self._forward(first, self.start))
+            fully_shard_units(
+                self.model, lambda: self._forward(first, self.start), meshes.get("dp")
+            )
         elif self.args.parallel == "ddp":
             self.objective = nn.parallel.DistributedDataParallel(self.objective)
         self.optimizers = _optimizers(
@@ -317,6 +345,26 @@ class _Run:
                     group["weight_decay"] = decay
         if self.args.compile:
             self.objective = torch.compile(self.objective)
+
+    def _tensor_parallel(self) -> dict:
+        """Split the linear layers across each group of `tp` consecutive ranks; the mesh
+        of the groups ("dp") for FSDP2. Empty without tensor parallelism."""
+        if "tp" not in (self.args.parallel or "").split("+"):
+            return {}
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from sx2torch.runtime.parallel import tensor_parallel
+
+        shape = (self.world // self.tp, self.tp)
+        mesh = init_device_mesh(self.device.type, shape, mesh_dim_names=("dp", "tp"))
+        try:
+            tensor_parallel(self.model, mesh["tp"])
+        except ValueError as error:
+            raise DataError(f"--parallel {self.args.parallel}: {error}") from None
+        # A split layer gives its share as a view (DTensor.to_local); FSDP2 warns that an
+        # in-place op on it would skip a gather, and generated code makes none.
+        warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view")
+        return {"dp": mesh["dp"]}
 
     def loop(self, batches, rows: int) -> int:
         args, steps = self.args, self.args.steps
@@ -405,7 +453,7 @@ class _Run:
         mean, stopping = report[0].item() / self.world, report[1].item() > 0
         if math.isfinite(mean):
             if clip is not None:
-                nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+                _clip_grad_norm(list(self.model.parameters()), clip)
             for optimizer in self.optimizers:
                 optimizer.step()
         for optimizer in self.optimizers:
@@ -448,6 +496,26 @@ class _Run:
         self.checkpoint = checkpoint.save(
             self.out, step, self.model, self.optimizers, self.model_id, self.args.keep
         )
+
+
+def _clip_grad_norm(params: list, clip: float) -> None:
+    """nn.utils.clip_grad_norm_, also where tensor parallelism split some parameters and
+    left others whole (DTensors beside tensors) or FSDP2 sharded both (DTensors on the 2-D
+    mesh and on its dp mesh): torch's norm of all the gradients at once refuses a mix, so
+    each DTensor gradient's norm is completed first."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    meshes = {g.device_mesh if isinstance(g, DTensor) else None for g in grads}
+    if len(meshes) <= 1:
+        nn.utils.clip_grad_norm_(params, clip)
+        return
+    norms = [torch.linalg.vector_norm(g) for g in grads]
+    norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    scale = torch.clamp(clip / (total + 1e-6), max=1.0).item()  # torch's coefficient
+    for grad in grads:
+        grad.mul_(scale)
 
 
 def _agreed(find):

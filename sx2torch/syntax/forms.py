@@ -191,6 +191,7 @@ DEFINITIONS = {
             "precision": choice(*PRECISIONS),
             "loss": name("the name of the loss defun"),
             "generate": FLAG,
+            "tp-reduce": choice(*PRECISIONS),
         },
     ),
     "require": Shape(

@@ -22,6 +22,7 @@ RUN_KEYS = (
     "grad-clip",
     "inputs",
     "generate",
+    "tp-reduce",
 )
 OPTIMIZER_KEYS = {
     "adamw": ("lr", "betas", "weight-decay", "eps"),
@@ -162,6 +163,9 @@ class Run:
     # `:generate true`: the module keeps a KV cache for sx2torch.runtime.generate
     generate: bool = False
     keys: dict = field(default_factory=dict)  # key -> its datum, for later diagnostics
+    # a row-parallel layer's reduction under tensor parallelism (LANGUAGE.md): "f32"
+    # partial sums rounded once, or "bf16", the partial products rounded and summed in bf16
+    tp_reduce: str = "f32"
 
 
 @dataclass

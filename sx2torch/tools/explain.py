@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
 import sx2torch.compiler as compiler
 import sx2torch.errors as errors
 import sx2torch.lint as lint
+import sx2torch.shard as shard
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
@@ -91,7 +93,36 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "params": params,
         "totals": totals,
         "casts": _cast_bytes(lint.reached_specializations(program, lowered), elements),
+        "tp": _tp(unit.tp, params, precision),
     }
+
+
+def _tp(plan, params: list, precision: str) -> dict:
+    """The tensor-parallel plan: each split layer with the bytes its collective moves per
+    token (a rowwise layer's all-reduce, a gathered output's all-gather: the tensor
+    completed, each layer of a stack counted), and each weight kept whole with its reason.
+    """
+    size = {"f32": 4, "bf16": 2}
+    reduced = size["f32" if precision == "f32" else plan.reduce]
+    gathered = size[precision]
+    split = []
+    for entry in plan.entries:
+        if not entry.style:
+            continue
+        pattern = re.compile(re.escape(entry.path).replace(r"\*", r"\d+") + r"\.weight")
+        rows = [p["shape"][0] for p in params if pattern.fullmatch(p["name"])]
+        each = {shard.ROWWISE: reduced, shard.GATHER: gathered}.get(entry.style, 0)
+        split.append(
+            {
+                "module": entry.path,
+                "style": entry.style,
+                "bytes_per_token": sum(rows) * each,
+                "layers": len(rows),
+                "reason": entry.reason,
+            }
+        )
+    whole = [{"name": e.path, "reason": e.reason} for e in plan.whole]
+    return {"reduce": plan.reduce, "split": split, "whole": whole}
 
 
 def _at_lines(typed, line: Optional[int] = None):
@@ -379,6 +410,7 @@ def render(report: dict) -> str:
         out += lines.under(f"{item['computes']}: {', '.join(item['calls'])}")
     out += ["", *_warning_lines(report, lines)]
     out += ["", *_cast_lines(report["casts"])]
+    out += ["", *_tp_lines(report["tp"])]
     out += ["", *_param_table(report)]
     return "\n".join(out) + "\n"
 
@@ -438,6 +470,28 @@ def _cast_lines(casts: dict) -> list:
             f"(the tables whole would be {casts['tables']:,} bytes)"
         )
     return out
+
+
+def _tp_lines(tp: dict) -> list:
+    if not tp["split"]:
+        out = ["Tensor parallelism: no linear layer splits"]
+    else:
+        out = [f"Tensor parallelism (TP_PLAN; rowwise reductions in {tp['reduce']}):"]
+        width = max(len(s["module"]) for s in tp["split"])
+        for s in tp["split"]:
+            moved = (
+                f"  {s['bytes_per_token']:,} bytes per token"
+                + (f" ({s['layers']} layers)" if s["layers"] > 1 else "")
+                if s["bytes_per_token"]
+                else ""
+            )
+            out.append(f"  {s['module']:<{width}}  {s['style']}{moved}")
+            if s["reason"]:
+                out.append(f"    why: {s['reason']}")
+    out.append("  Kept whole on every device:" if tp["whole"] else "")
+    for w in tp["whole"]:
+        out += [f"  {w['name']}", f"    why: {w['reason']}"]
+    return [line for line in out if line]
 
 
 def _param_table(report: dict) -> list:

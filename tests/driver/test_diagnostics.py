@@ -159,7 +159,7 @@ CASES = {
         b"(defun forward (x) x)\n(defrun train :precission :bf16)\n",
         2,
         15,
-        "unknown keyword :precission in defrun (known: :precision, :loss, :optimizer, :steps, :batch-size, :seq-len, :schedule, :grad-clip, :inputs, :generate)",
+        "unknown keyword :precission in defrun (known: :precision, :loss, :optimizer, :steps, :batch-size, :seq-len, :schedule, :grad-clip, :inputs, :generate, :tp-reduce)",
     ),
     "duplicate": (
         b"(defun forward (x) x)\n(defconst d 1)\n(defparam d (zeros [3]))\n",

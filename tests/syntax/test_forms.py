@@ -49,7 +49,7 @@ CASES = [
     ("(require)\n" + FORWARD, 1, 1, f"{WRONG} (require LIBRARY), as (require sexpgpu/nn), got 0"),
     ("(require 1)\n" + FORWARD, 1, 10, "expected a library name, got 1"),
     ("(defrun)\n" + FORWARD, 1, 1, f"{WRONG} (defrun NAME &key :precision :loss :optimizer :steps "
-     ":batch-size :seq-len :schedule :grad-clip :inputs :generate), got 0"),
+     ":batch-size :seq-len :schedule :grad-clip :inputs :generate :tp-reduce), got 0"),
     ("(defrun 1)\n" + FORWARD, 1, 9, "expected a run name, got 1"),
     ("(defrun r :precision :f16)\n" + FORWARD, 1, 22, ":precision must be :f32 or :bf16, got :f16"),
     ("(defrun r :loss 1)\n" + FORWARD, 1, 17, ":loss must be the name of the loss defun, got 1"),

@@ -99,6 +99,7 @@ def test_text_and_json_from_the_command_line(capsys):
         "params",
         "totals",
         "casts",
+        "tp",
     }
     assert report["totals"]["frozen"] == 8 * 8 * 2 + 8 * 4
 

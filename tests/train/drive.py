@@ -26,8 +26,8 @@ runs, args = rest[:split], rest[split + 1 :]
 record: dict = {}
 
 
-def units(model, call):
-    record["units"] = shard(model, call)
+def units(model, call, mesh=None):
+    record["units"] = shard(model, call, mesh)
     return record["units"]
 
 
