@@ -175,6 +175,9 @@ class _Flow:
         self.program, self.graphs = program, graphs
         self.units = units  # linear layers' models -> the ways they split
         self.groups = groups
+        # (callee, its arguments' states) -> its outputs' states: a callee is walked once per
+        # state its calls pass, not once per path through a DAG of calls (2**depth)
+        self.calls: dict = {}
 
     def top(self, graph: Graph) -> None:
         for value, (axis, group) in zip(
@@ -209,8 +212,10 @@ class _Flow:
         if node.kind is Kind.SUBMODEL:
             return self._submodel(graph, node, axes, group)
         if node.kind is Kind.CALL:
-            callee = self.graphs[callee_key(node, graph.model)]
-            got = self.graph(callee, read)
+            key = (callee_key(node, graph.model), tuple(read))
+            if key not in self.calls:
+                self.calls[key] = self.graph(self.graphs[key[0]], read)
+            got = self.calls[key]
             return got[0] if len(got) == 1 else self._refuse(graph, node, got, group)
         if node.kind is Kind.OP and REGISTRY[node.op].shards and group is not None:
             try:
