@@ -247,6 +247,9 @@ def train(model_class: type, settings: dict, args: argparse.Namespace) -> int:
     run.prepare(batches)
     code = run.loop(batches, rows)
     if owned:
+        # every rank done with every collective before any tears its groups down: a rank of
+        # a 4-process fsdp2+tp run on gloo aborted (std::terminate) at its exit without this
+        dist.barrier()
         dist.destroy_process_group()
     return code
 

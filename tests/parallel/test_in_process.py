@@ -6,6 +6,8 @@ FSDP2 over tensor parallelism gives); the training loop's gives torch's clipped 
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,7 +24,9 @@ from sx2torch.runtime.train import _clip_grad_norm
 
 
 @pytest.fixture
-def group():
+def group(monkeypatch):
+    # init_process_group wraps sys.excepthook and destroy_process_group leaves the wrapper
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield init_device_mesh("cpu", (1,))
     dist.destroy_process_group()
