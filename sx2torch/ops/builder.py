@@ -152,24 +152,22 @@ class Builder:
             )
         )
 
-    @contextmanager
     def frame(self, frame: Frame):
-        outer = self.frames
-        self.frames = outer + (frame,)
-        try:
-            yield
-        finally:
-            self.frames = outer
+        """Nodes made inside sit in `frame` too."""
+        return self._pushed("frames", frame)
 
-    @contextmanager
     def stamp(self, frame: Frame):
         """A with-numerics form whose body is a gradient marks only what the gradient appends."""
-        outer = self.stamps
-        self.stamps = outer + (frame,)
+        return self._pushed("stamps", frame)
+
+    @contextmanager
+    def _pushed(self, stack: str, frame: Frame):
+        outer = getattr(self, stack)
+        setattr(self, stack, outer + (frame,))
         try:
             yield
         finally:
-            self.stamps = outer
+            setattr(self, stack, outer)
 
 
 def _mark(mode: str, datum: Datum) -> Frame:
