@@ -13,7 +13,6 @@ trained one is an f32 master weight).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
@@ -215,17 +214,17 @@ def run(program: Program, graphs: dict, precision: str, outline=None) -> Lowered
     `outline(lowered)` may then make some of the library's uses, typed in place, calls of
     its functions (sx2torch/policy/library.py), returning the calls by graph: only those are
     typed then, each function specialized as its calls pass it its arguments, and the
-    whole-graph rules applied again to their callers (`_Policy.outlined`); no graph is
+    whole-graph rules applied again to their callers (`_outlined`); no graph is
     typed twice.
     """
     policy = _Policy(program, graphs, precision)
-    natural = policy.entry_points()
-    lowered = policy.lowered(natural)
+    natural = _entry_points(policy)
+    lowered = _lowered(policy, natural)
     calls = outline(lowered) if outline is not None else {}
     if not calls:
         return lowered
-    policy.outlined(calls)
-    return policy.lowered(natural)
+    _outlined(policy, calls)
+    return _lowered(policy, natural)
 
 
 class _Policy:
@@ -239,85 +238,9 @@ class _Policy:
         self.integers = _IntegerInputs(program, graphs)
         self.done: dict = {}
         self.order: list = []
-        # the library's uses traced in place, which `outline` may make calls: where each
-        # was first typed in each specialization, (specializations in `order` then, a
-        # serial number), and the decisions of a specialization holding one before the
-        # whole-graph rules (`_finish`)
+        # for `_outlined`: library uses; where first typed; decisions before `_finish`
         self.uses = {r.result for g in graphs.values() for r in g.expansions}
-        self.position: dict = {}
-        self.serial = itertools.count()
-        self.raw: dict = {}
-
-    def entry_points(self) -> dict:
-        """Every specialization the program needs, from its entry points; (model, defun) ->
-        the one at f32 (and integer) arguments, which names its public method."""
-        program, graphs = self.program, self.graphs
-        top = program.top.name
-        called = {
-            n.attrs["target"]
-            for (model, _), g in graphs.items()
-            if model == top
-            for n in walk(g.nodes)
-            if n.kind is Kind.CALL and not n.attrs.get("library")
-        }
-        for defun in program.top.defuns:
-            if defun == "forward" or defun not in called:
-                graph = graphs[top, defun]
-                self.specialize(graph, self.integers.natural_signature(graph))
-        with_forward: set = set()  # models with a forward in self.order[:seen]
-        seen = 0
-        for model in program.models.values():
-            # A sub-model used only inside gradients (inlined there) still gets its forward.
-            with_forward.update(
-                t.model for t in self.order[seen:] if t.graph.name == "forward"
-            )
-            seen = len(self.order)
-            if model.name not in with_forward:
-                self.natural(graphs[model.name, "forward"])
-        return {
-            (model.name, defun): self.natural(graphs[model.name, defun])
-            for model in program.all_models()
-            for defun in model.defuns
-        }
-
-    def lowered(self, natural: dict) -> Lowered:
-        # after the public methods, which read parameters too
-        storage = _storage(self.program, list(self.order))
-        return Lowered(self.precision, list(self.order), storage, natural)
-
-    def outlined(self, calls: dict) -> None:
-        """Type the calls `outline` made of library uses (graph -> [CALL], in trace order):
-        each caller keeps the decisions its other nodes had before the whole-graph rules
-        (a call's value has the dtype its use had: the function computes the same ops on
-        the same dtypes), those of the use's dropped nodes go, and the rules run again with
-        the calls as readers. Each function's specialization takes its place in `order`
-        where its first call's use was typed, as if the calls had been traced."""
-        typed_before = list(self.order)
-        for typed in typed_before:
-            made = calls.get(typed.graph)
-            if made:
-                present = _present(typed.graph)
-                typed.decided = {
-                    n: d for n, d in self.raw[typed].items() if n in present
-                }
-                typed.callee = {n: c for n, c in typed.callee.items() if n in present}
-                for node in made:
-                    self._call(typed, node)
-                _call_reasons(typed)
-                self._finish(typed)
-        # a function's specialization -> where its first call's use was typed
-        first: dict = {}
-        for typed in typed_before:
-            for node in calls.get(typed.graph, ()):
-                callee, at = typed.callee[node], self.position[typed, node]
-                first[callee] = min(first.get(callee, at), at)
-        functions = sorted(self.order[len(typed_before) :], key=first.__getitem__)
-        self.order = []
-        for index, typed in enumerate(typed_before):
-            while functions and first[functions[0]][0] <= index:
-                self.order.append(functions.pop(0))
-            self.order.append(typed)
-        self.order += functions
+        self.position, self.raw = {}, {}
 
     def natural(self, graph: Graph) -> Optional[Typed]:
         """The specialization at f32 (and integer) arguments, which only names methods.
@@ -344,23 +267,15 @@ class _Policy:
         self._block(typed, graph.nodes)
         if graph.expansions:  # kept for `outlined`
             self.raw[typed] = dict(typed.decided)
-        self._finish(typed)
+        _finish(self, typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
 
-    def _finish(self, typed: Typed) -> None:
-        """The rules that read the whole graph's decisions: an `if` of parameter reads
-        settled, fills made as read, negations after the cast."""
-        self._settle(typed)
-        if self.precision == DType.BF16:
-            _fills_as_read(typed)
-        _negate_after_cast(typed)
-
     def _block(self, typed: Typed, nodes: list) -> None:
         for node in nodes:
             if node in self.uses:
-                at = (len(self.order), next(self.serial))
+                at = (len(self.order), len(self.position))  # then, in order
                 self.position.setdefault((typed, node), at)
             if node.kind is Kind.PARAM:
                 owner = node.attrs.get("owner", typed.model)
@@ -562,6 +477,87 @@ class _Policy:
             return dtype
         stored = {self._param(ref).dtype or DType.F32 for ref in refs(dtype)}
         return self._join(list(stored), operand)
+
+
+def _entry_points(policy: _Policy) -> dict:
+    """Every specialization the program needs, from its entry points; (model, defun) ->
+    the one at f32 (and integer) arguments, which names its public method."""
+    program, graphs = policy.program, policy.graphs
+    top = program.top.name
+    called = {
+        n.attrs["target"]
+        for (model, _), g in graphs.items()
+        if model == top
+        for n in walk(g.nodes)
+        if n.kind is Kind.CALL and not n.attrs.get("library")
+    }
+    for defun in program.top.defuns:
+        if defun == "forward" or defun not in called:
+            graph = graphs[top, defun]
+            policy.specialize(graph, policy.integers.natural_signature(graph))
+    with_forward: set = set()  # models with a forward in policy.order[:seen]
+    seen = 0
+    for model in program.models.values():
+        # A sub-model used only inside gradients (inlined there) still gets its forward.
+        with_forward.update(
+            t.model for t in policy.order[seen:] if t.graph.name == "forward"
+        )
+        seen = len(policy.order)
+        if model.name not in with_forward:
+            policy.natural(graphs[model.name, "forward"])
+    return {
+        (model.name, defun): policy.natural(graphs[model.name, defun])
+        for model in program.all_models()
+        for defun in model.defuns
+    }
+
+
+def _lowered(policy: _Policy, natural: dict) -> Lowered:
+    # after the public methods, which read parameters too
+    storage = _storage(policy.program, list(policy.order))
+    return Lowered(policy.precision, list(policy.order), storage, natural)
+
+
+def _outlined(policy: _Policy, calls: dict) -> None:
+    """Type the calls `outline` made of library uses (graph -> [CALL], in trace order):
+    each caller keeps the decisions its other nodes had before the whole-graph rules
+    (a call's value has the dtype its use had: the function computes the same ops on
+    the same dtypes), those of the use's dropped nodes go, and the rules run again with
+    the calls as readers. Each function's specialization takes its place in `order`
+    where its first call's use was typed, as if the calls had been traced."""
+    typed_before = list(policy.order)
+    for typed in typed_before:
+        made = calls.get(typed.graph)
+        if made:
+            present = _present(typed.graph)
+            typed.decided = {n: d for n, d in policy.raw[typed].items() if n in present}
+            typed.callee = {n: c for n, c in typed.callee.items() if n in present}
+            for node in made:
+                policy._call(typed, node)
+            _call_reasons(typed)
+            _finish(policy, typed)
+    # a function's specialization -> where its first call's use was typed
+    first: dict = {}
+    for typed in typed_before:
+        for node in calls.get(typed.graph, ()):
+            callee, at = typed.callee[node], policy.position[typed, node]
+            first[callee] = min(first.get(callee, at), at)
+    functions = sorted(policy.order[len(typed_before) :], key=first.__getitem__)
+    policy.order = []
+    for index, typed in enumerate(typed_before):
+        while functions and first[functions[0]][0] <= index:
+            policy.order.append(functions.pop(0))
+        policy.order.append(typed)
+    policy.order += functions
+
+
+def _finish(policy: _Policy, typed: Typed) -> None:
+    """The rules that read the whole graph's decisions: an `if` of parameter reads
+    settled, fills made as read, negations after the cast."""
+    policy._settle(typed)
+    if policy.precision == DType.BF16:
+        _fills_as_read(typed)
+    _negate_after_cast(typed)
 
 
 def _after_out_f32(typed: Typed, node: Node) -> bool:
