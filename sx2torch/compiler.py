@@ -6,6 +6,7 @@ how it is printed, read by the compiler, by `--dump-after` and by `explain` alik
 
 from __future__ import annotations
 
+import ast
 import gc
 import shlex
 from contextlib import contextmanager
@@ -28,7 +29,6 @@ import sx2torch.trace as trace
 import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
-from sx2torch.emit.names import IMPORTED
 from sx2torch.errors import UsageError
 from sx2torch.ops import REGISTRY
 from sx2torch.plan.targets import Target
@@ -204,19 +204,7 @@ def _verify_names(unit: Unit) -> None:
 
 
 def _emit(unit: Unit) -> None:
-    tree = _module(unit)
-    if module.math_shadowed(tree):  # a source name `math` beside the import of math
-        taken = IMPORTED.set(frozenset({"math"}))
-        try:
-            _names(unit)
-            tree = _module(unit)
-        finally:
-            IMPORTED.reset(taken)
-    unit.code = b.code(tree)
-
-
-def _module(unit: Unit):
-    return module.run(
+    tree = module.run(
         unit.program,
         unit.lowered,
         unit.plans,
@@ -227,10 +215,26 @@ def _module(unit: Unit):
         unit.chosen,
         unit.tp,
     )
+    unit.code = b.code(tree)
 
 
 def _verify_code(unit: Unit) -> None:
     compile(unit.code, unit.filename, "exec")
+
+
+def _verify_module(unit: Unit) -> None:
+    """The code, and the plan's imports are what it reads: a call of math's where the plan
+    found one, so the names pass took `math` exactly where the module imports it."""
+    _verify_code(unit)
+    calls = any(
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "math"
+        for node in ast.walk(ast.parse(unit.code))
+    )
+    assert calls == (
+        "math" in unit.plans.imports
+    ), "the plan's imports are not the code's"
 
 
 def _format(unit: Unit) -> None:
@@ -255,7 +259,7 @@ PASSES = (
     Pass("shard", _shard, _verify_plan, lambda unit: dump.plan(unit.tp)),
     Pass("plan", _plan, _verify_plans, lambda unit: dump.plans(unit.plans)),
     Pass("names", _names, _verify_names, lambda unit: dump.names(unit.names)),
-    Pass("emit", _emit, _verify_code, lambda unit: unit.code),
+    Pass("emit", _emit, _verify_module, lambda unit: unit.code),
     Pass("format", _format, _verify_code),
 )
 DUMPS = tuple(p.name for p in PASSES if p.dump)  # the choices of `--dump-after`

@@ -143,8 +143,10 @@ def imported(path: Path) -> set:
     [
         # emission sees the IR and the registry, never the reader's data
         ("emit/*.py", "sx2torch.syntax.read"),
-        # gradient expands the traced graph: it knows nothing of emission
+        # gradient expands the traced graph: it knows nothing of emission, nor of the
+        # tracer (both build nodes with ops/builder.py)
         ("gradient/*.py", "sx2torch.emit"),
+        ("gradient/*.py", "sx2torch.trace"),
         ("policy/*.py", "sx2torch.emit"),
         # the plan decides what emission prints, knowing nothing of how it is printed
         ("plan/*.py", "sx2torch.emit"),

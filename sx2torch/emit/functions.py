@@ -27,7 +27,7 @@ def name(plans: Plans, naming: Naming) -> None:
     taken = set()
     for locals_ in naming.locals.values():
         taken |= _local_names(locals_)
-    names = Namespace(taken)
+    names = Namespace(taken | plans.imports)
     chosen = {}
     for rep in plans.library:
         base = mangle(rep.graph.name)

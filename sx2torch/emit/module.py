@@ -8,7 +8,6 @@ import keyword
 from typing import Optional
 
 import libcst as cst
-import libcst.matchers as m
 
 import sx2torch.build as b
 from sx2torch.emit import functions, main, targets
@@ -23,7 +22,6 @@ from sx2torch.plan.targets import Target
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import is_param
 from sx2torch.emit import scalars
-from sx2torch.emit.scalars import MATH
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Model, Param, Program, Run, Tie
 from sx2torch.shard import Plan
@@ -63,7 +61,7 @@ def run(
         )
     if chosen is not None and chosen.loss is not None:
         body.append(_main(program, plans, naming, chosen))
-    if _reads_math(body):
+    if "math" in plans.imports:
         body.insert(0, _import("math"))
     comments = [
         cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
@@ -129,37 +127,6 @@ def _main(program: Program, plans: Plans, naming: Naming, chosen: Run) -> cst.If
     )
     top = naming.classes[program.top.name]
     return main.block(program, chosen, top, loss, naming.attrs)
-
-
-def _reads_math(body: list) -> bool:
-    """Whether the code calls a function of `math` (a const's floor or log, computed where
-    the module is built): only such a module imports it."""
-    return _math_names(body)[0] > 0
-
-
-def math_shadowed(tree: cst.Module) -> bool:
-    """Whether a module that imports `math` also names a value of its own `math` (a const,
-    a key or a local of the source), which would shadow the import: the names are then
-    chosen again with `math` taken (sx2torch/emit/names.py)."""
-    calls, names = _math_names(tree.body)
-    return calls > 0 and names > calls + 1  # + 1: the import's
-
-
-def _math_names(body: list) -> tuple:
-    """(the calls `math.floor(...)` ..., every name `math`) in the code: walked with a
-    stack, as a chain of a thousand operands is a tree as deep (sx2torch/build.py)."""
-    calls = names = 0
-    pending = list(body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Attribute) and m.matches(node, _MATH_CALL):
-            calls += 1
-        names += isinstance(node, cst.Name) and node.value == "math"
-        pending.extend(node.children)
-    return calls, names
-
-
-_MATH_CALL = m.Attribute(value=m.Name("math"), attr=m.OneOf(*map(m.Name, MATH)))
 
 
 def _import(name: str) -> cst.SimpleStatementLine:

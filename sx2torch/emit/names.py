@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import builtins
 import keyword
-from contextvars import ContextVar
-
 from sx2torch.syntax.names import mangle
 
 # What the generated module itself binds: its imports, and `self`.
 MODULE_NAMES = {"torch", "nn", "F", "sx", "self", "super", "__all__"}
-# `math`, while a module that imports it (a const's floor or log) is named, where a value
-# of the source would have taken it (sx2torch/compiler.py names such a module again)
-IMPORTED: ContextVar[frozenset] = ContextVar("imported", default=frozenset())
 # nn.Module's own attributes (torch 2.13), which a parameter, const or method must not replace;
 # `forward` is meant to be replaced, and only the defun of that name can take it.
 MODULE_ATTRIBUTES = set(
@@ -44,7 +39,7 @@ def plain_attribute(key: str) -> bool:
 
 class Namespace:
     def __init__(self, reserved: set = frozenset()):
-        self.reserved = RESERVED | IMPORTED.get() | set(reserved)
+        self.reserved = RESERVED | set(reserved)
         self.taken: set[str] = set()
 
     def fresh(

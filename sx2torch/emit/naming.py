@@ -6,7 +6,8 @@ and loop variables. Source names are allocated first in every scope, so no gener
 takes one. Locals are allocated in the order their statements are written, and a local
 whose value is dead (by the layout's liveness, which keeps a value read in a loop live until
 the loop ends) gives its name to a new value, unless the new value has a source name of
-its own. `--dump-after names` prints the result.
+its own. The modules the plan says the code imports (`math`) are taken in every scope.
+`--dump-after names` prints the result.
 """
 
 from __future__ import annotations
@@ -62,18 +63,20 @@ class Naming:
 def run(program: Program, plans: Plans) -> Naming:
     """Names what the plan decided: a method per code that serves specializations, a
     local per statement of each plan's layout."""
-    classes = _class_names(program)
+    imported = plans.imports
+    classes = _class_names(program, imported)
     attrs = {}
     namespaces = {}
     for model in program.all_models():
         attrs[model.name], namespaces[model.name] = attributes(
-            model, _built_classes(model, classes)
+            model, _built_classes(model, classes), imported
         )
     stores = {
         model.name: _stores(model, attrs[model.name]) for model in program.all_models()
     }
     locals_ = {
-        typed: _LocalNaming(plan.layout).run() for typed, plan in plans.plans.items()
+        typed: _LocalNaming(plan.layout, imported).run()
+        for typed, plan in plans.plans.items()
     }
     methods = _method_names(program, plans, namespaces)
     return Naming(classes, attrs, locals_, methods, stores)
@@ -85,8 +88,8 @@ def class_name(name: str) -> str:
     return "".join(p[0].upper() + p[1:] for p in parts) or "Model"
 
 
-def _class_names(program: Program) -> dict:
-    names = Namespace()
+def _class_names(program: Program, imported: frozenset) -> dict:
+    names = Namespace(imported)
     return {
         model.name: names.fresh(class_name(model.name))
         for model in [program.top, *program.models.values()]
@@ -100,14 +103,16 @@ def _built_classes(model: Model, classes: dict) -> frozenset:
     )
 
 
-def attributes(model: Model, classes: frozenset = frozenset()) -> tuple:
+def attributes(
+    model: Model, classes: frozenset = frozenset(), imported: frozenset = frozenset()
+) -> tuple:
     """Attribute names for consts, params and sub-models; and the class namespace for methods.
 
     A parameter's or sub-model's name is its `state_dict` key, kept exactly (a checkpoint
     names it); a const is also a constructor argument, which must not shadow a class the
-    constructor builds, nor a Python name.
+    constructor builds, nor a Python name, nor a module the code imports.
     """
-    names = Namespace(MODULE_ATTRIBUTES)
+    names = Namespace(MODULE_ATTRIBUTES | imported)
     attrs = {name: mangle(name) for name in model.params}
     names.taken.update(attrs.values())
     attrs.update((name, names.fresh(name, avoid=classes)) for name in model.consts)
@@ -130,9 +135,9 @@ def store(param) -> str:
     return "parameters" if param.trainable else "buffers"
 
 
-def argument_names(typed: Typed) -> tuple:
+def argument_names(typed: Typed, imported: frozenset) -> tuple:
     """Python names of a defun's arguments and &key arguments, the same at every call site."""
-    names = Namespace()
+    names = Namespace(imported)
     args = [names.fresh(node.name) for node in typed.graph.inputs]
     keys = [names.fresh(key) for key, _ in typed.graph.keys]
     return args, keys, names
@@ -178,10 +183,10 @@ def specialization_suffix(typed: Typed) -> str:
 class _LocalNaming:
     """A method's locals, allocated in the order emission writes their statements."""
 
-    def __init__(self, layout: Layout):
+    def __init__(self, layout: Layout, imported: frozenset):
         self.layout = layout
         graph = layout.graph
-        args, keys, self.names = argument_names(layout.typed)
+        args, keys, self.names = argument_names(layout.typed, imported)
         self.locals = Locals(
             args,
             dict(zip((k for k, _ in graph.keys), keys)),

@@ -6,10 +6,8 @@ from __future__ import annotations
 import libcst as cst
 
 import sx2torch.build as b
-from sx2torch.syntax.scalars import UNARY, ScalarOp
-
-# The functions of a const written as math's (int is Python's own).
-MATH = tuple(str(op) for op in UNARY if op is not ScalarOp.INT)
+from sx2torch.plan.methods import MATH
+from sx2torch.syntax.scalars import ScalarOp
 
 
 def python(op: ScalarOp, args: tuple, write) -> cst.BaseExpression:
@@ -26,10 +24,10 @@ def python(op: ScalarOp, args: tuple, write) -> cst.BaseExpression:
             kind(),
             b.at_least(write(args[1]), level + 1),
         )
-    if (
-        op in UNARY
-    ):  # int is Python's; the others math's, imported where a module calls one
-        return b.call("int" if op is ScalarOp.INT else f"math.{op}", write(args[0]))
+    if op is ScalarOp.INT:
+        return b.call("int", write(args[0]))
+    if op in MATH:  # imported where the plan found a module calls one
+        return b.call(f"math.{op}", write(args[0]))
     if op is ScalarOp.IN:
         options = args[1]
         if not isinstance(options, tuple):  # a list const or &key

@@ -15,7 +15,7 @@ from sx2torch.gradient.labels import label, shown
 from sx2torch.ir import Kind, Node, Operand, Region
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.echo import echo
-from sx2torch.trace.builder import Builder
+from sx2torch.ops.builder import Builder
 
 
 class Backward:

@@ -15,7 +15,7 @@ from sx2torch.gradient.writer import Writer
 from sx2torch.ir import Graph, Kind, Node, Operand, prune, reads, walk
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Program
-from sx2torch.trace.builder import Builder
+from sx2torch.ops.builder import Builder
 
 
 def run(program: Program, graphs: dict) -> None:

@@ -10,7 +10,7 @@ from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, REDUCED, SAME
 from sx2torch.syntax.scalars import ScalarOp
-from sx2torch.trace.builder import Builder
+from sx2torch.ops.builder import Builder
 
 
 class Writer(Builder):

@@ -9,8 +9,10 @@ method (sharing.py, decided once for every target on a held target's plans, wher
 rounding is written out: a cuda method that computes two specializations through its
 tensors' dtypes, `x * torch.sigmoid(x)` on f32 and on bf16, cannot be one method there,
 whose tensors are all f32), which one is public, which are emitted and which are named
-with their dtypes, the library functions the methods call, and the consts they read. The
-names pass (sx2torch/emit/naming.py) names what this decides; emission prints it.
+with their dtypes, the library functions the methods call, the consts they read, and
+the modules the code imports (`math` where a written number calls a function of it). The
+names pass (sx2torch/emit/naming.py) names what this decides, the imports' names taken;
+emission prints it.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled
 from sx2torch.plan.targets import Target
 from sx2torch.policy import Lowered, Typed
-from sx2torch.syntax.program import Program
-from sx2torch.syntax.scalars import Scalar, ScalarOp
+from sx2torch.syntax.program import Init, Program
+from sx2torch.syntax.scalars import UNARY, Scalar, ScalarOp
 
 # the target whose plans decide which specializations share a method (see the docstring)
 DECIDING = Target("cpu")
+# The scalar ops Python writes as functions of `math` (int is Python's own), which
+# sx2torch/emit/scalars.py writes as `math.floor(...)`: a module that computes one imports it.
+MATH = frozenset(op for op in UNARY if op is not ScalarOp.INT)
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,8 @@ class Plans:
     specialized: frozenset  # the specializations named with their dtypes
     library: tuple  # the library's specializations the methods call, by function
     read_consts: dict  # model -> the consts its methods read (stored as attributes)
+    # the modules the code imports beyond the preamble's: {"math"} where it calls math's
+    imports: frozenset = frozenset()
 
 
 def run(program: Program, lowered: Lowered, target: Target) -> Plans:
@@ -103,14 +110,17 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         for typed in emitted.get((model.name, defun), [])
     ]
     library = _library(lowered, plans, methods)
+    functions = tuple(rep for reps in library.values() for rep in reps)
+    codes = [plans[t].code for t in methods]
     return Plans(
         target,
         plans,
         public,
         emitted,
         _specialized(methods, group, public, library),
-        tuple(rep for reps in library.values() for rep in reps),
-        _read_consts(plans[t].code for t in methods),
+        functions,
+        _read_consts(codes),
+        _imports(program, [*codes, *functions]),
     )
 
 
@@ -166,26 +176,53 @@ def _library(lowered: Lowered, plans: dict, methods: list) -> dict:
 def _read_consts(emitted) -> dict:
     """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`)."""
     found: dict = {}
-
-    def scan(typed, value) -> None:
-        if isinstance(value, Scalar):
+    for typed in emitted:
+        for value in _scalars(_graph_parts(typed.graph)):
             if value.op is ScalarOp.CONST:
                 owner = value.args[2] if len(value.args) > 2 else typed.model
                 found.setdefault(owner, set()).add(value.args[0])
-            for arg in value.args:
-                scan(typed, arg)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                scan(typed, item)
-        elif isinstance(value, dict):
-            scan(typed, list(value.values()))
-
-    for typed in emitted:
-        scan(typed, typed.graph.output)
-        for node in walk(typed.graph.nodes):
-            scan(typed, [node.inputs, node.attrs])
-            scan(typed, [region.outputs for region in node.regions])
     return found
+
+
+def _imports(program: Program, written: list) -> frozenset:
+    """{"math"} where a number the module writes calls a function of math: a const's value,
+    a parameter's initializer or condition, a sub-model's arguments or a stack's count (the
+    constructors write every model's), or a number of a method or library function
+    written (`written`), its &key defaults included."""
+    parts: list = [_graph_parts(typed.graph) for typed in written]
+    parts += [[default for _, default in typed.graph.keys] for typed in written]
+    for model in program.all_models():
+        parts.append([const.value for const in model.consts.values()])
+        parts.append([[param.init, param.when] for param in model.params.values()])
+    calls = any(value.op in MATH for value in _scalars(parts))
+    return frozenset({"math"}) if calls else frozenset()
+
+
+def _graph_parts(graph) -> list:
+    """What of a graph holds numbers: its output, its nodes' inputs and attributes, its
+    regions' outputs."""
+    parts: list = [graph.output]
+    for node in walk(graph.nodes):
+        parts += [node.inputs, node.attrs]
+        parts += [region.outputs for region in node.regions]
+    return parts
+
+
+def _scalars(value):
+    """Every Scalar in `value` (nested in tuples, lists, dicts and initializers), each
+    one's operands after it."""
+    pending = [value]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, Scalar):
+            yield value
+            pending.extend(value.args)
+        elif isinstance(value, (tuple, list)):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, Init):
+            pending.extend([value.args, value.count])
 
 
 def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):

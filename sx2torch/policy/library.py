@@ -32,15 +32,15 @@ from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.trace.library import function_graph
 
 
-def run(graphs: dict, lowered) -> bool:
+def run(graphs: dict, lowered) -> dict:
     """Replace the separable library uses of every graph by calls, as the policy typed them
     in place (`lowered`); add the functions' graphs to `graphs` under (LIBRARY, op), to be
-    shaped by `shape`. Whether any use was replaced."""
+    shaped by `shape`. The calls made: graph -> [CALL node], in trace order."""
     shapes: dict = {}  # op -> the values of the keys that shape its function's code
     typed: dict = {}
     for specialization in lowered.specializations:
         typed.setdefault(specialization.graph, []).append(specialization)
-    replaced = False
+    calls: dict = {}
     for graph in list(graphs.values()):
         if graph.expansions:
             separable = _Separable(graph, typed.get(graph, []), lowered)
@@ -48,9 +48,9 @@ def run(graphs: dict, lowered) -> bool:
                 function = _function(record, graphs, shapes)
                 if function is not None and separable(record):
                     _call(graph, record, function)
-                    replaced = True
+                    calls.setdefault(graph, []).append(record.result)
         graph.expansions = []
-    return replaced
+    return calls
 
 
 class _Separable:

@@ -205,43 +205,26 @@ class Decision:
 UNDECIDED = Decision(None)
 
 
-def run(program: Program, graphs: dict, precision: str) -> Lowered:
+def run(program: Program, graphs: dict, precision: str, outline=None) -> Lowered:
     """Specialize from the entry points: the top model's forward and every defun of it that no
     other defun calls, at f32 (and integer) arguments; what they call is specialized on the way.
     Then every defun of every model gets its specialization at f32 (and integer) arguments
     too: the public method of its name. Parameters are stored as all of those read them.
+
+    `outline(lowered)` may then make some of the library's uses, typed in place, calls of
+    its functions (sx2torch/policy/library.py), returning the calls by graph: only those are
+    typed then, each function specialized as its calls pass it its arguments, and the
+    whole-graph rules applied again to their callers (`_outlined`); no graph is
+    typed twice.
     """
     policy = _Policy(program, graphs, precision)
-    top = program.top.name
-    called = {
-        n.attrs["target"]
-        for (model, _), g in graphs.items()
-        if model == top
-        for n in walk(g.nodes)
-        if n.kind is Kind.CALL and not n.attrs.get("library")
-    }
-    for defun in program.top.defuns:
-        if defun == "forward" or defun not in called:
-            graph = graphs[top, defun]
-            policy.specialize(graph, policy.integers.natural_signature(graph))
-    with_forward: set = set()  # models with a forward in policy.order[:seen]
-    seen = 0
-    for model in program.models.values():
-        # A sub-model used only inside gradients (inlined there) still gets its forward.
-        with_forward.update(
-            t.model for t in policy.order[seen:] if t.graph.name == "forward"
-        )
-        seen = len(policy.order)
-        if model.name not in with_forward:
-            policy.natural(graphs[model.name, "forward"])
-    natural = {
-        (model.name, defun): policy.natural(graphs[model.name, defun])
-        for model in program.all_models()
-        for defun in model.defuns
-    }
-    # after the public methods, which read parameters too
-    storage = _storage(program, list(policy.order))
-    return Lowered(precision, list(policy.order), storage, natural)
+    natural = _entry_points(policy)
+    lowered = _lowered(policy, natural)
+    calls = outline(lowered) if outline is not None else {}
+    if not calls:
+        return lowered
+    _outlined(policy, calls)
+    return _lowered(policy, natural)
 
 
 class _Policy:
@@ -255,6 +238,9 @@ class _Policy:
         self.integers = _IntegerInputs(program, graphs)
         self.done: dict = {}
         self.order: list = []
+        # for `_outlined`: library uses; where first typed; decisions before `_finish`
+        self.uses = {r.result for g in graphs.values() for r in g.expansions}
+        self.position, self.raw = {}, {}
 
     def natural(self, graph: Graph) -> Optional[Typed]:
         """The specialization at f32 (and integer) arguments, which only names methods.
@@ -279,16 +265,18 @@ class _Policy:
         for node, dtype in zip(graph.inputs, signature):
             typed.decided[node] = Decision(dtype)
         self._block(typed, graph.nodes)
-        self._settle(typed)
-        if self.precision == DType.BF16:
-            _fills_as_read(typed)
-        _negate_after_cast(typed)
+        if graph.expansions:  # kept for `outlined`
+            self.raw[typed] = dict(typed.decided)
+        _finish(self, typed)
         self.done[key] = typed
         self.order.append(typed)
         return typed
 
     def _block(self, typed: Typed, nodes: list) -> None:
         for node in nodes:
+            if node in self.uses:
+                at = (len(self.order), len(self.position))  # then, in order
+                self.position.setdefault((typed, node), at)
             if node.kind is Kind.PARAM:
                 owner = node.attrs.get("owner", typed.model)
                 typed.decided[node] = Decision(ParamRef(owner, node.attrs["param"]))
@@ -422,13 +410,8 @@ class _Policy:
         dtypes = [None if p else d for p, d in zip(_promoted(typed, node), dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed, floats)
-        if reason.why is Why.NOT_YET and any(
-            (typed.decision(i).reason or NOT_YET).why
-            in (Why.OUT_F32, Why.AFTER_OUT_F32)
-            for i in node.inputs
-            if isinstance(i, Node)
-        ):
-            reason = Reason(Why.AFTER_OUT_F32)
+        if reason.why is Why.NOT_YET and _after_out_f32(typed, node):
+            reason = AFTER_OUT_F32
         if op.result is Result.BOOL:
             out = DType.BOOL
         elif op.result is Result.INT:
@@ -494,6 +477,116 @@ class _Policy:
             return dtype
         stored = {self._param(ref).dtype or DType.F32 for ref in refs(dtype)}
         return self._join(list(stored), operand)
+
+
+def _entry_points(policy: _Policy) -> dict:
+    """Every specialization the program needs, from its entry points; (model, defun) ->
+    the one at f32 (and integer) arguments, which names its public method."""
+    program, graphs = policy.program, policy.graphs
+    top = program.top.name
+    called = {
+        n.attrs["target"]
+        for (model, _), g in graphs.items()
+        if model == top
+        for n in walk(g.nodes)
+        if n.kind is Kind.CALL and not n.attrs.get("library")
+    }
+    for defun in program.top.defuns:
+        if defun == "forward" or defun not in called:
+            graph = graphs[top, defun]
+            policy.specialize(graph, policy.integers.natural_signature(graph))
+    with_forward: set = set()  # models with a forward in policy.order[:seen]
+    seen = 0
+    for model in program.models.values():
+        # A sub-model used only inside gradients (inlined there) still gets its forward.
+        with_forward.update(
+            t.model for t in policy.order[seen:] if t.graph.name == "forward"
+        )
+        seen = len(policy.order)
+        if model.name not in with_forward:
+            policy.natural(graphs[model.name, "forward"])
+    return {
+        (model.name, defun): policy.natural(graphs[model.name, defun])
+        for model in program.all_models()
+        for defun in model.defuns
+    }
+
+
+def _lowered(policy: _Policy, natural: dict) -> Lowered:
+    # after the public methods, which read parameters too
+    storage = _storage(policy.program, list(policy.order))
+    return Lowered(policy.precision, list(policy.order), storage, natural)
+
+
+def _outlined(policy: _Policy, calls: dict) -> None:
+    """Type the calls `outline` made of library uses (graph -> [CALL], in trace order):
+    each caller keeps the decisions its other nodes had before the whole-graph rules
+    (a call's value has the dtype its use had: the function computes the same ops on
+    the same dtypes), those of the use's dropped nodes go, and the rules run again with
+    the calls as readers. Each function's specialization takes its place in `order`
+    where its first call's use was typed, as if the calls had been traced."""
+    typed_before = list(policy.order)
+    for typed in typed_before:
+        made = calls.get(typed.graph)
+        if made:
+            present = _present(typed.graph)
+            typed.decided = {n: d for n, d in policy.raw[typed].items() if n in present}
+            typed.callee = {n: c for n, c in typed.callee.items() if n in present}
+            for node in made:
+                policy._call(typed, node)
+            _call_reasons(typed)
+            _finish(policy, typed)
+    # a function's specialization -> where its first call's use was typed
+    first: dict = {}
+    for typed in typed_before:
+        for node in calls.get(typed.graph, ()):
+            callee, at = typed.callee[node], policy.position[typed, node]
+            first[callee] = min(first.get(callee, at), at)
+    functions = sorted(policy.order[len(typed_before) :], key=first.__getitem__)
+    policy.order = []
+    for index, typed in enumerate(typed_before):
+        while functions and first[functions[0]][0] <= index:
+            policy.order.append(functions.pop(0))
+        policy.order.append(typed)
+    policy.order += functions
+
+
+def _finish(policy: _Policy, typed: Typed) -> None:
+    """The rules that read the whole graph's decisions: an `if` of parameter reads
+    settled, fills made as read, negations after the cast."""
+    policy._settle(typed)
+    if policy.precision == DType.BF16:
+        _fills_as_read(typed)
+    _negate_after_cast(typed)
+
+
+def _after_out_f32(typed: Typed, node: Node) -> bool:
+    """Whether a node reads the f32 result of an :out :f32 matmul, or a value that does."""
+    return any(
+        (typed.decision(i).reason or NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
+        for i in node.inputs
+        if isinstance(i, Node)
+    )
+
+
+def _call_reasons(typed: Typed) -> None:
+    """A value that read an :out :f32 result only through a library use, now a call, reads
+    the call's value, which has no reason: no parameter or bf16 value has reached it yet,
+    as for any call's reader. Its dtypes stay (the reason decides none of them)."""
+    for node in walk(typed.graph.nodes):
+        decision = typed.decided[node]
+        if decision.reason == AFTER_OUT_F32 and not _after_out_f32(typed, node):
+            typed.decided[node] = Decision(decision.dtype, decision.compute, NOT_YET)
+
+
+def _present(graph: Graph) -> set:
+    """The values a graph holds now: its arguments, its nodes, its regions' inputs."""
+    found = set(graph.inputs)
+    for node in walk(graph.nodes):
+        found.add(node)
+        for region in node.regions:
+            found.update(region.inputs)
+    return found
 
 
 def _callers_kinds(order: list, graph: Graph, signature: tuple) -> tuple:
@@ -636,6 +729,7 @@ def _read_in(typed: Typed, node: Node, index: int):
 
 
 NOT_YET = Reason(Why.NOT_YET)
+AFTER_OUT_F32 = Reason(Why.AFTER_OUT_F32)
 
 
 def _negate_after_cast(typed: Typed) -> None:

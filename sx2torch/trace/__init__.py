@@ -3,7 +3,7 @@
 Names resolve here (locals, arguments, &key arguments, consts, params, sub-models, defuns,
 ops); calls are checked against their defun's signature and ops against their registry
 signature (trace/arguments.py); special forms are traced by their handlers (trace/forms.py);
-nodes are made by the builder (trace/builder.py), which stamps the `with-numerics` frames on
+nodes are made by the builder (ops/builder.py), which stamps the `with-numerics` frames on
 every node traced inside them. A `(gradient Y X)` form is one GRADIENT node, which the
 gradient pass, next, expands.
 """
@@ -15,7 +15,7 @@ from typing import Optional
 from sx2torch.syntax import scalars
 from sx2torch.trace import calls
 from sx2torch.trace.arguments import apply
-from sx2torch.trace.builder import Builder
+from sx2torch.ops.builder import Builder
 from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest

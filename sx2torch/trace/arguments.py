@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.syntax import scalars
-from sx2torch.trace.builder import default
+from sx2torch.ops.builder import default
 from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
 from sx2torch.syntax.scalars import ScalarOp

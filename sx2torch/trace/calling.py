@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from sx2torch.syntax import scalars
 import sx2torch.trace.calls as calls
 from sx2torch.syntax import keywords as keyword_args
-from sx2torch.trace.builder import Builder
+from sx2torch.ops.builder import Builder
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import Kind, Node, Operand, Scalar
 from sx2torch.syntax.echo import echo

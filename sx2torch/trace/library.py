@@ -6,7 +6,7 @@ from __future__ import annotations
 from sx2torch.ir import LIBRARY, Expansion, Graph, Kind, Node
 from sx2torch.syntax.read import List, Symbol
 from sx2torch.syntax.scalars import Scalar, ScalarOp
-from sx2torch.trace.builder import Builder, default
+from sx2torch.ops.builder import Builder, default
 
 
 def function_graph(op, record: Expansion, numbers: dict, shaping: dict) -> Graph:

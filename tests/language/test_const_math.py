@@ -117,3 +117,17 @@ def test_a_source_name_math_beside_the_import_is_renamed_and_otherwise_kept(buil
     assert module.Model(math_=3.0).w.shape == (4,)
     _, code = build("(defconst math 2.0)\n(defun forward (x) (* x math))\n")
     assert "math=2.0" in code and "import math" not in code
+
+
+def test_the_names_pass_takes_math_where_the_module_imports_it():
+    """The names pass knows the module's imports from the plan: `--dump-after names` shows
+    the name the module binds (`math_`), not one that emission would have to change."""
+    source = (
+        "(defconst math 2.0)\n(defconst n (floor (* math 1.5)))\n"
+        "(defun forward (x &key (math 1.0)) (* x math n))\n"
+    )
+    dumped = compile_source(source, "model.lisp", Options(dump_after="names"))
+    assert "math -> math_" in dumped and ":math math_" in dumped
+    code = compile_source(source, "model.lisp", Options())
+    assert "def forward(self, x, *, math_=1.0):" in code
+    assert "n = math.floor(math_ * 1.5)" in code

@@ -39,7 +39,10 @@ def _held_code(typed, layout, unit, methods) -> str:
     names = replace(
         unit.names,
         methods=methods,
-        locals={**unit.names.locals, typed: naming._LocalNaming(layout).run()},
+        locals={
+            **unit.names.locals,
+            typed: naming._LocalNaming(layout, unit.plans.imports).run(),
+        },
     )
     ctx = ClassContext(DECIDING, plans, names, names.attrs.get(typed.model, {}))
     return b.code(module._method(typed, "method", ctx))

@@ -112,3 +112,52 @@ def test_a_value_read_from_an_out_f32_matmul_says_so():
     assert why["y"] is Why.OUT_F32
     assert why["z"] is Why.AFTER_OUT_F32
     assert why["u"] is Why.NOT_YET
+
+
+OUTLINED = """
+(defparam w (normal [4 4]))
+(defun half (x) (rms-norm (cast x :bf16)))
+(defun forward (x)
+  (let ((y (rms-norm (matmul x w :out :f32))))
+    (+ (tanh y) (half x))))
+"""
+
+
+def test_each_graph_is_typed_once_where_library_uses_become_calls(monkeypatch):
+    """Outlining `rms-norm` types its calls and specializes its function at them; no
+    specialization is made twice (the policy typed every graph again after outlining).
+    """
+    import sx2torch.policy.rules as rules
+
+    made: list = []
+
+    class Counted(rules.Typed):
+        def __init__(self, graph, signature, ambient=None):
+            super().__init__(graph, signature, ambient)
+            made.append((graph.model, graph.name, signature, ambient))
+
+    monkeypatch.setattr(rules, "Typed", Counted)
+    lowered = lower(OUTLINED, "bf16")
+    calls = [
+        (typed.graph.name, typed.callee[node].signature)
+        for typed in lowered.specializations
+        for node in walk(typed.graph.nodes)
+        if node.kind is Kind.CALL and node.attrs.get("library")
+    ]
+    assert sorted(calls) == [("forward", ("f32",)), ("half", ("bf16",))]
+    assert len(made) == len(set(made)) == len(lowered.specializations)
+
+
+def test_a_library_call_s_reader_is_typed_as_any_call_s_reader():
+    """`(tanh y)` reads a call's value, which has no reason: the f32 result of the :out
+    :f32 matmul reaches it only through the outlined rms-norm, as through a defun's call.
+    """
+    lowered = lower(OUTLINED, "bf16")
+    (forward,) = [t for t in lowered.specializations if t.graph.name == "forward"]
+    (tanh,) = [n for n in walk(forward.graph.nodes) if n.op == "tanh"]
+    decided = forward.decided[tanh]
+    assert (decided.dtype, decided.compute, decided.reason.why) == (
+        "f32",
+        "f32",
+        Why.NOT_YET,
+    )

@@ -1,6 +1,8 @@
-"""The node builder: how a traced defun's nodes are made, with the `with-numerics` frames they
-sit in. An op's definition through other ops (`expand`) and its derivative rule (`grad`) make
-their nodes with it, through `op`, `cast`, `library_island` and `library_region`."""
+"""The node builder: how a graph's nodes are made, with the `with-numerics` frames they sit
+in. An op's definition through other ops (`expand`) and its derivative rule (`grad`) make
+their nodes with it, through `op`, `cast`, `library_island` and `library_region`; so the
+trace pass builds a defun's nodes with it, and the gradient pass (gradient/writer.py) a
+backward's: the layer both stand on, beside the registry whose rules write with it."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from sx2torch.ir import (
     Region,
     Scalar,
 )
-from sx2torch.ops import REGISTRY
+from sx2torch.ops.registry import REGISTRY
 from sx2torch.errors import SourceError
 from sx2torch.syntax.read import Datum
 
@@ -150,24 +152,22 @@ class Builder:
             )
         )
 
-    @contextmanager
     def frame(self, frame: Frame):
-        outer = self.frames
-        self.frames = outer + (frame,)
-        try:
-            yield
-        finally:
-            self.frames = outer
+        """Nodes made inside sit in `frame` too."""
+        return self._pushed("frames", frame)
 
-    @contextmanager
     def stamp(self, frame: Frame):
         """A with-numerics form whose body is a gradient marks only what the gradient appends."""
-        outer = self.stamps
-        self.stamps = outer + (frame,)
+        return self._pushed("stamps", frame)
+
+    @contextmanager
+    def _pushed(self, stack: str, frame: Frame):
+        outer = getattr(self, stack)
+        setattr(self, stack, outer + (frame,))
         try:
             yield
         finally:
-            self.stamps = outer
+            setattr(self, stack, outer)
 
 
 def _mark(mode: str, datum: Datum) -> Frame:
