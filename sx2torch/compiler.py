@@ -25,7 +25,6 @@ import sx2torch.ranks as ranks
 import sx2torch.resolve as resolve
 import sx2torch.shard as shard
 import sx2torch.trace as trace
-import sx2torch.build as b
 from sx2torch.emit import functions as library
 from sx2torch.emit import module, naming
 from sx2torch.emit.names import IMPORTED
@@ -204,15 +203,15 @@ def _verify_names(unit: Unit) -> None:
 
 
 def _emit(unit: Unit) -> None:
-    tree = _module(unit)
-    if module.math_shadowed(tree):  # a source name `math` beside the import of math
+    tree, code = module.written(_module(unit))
+    if module.math_shadowed(tree, code):  # a source name `math` beside its import
         taken = IMPORTED.set(frozenset({"math"}))
         try:
             _names(unit)
-            tree = _module(unit)
+            tree, code = module.written(_module(unit))
         finally:
             IMPORTED.reset(taken)
-    unit.code = b.code(tree)
+    unit.code = code
 
 
 def _module(unit: Unit):

@@ -43,7 +43,8 @@ def run(
     plan: Optional[Plan] = None,
 ) -> cst.Module:
     """The module: imports, the library's functions, one class per model, and the
-    `__main__` block of the chosen `run` form where it trains."""
+    `__main__` block of the chosen `run` form where it trains; all but the import of math,
+    which `with_math` adds where the code calls it."""
     classes = naming.classes
     contexts = {
         model.name: ClassContext(
@@ -62,8 +63,6 @@ def run(
         )
     if chosen is not None and chosen.loss is not None:
         body.append(_main(program, plans, naming, chosen))
-    if _reads_math(body):
-        body.insert(0, _import("math"))
     comments = [
         cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
     ]
@@ -130,16 +129,24 @@ def _main(program: Program, plans: Plans, naming: Naming, chosen: Run) -> cst.If
     return main.block(program, chosen, top, loss, naming.attrs)
 
 
-def _reads_math(body: list) -> bool:
-    """Whether the code calls a function of `math` (a const's floor or log, computed where
-    the module is built): only such a module imports it."""
-    return _math_names(body)[0] > 0
+def written(tree: cst.Module) -> tuple:
+    """(the module, its code), importing `math` first where the code calls a function of it
+    (a const's floor or log, computed where the module is built): only such a module
+    imports it. The code spares the walk of (almost) every module, in which the word `math`
+    is nowhere: the walk was a fifth of a long expression's compile."""
+    code = b.code(tree)
+    if "math" not in code or _math_names(tree.body)[0] == 0:
+        return tree, code
+    tree = tree.with_changes(body=[_import("math"), *tree.body])
+    return tree, b.code(tree)
 
 
-def math_shadowed(tree: cst.Module) -> bool:
+def math_shadowed(tree: cst.Module, code: str) -> bool:
     """Whether a module that imports `math` also names a value of its own `math` (a const,
     a key or a local of the source), which would shadow the import: the names are then
     chosen again with `math` taken (sx2torch/emit/names.py)."""
+    if "math" not in code:  # `code`, the module's, spares the walk
+        return False
     calls, names = _math_names(tree.body)
     return calls > 0 and names > calls + 1  # + 1: the import's
 
