@@ -61,13 +61,20 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         typed: Layout(typed, target, lowered) for typed in lowered.specializations
     }
     judge = target if target.held else DECIDING
+    by_defun = defuns(lowered)
+    # Sharing reads the layouts on a held target of the defuns with several specializations
+    # only: a defun's one specialization is its method. (Each Layout of a long expression
+    # is a sixth of its compile.)
     deciding = (
         layouts
         if judge is target
-        else {typed: Layout(typed, judge, lowered) for typed in lowered.specializations}
+        else {
+            typed: Layout(typed, judge, lowered)
+            for typed in lowered.specializations
+            if len(by_defun[typed.model, typed.graph.name]) > 1
+        }
     )
     sharing = Sharing(lowered, judge, deciding)
-    by_defun = defuns(lowered)
     group = sharing.run(by_defun)  # Typed -> its Group
     public, called = _publics(program, lowered, by_defun, group)
     entry = {
@@ -77,7 +84,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     }
     # A method serving bf16 arguments it reads only cast down casts them at entry.
     for rep in (g.rep for g in dict.fromkeys(group.values())):
-        found = sharing.entry(group[rep], deciding[rep])
+        found = sharing.entry(group[rep])
         if found:
             cast = frozenset(rep.graph.inputs[i] for i in found)
             layouts[rep] = Layout(rep, target, lowered, cast)
