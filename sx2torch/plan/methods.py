@@ -62,18 +62,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     }
     judge = target if target.held else DECIDING
     by_defun = defuns(lowered)
-    # Sharing reads the layouts on a held target of the defuns with several specializations
-    # only: a defun's one specialization is its method. (Each Layout of a long expression
-    # is a sixth of its compile.)
-    deciding = (
-        layouts
-        if judge is target
-        else {
-            typed: Layout(typed, judge, lowered)
-            for typed in lowered.specializations
-            if len(by_defun[typed.model, typed.graph.name]) > 1
-        }
-    )
+    deciding = layouts if judge is target else _deciding(lowered, by_defun)
     sharing = Sharing(lowered, judge, deciding)
     group = sharing.run(by_defun)  # Typed -> its Group
     public, called = _publics(program, lowered, by_defun, group)
@@ -143,6 +132,17 @@ def verify(plans: Plans, lowered: Lowered) -> None:
         assert plan.typed is typed and plan.layout.target == plans.target
         assert plans.plans[plan.code].code is plan.code, typed.graph.name
         assert set(plan.entry) <= set(range(len(typed.graph.inputs)))
+
+
+def _deciding(lowered: Lowered, by_defun: dict) -> dict:
+    """The layouts on a held target that sharing compares, those of the defuns with several
+    specializations: it reads no other, a defun's one specialization being its method.
+    (Each Layout of a long expression is a sixth of its compile.)"""
+    return {
+        typed: Layout(typed, DECIDING, lowered)
+        for typed in lowered.specializations
+        if len(by_defun[typed.model, typed.graph.name]) > 1
+    }
 
 
 def defuns(lowered: Lowered) -> dict:
