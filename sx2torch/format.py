@@ -91,6 +91,8 @@ def guess(code: str) -> Optional[str]:
     for index, line in enumerate(lines):
         if line.count('"""') % 2 or line.rstrip().endswith("\\"):
             return None
+        if _kept_string(line):
+            continue
         # Black also re-quotes strings with quotes or escapes in them, and measures
         # width, not length: such a line is left to it too. It leaves comments be.
         if not line.lstrip(" ").startswith("#") and (
@@ -108,6 +110,21 @@ def guess(code: str) -> Optional[str]:
             for index in long[line]:
                 lines[index] = written
     return "\n".join(_blank_lines(lines))
+
+
+def _kept_string(line: str) -> bool:
+    """Whether `line` is one triple-quoted string alone (a docstring, most often the
+    source's, and often longer than a line), which black keeps as it is at any length: it
+    cannot split a string, and normalizes a docstring's only where its text starts or ends
+    with a space or a quote, or holds a backslash (black/linegen.py, visit_STRING)."""
+    match = ONE_STRING.fullmatch(line)
+    if match is None:
+        return False
+    text = match.group(1)
+    return text == text.strip() and not text.startswith('"') and not text.endswith('"')
+
+
+ONE_STRING = re.compile(r' *"""((?:(?!""\")[^\\])+)"""')
 
 
 def _split(lines: list) -> Optional[list]:

@@ -68,13 +68,9 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         typed: Layout(typed, target, lowered) for typed in lowered.specializations
     }
     judge = target if target.held else DECIDING
-    deciding = (
-        layouts
-        if judge is target
-        else {typed: Layout(typed, judge, lowered) for typed in lowered.specializations}
-    )
-    sharing = Sharing(lowered, judge, deciding)
     by_defun = defuns(lowered)
+    deciding = layouts if judge is target else _deciding(lowered, by_defun)
+    sharing = Sharing(lowered, judge, deciding)
     group = sharing.run(by_defun)  # Typed -> its Group
     public, called = _publics(program, lowered, by_defun, group)
     entry = {
@@ -84,7 +80,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     }
     # A method serving bf16 arguments it reads only cast down casts them at entry.
     for rep in (g.rep for g in dict.fromkeys(group.values())):
-        found = sharing.entry(group[rep], deciding[rep])
+        found = sharing.entry(group[rep])
         if found:
             cast = frozenset(rep.graph.inputs[i] for i in found)
             layouts[rep] = Layout(rep, target, lowered, cast)
@@ -146,6 +142,17 @@ def verify(plans: Plans, lowered: Lowered) -> None:
         assert plan.typed is typed and plan.layout.target == plans.target
         assert plans.plans[plan.code].code is plan.code, typed.graph.name
         assert set(plan.entry) <= set(range(len(typed.graph.inputs)))
+
+
+def _deciding(lowered: Lowered, by_defun: dict) -> dict:
+    """The layouts on a held target that sharing compares, those of the defuns with several
+    specializations: it reads no other, a defun's one specialization being its method.
+    (Each Layout of a long expression is a sixth of its compile.)"""
+    return {
+        typed: Layout(typed, DECIDING, lowered)
+        for typed in lowered.specializations
+        if len(by_defun[typed.model, typed.graph.name]) > 1
+    }
 
 
 def defuns(lowered: Lowered) -> dict:

@@ -63,7 +63,8 @@ class Sharing:
         assert target.held, "a cuda method computes through its tensors' dtypes"
         self.lowered = lowered
         self.target = target
-        self.layouts = layouts  # Typed -> its Layout on `target`
+        # Typed -> its Layout on `target`, for the defuns with several specializations
+        self.layouts = layouts
         self.stand_ins: dict = {}  # Typed -> the stand-in name of its group's method
         self.group: dict = {}
         self.relied: set = set()  # groups whose method a comparison counted on
@@ -111,7 +112,7 @@ class Sharing:
         self.group[typed] = group
         self.stand_ins[typed] = group.stand_in
 
-    def entry(self, group: Group, layout: Layout) -> list:
+    def entry(self, group: Group) -> list:
         """The f32 arguments of a method that serves bf16 ones which it reads only cast
         down, once at least outside a branch (so never None): cast once at entry instead,
         the same code spelled as the bf16 callers read it."""
@@ -120,6 +121,7 @@ class Sharing:
             self.plan_of(t) == group.plan for t in group.members
         ):
             return []
+        layout = self.layouts[rep]
         found = []
         for index, node in enumerate(rep.graph.inputs):
             reads = layout.readers[node]

@@ -143,6 +143,13 @@ GUESSED = [
     "x = f(" + ", ".join(f"g(argument_{i}, [a, b])" for i in range(8)) + ")\n",
     # a method after another, and after a class line
     "class A:\n    def f(self):\n        return 1\n    def g(self):\n        return 2\n",
+    # docstrings and lone strings longer than a line, with quotes inside, which black
+    # keeps; beside those it pads, strips or unescapes, which are its to write
+    f'class A:\n    def f(self):\n        """It\'s "{LONG} {LONG}" here."""\n'
+    f'        """{LONG} {LONG}"""\n        return 1\n',
+    f'class A:\n    def f(self):\n        """ {LONG}"""\n        return 1\n'
+    f'    def g(self):\n        """"{LONG}"""\n        return 1\n'
+    f'    def h(self):\n        """{LONG} \\u00e9"""\n        return 1\n',
 ]
 
 
@@ -162,7 +169,18 @@ LONG_LINE = """(defparam a-rather-long-parameter-name (normal [4 4] :std 0.02))
 """
 
 
-@pytest.mark.parametrize(("text", "imported"), [(SOURCE, False), (LONG_LINE, True)])
+# A source's docstring longer than a line: the emitter writes it on one line, as black keeps
+# it, and no black is needed.
+LONG_DOC = f"""(defun forward (x)
+  "{("Returns x, the input of this method, as it came. " * 3).strip()}"
+  x)
+(defrun train :precision :f32)
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "imported"), [(SOURCE, False), (LONG_LINE, True), (LONG_DOC, False)]
+)
 def test_black_is_imported_for_a_long_line_missing_from_the_cache(
     cache, tmp_path, text, imported
 ):
