@@ -45,6 +45,12 @@ class ArgKind(str, Enum):
         """One tensor input of the node."""
         return self in TENSOR_KINDS
 
+    @property
+    def takes_bool(self) -> bool:
+        """A boolean tensor may be passed here: an argument that reaches it is taken as
+        its caller passes it, never cast to a float (a 0/1 float mask is an additive one)."""
+        return self in (ArgKind.BOOL_TENSOR, ArgKind.MASK)
+
 
 TENSOR_KINDS = frozenset(
     {
