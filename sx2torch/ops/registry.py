@@ -79,6 +79,9 @@ class Arg:
     name: str
     kind: ArgKind = ArgKind.TENSOR
     static: bool = False  # decides the result's rank or layout: written as a literal
+    # the operand's name says what it is (cross-entropy's `logits`): a temporary made for
+    # this operand alone is named after it (sx2torch/emit/naming.py)
+    names: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "kind", ArgKind(self.kind))
