@@ -297,8 +297,8 @@ class Gemma2(nn.Module):
         )
 
     def loss(self, input_ids, targets):
-        reshape_forward_input_ids = self.forward(input_ids).reshape(-1, self.vocab_size)
-        reshape_targets = targets.reshape(-1)
+        logits = self.forward(input_ids).reshape(-1, self.vocab_size)
+        labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward_input_ids.float(), reshape_targets)
+            return F.cross_entropy(logits.float(), labels)

@@ -323,10 +323,8 @@ class ModdedNanogptMedium(nn.Module):
         return 23 * torch.sigmoid((self.lm_head(x) + 5) / 7.5)
 
     def loss(self, input_seq, target_seq):
-        reshape_forward_input_seq = self.forward(input_seq).reshape(-1, self.vocab)
-        reshape_target_seq = target_seq.reshape(-1)
+        logits = self.forward(input_seq).reshape(-1, self.vocab)
+        labels = target_seq.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(
-                reshape_forward_input_seq.float(), reshape_target_seq, reduction="sum"
-            )
+            return F.cross_entropy(logits.float(), labels, reduction="sum")

@@ -173,10 +173,8 @@ class ModdedNanogptSimple(nn.Module):
         return 15 * logits * torch.rsqrt(torch.square(logits) + 225)
 
     def loss(self, inputs, targets):
-        reshape_forward_inputs = self.forward(inputs).reshape(-1, self.vocab_size)
-        reshape_targets = targets.reshape(-1)
+        logits = self.forward(inputs).reshape(-1, self.vocab_size)
+        labels = targets.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(
-                reshape_forward_inputs, reshape_targets, reduction="sum"
-            )
+            return F.cross_entropy(logits, labels, reduction="sum")

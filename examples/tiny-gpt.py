@@ -80,11 +80,11 @@ class TinyGpt(nn.Module):
             return 15.0 * torch.tanh(logits / 15.0)
 
     def loss(self, idx, targets):
-        reshape_forward_idx = self.forward(idx).reshape(-1, self.vocab)
-        reshape_targets = targets.reshape(-1)
+        logits = self.forward(idx).reshape(-1, self.vocab)
+        labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward_idx, reshape_targets)
+            return F.cross_entropy(logits, labels)
 
 
 if __name__ == "__main__":

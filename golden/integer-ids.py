@@ -20,8 +20,8 @@ class IntegerIds(nn.Module):
         return self.table[ids].to(torch.bfloat16) @ head_bf16
 
     def loss(self, ids, labels):
-        reshape_forward_ids = self.forward(ids).reshape(-1, self.vocab)
+        logits = self.forward(ids).reshape(-1, self.vocab)
         reshape_labels = labels.reshape(-1)
         # (cross-entropy (reshape (forward ids) [-1 vocab]) (reshape labels [-1]))
         with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(reshape_forward_ids.float(), reshape_labels)
+            return F.cross_entropy(logits.float(), reshape_labels)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, plain_attribute
-from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node
+from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.plan import Plans
 from sx2torch.plan.casts import Hoist
@@ -194,6 +194,10 @@ class _LocalNaming:
         )
         self.values = self.locals.values
         self.holder: dict = {name: node for node, name in self.values.items()}
+        # the names the source gives, which no temporary named for its reader may take
+        self.sources = {mangle(n.name) for n in walk(graph.nodes) if n.name} | set(
+            args + keys
+        )
 
     def run(self) -> Locals:
         layout = self.layout
@@ -317,6 +321,9 @@ class _LocalNaming:
                 (o for r in node.regions for o in r.outputs if isinstance(o, Node))
             )
             return given.name or self._temporary_name(given)
+        role = self._role(node)
+        if role is not None:
+            return role
         word = node.label or (
             REGISTRY[node.op].word if node.kind is Kind.OP else node.what
         )
@@ -327,6 +334,18 @@ class _LocalNaming:
         # Named after a name derived in turn, a chain's names grew with it: the 5,000th sum
         # of (+ x x ...) had 20,000 characters, and the module grew as the square of the source.
         return named if len(named) <= MAX_DERIVED else word
+
+    def _role(self, node: Node) -> Optional[str]:
+        """The name of the one operand that reads `node`, where that name says what the
+        value is (cross-entropy's `logits`, `labels`) and the source gives it to nothing."""
+        readers = self.layout.readers.get(node, [])
+        if len(readers) != 1 or getattr(readers[0][0], "kind", None) is not Kind.OP:
+            return None
+        reader, index = readers[0]
+        args = REGISTRY[reader.op].args
+        arg = args[min(index, len(args) - 1)]
+        name = mangle(arg.name)
+        return name if arg.names and name not in self.sources else None
 
     def _call_name(self, node: Node) -> str:
         """A method call's value is named as the callee names what it returns, else after

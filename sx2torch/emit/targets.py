@@ -7,11 +7,24 @@ from typing import Optional
 
 import sx2torch.build as b
 from sx2torch.plan.spelled import Cast
+from sx2torch.plan.targets import MASK
+
+# what `sx.mask_as` converts a float mask with, for each spelling: a dtype, or a held
+# target's function
+MASK_CASTS = {
+    "to-bf16": "torch.bfloat16",
+    "float": "torch.float32",
+    "round": "sx.round_to_bf16",
+    "as-f32": "sx.as_f32",
+}
 
 
 def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
     """`value` cast as the plan spelled it; None: `value` as it is."""
     spelling = spelled and spelled.spelling
+    if spelling and spelling.startswith(MASK):  # a float mask cast, booleans as they are
+        how = MASK_CASTS[spelling[len(MASK) :]]
+        return b.call("sx.mask_as", value, b.dotted(how))
     if spelling == "fill":  # made in the dtype wanted: `torch.ones_like(x, dtype=...)`
         dtype = b.dotted("torch.float32" if spelled.want == "f32" else "torch.bfloat16")
         return value.with_changes(

@@ -124,7 +124,7 @@ def _reduction(ctx) -> dict:
 register(
     Op(
         "cross-entropy",
-        (Arg("logits"), Arg("labels", "ids")),
+        (Arg("logits", names=True), Arg("labels", "ids", names=True)),
         lambda a, ctx: b.call("F.cross_entropy", a[0], a[1], **_reduction(ctx)),
         keys=(REDUCTION,),
         sensitive=True,

@@ -45,6 +45,12 @@ class ArgKind(str, Enum):
         """One tensor input of the node."""
         return self in TENSOR_KINDS
 
+    @property
+    def takes_bool(self) -> bool:
+        """A boolean tensor may be passed here: an argument that reaches it is taken as
+        its caller passes it, never cast to a float (a 0/1 float mask is an additive one)."""
+        return self in (ArgKind.BOOL_TENSOR, ArgKind.MASK)
+
 
 TENSOR_KINDS = frozenset(
     {
@@ -73,6 +79,9 @@ class Arg:
     name: str
     kind: ArgKind = ArgKind.TENSOR
     static: bool = False  # decides the result's rank or layout: written as a literal
+    # the operand's name says what it is (cross-entropy's `logits`): a temporary made for
+    # this operand alone is named after it (sx2torch/emit/naming.py)
+    names: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "kind", ArgKind(self.kind))

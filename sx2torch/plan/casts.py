@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch.plan.targets import Target
+from sx2torch.plan.targets import Target, or_bool
 from sx2torch.ir import DType, Kind, Node, Scalar, walk
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed
@@ -78,7 +78,10 @@ class Conversions:
 
     def _wanted(self, node: Node, index: int) -> Optional[tuple]:
         want = self.lowered.read_dtype(self.typed, node, index)
-        return self.conversion_of(node.inputs[index], want)
+        conversion = self.conversion_of(node.inputs[index], want)
+        if conversion and self.lowered.may_be_bool(self.typed, node, index):
+            return or_bool(conversion[0]), conversion[1]
+        return conversion
 
     def own_cast(self, node: Node) -> bool:
         """Whether `node` is a negation that reads its f32 operand cast down where the f32

@@ -24,7 +24,7 @@ from sx2torch.ir import LIBRARY, Kind, Node, walk
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled
-from sx2torch.plan.targets import Target
+from sx2torch.plan.targets import Target, or_bool
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.program import Init, Program
 from sx2torch.syntax.scalars import UNARY, Scalar, ScalarOp
@@ -85,14 +85,16 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
             cast = frozenset(rep.graph.inputs[i] for i in found)
             layouts[rep] = Layout(rep, target, lowered, cast)
             entry[rep] = sorted(set(entry.get(rep) or []) | set(found))
-    down = Cast(target.spelling("f32", "bf16", None), "bf16")
     plans = {
         typed: Plan(
             typed,
             layouts[typed],
             Spelled(layouts[typed]),
             group[typed].rep,
-            {index: down for index in entry.get(typed) or ()},
+            {
+                index: _down(target, lowered, typed, index)
+                for index in entry.get(typed) or ()
+            },
         )
         for typed in lowered.specializations
     }
@@ -118,6 +120,15 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         _read_consts(codes),
         _imports(program, [*codes, *functions]),
     )
+
+
+def _down(target: Target, lowered: Lowered, typed: Typed, index: int) -> Cast:
+    """The cast of argument `index` down at entry: of a float only where it reaches a mask,
+    which a caller may pass as booleans."""
+    have = "f32"
+    if typed.graph.inputs[index] in lowered.masks[typed.graph]:
+        have = or_bool(have)
+    return Cast(target.spelling(have, "bf16", None), "bf16")
 
 
 def _specialized(methods: list, group: dict, public: dict, library: dict) -> frozenset:

@@ -19,6 +19,15 @@ from typing import Optional
 from sx2torch.ir import DType
 
 DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
+# A value a caller may pass as booleans where the policy types it a float (attention's mask:
+# True attends, where a float is added to the scores): `have` is "f32 or bool", and its
+# cast, spelled MASK + the float's spelling, converts a float and leaves booleans as they are.
+OR_BOOL = " or bool"
+MASK = "mask-"
+
+
+def or_bool(have: str) -> str:
+    return have + OR_BOOL
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,11 @@ class Target:
         on a value written as `written` ("fill": `torch.ones_like(x, dtype=...)`;
         "rounding": a held target's rounding; else None): "fill" (made in `want` instead),
         "float", "to-bf16", "round", "as-f32", "float-round" (an integer rounded to bf16 on a held
-        target), or None where nothing is written."""
+        target), one of those after MASK (a float converted, booleans left as they are),
+        or None where nothing is written."""
+        if have.endswith(OR_BOOL):  # a mask's cast converts a float mask only
+            spelled = self.spelling(have[: -len(OR_BOOL)], want, written)
+            return spelled and MASK + spelled
         # an integer or a boolean made a float: a held target rounds it as any f32
         if have in (DType.INT, DType.BOOL):
             if want == "f32":

@@ -79,6 +79,10 @@ class Lowered:
     specializations: list  # Typed, callees before callers
     storage: dict  # (model, param) -> "f32" | "bf16"
     natural: dict  # (model, defun) -> Typed at f32 (and integer) arguments, or None: the plain method name
+    # Graph -> its arguments that reach an attention's MASK (through ops that keep dtypes
+    # and calls): a boolean or a float, as its caller passes it, so a cast of one converts
+    # only a float (sx2torch/plan/casts.py)
+    masks: dict = field(default_factory=dict)
 
     def value_dtype(self, typed: Typed, operand) -> Optional[str]:
         """The dtype of an operand's tensor: a parameter's is the dtype it is stored in (one
@@ -112,6 +116,16 @@ class Lowered:
         if _kind(REGISTRY[node.op], index) in UNCAST:
             return None  # read only for its shape
         return typed.decided[node].compute
+
+    def may_be_bool(self, typed: Typed, node: Node, index: int) -> bool:
+        """Whether `node` reads at `index`, as an operand that takes booleans (attention's
+        mask), an argument (or a reshape of one) that a caller may pass as booleans where
+        the policy types it a float: a cast of it must convert a float only."""
+        return (
+            node.kind is Kind.OP
+            and _kind(REGISTRY[node.op], index).takes_bool
+            and bool(_origins(node.inputs[index], typed.graph))
+        )
 
     def promoted(self, typed: Typed, node: Node) -> list:
         """For each input, whether it is a 0-d tensor beside a tensor with axes, which
@@ -235,7 +249,7 @@ class _Policy:
         self.program = program
         self.graphs = graphs
         self.precision = precision
-        self.integers = _IntegerInputs(program, graphs)
+        self.kinds = _Reaching(program, graphs)
         self.done: dict = {}
         self.order: list = []
         # for `_outlined`: library uses; where first typed; decisions before `_finish`
@@ -249,7 +263,7 @@ class _Policy:
         it chains can need a bf16 input, say. It then names no method.
         """
         try:
-            signature = self.integers.natural_signature(graph)
+            signature = self.kinds.natural_signature(graph)
             return self.specialize(graph, _callers_kinds(self.order, graph, signature))
         except SourceError:
             return None
@@ -494,7 +508,7 @@ def _entry_points(policy: _Policy) -> dict:
     for defun in program.top.defuns:
         if defun == "forward" or defun not in called:
             graph = graphs[top, defun]
-            policy.specialize(graph, policy.integers.natural_signature(graph))
+            policy.specialize(graph, policy.kinds.natural_signature(graph))
     with_forward: set = set()  # models with a forward in policy.order[:seen]
     seen = 0
     for model in program.models.values():
@@ -515,7 +529,11 @@ def _entry_points(policy: _Policy) -> dict:
 def _lowered(policy: _Policy, natural: dict) -> Lowered:
     # after the public methods, which read parameters too
     storage = _storage(policy.program, list(policy.order))
-    return Lowered(policy.precision, list(policy.order), storage, natural)
+    masks = {
+        typed.graph: policy.kinds.reaching(typed.graph, ArgKind.MASK)
+        for typed in policy.order
+    }
+    return Lowered(policy.precision, list(policy.order), storage, natural, masks)
 
 
 def _outlined(policy: _Policy, calls: dict) -> None:
@@ -610,35 +628,45 @@ def _callers_kinds(order: list, graph: Graph, signature: tuple) -> tuple:
     )
 
 
-class _IntegerInputs:
-    """Which arguments of each graph are integer tensors, found once per graph; an entry
-    point's other tensor arguments are f32."""
+class _Reaching:
+    """Which arguments of each graph reach an operand of a kind, found once per graph and
+    kind: an entry point's arguments that reach an index are integer tensors, those that
+    reach a condition (where's) boolean ones, and its other tensor arguments f32."""
 
     def __init__(self, program: Program, graphs: dict):
         self.program = program
         self.graphs = graphs
-        self.found: dict = {}  # Graph -> its integer inputs
+        self.found: dict = {}  # (Graph, ArgKind) -> its inputs that reach one
 
     def natural_signature(self, graph: Graph) -> tuple:
-        ints = self.integer_inputs(graph)
-        return tuple(DType.INT if node in ints else DType.F32 for node in graph.inputs)
+        ints = self.reaching(graph, ArgKind.IDS)
+        conditions = self.reaching(graph, ArgKind.BOOL_TENSOR)
+        return tuple(
+            (
+                DType.INT
+                if node in ints
+                else DType.BOOL if node in conditions else DType.F32
+            )
+            for node in graph.inputs
+        )
 
-    def integer_inputs(self, graph: Graph) -> set:
-        """Arguments that reach an index slot (through ops that keep dtypes) are integer tensors."""
-        if graph not in self.found:
+    def reaching(self, graph: Graph, kind: ArgKind) -> set:
+        """Arguments that reach an operand of `kind` (through ops that keep dtypes and
+        through calls)."""
+        if (graph, kind) not in self.found:
             found = set()
             for node in walk(graph.nodes):
                 for index, operand in enumerate(node.inputs):
-                    if self._wants_int(node, index, graph.model):
+                    if self._wants(node, index, graph.model, kind):
                         found |= _origins(operand, graph)
-            self.found[graph] = found
-        return self.found[graph]
+            self.found[graph, kind] = found
+        return self.found[graph, kind]
 
-    def _wants_int(self, node: Node, index: int, owner: str) -> bool:
+    def _wants(self, node: Node, index: int, owner: str, kind: ArgKind) -> bool:
         if node.kind in CALLS:
             callee = _callee_graph(self.program, self.graphs, node, owner)
-            return callee.inputs[index] in self.integer_inputs(callee)
-        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
+            return callee.inputs[index] in self.reaching(callee, kind)
+        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is kind
 
 
 def _deciding_outputs(node: Node) -> list:

@@ -1,6 +1,11 @@
 """The runtime that generated modules import as ``from sx2torch import runtime as sx``."""
 
-from sx2torch.runtime.attention import causal_mask, restrict_mask, window_mask
+from sx2torch.runtime.attention import (
+    causal_mask,
+    mask_as,
+    restrict_mask,
+    window_mask,
+)
 from sx2torch.runtime.cache import cache_positions, cached_attention, last_position
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
@@ -42,6 +47,7 @@ __all__ = [
     "group_norm_backward",
     "last_position",
     "layers",
+    "mask_as",
     "linear_scan",
     "linear_scan_adjoint",
     "matmul_f32_out",

@@ -4,7 +4,7 @@
 import torch
 from torch import Tensor
 
-__all__ = ["causal_mask", "restrict_mask", "window_mask"]
+__all__ = ["causal_mask", "mask_as", "restrict_mask", "window_mask"]
 
 
 def causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
@@ -44,3 +44,14 @@ def restrict_mask(mask: Tensor, allowed: Tensor) -> Tensor:
     if mask.dtype == torch.bool:
         return mask & allowed
     return mask.masked_fill(~allowed, float("-inf"))
+
+
+def mask_as(mask: Tensor, cast) -> Tensor:
+    """An ``attn_mask`` a caller passed, read in the dtype attention computes in: a float
+    mask (added to the scores) converted by ``cast`` (a dtype, or the held targets'
+    ``round_to_bf16`` or ``as_f32``), a boolean one (True where a key is seen) as it is,
+    since a boolean cast to a float becomes an additive 0/1 mask. The choice is by dtype,
+    known when torch.compile traces it."""
+    if not mask.is_floating_point():
+        return mask
+    return mask.to(cast) if isinstance(cast, torch.dtype) else cast(mask)

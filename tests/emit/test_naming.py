@@ -331,3 +331,29 @@ def test_a_method_serves_the_dtypes_its_casts_are_identities_on(build):
     assert torch.equal(net(x), expected)
     assert torch.equal(net.l(h), torch.relu(h @ net.l.w))
     assert torch.equal(net.l(x), net.l(x.to(bf16)))
+
+
+def test_a_temporary_made_for_one_operand_is_named_as_the_operand(build):
+    """Cross-entropy's operands say what they are: the reshapes made for them alone are
+    `logits` and `labels`, as transformers names them (they were
+    `reshape_forward_input_ids` and `reshape_targets`); a name the source gives to a value
+    of its own is left to it, and the temporary is named as before."""
+    loss = """
+(defparam w (normal [4 6]))
+(defun forward (x) (matmul x w))
+(defun loss (input-ids targets)
+  (cross-entropy (reshape (forward input-ids) [-1 6]) (reshape targets [-1])))
+"""
+    result = names_of(loss)
+    named = set(result.locals[method(result, "loss")].values.values())
+    assert {"logits", "labels"} <= named
+    result = names_of(loss.replace("targets", "labels"))
+    named = set(result.locals[method(result, "loss")].values.values())
+    assert "logits" in named and "reshape_labels" in named
+    module, code = build(loss + "(defrun r :precision :bf16)\n")
+    torch.manual_seed(0)
+    model = module.Model()
+    ids, targets = torch.randn(2, 3, 4), torch.randint(0, 6, (2, 3))
+    logits = (ids.to(torch.bfloat16) @ model.w.to(torch.bfloat16)).float()
+    wanted = torch.nn.functional.cross_entropy(logits.reshape(-1, 6), targets.reshape(-1))
+    assert torch.equal(model.loss(ids, targets), wanted), code

@@ -108,6 +108,14 @@ def inputs(names: list, rng: random.Random) -> list:
     for name in names:
         if name == "ids":
             made.append(torch.tensor([rng.randrange(D) for _ in range(B)]))
+        elif name == "keep":  # attention's mask from its first B columns: each row sees
+            # its own key (no row all masked) and not the next one (the mask matters)
+            keep = [
+                col == row or col != (row + 1) % B and rng.random() < 0.5
+                for row in range(B)
+                for col in range(D)
+            ]
+            made.append(torch.tensor(keep).reshape(B, D))
         else:
             odd = [(2 * rng.randint(-16, 15) + 1) / 16 for _ in range(B * D)]
             made.append(torch.tensor(odd).reshape(B, D))

@@ -74,6 +74,9 @@ class Scope:
     names: dict  # shape -> [name]
     params: dict  # shape -> [param name]
     ids: bool = False  # an integer input `ids` of shape [B] is in scope
+    # a boolean input `keep` of shape [B D] is in scope: where's condition, and (sliced to
+    # [B B], its diagonal true) attention's mask, as a caller passes it (issue 38)
+    keep: bool = False
     calls: bool = True  # helper and sub-model calls allowed (not inside blk or helper)
     smooth: bool = False  # inside a gradient's Y: only ops with derivative rules
     wrt: str = ""  # the gradient's X, which Y must read
@@ -206,6 +209,8 @@ class Gen:
         if kind == 4 and not scope.smooth:
             a, b = x, self.operand(ROWS, scope, depth)
             cond = f"({self.use(self.rng.choice(COMPARE))} {a} {b})"
+            if scope.keep and self.chance(0.3):
+                cond = "keep"
             return f"({self.use('where')} {cond} {x} {self.expr(ROWS, scope, depth)})"
         if kind == 5 and scope.ids and not scope.smooth:
             if self.chance(0.5):
@@ -283,6 +288,9 @@ class Gen:
         if not scope.smooth:
             forms["previous"] = f"(previous {x} :axis 1)"
             forms["attention"] = f"(attention {x} {y} {x} :causal true)"
+            if scope.keep and self.chance(0.5):  # a mask [T S] = [B B] from an argument
+                rows = self.pick("keep", self.leaf(ROWS, scope))
+                forms["attention"] = f"(attention {x} {y} {x} (slice {rows} :axis 1 :end {B}))"
         if "v" not in scope.params.get(VEC, []):
             forms["fused-rms-norm"] = f"(fused-rms-norm {x})"
             forms["fused-layer-norm"] = f"(fused-layer-norm {x})"
@@ -471,7 +479,10 @@ def program(seed: int) -> tuple:
     rng = random.Random(seed)
     g = Gen(rng, exact=seed % 2 == 0)
     top = Scope(
-        {ROWS: ["x"]}, {MAT: ["w1", "w2"], VEC: ["v"], TABLE: ["table"]}, ids=True
+        {ROWS: ["x"]},
+        {MAT: ["w1", "w2"], VEC: ["v"], TABLE: ["table"]},
+        ids=True,
+        keep=True,
     )
     inner = Scope({ROWS: ["x"]}, top.params, calls=False, smooth=True, keys=("k",))
     g.budget = 10
@@ -499,12 +510,13 @@ def program(seed: int) -> tuple:
         if re.search(rf"\b{name}\b", helper + forward):
             lines.append(f"(defparam {name} (normal {shape}))")
     precision = rng.choice([":f32", ":bf16", ":bf16"])
+    arguments = ["x", "ids"] + (["keep"] if re.search(r"\bkeep\b", forward) else [])
     lines += [
         f"(defun helper (x &key (k 0.5)) {helper})",
-        f"(defun forward (x ids) {forward})",
+        f"(defun forward ({' '.join(arguments)}) {forward})",
         f"(defrun train :precision {precision})",
     ]
-    return "\n".join(lines) + "\n", {"forward": ["x", "ids"], "helper": ["x"]}
+    return "\n".join(lines) + "\n", {"forward": arguments, "helper": ["x"]}
 
 
 # Weights of the convolutions (channels 2 of length D; 1 of B x D) and of two experts.
