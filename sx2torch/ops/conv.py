@@ -134,7 +134,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
     register(
         Op(
             _name,
-            (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias")),
+            (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias", "matrix")),
             lambda a, ctx, f=f"F.{_name}": b.call(f, *a, **_conv_keys(ctx)),
             keys=CONV_KEYS,
             arity=(2, 3),

@@ -16,7 +16,9 @@ from sx2torch.ops.rank import RankRule, known
 
 class ArgKind(str, Enum):
     TENSOR = "tensor"  # a tensor or a scalar
-    MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
+    # a float tensor, never a number: a matmul's operand, a kernel's weight or bias (torch's
+    # F.linear, F.layer_norm and F.conv2d take no number there)
+    MATRIX = "matrix"
     IDS = "ids"  # an integer tensor (indices, labels)
     BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
     # a boolean tensor (True keeps) or an additive float one (attention's)
