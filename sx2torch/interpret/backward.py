@@ -283,7 +283,16 @@ def _read(ev, v, dtype, node: Node, j: int):
     """Operand `j` of the derivative (j < 0: an output's gradient) in `dtype`."""
     if v is None or not is_float(v) or (j >= 0 and _skipped(node, j)):
         return tensor_of(v)
+    if j < 0 and node.name in CONTIGUOUS_GRADIENT:
+        return ev.cast(v, dtype).contiguous()
     return ev.cast(v, dtype)
+
+
+# Ops whose derivative the module computes on a contiguous gradient, as torch's own
+# backward kernel takes it: the differentiable backward of F.group_norm adds up its sums
+# in the order of the gradient's layout, so a transposed gradient gave another f32
+# rounding (sx.group_norm_backward).
+CONTIGUOUS_GRADIENT = {"group-norm"}
 
 
 def _vjp(fn, gs: list, tensors: list, i: int, dtype):
