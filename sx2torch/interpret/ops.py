@@ -275,7 +275,8 @@ OPS = {
     "minimum": _extremum(torch.minimum),
     "clamp": Spec(lambda a, k: torch.clamp(a[0], k.get("min"), k.get("max")), KEEP),
     "where": Spec(lambda a, k: torch.where(*a), KEEP, skip=(0,)),
-    "sum": Spec(_reduce(torch.sum)),
+    # an integer or boolean tensor's sum is int64, as torch's; floats as any op
+    "sum": Spec(_reduce(torch.sum), KEEP),
     "mean": Spec(_reduce(torch.mean)),
     "amax": Spec(_reduce(torch.amax), KEEP),
     "amin": Spec(_reduce(torch.amin), KEEP),
@@ -352,7 +353,7 @@ OPS = {
     ),
     "scatter-add": Spec(lambda a, k: a[0].scatter_add(_axis(k), a[1], a[2]), skip=(1,)),
     "index-add": Spec(lambda a, k: a[0].index_add(_axis(k, 0), a[1], a[2]), skip=(1,)),
-    "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k))),
+    "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k)), KEEP),
     "conv1d": _conv(F.conv1d),
     "conv2d": _conv(F.conv2d),
     "max-pool1d": _pool(F.max_pool1d, KEEP),

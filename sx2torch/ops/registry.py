@@ -67,6 +67,9 @@ class Result(str, Enum):
     BOOL = "bool"  # compares in that dtype
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
     INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
+    # adds up: floats compute in the policy's dtype, integer and boolean tensors give int64
+    # (never rounded), as torch's sum and cumsum do
+    SUM = "sum"
     RUN = "run"  # computes in the run's precision whatever its inputs (under the marks)
 
 

@@ -35,6 +35,7 @@ from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.ops.registry import UNCAST
 from sx2torch.syntax.program import Program
 
+INTEGERS = {DType.INT, DType.BOOL}
 DATA_KINDS = (
     ArgKind.TENSOR,
     ArgKind.MATRIX,
@@ -431,8 +432,10 @@ class _Policy:
             reason = Reason(Why.AFTER_OUT_F32)
         if op.result is Result.BOOL:
             out = DType.BOOL
-        elif op.result is Result.INT:
-            out = DType.INT
+        elif op.result is Result.INT or (
+            op.result is Result.SUM and not floats and set(dtypes) & INTEGERS
+        ):
+            out = DType.INT  # a sum of integers or booleans is int64, as torch's
         elif op.result is Result.KEEP and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.

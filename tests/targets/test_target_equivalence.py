@@ -245,6 +245,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
     },
     "scan": {"forward": (Floats((2, 6, 64)),)},
     "integers": {"forward": (Floats((2, 8)),)},
+    "integer-sums": {"forward": (Floats((2, 8)),)},
     "public-methods": {
         "forward": (Floats((2, 8)),),
         "gate": (Floats((2, 8)),),

@@ -328,6 +328,12 @@ class Gen:
             rough["argmax"] = f"(take table (argmax {x} :axis 1))"
             whole = self.pick("(int ", "(cast ") + f"(* 4 (amax {x} :axes [1]))"
             whole += self.pick(")", " :i64)", " :i32)")
+            # integer sums, int64 as torch's: of an integer cast, of a cumsum of booleans
+            whole = self.pick(
+                whole,
+                f"(sum (cast (* 4 {x}) :i64) :axes [1])",
+                f"(sum (cumsum (cast (> {x} 0) :i32) :axis 1) :axes [1])",
+            )
             rough["int"] = f"(take table (mod {whole} {TABLE[0]}))"
             rough["sparse-experts"] = (
                 f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}"
