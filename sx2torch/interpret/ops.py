@@ -24,10 +24,14 @@ class Spec:
     fn: Callable  # (args, keys) -> value
     kind: str = FLOAT  # FLOAT: the compute dtype; KEEP: moves data (ints pass through);
     # BOOL: compares in the compute dtype; ISLAND: a library mark, f32 wherever called;
-    # RUN: the run's precision whatever the inputs (under the marks)
+    # RUN: the run's precision whatever the inputs (under the marks); or a function of
+    # the keys giving one (softmax's :dtype)
     skip: tuple = ()  # positions that decide no dtype and are not cast
     lists: bool = False  # the first argument is a vector of tensors
     training: bool = False  # reads the model's training mode, as keys["training"]
+
+    def kind_of(self, keys: dict) -> str:
+        return self.kind(keys) if callable(self.kind) else self.kind
 
 
 def _dims(axes):
@@ -281,7 +285,11 @@ OPS = {
     "amax": Spec(_reduce(torch.amax), KEEP),
     "amin": Spec(_reduce(torch.amin), KEEP),
     "logsumexp": Spec(_reduce(torch.logsumexp), ISLAND),
-    "softmax": Spec(lambda a, k: torch.softmax(a[0], k.get("axis", -1)), ISLAND),
+    # :dtype :input: torch's kernel on X in the dtype it computes in, no island
+    "softmax": Spec(
+        lambda a, k: torch.softmax(a[0], k.get("axis", -1)),
+        lambda k: FLOAT if k.get("dtype") == ":input" else ISLAND,
+    ),
     "log-softmax": Spec(
         lambda a, k: torch.log_softmax(a[0], k.get("axis", -1)), ISLAND
     ),

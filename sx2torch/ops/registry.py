@@ -41,6 +41,7 @@ class ArgKind(str, Enum):
     REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
     APPROXIMATE = "approximate"  # :none or :tanh (gelu's)
     MODE = "mode"  # :nearest or :bilinear (interpolate's)
+    KERNEL_DTYPE = "kernel-dtype"  # :f32 or :input (softmax's :dtype)
 
     @property
     def is_tensor(self) -> bool:
@@ -103,7 +104,9 @@ class Op:
     result: Result = Result.FLOAT
     # (least, most) arguments, most None for "any"; default: exactly args
     arity: Optional[tuple] = None
-    sensitive: bool = False  # library mark (6.8): an f32 island wherever it is called
+    # library mark (6.8): an f32 island wherever it is called; True, or a test of the
+    # attrs (softmax's :dtype :input is torch's kernel on X as it is)
+    sensitive: Union[bool, Callable] = False
     expand: Optional[Callable] = None  # defined by other ops, traced in their place
     grad: Optional[Callable] = None
     # why it has no derivative rule, where it has neither a rule nor a definition (an op the
@@ -181,6 +184,9 @@ class Op:
     # how a value split across devices along one axis passes through it, for tensor
     # parallelism (sx2torch/ops/sharding.py); None: it needs the whole value
     shards: Optional[Callable] = None
+
+    def is_sensitive(self, attrs: dict) -> bool:
+        return self.sensitive(attrs) if callable(self.sensitive) else self.sensitive
 
     def negates(self, operands: tuple) -> bool:
         return self.negation(operands) if callable(self.negation) else self.negation

@@ -23,6 +23,7 @@ CHOICES = {  # the keyword-valued kinds, and the keywords each takes
     ArgKind.REDUCTION: ("mean", "sum", "none"),
     ArgKind.APPROXIMATE: ("none", "tanh"),
     ArgKind.MODE: ("nearest", "bilinear"),
+    ArgKind.KERNEL_DTYPE: ("f32", "input"),
 }
 PADDINGS = ("same", "valid")
 

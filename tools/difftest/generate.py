@@ -279,6 +279,7 @@ class Gen:
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
             **{op: f"({op} {x})" for op in simple},
+            "softmax": f"(softmax {x}{self.pick('', ' :dtype :input')})",
         }
         if not scope.smooth:
             forms["previous"] = f"(previous {x} :axis 1)"
