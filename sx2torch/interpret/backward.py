@@ -55,7 +55,7 @@ LINEAR |= {
     "pad",
 }
 # Products: the derivative by one operand reads the others.
-PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d"}
+PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d", "einsum"}
 
 
 def gradient(ev, y, x, around=None):

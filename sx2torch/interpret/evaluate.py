@@ -340,8 +340,8 @@ class Evaluator:
             return d.value
         if isinstance(d, Keyword):
             return ":" + d.name
-        if isinstance(d, String):
-            return None
+        if isinstance(d, String):  # einsum's equation (a docstring is read by resolve)
+            return d.value
         if isinstance(d, Vector):
             return [self.eval(item, frame) for item in d.items]
         if isinstance(d, Symbol):

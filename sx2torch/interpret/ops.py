@@ -296,6 +296,7 @@ OPS = {
     "softcap": Spec(lambda a, k: a[1] * torch.tanh(a[0] / a[1]), ISLAND),
     "cross-entropy": Spec(_cross_entropy, ISLAND, skip=(1,)),
     "matmul": Spec(lambda a, k: a[0] @ a[1]),
+    "einsum": Spec(lambda a, k: torch.einsum(a[0], *a[1:]), skip=(0,)),
     "linear": Spec(lambda a, k: F.linear(*a)),
     "outer": Spec(lambda a, k: a[0].unsqueeze(-1) * a[1].unsqueeze(-2)),
     "reshape": Spec(_reshape, KEEP),

@@ -42,6 +42,7 @@ class ArgKind(str, Enum):
     APPROXIMATE = "approximate"  # :none or :tanh (gelu's)
     MODE = "mode"  # :nearest or :bilinear (interpolate's)
     KERNEL_DTYPE = "kernel-dtype"  # :f32 or :input (softmax's :dtype)
+    EQUATION = "equation"  # a string, einsum's "ij,jk->ik"
 
     @property
     def is_tensor(self) -> bool:

@@ -432,10 +432,8 @@ class _Policy:
             reason = Reason(Why.AFTER_OUT_F32)
         if op.result is Result.BOOL:
             out = DType.BOOL
-        elif op.result is Result.INT or (
-            op.result is Result.SUM and not floats and set(dtypes) & INTEGERS
-        ):
-            out = DType.INT  # a sum of integers or booleans is int64, as torch's
+        elif _gives_int(op, floats, dtypes):
+            out = DType.INT
         elif op.result is Result.KEEP and not floats:
             # Integer data passes through; a condition (where's) is not data, and
             # number literals give a float in the compute dtype.
@@ -549,6 +547,12 @@ class _IntegerInputs:
             callee = _callee_graph(self.program, self.graphs, node, owner)
             return callee.inputs[index] in self.integer_inputs(callee)
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
+
+
+def _gives_int(op, floats: list, dtypes: list) -> bool:
+    """An int64 result: the op's, or a sum of integers or booleans, as torch's."""
+    summed = op.result is Result.SUM and not floats and set(dtypes) & INTEGERS
+    return op.result is Result.INT or bool(summed)
 
 
 def _deciding_outputs(node: Node) -> list:

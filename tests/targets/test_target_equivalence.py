@@ -281,6 +281,11 @@ INPUTS: dict[str, dict[str, tuple]] = {
 # Golden cases left out of the comparison, with the reason. None: every golden
 # case compiles for all three targets.
 SKIPPED: dict[str, str] = {
+    "einsum": "loss.backward() through torch.einsum's autograd differs between cuda run on "
+    "a CPU and the held targets (its backward's bf16 contractions against the held "
+    "targets' f32 ones rounded once at the stores); the forward and the (gradient ...) "
+    "form, whose einsums the compiler writes, agree on every target (measured with this "
+    "table), and tests/ops/test_einsum.py checks it against torch.einsum and autograd",
     "softmax-dtype": "as smooth-functions: loss.backward() through the bf16 softmax "
     "(:dtype :input) differs between cuda run on a CPU and the held targets (torch's bf16 "
     "softmax backward against the held targets' f32 one rounded once); the forward agrees "

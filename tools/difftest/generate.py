@@ -298,6 +298,11 @@ class Gen:
         back = f"[{B} {D}]"
         smooth = {  # ops with derivative rules, fit for a gradient's Y
             "cumsum": f"(cumsum {x} :axis {self.pick(0, 1, -1)})",
+            "einsum": self.pick(
+                f'(einsum "bi,ij->bj" {x} {self.leaf(MAT, scope)})',
+                f'(einsum "bi,ji->bj" {x} {self.leaf(MAT, scope)})',
+                f'(einsum "bi,bi,ij->bj" {x} {y} {self.leaf(MAT, scope)})',
+            ),
             "gather": f"(let (([tv ti] (topk {x} 2))) "
             f"(concat [tv (gather {y} ti :axis 1)] :axis 1))",
             "scatter-add": f"(let (([tv ti] (topk {y} 2))) "
