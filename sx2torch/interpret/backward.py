@@ -56,6 +56,7 @@ LINEAR |= {
 }
 # Products: the derivative by one operand reads the others.
 PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d", "einsum"}
+PRODUCTS |= {"conv-transpose1d", "conv-transpose2d"}
 
 
 def gradient(ev, y, x, around=None):

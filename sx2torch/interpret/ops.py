@@ -192,11 +192,15 @@ def _keyword(value):
     return value.lstrip(":") if isinstance(value, str) else value
 
 
-def _conv(fn):
+def _conv(fn, *extra):
+    """A convolution's call; `extra`: its other size keys (a transposed one's
+    :output-padding), with their defaults."""
+
     def apply(a, k):
+        keys = (("stride", 1), ("padding", 0), ("dilation", 1), *extra)
         sizes = {
-            name: _keyword(k.get(name, default))
-            for name, default in (("stride", 1), ("padding", 0), ("dilation", 1))
+            name.replace("-", "_"): _keyword(k.get(name, default))
+            for name, default in keys
         }
         return fn(*a, **sizes, groups=k.get("groups", 1))
 
@@ -365,6 +369,8 @@ OPS = {
     "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k)), KEEP),
     "conv1d": _conv(F.conv1d),
     "conv2d": _conv(F.conv2d),
+    "conv-transpose1d": _conv(F.conv_transpose1d, ("output-padding", 0)),
+    "conv-transpose2d": _conv(F.conv_transpose2d, ("output-padding", 0)),
     "max-pool1d": _pool(F.max_pool1d, KEEP),
     "max-pool2d": _pool(F.max_pool2d, KEEP),
     "avg-pool1d": _pool(F.avg_pool1d),

@@ -32,14 +32,14 @@ def check_equation(text: str) -> Optional[str]:
     for subscripts in inputs.split(",") + [output]:
         if not _SUBSCRIPTS.fullmatch(subscripts):
             return (
-                f"einsum's subscripts are letters and at most one \"...\", got "
+                f'einsum\'s subscripts are letters and at most one "...", got '
                 f'"{subscripts}" in "{text}"'
             )
     letters = re.sub(r"[^a-zA-Z]", "", inputs)
     stray = [c for c in output.replace("...", "") if c not in letters]
     if stray or len(set(output.replace("...", ""))) != len(output.replace("...", "")):
         return (
-            f'einsum\'s output "{output}" names each of its inputs\' letters at most '
+            f"einsum's output \"{output}\" names each of its inputs' letters at most "
             f'once, got "{text}"'
         )
     if "..." in output and "..." not in inputs:
@@ -116,7 +116,7 @@ def _grad(t, n, g):
         if len(set(letters)) != len(letters):
             raise SourceError(
                 n.span,
-                f'einsum\'s derivative by an operand that repeats a letter ("'
+                f"einsum's derivative by an operand that repeats a letter (\""
                 f'{subscripts.replace(".", "...")}", a diagonal) has no rule yet, and '
                 "(gradient ...) needs one here",
             )

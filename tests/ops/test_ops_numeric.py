@@ -944,6 +944,9 @@ TESTED_ELSEWHERE = {
         ),
         "tests/ops/test_conv_ops.py",
     ),
+    **dict.fromkeys(
+        ("conv-transpose1d", "conv-transpose2d"), "tests/ops/test_conv_transpose.py"
+    ),
 }
 
 

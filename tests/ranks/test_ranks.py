@@ -149,6 +149,16 @@ CASES = [
     ("conv2d", "(conv2d x w :groups 2)", {"x": [3, 4, 6, 6], "w": [6, 2, 3, 3]}),
     ("conv1d", "(conv1d x w :stride 2)", {"x": [4, 11], "w": [5, 4, 3]}),
     (
+        "conv-transpose1d",
+        "(conv-transpose1d x w :stride 2 :padding 1 :output-padding 1 :groups 2)",
+        {"x": [2, 4, 5], "w": [4, 3, 3]},
+    ),
+    (
+        "conv-transpose2d",
+        "(conv-transpose2d x w :stride [2 1] :dilation 2)",
+        {"x": [2, 4, 3], "w": [2, 3, 3, 2]},
+    ),
+    (
         "conv1d",
         "(conv1d x w b :padding 2 :groups 4)",
         {"x": [2, 4, 10], "w": [8, 1, 3], "b": [8]},

@@ -281,6 +281,10 @@ INPUTS: dict[str, dict[str, tuple]] = {
 # Golden cases left out of the comparison, with the reason. None: every golden
 # case compiles for all three targets.
 SKIPPED: dict[str, str] = {
+    "conv-transpose": "as conv: F.conv_transpose1d and F.conv_transpose2d on the held "
+    "targets run in f32 and round once, which is not the bits of cuda's bf16 kernels; "
+    "tests/ops/test_conv_transpose.py checks them against torch's calls and the "
+    "interpreter, bit for bit",
     "einsum": "loss.backward() through torch.einsum's autograd differs between cuda run on "
     "a CPU and the held targets (its backward's bf16 contractions against the held "
     "targets' f32 ones rounded once at the stores); the forward and the (gradient ...) "

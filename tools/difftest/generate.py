@@ -330,6 +330,13 @@ class Gen:
         }
         if "table" in scope.params.get(TABLE, []):  # the top level's parameters
             smooth["conv1d"] = f"(reshape (conv1d {seq} wc :padding 1) {back})"
+            # the same weights as a transposed convolution's: [C_in, C_out, K]
+            smooth["conv-transpose1d"] = (
+                f"(reshape (conv-transpose1d {seq} wc :padding 1) {back})"
+            )
+            smooth["conv-transpose2d"] = (
+                f"(reshape (conv-transpose2d {image} wk :padding 1) {back})"
+            )
             smooth["conv2d"] = f"(reshape (conv2d {image} wk :padding 1) {back})"
             rough["argmax"] = f"(take table (argmax {x} :axis 1))"
             whole = self.pick("(int ", "(cast ") + f"(* 4 (amax {x} :axes [1]))"
