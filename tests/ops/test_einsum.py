@@ -1,6 +1,7 @@
 """einsum: torch.einsum of the equation, in f32 and bf16 the same call on the same operands
 (the interpreter agreeing), its derivative an einsum of the gradient and the other operands
-(against torch.autograd), and a bad equation a diagnostic at the form."""
+(against torch.autograd); a bad equation is a diagnostic at the form (tests/ops/
+test_op_diagnostics.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import pytest
 import torch
 
 from sx2torch import interpret
-from sx2torch.compiler import Options, compile_source
-from sx2torch.errors import SourceError
 
 SOURCE = """
 (defparam w (normal [4 3]))
@@ -53,9 +52,7 @@ def test_it_is_torchs_einsum_on_the_operands_the_policy_gives(build, precision):
     want = _reference(*(t.to(dtype) for t in (x, q, state["w"], state["v"])))
     want[2] = torch.einsum("bhqd,bhkd->bhqk", q, q)
     got = model(x, q)
-    theirs = interpret.load(SOURCE % precision, state=state).evaluate(
-        "forward", [x, q]
-    )
+    theirs = interpret.load(SOURCE % precision, state=state).evaluate("forward", [x, q])
     for value, interpreted, expected in zip(got, theirs, want):
         assert value.dtype == interpreted.dtype == expected.dtype
         assert torch.equal(value, expected) and torch.equal(interpreted, expected)
@@ -76,26 +73,3 @@ def test_its_derivative_is_torch_autograds_in_f32(build):
     theirs = interpret.load(SOURCE % "f32", state=state).evaluate("grads", [x])
     for got, interpreted in zip(model.grads(x), theirs):
         torch.testing.assert_close(got, interpreted, rtol=1e-6, atol=1e-6)
-
-
-BAD = [
-    ('(einsum "ij,jk" x x)', 'einsum\'s equation needs its output written after "->"'),
-    ('(einsum "i2,jk->ik" x x)', 'einsum\'s subscripts are letters and at most one "..."'),
-    ('(einsum "ij,jk->iz" x x)', 'einsum\'s output "iz" names each of its inputs\''),
-    ('(einsum "ij->ij" x x)', "einsum's equation \"ij->ij\" names 1 operands, got 2"),
-    ('(einsum "ijk->k" (reshape x [2 2]))', 'einsum\'s operand 1 "ijk" has 3 axes, got'),
-    ("(einsum ij x)", 'einsum\'s equation must be a string, such as "ij,jk->ik"'),
-    (
-        '(gradient (sum (einsum "ii->i" x)) x)',
-        "einsum's derivative by an operand that repeats a letter",
-    ),
-]
-
-
-@pytest.mark.parametrize("form, message", BAD, ids=[m for _, m in BAD])
-def test_a_bad_equation_is_a_diagnostic_at_the_form(form, message):
-    source = f"(defun forward (x)\n  {form})\n"
-    with pytest.raises(SourceError) as caught:
-        compile_source(source, "bad.lisp", Options())
-    assert message in caught.value.message
-    assert caught.value.span.line == 2

@@ -79,6 +79,23 @@ BAD = [
     # F.rms_norm(5.0, ((5.0).size(-1),)) and failed when it ran (found by tools/hostile)
     ("(fused-rms-norm 5.0 (sum (reshape x [2 4]) :axes [0]))", "a norm of a 0-d value"),
     ("(fused-layer-norm (sum x))", "a norm of a 0-d value"),
+    # einsum's equation (sx2torch/ops/einsum.py)
+    ('(einsum "ij,jk" x x)', 'einsum\'s equation needs its output written after "->"'),
+    (
+        '(einsum "i2,jk->ik" x x)',
+        'einsum\'s subscripts are letters and at most one "..."',
+    ),
+    ('(einsum "ij,jk->iz" x x)', "einsum's output \"iz\" names each of its inputs'"),
+    ('(einsum "ij->ij" x x)', 'einsum\'s equation "ij->ij" names 1 operands, got 2'),
+    (
+        '(einsum "ijk->k" (reshape x [2 2]))',
+        'einsum\'s operand 1 "ijk" has 3 axes, got',
+    ),
+    ("(einsum ij x)", 'einsum\'s equation must be a string, such as "ij,jk->ik"'),
+    (
+        '(gradient (sum (einsum "ii->i" x)) x)',
+        "einsum's derivative by an operand that repeats a letter",
+    ),
 ]
 
 # A number where torch's kernel takes a tensor (its weight or bias): torch refuses it when
