@@ -55,7 +55,8 @@ LINEAR |= {
     "pad",
 }
 # Products: the derivative by one operand reads the others.
-PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d"}
+PRODUCTS = {"*", "matmul", "linear", "outer", "conv1d", "conv2d", "einsum"}
+PRODUCTS |= {"conv-transpose1d", "conv-transpose2d"}
 
 
 def gradient(ev, y, x, around=None):
@@ -283,7 +284,16 @@ def _read(ev, v, dtype, node: Node, j: int):
     """Operand `j` of the derivative (j < 0: an output's gradient) in `dtype`."""
     if v is None or not is_float(v) or (j >= 0 and _skipped(node, j)):
         return tensor_of(v)
+    if j < 0 and node.name in CONTIGUOUS_GRADIENT:
+        return ev.cast(v, dtype).contiguous()
     return ev.cast(v, dtype)
+
+
+# Ops whose derivative the module computes on a contiguous gradient, as torch's own
+# backward kernel takes it: the differentiable backward of F.group_norm adds up its sums
+# in the order of the gradient's layout, so a transposed gradient gave another f32
+# rounding (sx.group_norm_backward).
+CONTIGUOUS_GRADIENT = {"group-norm"}
 
 
 def _vjp(fn, gs: list, tensors: list, i: int, dtype):

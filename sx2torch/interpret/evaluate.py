@@ -340,8 +340,8 @@ class Evaluator:
             return d.value
         if isinstance(d, Keyword):
             return ":" + d.name
-        if isinstance(d, String):
-            return None
+        if isinstance(d, String):  # einsum's equation (a docstring is read by resolve)
+            return d.value
         if isinstance(d, Vector):
             return [self.eval(item, frame) for item in d.items]
         if isinstance(d, Symbol):
@@ -421,14 +421,15 @@ class Evaluator:
 
     def op(self, name: str, args: list, keys: dict, frame: Frame):
         spec = ops.OPS[name]
-        mode = ISLAND if spec.kind == ops.ISLAND else frame.mode
+        kind = spec.kind_of(keys)
+        mode = ISLAND if kind == ops.ISLAND else frame.mode
         given = list(args)
         parts = list(args[0]) + args[1:] if spec.lists else args
         deciding = [v for i, v in enumerate(args) if i not in spec.skip]
         if spec.lists:
             deciding = list(args[0]) + args[1:]
-        dtype = self.decide(deciding, mode, run=spec.kind == ops.RUN)
-        if spec.kind == ops.KEEP and not any(is_float(v) for v in deciding):
+        dtype = self.decide(deciding, mode, run=kind == ops.RUN)
+        if kind == ops.KEEP and not any(is_float(v) for v in deciding):
             dtype = None
         elif dtype is None and not any(is_float(v) for v in deciding):
             dtype = BF16 if mode == REGION else F32
@@ -447,7 +448,7 @@ class Evaluator:
             cast[0] = [self.cast(v, dtype) for v in args[0]]
         result = _apply(self, spec, name, cast, keys, dtype)
         if (
-            spec.kind in (ops.FLOAT, ops.ISLAND)
+            kind in (ops.FLOAT, ops.ISLAND)
             and dtype is not None
             and result.dtype != torch.bool
             and not (name == "matmul" and keys.get("out") == ":f32")

@@ -236,6 +236,8 @@ def initial(init, env: dict) -> torch.Tensor:
         return torch.full(shape, f("value"))
     if init.kind == "normal":
         return torch.normal(f("mean"), f("std"), size=shape)
+    if init.kind == "kaiming-uniform":
+        return torch.nn.init.kaiming_uniform_(torch.empty(shape), a=f("a"))
     return torch.empty(shape).uniform_(f("low"), f("high"))
 
 

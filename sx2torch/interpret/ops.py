@@ -24,10 +24,14 @@ class Spec:
     fn: Callable  # (args, keys) -> value
     kind: str = FLOAT  # FLOAT: the compute dtype; KEEP: moves data (ints pass through);
     # BOOL: compares in the compute dtype; ISLAND: a library mark, f32 wherever called;
-    # RUN: the run's precision whatever the inputs (under the marks)
+    # RUN: the run's precision whatever the inputs (under the marks); or a function of
+    # the keys giving one (softmax's :dtype)
     skip: tuple = ()  # positions that decide no dtype and are not cast
     lists: bool = False  # the first argument is a vector of tensors
     training: bool = False  # reads the model's training mode, as keys["training"]
+
+    def kind_of(self, keys: dict) -> str:
+        return self.kind(keys) if callable(self.kind) else self.kind
 
 
 def _dims(axes):
@@ -188,11 +192,15 @@ def _keyword(value):
     return value.lstrip(":") if isinstance(value, str) else value
 
 
-def _conv(fn):
+def _conv(fn, *extra):
+    """A convolution's call; `extra`: its other size keys (a transposed one's
+    :output-padding), with their defaults."""
+
     def apply(a, k):
+        keys = (("stride", 1), ("padding", 0), ("dilation", 1), *extra)
         sizes = {
-            name: _keyword(k.get(name, default))
-            for name, default in (("stride", 1), ("padding", 0), ("dilation", 1))
+            name.replace("-", "_"): _keyword(k.get(name, default))
+            for name, default in keys
         }
         return fn(*a, **sizes, groups=k.get("groups", 1))
 
@@ -275,18 +283,24 @@ OPS = {
     "minimum": _extremum(torch.minimum),
     "clamp": Spec(lambda a, k: torch.clamp(a[0], k.get("min"), k.get("max")), KEEP),
     "where": Spec(lambda a, k: torch.where(*a), KEEP, skip=(0,)),
-    "sum": Spec(_reduce(torch.sum)),
+    # an integer or boolean tensor's sum is int64, as torch's; floats as any op
+    "sum": Spec(_reduce(torch.sum), KEEP),
     "mean": Spec(_reduce(torch.mean)),
     "amax": Spec(_reduce(torch.amax), KEEP),
     "amin": Spec(_reduce(torch.amin), KEEP),
     "logsumexp": Spec(_reduce(torch.logsumexp), ISLAND),
-    "softmax": Spec(lambda a, k: torch.softmax(a[0], k.get("axis", -1)), ISLAND),
+    # :dtype :input: torch's kernel on X in the dtype it computes in, no island
+    "softmax": Spec(
+        lambda a, k: torch.softmax(a[0], k.get("axis", -1)),
+        lambda k: FLOAT if k.get("dtype") == ":input" else ISLAND,
+    ),
     "log-softmax": Spec(
         lambda a, k: torch.log_softmax(a[0], k.get("axis", -1)), ISLAND
     ),
     "softcap": Spec(lambda a, k: a[1] * torch.tanh(a[0] / a[1]), ISLAND),
     "cross-entropy": Spec(_cross_entropy, ISLAND, skip=(1,)),
     "matmul": Spec(lambda a, k: a[0] @ a[1]),
+    "einsum": Spec(lambda a, k: torch.einsum(a[0], *a[1:]), skip=(0,)),
     "linear": Spec(lambda a, k: F.linear(*a)),
     "outer": Spec(lambda a, k: a[0].unsqueeze(-1) * a[1].unsqueeze(-2)),
     "reshape": Spec(_reshape, KEEP),
@@ -352,9 +366,11 @@ OPS = {
     ),
     "scatter-add": Spec(lambda a, k: a[0].scatter_add(_axis(k), a[1], a[2]), skip=(1,)),
     "index-add": Spec(lambda a, k: a[0].index_add(_axis(k, 0), a[1], a[2]), skip=(1,)),
-    "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k))),
+    "cumsum": Spec(lambda a, k: torch.cumsum(a[0], dim=_axis(k)), KEEP),
     "conv1d": _conv(F.conv1d),
     "conv2d": _conv(F.conv2d),
+    "conv-transpose1d": _conv(F.conv_transpose1d, ("output-padding", 0)),
+    "conv-transpose2d": _conv(F.conv_transpose2d, ("output-padding", 0)),
     "max-pool1d": _pool(F.max_pool1d, KEEP),
     "max-pool2d": _pool(F.max_pool2d, KEEP),
     "avg-pool1d": _pool(F.avg_pool1d),

@@ -117,9 +117,10 @@ register(
         lambda a, ctx: b.method(a[0], "expand_as", a[1]),
         grad=_expand_as_grad,
         rank=LIKE_SHAPE,
+        result="keep",
         exact=True,
         spread=lambda inputs, attrs: ("ones-like", inputs[1]),
-        doc="broadcasts to the shape of `like`",
+        doc="broadcasts to the shape of `like`; an integer or boolean tensor stays one",
     )
 )
 

@@ -62,7 +62,9 @@ class Builder:
             attrs.setdefault(spec.name, default(spec.default))
         if op.expand:
             return self._expanded(name, inputs, attrs)
-        frames = self.frames + ((_mark(ISLAND, self.datum),) if op.sensitive else ())
+        frames = self.frames + (
+            (_mark(ISLAND, self.datum),) if op.is_sensitive(attrs) else ()
+        )
         return self.add(
             Node(
                 Kind.OP,

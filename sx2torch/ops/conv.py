@@ -110,14 +110,20 @@ def _conv_grad(name: str, spatial: int):
             t.op(f"{name}-input-grad", [g, w, x], **keys),
             t.op(f"{name}-weight-grad", [x, g, w], **keys),
         ]
-        if len(n.inputs) == 3:  # one sum, batched or not: to [O, 1, ...], then [O]
-            bias = n.inputs[2]
-            column = (Scalar.lit(-1),) + (Scalar.lit(1),) * spatial
-            like = t.op("reshape", [bias], shape=column)
-            grads.append(t.op("reshape-as", [t.op("sum-to", [g, like]), bias]))
-        return grads
+        return grads + _bias_grad(t, n, g, spatial)
 
     return grad
+
+
+def _bias_grad(t, n, g, spatial: int) -> list:
+    """dBIAS, where there is a bias: G summed over every axis but the channels', one sum,
+    batched or not: to [O, 1, ...], then [O]."""
+    if len(n.inputs) < 3:
+        return []
+    bias = n.inputs[2]
+    column = (Scalar.lit(-1),) + (Scalar.lit(1),) * spatial
+    like = t.op("reshape", [bias], shape=column)
+    return [t.op("reshape-as", [t.op("sum-to", [g, like]), bias])]
 
 
 CONV_KEYS = (
@@ -134,7 +140,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
     register(
         Op(
             _name,
-            (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias")),
+            (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias", "matrix")),
             lambda a, ctx, f=f"F.{_name}": b.call(f, *a, **_conv_keys(ctx)),
             keys=CONV_KEYS,
             arity=(2, 3),
@@ -177,6 +183,98 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
             rank=like(2, "w"),
             doc=f"the gradient of {_name}'s W: X correlated with G",
             internal=True,
+        )
+    )
+
+
+def _transposed_shape(spatial: int):
+    """torch's output length: (L - 1) s - 2p + d (k - 1) + output_padding + 1; the
+    channels W's second axis times :groups."""
+
+    def shape(shapes, attrs):
+        x, w = shapes[:2]
+        if x is None or len(x) not in (spatial + 1, spatial + 2):
+            return None
+        groups = known(attrs["groups"])
+        out = None if w is None or None in (w[1], groups) else w[1] * groups
+        kernels = (None,) * spatial if w is None else w[-spatial:]
+        sizes = zip(
+            x[-spatial:],
+            kernels,
+            *(
+                _per_axis(attrs[k], spatial)
+                for k in ("stride", "padding", "dilation", "output-padding")
+            ),
+        )
+        made = tuple(
+            (
+                None
+                if None in s
+                else (s[0] - 1) * s[2] - 2 * s[3] + s[4] * (s[1] - 1) + s[5] + 1
+            )
+            for s in sizes
+        )
+        return x[: len(x) - spatial - 1] + (out,) + made
+
+    return shape
+
+
+def _transposed_grad(spatial: int):
+    def grad(t, n, g):
+        """The adjoint of a convolution: dX is the convolution of G by W with the same
+        keys, dW torch.nn.grad's weight gradient of that convolution (G its input, X its
+        output's gradient), dBIAS as a convolution's."""
+        keys = {k: n.attrs[k] for k in ("stride", "padding", "dilation", "groups")}
+        x, w = n.inputs[:2]
+        forward = f"conv{spatial}d"
+        grads = [
+            t.op(forward, [g, w], **keys),
+            t.op(f"{forward}-weight-grad", [g, x, w], **keys),
+        ]
+        return grads + _bias_grad(t, n, g, spatial)
+
+    return grad
+
+
+for _spatial in (1, 2):
+    _name = f"conv-transpose{_spatial}d"
+    _layout = "[N, C, L]" if _spatial == 1 else "[N, C, H, W]"
+    _kernel = "[C, O/groups, K]" if _spatial == 1 else "[C, O/groups, KH, KW]"
+    register(
+        Op(
+            _name,
+            (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias", "matrix")),
+            lambda a, ctx, f=f"F.conv_transpose{_spatial}d": b.call(
+                f,
+                *a,
+                **_conv_keys(ctx),
+                **{
+                    "output_padding": v
+                    for v in given(ctx, "output-padding", 0).values()
+                },
+            ),
+            keys=(
+                Key("stride", "sizes", 1),
+                Key("padding", "sizes", 0),
+                Key("dilation", "sizes", 1),
+                Key("groups", "int", 1),
+                Key("output-padding", "sizes", 0),
+            ),
+            arity=(2, 3),
+            grad=_transposed_grad(_spatial),
+            rank=RankRule(
+                "X's, the channels W's second axis times :groups",
+                _transposed_shape(_spatial),
+            ),
+            doc=(
+                f"F.conv_transpose{_spatial}d of X {_layout} (or unbatched) by W "
+                f"{_kernel} (torch's layout: the input channels first), plus BIAS [O] "
+                "if given: :stride, :padding, :dilation and :output-padding are an "
+                "integer or one per spatial axis, :groups splits the channels. One "
+                "kernel, as a convolution: f32 accumulation, rounded once to the dtype it "
+                f"computes in. Its derivative rule is conv{_spatial}d of G by W and "
+                f"torch.nn.grad's conv{_spatial}d_weight of G and X"
+            ),
         )
     )
 

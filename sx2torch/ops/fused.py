@@ -107,7 +107,7 @@ for _name, _args, _helper, _gives in (
 register(
     Op(
         "fused-rms-norm",
-        (Arg("x"), Arg("weight")),
+        (Arg("x"), Arg("weight", "matrix")),
         _rms_norm,
         keys=(Key("eps", "number"),),
         arity=(1, 2),
@@ -162,7 +162,7 @@ def _layer_norm_grad(t, n, g):
 register(
     Op(
         "fused-layer-norm",
-        (Arg("x"), Arg("weight"), Arg("bias")),
+        (Arg("x"), Arg("weight", "matrix"), Arg("bias", "matrix")),
         _layer_norm,
         keys=(Key("eps", "number", 1e-5),),
         arity=(1, 3),
@@ -199,7 +199,7 @@ def _linear_grad(t, n, g):
 register(
     Op(
         "linear",
-        (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias")),
+        (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias", "matrix")),
         _linear,
         arity=(2, 3),
         grad=_linear_grad,

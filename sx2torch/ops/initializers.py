@@ -103,6 +103,20 @@ register(
         {"mean": 0, "std": 1},
     )
 )
+# nn.Linear's and the convolutions' default weight: torch's own call (`a` is sqrt(5)
+# there), so the same seed gives the same bits (its bound computed as torch computes it)
+register(
+    Initializer(
+        "kaiming-uniform",
+        lambda args, write, part: b.call(
+            "nn.init.kaiming_uniform_",
+            b.call("torch.empty", *_shape(args, write)),
+            a=as_float(args["a"], write),
+        ),
+        ("shape",),
+        {"a": 0},
+    )
+)
 register(
     Initializer(
         "uniform",

@@ -45,11 +45,19 @@ register(
         "softmax",
         (X,),
         _softmax("torch.softmax"),
-        keys=(LAST_AXIS,),
-        sensitive=True,
+        keys=(LAST_AXIS, Key("dtype", "kernel-dtype")),
+        sensitive=lambda attrs: attrs["dtype"] != "input",
         mixes=along("axis"),
         grad=_softmax_grad,
         rank=SAME,
+        doc=(
+            "torch.softmax along :axis. :dtype :f32 (the default) computes it in an f32 "
+            "island, X read in f32 and the result f32, as torch's softmax(x, "
+            "dtype=torch.float32) (transformers' eager attention); :dtype :input is "
+            "torch's kernel on X in the dtype it computes in, bf16 under :bf16 (a bf16 "
+            "model's F.softmax(x), f32 inside and rounded once; the held targets round "
+            "the f32 kernel's value), its derivative's ops in that dtype"
+        ),
     )
 )
 register(

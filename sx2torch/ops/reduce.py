@@ -48,7 +48,7 @@ GRADS = {
 }
 
 
-def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
+def _reduction(name: str, torch_name: str, all_axes: b.Expr, doc: str = "") -> None:
     def emit(a, ctx):
         axes, keepdims = ctx.attrs["axes"], ctx.values["keepdims"]
         if axes is None and not keepdims:
@@ -57,7 +57,7 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
         extra = {"keepdim": b.number(True)} if keepdims else {}
         return b.call(torch_name, a[0], dim=dim, **extra)
 
-    result = "keep" if name in ("amax", "amin") else "float"
+    result = {"amax": "keep", "amin": "keep", "sum": "sum"}.get(name, "float")
     exact = name in ("amax", "amin")
     register(
         Op(
@@ -72,6 +72,7 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
             mixes=along("axes"),
             # a sum over every axis (mean's gradient is ones over their number)
             total=(lambda attrs: attrs["axes"] is None) if name == "sum" else False,
+            doc=doc,
             bf16_risk=(
                 ""
                 if exact
@@ -81,7 +82,13 @@ def _reduction(name: str, torch_name: str, all_axes: b.Expr) -> None:
     )
 
 
-_reduction("sum", "torch.sum", b.name("None"))
+_reduction(
+    "sum",
+    "torch.sum",
+    b.name("None"),
+    "of an integer or boolean tensor, an int64 sum (a count of the trues), never rounded, "
+    "as torch's",
+)
 _reduction("mean", "torch.mean", b.name("None"))
 _reduction("amax", "torch.amax", b.tuple_([]))
 _reduction("amin", "torch.amin", b.tuple_([]))

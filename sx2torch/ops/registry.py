@@ -16,7 +16,9 @@ from sx2torch.ops.rank import RankRule, known
 
 class ArgKind(str, Enum):
     TENSOR = "tensor"  # a tensor or a scalar
-    MATRIX = "matrix"  # a float tensor, never a scalar (a matmul operand)
+    # a float tensor, never a number: a matmul's operand, a kernel's weight or bias (torch's
+    # F.linear, F.layer_norm and F.conv2d take no number there)
+    MATRIX = "matrix"
     IDS = "ids"  # an integer tensor (indices, labels)
     BOOL_TENSOR = "bool-tensor"  # a boolean tensor (where's condition)
     # a boolean tensor (True keeps) or an additive float one (attention's)
@@ -39,6 +41,8 @@ class ArgKind(str, Enum):
     REDUCTION = "reduction"  # :mean, :sum or :none (cross-entropy's)
     APPROXIMATE = "approximate"  # :none or :tanh (gelu's)
     MODE = "mode"  # :nearest or :bilinear (interpolate's)
+    KERNEL_DTYPE = "kernel-dtype"  # :f32 or :input (softmax's :dtype)
+    EQUATION = "equation"  # a string, einsum's "ij,jk->ik"
 
     @property
     def is_tensor(self) -> bool:
@@ -71,6 +75,9 @@ class Result(str, Enum):
     BOOL = "bool"  # compares in that dtype
     KEEP = "keep"  # moves data: integer and boolean tensors pass through, floats follow
     INT = "int"  # an integer tensor (int64), whatever the policy: positions, sizes
+    # adds up: floats compute in the policy's dtype, integer and boolean tensors give int64
+    # (never rounded), as torch's sum and cumsum do
+    SUM = "sum"
     RUN = "run"  # computes in the run's precision whatever its inputs (under the marks)
 
 
@@ -107,7 +114,9 @@ class Op:
     result: Result = Result.FLOAT
     # (least, most) arguments, most None for "any"; default: exactly args
     arity: Optional[tuple] = None
-    sensitive: bool = False  # library mark (6.8): an f32 island wherever it is called
+    # library mark (6.8): an f32 island wherever it is called; True, or a test of the
+    # attrs (softmax's :dtype :input is torch's kernel on X as it is)
+    sensitive: Union[bool, Callable] = False
     expand: Optional[Callable] = None  # defined by other ops, traced in their place
     grad: Optional[Callable] = None
     # why it has no derivative rule, where it has neither a rule nor a definition (an op the
@@ -185,6 +194,9 @@ class Op:
     # how a value split across devices along one axis passes through it, for tensor
     # parallelism (sx2torch/ops/sharding.py); None: it needs the whole value
     shards: Optional[Callable] = None
+
+    def is_sensitive(self, attrs: dict) -> bool:
+        return self.sensitive(attrs) if callable(self.sensitive) else self.sensitive
 
     def negates(self, operands: tuple) -> bool:
         return self.negation(operands) if callable(self.negation) else self.negation

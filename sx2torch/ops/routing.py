@@ -218,13 +218,15 @@ register(
         (X,),
         lambda a, ctx: b.call("torch.cumsum", a[0], dim=_dim(ctx)),
         keys=LAST,
+        result="sum",
         grad=_cumsum_grad,
         rank=SAME,
         mixes=along("axis"),
         bf16_risk="sums in bf16, which loses the small terms of a long sum",
         doc=(
             "the running sums along :axis, `torch.cumsum`; each sum rounds to the "
-            "compute dtype"
+            "compute dtype. Of an integer or boolean tensor, int64 sums, never rounded "
+            "(torch's)"
         ),
     )
 )

@@ -35,6 +35,7 @@ from sx2torch.ops import REGISTRY, ArgKind, Result
 from sx2torch.ops.registry import UNCAST
 from sx2torch.syntax.program import Program
 
+INTEGERS = {DType.INT, DType.BOOL}
 DATA_KINDS = (
     ArgKind.TENSOR,
     ArgKind.MATRIX,
@@ -428,7 +429,7 @@ class _Policy:
             reason = AFTER_OUT_F32
         if op.result is Result.BOOL:
             out = DType.BOOL
-        elif op.result is Result.INT:
+        elif _gives_int(op, floats, dtypes):
             out = DType.INT
         elif op.result is Result.KEEP and not floats:
             # Integer data passes through; a condition (where's) is not data, and
@@ -667,6 +668,12 @@ class _Reaching:
             callee = _callee_graph(self.program, self.graphs, node, owner)
             return callee.inputs[index] in self.reaching(callee, kind)
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is kind
+
+
+def _gives_int(op, floats: list, dtypes: list) -> bool:
+    """An int64 result: the op's, or a sum of integers or booleans, as torch's."""
+    summed = op.result is Result.SUM and not floats and set(dtypes) & INTEGERS
+    return op.result is Result.INT or bool(summed)
 
 
 def _deciding_outputs(node: Node) -> list:

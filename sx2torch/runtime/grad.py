@@ -104,8 +104,10 @@ def group_norm_backward(
         )
         bias = x.new_zeros(x.shape[1]).requires_grad_() if part == 2 else None
         out = F.group_norm(x_, groups, weight_, bias, eps)
+        # contiguous, as torch's native backward reads it (`grad.contiguous()`): the
+        # differentiable backward's sums add in the order of the gradient's layout
         (made,) = torch.autograd.grad(
-            out, [(x_, weight_, bias)[part]], grad, create_graph=True
+            out, [(x_, weight_, bias)[part]], grad.contiguous(), create_graph=True
         )
     keeps = any(t is not None and t.requires_grad for t in (grad, x, weight))
     return made if keeps and torch.is_grad_enabled() else made.detach()

@@ -27,8 +27,10 @@ def _shown(value) -> str:
 
 def marks(op: Op) -> str:
     found = []
-    if op.sensitive:
+    if op.sensitive is True:
         found.append("f32 island")
+    elif op.sensitive:
+        found.append("f32 island unless its keys say otherwise")
     if op.expand:
         found.append("defined by other ops")
     if op.exact is True:

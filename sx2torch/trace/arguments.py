@@ -10,6 +10,7 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import ArgKind, Op
+from sx2torch.ops.einsum import check_equation
 from sx2torch.syntax.read import Datum, Keyword, List, String, Symbol, Vector, shown
 
 SCALAR_KINDS = {
@@ -23,6 +24,7 @@ CHOICES = {  # the keyword-valued kinds, and the keywords each takes
     ArgKind.REDUCTION: ("mean", "sum", "none"),
     ArgKind.APPROXIMATE: ("none", "tanh"),
     ArgKind.MODE: ("nearest", "bilinear"),
+    ArgKind.KERNEL_DTYPE: ("f32", "input"),
 }
 PADDINGS = ("same", "valid")
 
@@ -146,6 +148,15 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
         )
     if kind in (ArgKind.SIZES, ArgKind.PADDING):
         return _sizes(t, kind, item, env, what)
+    if kind is ArgKind.EQUATION:
+        if not isinstance(item, String):
+            raise SourceError(
+                item.span, f'{what} must be a string, such as "ij,jk->ik"'
+            )
+        problem = check_equation(item.value)
+        if problem:
+            raise SourceError(item.span, problem)
+        return item.value.replace(" ", "")
     if kind in CHOICES:
         if not (isinstance(item, Keyword) and item.name in CHOICES[kind]):
             *rest, last = (f":{c}" for c in CHOICES[kind])

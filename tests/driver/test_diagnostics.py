@@ -99,7 +99,7 @@ CASES = {
         b"(defun forward (x)\n  (softmax x :axiz -1))\n",
         2,
         14,
-        "unknown keyword :axiz for 'softmax': did you mean :axis? (known: :axis)",
+        "unknown keyword :axiz for 'softmax': did you mean :axis? (known: :axis, :dtype)",
     ),
     "unknown-key-defun": (
         b"(defun f (x &key (k 2)) (* x k))\n(defun forward (x) (f x :j 3))\n",

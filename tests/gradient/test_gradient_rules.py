@@ -114,6 +114,11 @@ UNARY = {
         False,
     ),
     "floor": ("(floor (* 3.0 x))", lambda x: torch.floor(3.0 * x), False),
+    "einsum": (
+        '(einsum "ij,kj->ik" x (exp x))',
+        lambda x: torch.einsum("ij,kj->ik", x, x.exp()),
+        False,
+    ),
     "ceil": ("(ceil (* 3.0 x))", lambda x: torch.ceil(3.0 * x), False),
     "eager-attention": (
         "(eager-attention x (exp x) x :scale 0.5)",
@@ -345,6 +350,8 @@ def test_every_differentiable_op_is_covered():
         "attention-scale",
         "conv1d",  # tests/ops/test_conv_ops.py
         "conv2d",
+        "conv-transpose1d",  # tests/ops/test_conv_transpose.py
+        "conv-transpose2d",
         "topk",  # tests/ops/test_routing_ops.py
         "cumsum",
         "gather",

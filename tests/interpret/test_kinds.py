@@ -19,14 +19,14 @@ KIND = {
     Result.BOOL: interpreted.BOOL,
     Result.KEEP: interpreted.KEEP,
     Result.INT: interpreted.KEEP,
+    # a sum: floats in the dtype decided, integers and booleans into torch's int64
+    Result.SUM: interpreted.KEEP,
     Result.RUN: interpreted.RUN,
 }
 # Where the two words differ but the values agree, each with why. The interpreter's KEEP
 # casts a float operand to the dtype decided as FLOAT does, and only leaves the result
 # uncast after the op, which these ops make in their operand's dtype anyway.
 APART = {
-    # the backward's broadcast, of float gradients only, moved as reshape moves data
-    "expand-as": (Result.FLOAT, interpreted.KEEP),
     # X with the entries above the diagonal filled: moved, not computed
     "causal-mask": (Result.FLOAT, interpreted.KEEP),
     # (values, indices): the values are X's in the dtype decided, the indices integers,
@@ -35,19 +35,24 @@ APART = {
 }
 
 
-def kind(name: str) -> str:
-    """The interpreter's kind the registry's entry says: an island where it is sensitive."""
+def kind(name: str, keys: dict) -> str:
+    """The interpreter's kind the registry's entry says: an island where it is sensitive
+    (with `keys`, the source's keywords: softmax's :dtype)."""
     op = REGISTRY[name]
-    return interpreted.ISLAND if op.sensitive else KIND[op.result]
+    attrs = {k.name: keys.get(k.name, k.default) for k in op.keys}
+    return interpreted.ISLAND if op.is_sensitive(attrs) else KIND[op.result]
 
 
 def test_each_interpreted_op_has_the_registry_s_precision_kind():
     differ = {
-        name: (REGISTRY[name].result, spec.kind)
+        name: (REGISTRY[name].result, spec.kind_of({}))
         for name, spec in interpreted.OPS.items()
-        if spec.kind != kind(name)
+        if spec.kind_of({}) != kind(name, {})
     }
     assert differ == APART
+    # the interpreter reads a keyword as ":input", the registry's attrs as "input"
+    assert kind("softmax", {"dtype": "input"}) == interpreted.FLOAT
+    assert interpreted.OPS["softmax"].kind_of({"dtype": ":input"}) == interpreted.FLOAT
 
 
 def test_integer_arithmetic_stays_integer():

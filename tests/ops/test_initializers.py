@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sx2torch import resolve
+from sx2torch import interpret, resolve
 from sx2torch.ops import initializers
 from sx2torch.ops.initializers import INITIALIZERS
 from sx2torch.syntax import read
@@ -50,6 +50,7 @@ def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(bu
         "full": "(full [2 2] 1.5)",
         "normal": "(normal [3 2] :std 0.5)",
         "uniform": "(uniform [5])",
+        "kaiming-uniform": "(kaiming-uniform [3 2 2] :a 0.5)",
         "eye": "(eye 3)",
         "linspace": "(linspace 4 :end 2)",
         "concat": "(concat [(eye 2) (zeros [1 2])])",
@@ -73,6 +74,30 @@ def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(bu
     program = resolve.run(read.run(source), "model")
     for name, param in program.top.params.items():
         expected = tuple(s.value for s in initializers.sizes(param.init))
-        assert getattr(model, name).shape == expected, name
+        assert getattr(model, name.replace("-", "_")).shape == expected, name
     assert torch.equal(model.pow, 2.0 ** torch.eye(2))
     assert torch.equal(model.repeat, torch.tensor([0.0, 1.0] * 3))
+
+
+def test_kaiming_uniform_draws_torchs_default_weights(build):
+    """(kaiming-uniform SHAPE :a (sqrt 5)) is nn.Linear's and nn.Conv2d's default weight:
+    torch's own nn.init.kaiming_uniform_, so the same seed draws the same bits (the
+    interpreter draws them too)."""
+    source = (
+        "(defparam weight (kaiming-uniform [7 20] :a (sqrt 5)))\n"
+        "(defparam kernel (kaiming-uniform [6 4 3 3] :a (sqrt 5)))\n"
+        "(defun forward (x) (linear x weight))\n"
+    )
+    module, code = build(source)
+    assert "nn.init.kaiming_uniform_(torch.empty(7, 20), a=2.23606797749979)" in code
+    torch.manual_seed(0)
+    model = module.Model()
+    torch.manual_seed(0)
+    interpreted = interpret.load(source).state_dict()
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(20, 7, bias=False)
+    conv = torch.nn.Conv2d(4, 6, 3, bias=False)
+    assert torch.equal(model.weight, linear.weight)
+    assert torch.equal(model.kernel, conv.weight)
+    assert torch.equal(interpreted["weight"], linear.weight)
+    assert torch.equal(interpreted["kernel"], conv.weight)

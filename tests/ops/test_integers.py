@@ -57,3 +57,52 @@ def test_a_numbers_integer_cast_is_pythons_int(build):
     module, code = build("(defun forward (x &key (k 2.7)) (* x (cast k :i64)))\n")
     assert "int(k)" in code
     assert torch.equal(module.Model()(X, k=-3.5), X * -3)
+
+
+SUMS = """
+(defparam w (normal [4 4]))
+(defun forward (x)
+  (let ((ids (cast (* 40.0 x) :i64))
+        (keep (> x 0)))
+    [(sum ids :axes [1]) (cumsum ids :axis -1) (sum keep) (cumsum (cast keep :i32) :axis 0)
+     (expand-as (sum ids :axes [1] :keepdims true) ids)
+     (* (sum keep :axes [0]) (matmul x w))]))
+(defrun train :precision %s)
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal", "cpu"])
+@pytest.mark.parametrize("precision", [":f32", ":bf16"])
+def test_integer_sums_are_torchs_int64_never_rounded(build, target, precision):
+    """sum and cumsum of integer and boolean tensors give int64, as torch's do (a bool's
+    sum is a count, an i32's cumsum int64), and expand-as moves integers as they are: an
+    integer sum past 256 is not rounded to bf16 under :bf16 (1356 stays 1356)."""
+    module, code = build(SUMS % precision, target=target)
+    model = module.Model()
+    x = torch.tensor([[31.2, -0.1, 0.3, 2.5], [1.25, 2.0, -63.9, 0.4]])
+    ids, keep = (40.0 * x).long(), x > 0
+    w = model.state_dict()["w"]
+    bf16 = precision == ":bf16"  # the held targets hold bf16 in f32
+    dtype = torch.bfloat16 if bf16 and target == "cuda" else torch.float32
+    want = [
+        ids.sum(1),
+        ids.cumsum(-1),
+        keep.sum(),
+        keep.int().cumsum(0),
+        ids.sum(1, keepdim=True).expand_as(ids),
+    ]
+    got = model(x)
+    for value, expected in zip(got, want):
+        assert value.dtype == torch.int64 and torch.equal(value, expected)
+    assert got[0][0] == 1356  # no bf16 number: its rounding is 1360
+    product = got[5]
+    assert product.dtype == dtype
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    theirs = interpret.load(SUMS % precision, state=state).evaluate("forward", [x])
+    for value, expected in zip(theirs[:5], want):
+        assert value.dtype == torch.int64 and torch.equal(value, expected)
+    assert theirs[5].dtype == (torch.bfloat16 if bf16 else torch.float32)
+    if target == "cuda":  # the count times a float, as torch's promotion gives it
+        assert torch.equal(product, theirs[5])
+    if not bf16:
+        assert torch.equal(product, keep.sum(0) * (x @ w))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from sx2torch import interpret
 from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
 
@@ -78,7 +79,54 @@ BAD = [
     # F.rms_norm(5.0, ((5.0).size(-1),)) and failed when it ran (found by tools/hostile)
     ("(fused-rms-norm 5.0 (sum (reshape x [2 4]) :axes [0]))", "a norm of a 0-d value"),
     ("(fused-layer-norm (sum x))", "a norm of a 0-d value"),
+    # einsum's equation (sx2torch/ops/einsum.py)
+    ('(einsum "ij,jk" x x)', 'einsum\'s equation needs its output written after "->"'),
+    (
+        '(einsum "i2,jk->ik" x x)',
+        'einsum\'s subscripts are letters and at most one "..."',
+    ),
+    ('(einsum "ij,jk->iz" x x)', "einsum's output \"iz\" names each of its inputs'"),
+    ('(einsum "ij->ij" x x)', 'einsum\'s equation "ij->ij" names 1 operands, got 2'),
+    (
+        '(einsum "ijk->k" (reshape x [2 2]))',
+        'einsum\'s operand 1 "ijk" has 3 axes, got',
+    ),
+    ("(einsum ij x)", 'einsum\'s equation must be a string, such as "ij,jk->ik"'),
+    (
+        '(gradient (sum (einsum "ii->i" x)) x)',
+        "einsum's derivative by an operand that repeats a letter",
+    ),
 ]
+
+# A number where torch's kernel takes a tensor (its weight or bias): torch refuses it when
+# the module runs (`layer_norm(): argument 'bias' (position 4) must be Tensor, not float`),
+# and the interpreter stopped with that TypeError (found by tools.hostile, seed 35).
+ROW, W, IMAGE = (
+    "(reshape x [2 4])",
+    "(sum (reshape x [2 4]) :axes [0])",
+    "(reshape x [1 2 2 2])",
+)
+NUMBERS = [
+    f"(fused-layer-norm {ROW} {W} 0.5)",
+    f"(fused-layer-norm {ROW} 2.0)",
+    f"(fused-rms-norm {ROW} 2.0)",
+    f"(linear {ROW} (reshape x [4 4]) 0.5)",
+    f"(conv2d {IMAGE} (reshape x [2 2 1 1]) 0.5)",
+    f"(conv1d (reshape x [1 2 4]) (reshape x [2 2 1]) 1.0)",
+]
+
+
+@pytest.mark.parametrize("form", NUMBERS)
+def test_a_number_where_torch_takes_a_tensor_is_a_diagnostic(form):
+    source = f"(defun forward (x)\n  {form})\n"
+    for front_end in (
+        lambda: compile_source(source, "bad.lisp", Options()),
+        lambda: interpret.check(source, "bad.lisp"),
+    ):
+        with pytest.raises(SourceError) as caught:
+            front_end()
+        assert "needs a float tensor, got a number" in caught.value.message
+        assert caught.value.span.line == 2
 
 
 @pytest.mark.parametrize("form, message", BAD, ids=[m for _, m in BAD])

@@ -744,6 +744,14 @@ CASES: dict[str, list[Case]] = {
     "outer": [
         case("x y", "(outer x y)", XY, lambda x, y: x.unsqueeze(-1) * y.unsqueeze(-2))
     ],
+    "einsum": [
+        case(
+            "x y",
+            '(einsum "ij,kj->ik" x y)',
+            XY,
+            lambda x, y: torch.einsum("ij,kj->ik", x, y),
+        )
+    ],
     "take-backward": [
         case(
             "g table ids",
@@ -935,6 +943,9 @@ TESTED_ELSEWHERE = {
             "interpolate",
         ),
         "tests/ops/test_conv_ops.py",
+    ),
+    **dict.fromkeys(
+        ("conv-transpose1d", "conv-transpose2d"), "tests/ops/test_conv_transpose.py"
     ),
 }
 

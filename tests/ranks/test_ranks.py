@@ -46,6 +46,9 @@ CASES = [
     ("logsumexp", "(logsumexp x :axes [1])", {"x": [2, 3, 4]}),
     ("logsumexp", "(logsumexp x :keepdims true)", {"x": [2, 3]}),
     ("softmax", "(softmax x)", {"x": [2, 3]}),
+    ("einsum", '(einsum "bij,bjk->bki" x y)', {"x": [2, 3, 4], "y": [2, 4, 5]}),
+    ("einsum", '(einsum "...ij,j->...i" x y)', {"x": [2, 1, 3, 4], "y": [4]}),
+    ("einsum", '(einsum "ij->" x)', {"x": [2, 3]}),
     ("log-softmax", "(log-softmax x :axis 0)", {"x": [2, 3]}),
     ("cross-entropy", "(cross-entropy x labels)", {"x": [4, 5], "labels": [4]}),
     ("softcap", "(softcap x 2.0)", {"x": [2, 3]}),
@@ -145,6 +148,16 @@ CASES = [
     ("conv2d", "(conv2d x w :padding :same)", {"x": [2, 3, 7, 6], "w": [5, 3, 3, 5]}),
     ("conv2d", "(conv2d x w :groups 2)", {"x": [3, 4, 6, 6], "w": [6, 2, 3, 3]}),
     ("conv1d", "(conv1d x w :stride 2)", {"x": [4, 11], "w": [5, 4, 3]}),
+    (
+        "conv-transpose1d",
+        "(conv-transpose1d x w :stride 2 :padding 1 :output-padding 1 :groups 2)",
+        {"x": [2, 4, 5], "w": [4, 3, 3]},
+    ),
+    (
+        "conv-transpose2d",
+        "(conv-transpose2d x w :stride [2 1] :dilation 2)",
+        {"x": [2, 4, 3], "w": [2, 3, 3, 2]},
+    ),
     (
         "conv1d",
         "(conv1d x w b :padding 2 :groups 4)",

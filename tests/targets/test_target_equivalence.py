@@ -245,6 +245,7 @@ INPUTS: dict[str, dict[str, tuple]] = {
     },
     "scan": {"forward": (Floats((2, 6, 64)),)},
     "integers": {"forward": (Floats((2, 8)),)},
+    "integer-sums": {"forward": (Floats((2, 8)),)},
     "public-methods": {
         "forward": (Floats((2, 8)),),
         "gate": (Floats((2, 8)),),
@@ -280,6 +281,20 @@ INPUTS: dict[str, dict[str, tuple]] = {
 # Golden cases left out of the comparison, with the reason. None: every golden
 # case compiles for all three targets.
 SKIPPED: dict[str, str] = {
+    "conv-transpose": "as conv: F.conv_transpose1d and F.conv_transpose2d on the held "
+    "targets run in f32 and round once, which is not the bits of cuda's bf16 kernels; "
+    "tests/ops/test_conv_transpose.py checks them against torch's calls and the "
+    "interpreter, bit for bit",
+    "einsum": "loss.backward() through torch.einsum's autograd differs between cuda run on "
+    "a CPU and the held targets (its backward's bf16 contractions against the held "
+    "targets' f32 ones rounded once at the stores); the forward and the (gradient ...) "
+    "form, whose einsums the compiler writes, agree on every target (measured with this "
+    "table), and tests/ops/test_einsum.py checks it against torch.einsum and autograd",
+    "softmax-dtype": "as smooth-functions: loss.backward() through the bf16 softmax "
+    "(:dtype :input) differs between cuda run on a CPU and the held targets (torch's bf16 "
+    "softmax backward against the held targets' f32 one rounded once); the forward agrees "
+    "on every target, and tests/ops/test_softmax_dtype.py checks it against torch.softmax "
+    "and the interpreter, bit for bit",
     "smooth-functions": "loss.backward() through it differs between cuda run on a CPU and "
     "the held targets (4 of 8 elements of the input's gradient): torch's backward of these "
     "functions on bf16 tensors (log1p's grad / (x + 1) is two bf16 roundings) against the "

@@ -284,6 +284,7 @@ class Gen:
             "linear-scan": f"(linear-scan (sigmoid {x}) {y})",
             "logsumexp": f"(+ {x} (logsumexp {y} :axes [-1] :keepdims true))",
             **{op: f"({op} {x})" for op in simple},
+            "softmax": f"(softmax {x}{self.pick('', ' :dtype :input')})",
         }
         if not scope.smooth:
             forms["previous"] = f"(previous {x} :axis 1)"
@@ -305,6 +306,11 @@ class Gen:
         back = f"[{B} {D}]"
         smooth = {  # ops with derivative rules, fit for a gradient's Y
             "cumsum": f"(cumsum {x} :axis {self.pick(0, 1, -1)})",
+            "einsum": self.pick(
+                f'(einsum "bi,ij->bj" {x} {self.leaf(MAT, scope)})',
+                f'(einsum "bi,ji->bj" {x} {self.leaf(MAT, scope)})',
+                f'(einsum "bi,bi,ij->bj" {x} {y} {self.leaf(MAT, scope)})',
+            ),
             "gather": f"(let (([tv ti] (topk {x} 2))) "
             f"(concat [tv (gather {y} ti :axis 1)] :axis 1))",
             "scatter-add": f"(let (([tv ti] (topk {y} 2))) "
@@ -332,10 +338,23 @@ class Gen:
         }
         if "table" in scope.params.get(TABLE, []):  # the top level's parameters
             smooth["conv1d"] = f"(reshape (conv1d {seq} wc :padding 1) {back})"
+            # the same weights as a transposed convolution's: [C_in, C_out, K]
+            smooth["conv-transpose1d"] = (
+                f"(reshape (conv-transpose1d {seq} wc :padding 1) {back})"
+            )
+            smooth["conv-transpose2d"] = (
+                f"(reshape (conv-transpose2d {image} wk :padding 1) {back})"
+            )
             smooth["conv2d"] = f"(reshape (conv2d {image} wk :padding 1) {back})"
             rough["argmax"] = f"(take table (argmax {x} :axis 1))"
             whole = self.pick("(int ", "(cast ") + f"(* 4 (amax {x} :axes [1]))"
             whole += self.pick(")", " :i64)", " :i32)")
+            # integer sums, int64 as torch's: of an integer cast, of a cumsum of booleans
+            whole = self.pick(
+                whole,
+                f"(sum (cast (* 4 {x}) :i64) :axes [1])",
+                f"(sum (cumsum (cast (> {x} 0) :i32) :axis 1) :axes [1])",
+            )
             rough["int"] = f"(take table (mod {whole} {TABLE[0]}))"
             rough["sparse-experts"] = (
                 f"(let (([tv ti] (topk (matmul {x} wr) {self.pick(1, 2)}"
