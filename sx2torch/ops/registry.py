@@ -159,6 +159,11 @@ class Op:
     # the op on compile-time numbers, `numbers(operands, span, **attrs) -> Scalar`: where
     # every operand is one, it is folded when the file compiles and makes no node
     numbers: Optional[Callable] = None
+    # Python's own operator on numbers: where its operands are numbers some of which are
+    # known only when the module runs (`size`'s), it is their arithmetic as Python writes
+    # it, `(- (size x :axis 1) 1)` being `x.shape[1] - 1` (a ScalarOp.RUN scalar, usable
+    # where torch takes an int), never a tensor, rounded nowhere, without a derivative
+    python_arithmetic: bool = False
     # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
     # policy decides: the f32-out matmul's `:out :f32`
     out_dtype: Optional[Callable] = None

@@ -118,6 +118,12 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
     if spec.static and any(
         isinstance(s, Scalar) and s.op is not ScalarOp.LIT for s in scalars_given
     ):
+        if scalars.run_nodes(scalars_given):
+            raise SourceError(
+                item.span,
+                f"{what} must be written as numbers: it decides the result's shape, "
+                "and a size is known only when the module runs",
+            )
         literal = "true or false" if spec.kind is ArgKind.BOOL else "numbers"
         raise SourceError(
             item.span,
@@ -142,7 +148,8 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
                 item.span, f"{what} must be a vector of integers, such as [0 -1]"
             )
         return tuple(
-            t.integer(t.scalar(i, env), i.span, f"each of {what}") for i in item.items
+            t.integer(t.scalar(i, env, run=True), i.span, f"each of {what}")
+            for i in item.items
         )
     if kind in (ArgKind.SIZES, ArgKind.PADDING):
         return _sizes(t, kind, item, env, what)
@@ -158,7 +165,8 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             f"{what} must be {SCALAR_KINDS[kind]} known at compile time "
             f"(a literal, a const or a &key argument), got {shown(item)}",
         )
-    value = t.scalar(item, env)
+    # torch takes an int that the module computes where it takes one written in the file
+    value = t.scalar(item, env, run=kind is ArgKind.INT)
     if kind is ArgKind.INT:
         return t.integer(value, item.span, what)
     if kind is ArgKind.BOOL and not isinstance(value.value, bool):
