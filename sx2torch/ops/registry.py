@@ -31,6 +31,9 @@ class ArgKind(str, Enum):
     NUMBER = "number"  # a compile-time number
     BOOL = "bool"  # a compile-time boolean
     INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
+    # as INTS, its first element may be `...`: the input's axes but the last, as they are
+    # (a reshape's `[... 2 -1]`, `x.reshape(*x.shape[:-1], 2, -1)`)
+    SHAPE = "shape"
     SIZES = (
         "sizes"  # an integer or a vector of them (a convolution's stride: 2 or [2 1])
     )

@@ -10,6 +10,7 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import Operand, Scalar
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import ArgKind, Op
+from sx2torch.ops.rank import ELLIPSIS
 from sx2torch.syntax.read import Datum, Keyword, List, String, Symbol, Vector, shown
 
 SCALAR_KINDS = {
@@ -142,11 +143,21 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
                 item.span, f"{what} must be a vector of tensors, such as [x y]"
             )
         return [t.expr(i, env) for i in item.items]
-    if kind is ArgKind.INTS:
+    if kind is ArgKind.SHAPE and isinstance(item, Vector) and _leads(item):
+        rest = Vector(item.items[1:], item.span)
+        return (ELLIPSIS, *_value_of(t, ArgKind.INTS, rest, env, what))
+    if kind in (ArgKind.INTS, ArgKind.SHAPE):
         if not isinstance(item, Vector):
             raise SourceError(
                 item.span, f"{what} must be a vector of integers, such as [0 -1]"
             )
+        for i in item.items:
+            if isinstance(i, Symbol) and i.name == "...":
+                raise SourceError(
+                    i.span,
+                    "`...` stands only first in a reshape's sizes, for the input's axes "
+                    "but the last",
+                )
         return tuple(
             t.integer(t.scalar(i, env, run=True), i.span, f"each of {what}")
             for i in item.items
@@ -174,6 +185,12 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
     if kind is ArgKind.NUMBER and (isinstance(value.value, (bool, str))):
         raise SourceError(item.span, f"{what} must be a number")
     return value
+
+
+def _leads(vector: Vector) -> bool:
+    """Whether a vector starts with `...` (and only there: elsewhere it is an unknown name)."""
+    first = vector.items[0] if vector.items else None
+    return isinstance(first, Symbol) and first.name == "..."
 
 
 def _sizes(t, kind: ArgKind, item: Datum, env: dict, what: str):
