@@ -54,17 +54,20 @@
           (time-step (slice ssm :axis -1 :end rank))
           (B (slice ssm :axis -1 :start rank :end (+ rank state)))
           (C (slice ssm :axis -1 :start (+ rank state)))
-          ;; [B I L]: the time step per channel and position, its bias in f32
-          (dt (softplus (+ (matmul dt-proj.weight (swap-axes time-step 1 2))
-                           (unsqueeze dt-proj.bias :axis -1))))
-          (A (- (exp A_log)))
-          ;; [B I L N]: the discretized decay and input, scanned along L
-          (discrete-A (exp (* (unsqueeze A :axis 1) (unsqueeze dt :axis -1))))
-          (deltaB-u (* (unsqueeze dt :axis -1) (unsqueeze B :axis 1)
-                       (unsqueeze (swap-axes x 1 2) :axis -1)))
+          (time-step (matmul dt-proj.weight (swap-axes time-step 1 2)))
+          ;; in f32, as mamba_selective_scan: the time step [B I L] with its bias, and the
+          ;; discretized decay and input [B I L N], scanned along L
+          ([discrete-A deltaB-u]
+           (with-numerics (:sensitivity :high)
+             (let ((dt (unsqueeze (softplus (+ time-step (unsqueeze dt-proj.bias :axis -1)))
+                                  :axis -1)))
+               [(exp (* (unsqueeze (- (exp A_log)) :axis 1) dt))
+                (* dt (unsqueeze B :axis 1) (unsqueeze (swap-axes x 1 2) :axis -1))])))
           (states (transpose (linear-scan discrete-A deltaB-u :axis 2) [0 2 1 3]))
-          (y (squeeze (matmul states (unsqueeze C :axis -1)) :axis -1)))
-      (out-proj (* (+ y (* x D)) (silu gate))))))
+          (y (squeeze (matmul states (unsqueeze C :axis -1)) :axis -1))
+          (gate (silu gate)))
+      ;; the skip and the gate in f32, as mamba_selective_scan's D.float()
+      (out-proj (with-numerics (:sensitivity :high) (* (+ y (* x D)) gate))))))
 
 (defmodel mamba-block (&key (hidden 768) (inner 1536) (state 16) (kernel 4) (rank 48)
                             (eps 1e-5) (use-bias false) (use-conv-bias true))

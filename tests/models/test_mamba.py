@@ -87,12 +87,14 @@ def test_a_fresh_model_has_transformers_a_log_and_d():
 
 def test_the_bf16_run_is_near_transformers_bf16_model(real):
     """Not bit for bit yet: transformers' bf16 Mamba keeps the residual stream in f32
-    (residual_in_fp32) and rounds elsewhere than the :bf16 policy; within 1% in norm."""
-    model = mamba("train")(**SIZES)
-    model.load_state_dict(real.state_dict(), strict=True)
+    (residual_in_fp32), which the :bf16 run rounds; its scan's inputs, skip and gate are
+    f32 islands as transformers computes them. Loaded as from_pretrained(..., dtype=bf16)
+    loads: the bf16 weights into the f32 masters. Measured: 0.4% in norm."""
     bf16 = type(real)(real.config).eval()
     bf16.load_state_dict(real.state_dict())
     bf16 = bf16.to(torch.bfloat16)
+    model = mamba("train")(**SIZES)
+    model.load_state_dict(bf16.state_dict(), strict=True)
     for length in (16, 7):
         ids = torch.randint(
             0, 256, (2, length), generator=torch.Generator().manual_seed(length)
