@@ -30,11 +30,13 @@
                (conv1d x weight :padding (- kernel 1) :groups channels))
            :axis -1 :end (size x :axis -1))))
 
+(defun rms-normalized (x &key (eps 1e-5))
+  (with-numerics (:sensitivity :high)
+    (* x (rsqrt (+ (mean (square x) :axes [-1] :keepdims true) eps)))))
+
 (defmodel mamba-rms-norm (&key (dim 768) (eps 1e-5))
   (defparam weight (ones [dim]))
-  (defun forward (x)
-    (* weight (with-numerics (:sensitivity :high)
-                (* x (rsqrt (+ (mean (square x) :axes [-1] :keepdims true) eps)))))))
+  (defun forward (x) (* weight (rms-normalized x :eps eps))))
 
 (defmodel mamba-mixer (&key (hidden 768) (inner 1536) (state 16) (kernel 4) (rank 48)
                             (use-bias false) (use-conv-bias true))
@@ -54,15 +56,15 @@
           (time-step (slice ssm :axis -1 :end rank))
           (B (slice ssm :axis -1 :start rank :end (+ rank state)))
           (C (slice ssm :axis -1 :start (+ rank state)))
-          (time-step (matmul dt-proj.weight (swap-axes time-step 1 2)))
-          ;; in f32, as mamba_selective_scan: the time step [B I L] with its bias, and the
-          ;; discretized decay and input [B I L N], scanned along L
+          ;; the time step [B I L], its bias added in its dtype, as mamba_selective_scan
+          (dt (unsqueeze (softplus (+ (matmul dt-proj.weight (swap-axes time-step 1 2))
+                                      (unsqueeze dt-proj.bias :axis -1)))
+                         :axis -1))
+          ;; in f32: the discretized decay and input [B I L N], scanned along L
           ([discrete-A deltaB-u]
            (with-numerics (:sensitivity :high)
-             (let ((dt (unsqueeze (softplus (+ time-step (unsqueeze dt-proj.bias :axis -1)))
-                                  :axis -1)))
-               [(exp (* (unsqueeze (- (exp A_log)) :axis 1) dt))
-                (* dt (unsqueeze B :axis 1) (unsqueeze (swap-axes x 1 2) :axis -1))])))
+             [(exp (* (unsqueeze (- (exp A_log)) :axis 1) dt))
+              (* dt (unsqueeze B :axis 1) (unsqueeze (swap-axes x 1 2) :axis -1))]))
           (states (transpose (linear-scan discrete-A deltaB-u :axis 2) [0 2 1 3]))
           (y (squeeze (matmul states (unsqueeze C :axis -1)) :axis -1))
           (gate (silu gate)))
@@ -74,7 +76,10 @@
   (defparam norm (mamba-rms-norm :dim hidden :eps eps))
   (defparam mixer (mamba-mixer :hidden hidden :inner inner :state state :kernel kernel
                                :rank rank :use-bias use-bias :use-conv-bias use-conv-bias))
-  (defun forward (x) (+ x (mixer (norm x)))))
+  ;; residual_in_fp32: the stream is f32, each block reading it in the run's dtype
+  (defun forward (x)
+    (let ((out (mixer (norm (cast-run x)))))
+      (with-numerics (:sensitivity :high) (+ x out)))))
 
 (defmodel mamba-model (&key (vocab 50280) (hidden 768) (inner 1536) (state 16) (kernel 4)
                             (rank 48) (depth 32) (eps 1e-5) (use-bias false)
@@ -84,7 +89,10 @@
                                              :kernel kernel :rank rank :eps eps
                                              :use-bias use-bias :use-conv-bias use-conv-bias)))
   (defparam norm_f (mamba-rms-norm :dim hidden :eps eps))
-  (defun forward (input-ids) (norm_f (chain layers (embeddings input-ids)))))
+    ;; norm_f on the f32 stream: its weight multiplies in f32 (MambaRMSNorm's input dtype)
+  (defun forward (input-ids)
+    (let ((normalized (rms-normalized (chain layers (cast (embeddings input-ids) :f32)) :eps eps)))
+      (with-numerics (:sensitivity :high) (* norm_f.weight normalized)))))
 
 (defmodel embedding (&key (num-embeddings 50280) (embedding-dim 768))
   (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))

@@ -76,13 +76,16 @@ class MambaRmsNorm(nn.Module):
     def forward(self, x):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
+        return weight_bf16 * self.rms_normalized(x, eps=self.eps).to(torch.bfloat16)
+
+    def rms_normalized(self, x, *, eps=1e-05):
+        x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
+            return x_f32 * torch.rsqrt(
+                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + eps
             )
-        return weight_bf16 * mul_x.to(torch.bfloat16)
 
 
 class MambaMixer(nn.Module):
@@ -131,15 +134,18 @@ class MambaMixer(nn.Module):
         time_step = ssm[..., : self.rank]
         B = ssm[..., self.rank : self.rank + self.state]
         C = ssm[..., self.rank + self.state :]
-        time_step = weight_bf16 @ time_step.transpose(1, 2)
+        dt = F.softplus(
+            weight_bf16 @ time_step.transpose(1, 2)
+            + self.dt_proj.bias.to(torch.bfloat16).unsqueeze(-1)
+        ).unsqueeze(-1)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
-            dt = F.softplus(
-                time_step.float() + self.dt_proj.bias.unsqueeze(-1)
-            ).unsqueeze(-1)
-            discrete_A = torch.exp((-torch.exp(self.A_log)).unsqueeze(1) * dt)
+            dt_f32 = dt.float()
+            discrete_A = torch.exp((-torch.exp(self.A_log)).unsqueeze(1) * dt_f32)
             x_f32 = x.float()
-            deltaB_u = dt * B.float().unsqueeze(1) * x_f32.transpose(1, 2).unsqueeze(-1)
+            deltaB_u = (
+                dt_f32 * B.float().unsqueeze(1) * x_f32.transpose(1, 2).unsqueeze(-1)
+            )
         # (linear-scan discrete-A deltaB-u :axis 2)
         with torch.autocast("cuda", enabled=False):
             linear_scan_discrete_A = sx.linear_scan(discrete_A, deltaB_u, dim=2)
@@ -178,8 +184,10 @@ class MambaBlock(nn.Module):
         )
 
     def forward(self, x):
-        x = x.to(torch.bfloat16)
-        return x + self.mixer(self.norm(x))
+        out = self.mixer(self.norm(x.to(torch.bfloat16)))
+        # (with-numerics (:sensitivity :high) ...)
+        with torch.autocast("cuda", enabled=False):
+            return x + out.float()
 
 
 class MambaModel(nn.Module):
@@ -198,6 +206,7 @@ class MambaModel(nn.Module):
         use_conv_bias=True
     ):
         super().__init__()
+        self.eps = eps
         self.embeddings = Embedding(num_embeddings=vocab, embedding_dim=hidden)
         self.layers = nn.ModuleList(
             [
@@ -217,10 +226,20 @@ class MambaModel(nn.Module):
         self.norm_f = MambaRmsNorm(dim=hidden, eps=eps)
 
     def forward(self, input_ids):
-        input_ids = self.embeddings(input_ids)
+        input_ids = self.embeddings(input_ids).float()
         for layer in self.layers:
             input_ids = layer(input_ids)
-        return self.norm_f(input_ids)
+        normalized = self.rms_normalized(input_ids, eps=self.eps)
+        # (with-numerics (:sensitivity :high) ...)
+        with torch.autocast("cuda", enabled=False):
+            return self.norm_f.weight * normalized
+
+    def rms_normalized(self, x, *, eps=1e-05):
+        # (with-numerics (:sensitivity :high) ...)
+        with torch.autocast("cuda", enabled=False):
+            return x * torch.rsqrt(
+                torch.mean(torch.square(x), dim=-1, keepdim=True) + eps
+            )
 
 
 class Embedding(nn.Module):
@@ -269,6 +288,13 @@ class Mamba(nn.Module):
         )
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
         self.lm_head.weight = self.backbone.embeddings.weight
+
+    def rms_normalized(self, x, *, eps=1e-05):
+        # (with-numerics (:sensitivity :high) ...)
+        with torch.autocast("cuda", enabled=False):
+            return x * torch.rsqrt(
+                torch.mean(torch.square(x), dim=-1, keepdim=True) + eps
+            )
 
     def forward(self, input_ids):
         return self.lm_head(self.backbone(input_ids))
