@@ -456,13 +456,14 @@ def _known(operand, span, run: bool = False) -> Scalar:
     if not isinstance(operand, Scalar):
         raise SourceError(span, "expected a number known at compile time, got a tensor")
     if not run and scalars.run_nodes(operand):
-        raise SourceError(span, _runs(f"({scalars.run_nodes(operand)[0].op} ...)"))
+        first = scalars.run_nodes(operand)[0]
+        raise SourceError(span, _runs(f"a number computed from ({first.op} ...)"))
     return operand
 
 
 def _runs(what: str) -> str:
     return (
-        f"expected a number known at compile time, got one computed from {what}, a "
-        "Python integer known only when the module runs (it may be a slice's bound, a "
+        f"expected a number known at compile time, got {what}, a Python integer "
+        "known only when the module runs (it may be a slice's bound, a "
         "reshape's size, a pad's width, arange's bounds: where torch takes an int)"
     )

@@ -114,7 +114,8 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
         keyword = _keyword(t, item, env)
         if keyword is not None:
             return keyword
-    value = _value_of(t, spec.kind, item, env, what)
+    # an op that folds compile-time numbers (`at` of a list const) takes no run-time one
+    value = _value_of(t, spec.kind, item, env, what, run=not numbers)
     scalars_given = value if isinstance(value, tuple) else (value,)
     if spec.static and any(
         isinstance(s, Scalar) and s.op is not ScalarOp.LIT for s in scalars_given
@@ -134,7 +135,7 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
     return value
 
 
-def _value_of(t, kind: str, item: Datum, env: dict, what: str):
+def _value_of(t, kind: str, item: Datum, env: dict, what: str, run: bool = True):
     if kind.is_tensor:
         return t.expr(item, env)
     if kind is ArgKind.TENSORS:
@@ -145,7 +146,7 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
         return [t.expr(i, env) for i in item.items]
     if kind is ArgKind.SHAPE and isinstance(item, Vector) and _leads(item):
         rest = Vector(item.items[1:], item.span)
-        return (ELLIPSIS, *_value_of(t, ArgKind.INTS, rest, env, what))
+        return (ELLIPSIS, *_value_of(t, ArgKind.INTS, rest, env, what, run))
     if kind in (ArgKind.INTS, ArgKind.SHAPE):
         if not isinstance(item, Vector):
             raise SourceError(
@@ -159,7 +160,7 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
                     "but the last",
                 )
         return tuple(
-            t.integer(t.scalar(i, env, run=True), i.span, f"each of {what}")
+            t.integer(t.scalar(i, env, run=run), i.span, f"each of {what}")
             for i in item.items
         )
     if kind in (ArgKind.SIZES, ArgKind.PADDING):
@@ -177,7 +178,7 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             f"(a literal, a const or a &key argument), got {shown(item)}",
         )
     # torch takes an int that the module computes where it takes one written in the file
-    value = t.scalar(item, env, run=kind is ArgKind.INT)
+    value = t.scalar(item, env, run=run and kind is ArgKind.INT)
     if kind is ArgKind.INT:
         return t.integer(value, item.span, what)
     if kind is ArgKind.BOOL and not isinstance(value.value, bool):

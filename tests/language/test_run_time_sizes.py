@@ -92,7 +92,8 @@ def _error(body: str) -> tuple:
         (
             "(f x :k (- (size x :axis 0) 1))",
             11,
-            "expected a number known at compile time, got one computed from (size ...), "
+            "expected a number known at compile time, got a number computed from (size "
+            "...), "
             "a Python integer known only when the module runs (it may be a slice's "
             "bound, a reshape's size, a pad's width, arange's bounds: where torch takes "
             "an int)",

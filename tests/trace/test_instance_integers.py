@@ -107,8 +107,8 @@ def test_a_size_is_a_slice_bound_and_a_compile_time_one_is_named_as_what_it_is(
     rc, _, err, path = compile_file(tmp_path, capsys, source)
     assert rc == 1
     assert err.splitlines()[0] == (
-        f"{path}:3:11: error: expected a number known at compile time, got one computed "
-        "from (size ...), a Python integer known only when the module runs (it may be a "
+        f"{path}:3:11: error: expected a number known at compile time, got (size ...), "
+        "a Python integer known only when the module runs (it may be a "
         "slice's bound, a reshape's size, a pad's width, arange's bounds: where torch "
         "takes an int)"
     )
