@@ -9,6 +9,10 @@ runtime chooses (on a CPU with Mamba's widths, the loop); the third column runs 
 module with the log-depth parallel scan, which ``linear-scan`` always ran before, for the
 before and after in one run. The goal: the compiled scan within 1.1x of transformers' loop.
 
+``--model`` times instead the whole ``MambaForCausalLM`` forward: examples/mamba.lisp
+compiled (its ``:f32`` run) against transformers' own on the same weights and ids
+(``--layers`` blocks, vocabulary 1024, Mamba-130m's widths by default).
+
 ``--crossover`` prints instead the loop's time over the parallel scan's on ``[2, T, M]``
 inputs: where it is below 1 the loop is faster, which is how the runtime's threshold
 (``_OP_COST_IN_ELEMENTS`` in sx2torch/runtime/scan.py) was chosen.
@@ -16,18 +20,19 @@ inputs: where it is below 1 the loop is faster, which is how the runtime's thres
 On one thread, counting the process's CPU time, which other jobs on a shared machine do
 not inflate; medians of interleaved rounds.
 
-Run: ``python -m benchmarks.scan [--length 256] [--batch 1] [--hidden 768] [--repeat 10]``
-or ``python -m benchmarks.scan --crossover``.
+Run: ``python -m benchmarks.scan [--length 256] [--batch 1] [--hidden 768] [--repeat 10]``,
+``python -m benchmarks.scan --model [--layers 2]`` or ``python -m benchmarks.scan --crossover``.
 """
 
 import argparse
 import statistics
 import time
 import types
+from pathlib import Path
 from unittest import mock
 
 import torch
-from transformers import MambaConfig
+from transformers import MambaConfig, MambaForCausalLM
 from transformers.models.mamba.modeling_mamba import MambaMixer, mamba_selective_scan
 
 from sx2torch.compiler import Options, compile_source
@@ -118,15 +123,7 @@ def compare(args, repeat: int) -> None:
             diff = (fn(*args) - want).abs().max().item()
             print(f"{name:24s} max abs from transformers: {diff:.2e}")
     for backward in (False, True):
-        times = {name: [] for name in runs}
-        for rep in range(repeat + 1):
-            shift = rep % len(runs)
-            order = list(runs)[shift:] + list(runs)[:shift]
-            for name in order:
-                elapsed = step_time(runs[name], args, backward)
-                if rep:  # the first round warms up
-                    times[name].append(elapsed)
-        median = {name: statistics.median(t) for name, t in times.items()}
+        median = timed(runs, args, repeat, backward)
         base = median["transformers' loop"]
         label = "forward + backward" if backward else "forward"
         print(
@@ -137,6 +134,45 @@ def compare(args, repeat: int) -> None:
             f"  sx2torch / transformers: {median['sx2torch'] / base:.2f} (goal <= 1.1); "
             f"parallel scan / transformers: {median['sx2torch, parallel scan'] / base:.2f}"
         )
+
+
+def timed(runs: dict, args, repeat: int, backward: bool) -> dict:
+    """Each run's median CPU time over `repeat` interleaved rounds, after one to warm up."""
+    times = {name: [] for name in runs}
+    for rep in range(repeat + 1):
+        shift = rep % len(runs)
+        for name in list(runs)[shift:] + list(runs)[:shift]:
+            elapsed = step_time(runs[name], args, backward)
+            if rep:
+                times[name].append(elapsed)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def whole_model(batch: int, hidden: int, length: int, layers: int, repeat: int) -> None:
+    """examples/mamba.lisp's forward against transformers' MambaForCausalLM's, same weights."""
+    options = dict(vocab_size=1024, hidden_size=hidden, num_hidden_layers=layers)
+    torch.manual_seed(0)
+    real = MambaForCausalLM(MambaConfig(**options)).eval()
+    source = Path(__file__).resolve().parents[1] / "examples" / "mamba.lisp"
+    module = types.ModuleType("mamba")
+    code = compile_source(source.read_text(), source.name, Options(run="exact"))
+    exec(compile(code, source.name, "exec"), vars(module))
+    ours = module.Mamba(**options).eval()
+    ours.load_state_dict(real.state_dict(), strict=True)
+    ids = [torch.randint(0, 1024, (batch, length), generator=torch.Generator())]
+    runs = {"transformers": lambda i: real(i).logits, "sx2torch": ours}
+    with torch.no_grad():
+        diff = (ours(*ids) - real(*ids).logits).abs().max().item()
+    print(
+        f"MambaForCausalLM, {layers} layers, hidden {hidden}, batch {batch}, length "
+        f"{length}; sx2torch's logits within {diff:.1e} of transformers'"
+    )
+    median = timed(runs, ids, repeat, backward=False)
+    print(
+        "forward: "
+        + ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in median.items())
+        + f"; sx2torch / transformers: {median['sx2torch'] / median['transformers']:.2f}"
+    )
 
 
 def crossover(repeat: int) -> None:
@@ -168,8 +204,13 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--model", action="store_true")
+    parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.model:
+        whole_model(args.batch, args.hidden, args.length, args.layers, args.repeat)
+        return
     if args.crossover:
         crossover(max(3, args.repeat // 2))
         return

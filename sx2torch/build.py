@@ -91,11 +91,16 @@ def dotted(path: str) -> Expr:
 
 def call(func: Expr | str, *args: Expr, **kwargs: Expr) -> cst.Call:
     func = dotted(func) if isinstance(func, str) else func
-    arguments = [cst.Arg(a) for a in args]
+    arguments = [a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args]
     arguments += [
         cst.Arg(v, keyword=cst.Name(k), equal=KEYWORD_EQUAL) for k, v in kwargs.items()
     ]
     return cst.Call(func, arguments)
+
+
+def star(value: Expr) -> cst.Arg:
+    """`*value`, an argument of a call."""
+    return cst.Arg(value, star="*")
 
 
 def method(obj: Expr, method_name: str, *args: Expr, **kwargs: Expr) -> cst.Call:

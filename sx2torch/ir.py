@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Optional, Union
 
 from sx2torch.errors import Span
-from sx2torch.syntax.scalars import Scalar
+from sx2torch.syntax.scalars import Scalar, run_nodes
 
 ISLAND = "island"  # (with-numerics (:sensitivity :high) ...): f32
 REGION = "region"  # (with-numerics (:precision :bf16) ...): bf16
@@ -176,8 +176,17 @@ def walk(nodes: list):
 
 
 def reads(node: Node) -> list:
-    """The values a node reads: its inputs, and what its regions give it."""
-    return [*node.inputs, *(out for region in node.regions for out in region.outputs)]
+    """The values a node reads: its inputs, what its regions give it, and the run-time
+    numbers its scalars read (`x.shape[1]` in a slice's bound)."""
+    given = [out for region in node.regions for out in region.outputs]
+    return [*node.inputs, *given, *numbers_read(node)]
+
+
+def numbers_read(node: Node) -> list:
+    """The nodes whose Python numbers (ScalarOp.RUN) a node's operands and attributes read,
+    besides its inputs: a size read for a slice's bound is read by the slice."""
+    values = (*node.inputs, *node.attrs.values())
+    return run_nodes(tuple(v for v in values if isinstance(v, (Scalar, tuple))))
 
 
 def prune(graph: Graph, roots: tuple = ()) -> None:
@@ -193,7 +202,7 @@ def prune(graph: Graph, roots: tuple = ()) -> None:
         for region in node.regions
         for inner in [*region.inputs, *region.nodes]
     }
-    live, pending = set(), [*outputs(graph), *roots]
+    live, pending = set(), [*outputs(graph), *run_nodes(tuple(outputs(graph))), *roots]
     while pending:
         node = pending.pop()
         if isinstance(node, Node) and node not in live:
@@ -230,7 +239,7 @@ def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
             node.op in known_ops
         ), f"unknown op {node.what!r}"
         assert len(node.regions) == {Kind.IF: 2, Kind.FOR: 1}.get(node.kind, 0)
-        for operand in node.inputs:
+        for operand in (*node.inputs, *numbers_read(node)):
             _assert_made(operand, made, node)
         for k, region in enumerate(node.regions):
             key = (node.attrs.get("condition"), k) if node.kind is Kind.IF else None

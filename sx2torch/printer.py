@@ -116,6 +116,8 @@ def _leaf(s: Scalar) -> str:
         return f"layer {s.args[0]}"
     if s.op is ScalarOp.INDEX:
         return f"index({s.args[0].attrs['index']})"
+    if s.op is ScalarOp.RUN:  # the node's op and its place: no names are given yet
+        return repr(s.args[0])
     return f"{s.args[0]}={scalars.text(Scalar.lit(s.value), _leaf)}"  # [2 1 3]: a list
 
 

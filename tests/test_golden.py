@@ -63,6 +63,7 @@ def test_the_bundled_examples_are_there():
         "gemma2",
         "gpt2",
         "llama",
+        "mamba",
         "mixtral",
         "modded-nanogpt-medium",
         "modded-nanogpt-simple",

@@ -38,10 +38,11 @@ class Spelling:
     """How a method spells what it reads but does not compute: members (`self.w`, a
     loop's `layer.w`), &key arguments, loop indices and compile-time scalars."""
 
-    def __init__(self, typed: Typed, ctx: ClassContext, locals_: Locals):
+    def __init__(self, typed: Typed, ctx: ClassContext, locals_: Locals, ref=None):
         self.typed = typed
         self.ctx = ctx
         self.locals = locals_
+        self.ref = ref  # how the method writes a value: a run-time number's node
 
     def attr(self, value):
         """An op's attribute: its scalars spelled, anything else as it is."""
@@ -72,6 +73,8 @@ class Spelling:
             return b.name(self.locals.keys[scalar.args[0]])
         if scalar.op is ScalarOp.INDEX:
             return b.name(self.locals.loops[scalar.args[0]][0])
+        if scalar.op is ScalarOp.RUN:  # `x.shape[1]`, or the local that holds it
+            return self.ref(scalar.args[0])
         return scalars.python(scalar.op, scalar.args, self.scalar)
 
 
@@ -89,7 +92,7 @@ class MethodEmitter:
         self.spelled = plan.spelled
         self.locals: Locals = ctx.naming.locals[typed]
         self.py = self.locals.values
-        self.spelling = Spelling(typed, ctx, self.locals)
+        self.spelling = Spelling(typed, ctx, self.locals, self.ref)
 
     def body(self) -> list:
         """The method's statements, precision blocks nested."""

@@ -383,6 +383,8 @@ class Evaluator:
             return instance.params[name]
         if name == "none":
             return None
+        if name == "...":  # a reshape's first size (the compiler allows it only there)
+            return Ellipsis
         if name in instance.model.params:  # as the module's self.gate raises, when run
             raise NotMade(f"parameter '{name}' is not made here: its :when is false")
         if "." in name:  # a sub-model's parameter, at any depth

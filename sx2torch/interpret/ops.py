@@ -71,8 +71,11 @@ def _sparse_experts(a, k):
 
 
 def _reshape(a, k):
-    """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads)."""
+    """A 0 in the shape keeps the input's size on that axis (as examples/tiny-gpt's heads);
+    a first `...` the input's axes but the last."""
     x = a[0]
+    if a[1][:1] == [Ellipsis]:
+        return x.reshape(*x.shape[:-1], *a[1][1:])
     return x.reshape(tuple(x.shape[i] if n == 0 else n for i, n in enumerate(a[1])))
 
 

@@ -47,6 +47,10 @@ class Builder:
         op = REGISTRY[name]
         if op.numbers and inputs and all(isinstance(i, Scalar) for i in inputs):
             return op.numbers(inputs, self.datum.span, **attrs)
+        if op.python_arithmetic and all(map(is_number, inputs)):
+            # a size known when the module runs, in arithmetic: a number, as Python's
+            numbers = [i if isinstance(i, Scalar) else Scalar.run(i) for i in inputs]
+            return op.numbers(numbers, self.datum.span, **attrs)
         for operand in inputs:
             if isinstance(operand, Scalar) and isinstance(operand.value, tuple):
                 raise SourceError(
@@ -175,6 +179,21 @@ class Builder:
 def _mark(mode: str, datum: Datum) -> Frame:
     """The frame of a library op's mark: its whole form is the comment."""
     return Frame(mode, echo(datum), datum.span, library=True)
+
+
+def is_python_number(operand) -> bool:
+    """Whether an operand is an op node that gives a Python number when the module runs
+    (`x.shape[1]`)."""
+    return (
+        isinstance(operand, Node)
+        and operand.kind is Kind.OP
+        and REGISTRY[operand.op].python_number
+    )
+
+
+def is_number(operand) -> bool:
+    """A number known when the file compiles, or one known when the module runs."""
+    return isinstance(operand, Scalar) or is_python_number(operand)
 
 
 def default(value):

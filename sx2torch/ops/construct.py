@@ -115,7 +115,9 @@ register(
         cached=sequence.size,
         doc=(
             "LIKE's size along :axis when the module runs, `x.shape[1]`: a Python integer, "
-            "which decides no dtype beside a tensor (as a number does)"
+            "which decides no dtype beside a tensor (as a number does); it and Python "
+            "arithmetic on it serve where torch takes an int: (slice y :end (- (size x "
+            ":axis 1) 1)) is y[: x.shape[1] - 1]"
         ),
         rank=RankRule("0", lambda shapes, attrs: ()),
     )

@@ -153,7 +153,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
                 "depthwise convolution). One kernel: f32 accumulation, the bias added in it, "
                 "rounded once to the dtype it computes in. A causal convolution (Mamba's) "
                 "pads K - 1 on both sides and keeps the first L outputs: "
-                "(slice (conv1d x w b :padding (- k 1) :groups c) :axis -1 :end (- 1 k)). "
+                "(slice (conv1d x w b :padding (- k 1) :groups c) :axis -1 :end (size x :axis -1)). "
                 "Its derivative rule (not with :padding :same) is torch.nn.grad's "
                 f"{_name}_input and {_name}_weight"
             ),

@@ -52,6 +52,10 @@ def tail(sizes: tuple) -> Optional[Tail]:
     return Tail(sizes) if sizes else None
 
 
+# a reshape's `...`: the input's axes but the last (sx2torch/trace/arguments.py makes it)
+ELLIPSIS = Scalar.lit("...")
+
+
 def known(scalar) -> Optional[int]:
     """A size or axis written as a literal; None where a const or &key argument decides it.
     (An op's definition may pass a plain Python value: the compiler wrote it.)"""
@@ -200,15 +204,48 @@ def _product_of_unknown_rank(a, b) -> Optional[Tail]:
 
 
 def _reshape(shapes, attrs):
-    """A literal positive size is known; 0 keeps the input's size there; -1 is inferred."""
+    """A literal positive size is known; 0 keeps the input's size there; -1 is inferred;
+    a first `...` keeps the input's axes but the last. A 0 that cannot be what a torch
+    reader takes it for is refused: one past X's axes (x.shape[i] would raise), one beside
+    `...`, and one after another size where the reshape changes the rank, whose position
+    then names another axis of X than the one it stands in for (`[1 0 0 0 -1]` meant as an
+    unsqueeze)."""
     (x,) = shapes
-    sizes = []
-    for i, scalar in enumerate(attrs["shape"]):
-        size = known(scalar)
-        if size == 0:
-            size = x[i] if x is not None and i < len(x) else None
-        sizes.append(size if size is None or size >= 0 else None)
-    return tuple(sizes)
+    shape = attrs["shape"]
+    values = [known(s) for s in shape]
+    if shape and shape[0] == ELLIPSIS:
+        if 0 in values:
+            raise ShapeError(
+                "reshape's 0 keeps X's size at its position, which `...` leaves "
+                "unknown: write the size"
+            )
+        rest = tuple(None if v is None or v < 0 else v for v in values[1:])
+        return x[:-1] + rest if isinstance(x, tuple) else tail(rest)
+    if isinstance(x, Tail):
+        x = None
+    for i, size in enumerate(values):
+        if size != 0 or x is None:
+            continue
+        if i >= len(x):
+            raise ShapeError(
+                f"reshape's 0 at position {i} keeps X's size there, but X has "
+                f"{len(x)} axes"
+            )
+        if len(shape) != len(x) and any(v != 0 for v in values[:i]):
+            raise ShapeError(
+                f"reshape's 0 at position {i} keeps X's axis {i} (unlike torch's 0), but "
+                f"the sizes before it make the rank {len(shape)} from X's {len(x)}, so "
+                "it is not that axis's place: write the size, or use unsqueeze, "
+                "flatten or `...`"
+            )
+    return tuple(
+        (
+            (x[i] if x is not None else None)
+            if v == 0
+            else (None if v is None or v < 0 else v)
+        )
+        for i, v in enumerate(values)
+    )
 
 
 def _concat(shapes, attrs):
@@ -558,7 +595,11 @@ BROADCAST = RankRule("broadcast of the inputs", _broadcast, tails=True)
 REDUCED = RankRule("drops :axes (all by default) unless :keepdims", _reduced)
 SCALAR = RankRule("0", _scalar)
 MATMUL = RankRule("torch.matmul's: batch axes broadcast", _matmul, tails=True)
-RESHAPE = RankRule("the length of SHAPE", _reshape)
+RESHAPE = RankRule(
+    "the length of SHAPE (a first `...`: X's less 1, plus the rest)",
+    _reshape,
+    tails=True,
+)
 CONCAT = RankRule("the inputs' rank", _concat)
 TRANSPOSE = RankRule("the length of PERM", _transpose, tails=True)
 SWAP_AXES = RankRule("same as X", _swap_axes, tails=True)

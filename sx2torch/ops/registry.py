@@ -33,6 +33,9 @@ class ArgKind(str, Enum):
     NUMBER = "number"  # a compile-time number
     BOOL = "bool"  # a compile-time boolean
     INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`
+    # as INTS, its first element may be `...`: the input's axes but the last, as they are
+    # (a reshape's `[... 2 -1]`, `x.reshape(*x.shape[:-1], 2, -1)`)
+    SHAPE = "shape"
     SIZES = (
         "sizes"  # an integer or a vector of them (a convolution's stride: 2 or [2 1])
     )
@@ -177,6 +180,11 @@ class Op:
     # the op on compile-time numbers, `numbers(operands, span, **attrs) -> Scalar`: where
     # every operand is one, it is folded when the file compiles and makes no node
     numbers: Optional[Callable] = None
+    # Python's own operator on numbers: where its operands are numbers some of which are
+    # known only when the module runs (`size`'s), it is their arithmetic as Python writes
+    # it, `(- (size x :axis 1) 1)` being `x.shape[1] - 1` (a ScalarOp.RUN scalar, usable
+    # where torch takes an int), never a tensor, rounded nowhere, without a derivative
+    python_arithmetic: bool = False
     # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
     # policy decides: the f32-out matmul's `:out :f32`
     out_dtype: Optional[Callable] = None

@@ -36,7 +36,11 @@ X = Arg("x")
 
 def _reshape(a, ctx):
     """`0` keeps the input's size at that position, as ONNX Reshape does; `[0 0 -1]` keeps
-    the first two axes and flattens the rest, `x.flatten(2)`, which reads no size."""
+    the first two axes and flattens the rest, `x.flatten(2)`, which reads no size; a first
+    `...` keeps every axis but the last, `x.reshape(*x.shape[:-1], 2, -1)`."""
+    if ctx.values["shape"][:1] == ("...",):
+        lead = b.subscript(b.attr(a[0], "shape"), b.slice_(None, b.number(-1)))
+        return b.method(a[0], "reshape", b.star(lead), *ctx.attrs["shape"][1:])
     kept = _flattened_from(ctx.values["shape"], ctx.ranks[0])
     if kept is not None:
         return b.method(a[0], "flatten", b.number(kept))
@@ -61,6 +65,8 @@ def _reads_sizes(node) -> bool:
     values = tuple(
         v.value if v.op is ScalarOp.LIT else SYMBOLIC for v in node.attrs["shape"]
     )
+    if values[:1] == ("...",):
+        return True
     return _flattened_from(values, rank_of(node.inputs[0])) is None and 0 in values
 
 
@@ -77,13 +83,17 @@ def _transpose_grad(t, n, g):
 register(
     Op(
         "reshape",
-        (X, Arg("shape", "ints")),
+        (X, Arg("shape", "shape")),
         _reshape,
-        doc="X with the sizes of SHAPE (integers, consts, &key arguments): -1 (at most "
-        "once) is the size the others leave, and 0 keeps X's size at that position, as "
-        "ONNX Reshape does: (reshape x [0 0 -1 hd]) splits the last axis of [B T D] into "
-        "heads, written x.reshape(x.shape[0], x.shape[1], -1, hd); [0 0 -1] keeps two "
-        "axes and flattens the rest, x.flatten(2)",
+        doc="X with the sizes of SHAPE (integers, consts, &key arguments, run-time sizes): "
+        "-1 (at most once) is the size the others leave, and 0 keeps X's size at that "
+        "position, as ONNX Reshape does (torch's 0 is an empty axis): (reshape x [0 0 -1 "
+        "hd]) splits the last axis of [B T D] into heads, written x.reshape(x.shape[0], "
+        "x.shape[1], -1, hd); [0 0 -1] keeps two axes and flattens the rest, "
+        "x.flatten(2). A first `...` keeps every axis but the last: (reshape x [... -1 2]) "
+        "is x.reshape(*x.shape[:-1], -1, 2). A 0 past X's axes, beside `...`, or after "
+        "another size where the rank changes (so that its place is not that axis's: "
+        "[1 0 0 0 -1] meant as an unsqueeze) is a diagnostic",
         result="keep",
         exact=True,
         name_inputs=_reads_sizes,

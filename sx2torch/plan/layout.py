@@ -17,7 +17,7 @@ from typing import Optional
 
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
-from sx2torch.ir import Kind, Node, outputs, reads, walk
+from sx2torch.ir import Kind, Node, numbers_read, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 
@@ -135,6 +135,8 @@ class Layout:
             for index, operand in enumerate(node.inputs):
                 if isinstance(operand, Node):
                     readers[operand].append((node, index))
+            for number in numbers_read(node):  # a size in a bound: read, never cast
+                readers[number].append((node, None))
             for r, region in enumerate(node.regions):
                 for index, out in enumerate(region.outputs):
                     if isinstance(out, Node):
@@ -258,6 +260,8 @@ def _last_reads(layout: Layout) -> dict:
             conversion = layout.conversions.conversion(node, index)
             for value in (operand, (operand, conversion and conversion[1])):
                 note(value, at)
+        for number in numbers_read(node):
+            note(number, at)
         for r, region in enumerate(node.regions):
             end = layout.written_in(layout.end(node, r), layout.statement_of)
             for out in region.outputs:

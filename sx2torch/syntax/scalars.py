@@ -25,6 +25,10 @@ class ScalarOp(str, Enum):
     KEY = "key"  # (name,): a defun's &key argument
     LAYER = "layer"  # (name,): a stack's layer index, `i` of (stack (i n) ...)
     INDEX = "index"  # (loop,): a loop node's index
+    # (node,): a Python number the module computes when it runs, the value of an op whose
+    # entry is a `python_number` (`(size x :axis 1)`, `x.shape[1]`): read where torch takes
+    # an int, and in arithmetic, which is then written as Python's (`x.shape[1] - 1`)
+    RUN = "run"
     ADD = "+"  # the arithmetic: two or more operands, folded left
     SUB = "-"
     MUL = "*"
@@ -59,8 +63,18 @@ class ScalarOp(str, Enum):
 
 
 LEAVES = frozenset(
-    {ScalarOp.LIT, ScalarOp.CONST, ScalarOp.KEY, ScalarOp.LAYER, ScalarOp.INDEX}
+    {
+        ScalarOp.LIT,
+        ScalarOp.CONST,
+        ScalarOp.KEY,
+        ScalarOp.LAYER,
+        ScalarOp.INDEX,
+        ScalarOp.RUN,
+    }
 )
+# A run-time number's stand-in value, for the checks that read a scalar's value (it is an
+# integer); nothing is folded from it, since a scalar that reads one is never a literal.
+RUN_VALUE = 1
 # What the operations of two or more operands compute, folded left.
 BINARY: dict[ScalarOp, Callable] = {
     ScalarOp.ADD: operator.add,
@@ -143,6 +157,22 @@ class Scalar:
     @staticmethod
     def lit(value: Union[int, float, bool, str]) -> "Scalar":
         return Scalar(ScalarOp.LIT, (value,), value)
+
+    @staticmethod
+    def run(node) -> "Scalar":
+        """The Python number `node` gives when the module runs (ScalarOp.RUN)."""
+        return Scalar(ScalarOp.RUN, (node,), RUN_VALUE)
+
+
+def run_nodes(value) -> list:
+    """The nodes whose run-time numbers a scalar (or a tuple of them) reads, in order."""
+    if isinstance(value, tuple):
+        return [n for v in value for n in run_nodes(v)]
+    if not isinstance(value, Scalar) or value.op is ScalarOp.LIT:
+        return []
+    if value.op is ScalarOp.RUN:
+        return [value.args[0]]
+    return run_nodes(value.args) if value.op not in LEAVES else []
 
 
 def compute(scalar: Scalar, env: dict):
@@ -340,6 +370,10 @@ def fold(op: ScalarOp, left: Scalar, right: Scalar, span) -> Scalar:
     try:
         value = BINARY[op](left.value, right.value)
     except ZeroDivisionError:
+        if run_nodes(
+            (left, right)
+        ):  # by a size's stand-in: Python raises it when it runs
+            return Scalar(op, _operands(op, left, right, span), RUN_VALUE)
         raise SourceError(
             span, "division by zero (with the consts at their defaults)"
         ) from None
@@ -516,6 +550,12 @@ def _not_constant(symbol: Symbol, known) -> SourceError:
 
 def expect_int(scalar: Scalar, span, what: str) -> Scalar:
     if not isinstance(scalar.value, int) or isinstance(scalar.value, bool):
+        if run_nodes(scalar):  # its value is a size's stand-in's
+            raise SourceError(
+                span,
+                f"{what} must be an integer, got a number computed from a size that "
+                "may not be one: divide sizes with //",
+            )
         raise SourceError(
             span, f"{what} must be an integer, got {_shown(scalar.value)}"
         )

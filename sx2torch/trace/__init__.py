@@ -15,7 +15,7 @@ from typing import Optional
 from sx2torch.syntax import scalars
 from sx2torch.trace import calls
 from sx2torch.trace.arguments import apply
-from sx2torch.ops.builder import Builder
+from sx2torch.ops.builder import Builder, is_python_number
 from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
@@ -396,13 +396,16 @@ class Tracer:
             result = self.expr(form, env)
         return result
 
-    def scalar(self, datum: Datum, env: dict) -> Scalar:
+    def scalar(self, datum: Datum, env: dict, run: bool = False) -> Scalar:
+        """A number known when the file compiles; with `run`, where torch takes an int (a
+        slice's bound, a reshape's size), one known when the module runs too, `(size x)`.
+        """
         if isinstance(datum, Vector):  # a list, passed to a list &key: `:sizes [3 4]`
             items = [self.scalar(item, env) for item in datum.items]
             return scalars.vector(items, datum.span)
         if isinstance(datum, Keyword):  # a keyword element, as `(in t [:full])`'s
             return Scalar.lit(datum.name)
-        return _known(self.expr(datum, env), datum.span)
+        return _known(self.expr(datum, env), datum.span, run)
 
     def integer(self, scalar: Scalar, span, what: str) -> Scalar:
         """`scalar`, an integer at the defaults; on the consts, checked per instance too."""
@@ -442,19 +445,25 @@ def _is_public_op(name: str) -> bool:
     return name in REGISTRY and not REGISTRY[name].internal
 
 
-def _known(operand, span) -> Scalar:
-    """`operand` as a number known when the file compiles; a tensor, or a size that is a
-    Python integer known only when the module runs, is a diagnostic."""
-    if (
-        isinstance(operand, Node)
-        and operand.kind is Kind.OP
-        and REGISTRY[operand.op].python_number
-    ):
-        raise SourceError(
-            span,
-            f"expected a number known at compile time, got ({operand.op} ...), a Python "
-            "integer known only when the module runs",
-        )
+def _known(operand, span, run: bool = False) -> Scalar:
+    """`operand` as a number known when the file compiles; with `run`, a Python number
+    known when the module runs may be one too (ScalarOp.RUN). A tensor, or such a number
+    where only a compile-time one can serve, is a diagnostic."""
+    if is_python_number(operand):
+        if run:
+            return Scalar.run(operand)
+        raise SourceError(span, _runs(f"({operand.op} ...)"))
     if not isinstance(operand, Scalar):
         raise SourceError(span, "expected a number known at compile time, got a tensor")
+    if not run and scalars.run_nodes(operand):
+        first = scalars.run_nodes(operand)[0]
+        raise SourceError(span, _runs(f"a number computed from ({first.op} ...)"))
     return operand
+
+
+def _runs(what: str) -> str:
+    return (
+        f"expected a number known at compile time, got {what}, a Python integer "
+        "known only when the module runs (it may be a slice's bound, a "
+        "reshape's size, a pad's width, arange's bounds: where torch takes an int)"
+    )

@@ -11,6 +11,7 @@ from sx2torch.ir import Operand, Scalar
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.ops import ArgKind, Op
 from sx2torch.ops.einsum import check_equation
+from sx2torch.ops.rank import ELLIPSIS
 from sx2torch.syntax.read import Datum, Keyword, List, String, Symbol, Vector, shown
 
 SCALAR_KINDS = {
@@ -115,11 +116,18 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
         keyword = _keyword(t, item, env)
         if keyword is not None:
             return keyword
-    value = _value_of(t, spec.kind, item, env, what)
+    # an op that folds compile-time numbers (`at` of a list const) takes no run-time one
+    value = _value_of(t, spec.kind, item, env, what, run=not numbers)
     scalars_given = value if isinstance(value, tuple) else (value,)
     if spec.static and any(
         isinstance(s, Scalar) and s.op is not ScalarOp.LIT for s in scalars_given
     ):
+        if scalars.run_nodes(scalars_given):
+            raise SourceError(
+                item.span,
+                f"{what} must be written as numbers: it decides the result's shape, "
+                "and a size is known only when the module runs",
+            )
         literal = "true or false" if spec.kind is ArgKind.BOOL else "numbers"
         raise SourceError(
             item.span,
@@ -129,7 +137,7 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
     return value
 
 
-def _value_of(t, kind: str, item: Datum, env: dict, what: str):
+def _value_of(t, kind: str, item: Datum, env: dict, what: str, run: bool = True):
     if kind.is_tensor:
         return t.expr(item, env)
     if kind is ArgKind.TENSORS:
@@ -138,13 +146,24 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
                 item.span, f"{what} must be a vector of tensors, such as [x y]"
             )
         return [t.expr(i, env) for i in item.items]
-    if kind is ArgKind.INTS:
+    if kind is ArgKind.SHAPE and isinstance(item, Vector) and _leads(item):
+        rest = Vector(item.items[1:], item.span)
+        return (ELLIPSIS, *_value_of(t, ArgKind.INTS, rest, env, what, run))
+    if kind in (ArgKind.INTS, ArgKind.SHAPE):
         if not isinstance(item, Vector):
             raise SourceError(
                 item.span, f"{what} must be a vector of integers, such as [0 -1]"
             )
+        for i in item.items:
+            if isinstance(i, Symbol) and i.name == "...":
+                raise SourceError(
+                    i.span,
+                    "`...` stands only first in a reshape's sizes, for the input's axes "
+                    "but the last",
+                )
         return tuple(
-            t.integer(t.scalar(i, env), i.span, f"each of {what}") for i in item.items
+            t.integer(t.scalar(i, env, run=run), i.span, f"each of {what}")
+            for i in item.items
         )
     if kind in (ArgKind.SIZES, ArgKind.PADDING):
         return _sizes(t, kind, item, env, what)
@@ -169,7 +188,8 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
             f"{what} must be {SCALAR_KINDS[kind]} known at compile time "
             f"(a literal, a const or a &key argument), got {shown(item)}",
         )
-    value = t.scalar(item, env)
+    # torch takes an int that the module computes where it takes one written in the file
+    value = t.scalar(item, env, run=run and kind is ArgKind.INT)
     if kind is ArgKind.INT:
         return t.integer(value, item.span, what)
     if kind is ArgKind.BOOL and not isinstance(value.value, bool):
@@ -177,6 +197,12 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str):
     if kind is ArgKind.NUMBER and (isinstance(value.value, (bool, str))):
         raise SourceError(item.span, f"{what} must be a number")
     return value
+
+
+def _leads(vector: Vector) -> bool:
+    """Whether a vector starts with `...` (and only there: elsewhere it is an unknown name)."""
+    first = vector.items[0] if vector.items else None
+    return isinstance(first, Symbol) and first.name == "..."
 
 
 def _sizes(t, kind: ArgKind, item: Datum, env: dict, what: str):

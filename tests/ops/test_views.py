@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from sx2torch import interpret
+from sx2torch.compiler import Options, compile_source
+from sx2torch.errors import SourceError
 
 VIEWS = """
 (defparam w (normal [4 4]))
@@ -51,3 +53,70 @@ def test_views_round_nowhere_and_their_gradients_are_the_interpreters(build, tar
     want = interpreted.evaluate("grad", [x], rounded_once=True)
     assert want.dtype == torch.bfloat16
     assert torch.equal(model.grad(x).float(), want.float())
+
+
+ELLIPSIS = """
+(defparam w (normal [4 6]))
+(defun forward (x)
+  (let ((h (matmul x w)))
+    [(reshape h [... -1 2]) (reshape h [... 3 -1])]))
+(defun grad (x) (gradient (sum (* (reshape (matmul x w) [... -1 2]) 2.0)) w))
+(defrun train :precision :f32)
+"""
+
+
+def test_a_reshape_led_by_an_ellipsis_keeps_every_axis_but_the_last(build):
+    module, code = build(ELLIPSIS)
+    assert "h.reshape(*h.shape[:-1], -1, 2)" in code
+    model = module.Model()
+    interpreted = interpret.load(ELLIPSIS, state={"w": model.w.detach()})
+    for x in (torch.randn(5, 4), torch.randn(2, 3, 4)):  # any rank
+        h = x @ model.w.detach()
+        pairs, thirds = model(x)
+        assert torch.equal(pairs, h.unflatten(-1, (-1, 2)))
+        assert torch.equal(thirds, h.unflatten(-1, (3, -1)))
+        for got, want in zip(model(x), interpreted.evaluate("forward", [x])):
+            assert torch.equal(got, want)
+        w = model.w.detach().clone().requires_grad_()
+        (x @ w).unflatten(-1, (-1, 2)).mul(2.0).sum().backward()
+        torch.testing.assert_close(model.grad(x), w.grad, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        # meant as an unsqueeze: ONNX's 0 keeps X's axis 1 at place 1, which the new
+        # leading axis has shifted
+        (
+            "[1 0 0 -1]",
+            "reshape's 0 at position 1 keeps X's axis 1 (unlike torch's 0), but the sizes "
+            "before it make the rank 4 from X's 3, so it is not that axis's place: write "
+            "the size, or use unsqueeze, flatten or `...`",
+        ),
+        (
+            "[0 0 0 0 -1]",
+            "reshape's 0 at position 3 keeps X's size there, but X has 3 axes",
+        ),
+        (
+            "[... 0 2]",
+            "reshape's 0 keeps X's size at its position, which `...` leaves unknown: "
+            "write the size",
+        ),
+    ],
+)
+def test_a_reshape_zero_a_torch_reader_would_misread_is_a_diagnostic(shape, message):
+    source = (
+        f"(defparam q (normal [2 3 4]))\n(defun forward ()\n  (reshape q {shape}))\n"
+    )
+    with pytest.raises(SourceError) as raised:
+        compile_source(source, "model.lisp", Options())
+    span = raised.value.span
+    assert (span.line, span.col, raised.value.message) == (3, 3, message)
+
+
+def test_an_ellipsis_elsewhere_is_located():
+    source = "(defun forward (x)\n  (reshape x [2 ... 2]))\n"
+    with pytest.raises(SourceError) as raised:
+        compile_source(source, "model.lisp", Options())
+    assert (raised.value.span.line, raised.value.span.col) == (2, 17)
+    assert raised.value.message.startswith("`...` stands only first")

@@ -90,19 +90,34 @@ def test_a_float_read_as_a_number_compiles():
     assert torch.equal(module.Model()(torch.ones(3)), torch.full((3,), 0.5))
 
 
-def test_a_size_as_a_slice_bound_is_named_as_what_it_is(tmp_path, capsys):
-    source = b"(defun forward (x y)\n  (slice x :axis 1 :end (size y :axis 1)))\n"
+def test_a_size_is_a_slice_bound_and_a_compile_time_one_is_named_as_what_it_is(
+    tmp_path, capsys
+):
+    """A size known when the module runs serves where torch takes an int (issue 35); where
+    only a number known when the file compiles can serve (a call's &key), it is named.
+    """
+    source = "(defun forward (x y)\n  (slice x :axis 1 :end (- (size y :axis 1) 1)))\n"
+    module = load_module(compile_source(source, "model.lisp"))
+    x, y = torch.randn(2, 9), torch.randn(2, 5)
+    assert torch.equal(module.Model()(x, y), x[:, : y.shape[1] - 1])
+    source = (
+        b"(defun f (x &key (k 1)) (* x k))\n"
+        b"(defun forward (x y)\n  (f x :k (size y :axis 1)))\n"
+    )
     rc, _, err, path = compile_file(tmp_path, capsys, source)
     assert rc == 1
     assert err.splitlines()[0] == (
-        f"{path}:2:25: error: expected a number known at compile time, got (size ...), "
-        "a Python integer known only when the module runs"
+        f"{path}:3:11: error: expected a number known at compile time, got (size ...), "
+        "a Python integer known only when the module runs (it may be a "
+        "slice's bound, a reshape's size, a pad's width, arange's bounds: where torch "
+        "takes an int)"
     )
 
 
 def test_an_argument_that_makes_no_number_is_a_diagnostic_at_the_instance():
     """A zero passed to a key a const divides by makes no number: resolve's check of the
-    instance names the const's arithmetic, where torch would fail when the module is built."""
+    instance names the const's arithmetic, where torch would fail when the module is built.
+    """
     source = """(defmodel attn (&key (dim 8) (heads 2))
   (defconst hd (// dim heads))
   (defun forward (x) (reshape x [0 0 -1 hd])))
