@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 import sx2torch.interpret.ops as ops
-from sx2torch.interpret.model import Instance, ParamValue
+from sx2torch.interpret.model import Instance, ParamValue, Sequential
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
 from sx2torch.syntax.scalars import FUNCTIONS
@@ -409,6 +409,11 @@ class Evaluator:
         callee = frame.env.get(head, instance.params.get(head))
         if isinstance(callee, Instance):
             return self.call(callee, "forward", args, keys, frame)
+        if isinstance(callee, Sequential):  # each item on the value before, as torch's
+            (value,) = args
+            for item in callee:
+                value = self.call(item, "forward", [value], {}, frame)
+            return value
         if head in DEFINED:
             return DEFINED[head](self, args, keys, frame)
         if head in ("+", "-", "*") and len(args) > 2:  # folded left, each its own dtype

@@ -318,6 +318,15 @@ class _Policy:
             typed.decided[node] = Decision(_choice(reads))
             return
         outputs = [self._data_dtype(typed, o) for o in _deciding_outputs(node)]
+        if "choice" in node.attrs and len(set(outputs)) > 1:
+            # the constructor built one of the two models: a join would cast the other's
+            # value, which that instance never computes (the interpreter computes its own)
+            raise SourceError(
+                node.span,
+                f"the models of the choice '{node.attrs['choice']}' give values of "
+                f"different dtypes here ({outputs[0]} and {outputs[1]}): cast one's "
+                "forward to the other's dtype",
+            )
         _decide_if(typed, node, self._join([d for d in outputs if d is not None], node))
 
     def _settle(self, typed: Typed) -> None:
@@ -617,7 +626,9 @@ def _callee_graph(program: Program, graphs: dict, node: Node, owner: str) -> Gra
     """The graph a call or a sub-model's forward runs, called from a defun of `owner`."""
     if node.kind is Kind.CALL:
         return graphs[ir.callee_key(node, owner)]
-    model = program.model(owner).params[node.attrs["target"]].init.model
+    model = program.submodel(
+        program.model(owner), node.attrs["target"], node.attrs.get("item")
+    )
     return graphs[model, "forward"]
 
 
