@@ -18,18 +18,18 @@ class Norm(nn.Module):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.layer_norm(x, weight_bf16.shape, weight_bf16, bias_bf16, eps=1e-06)
+        return x * weight_bf16 + bias_bf16
 
 
 class Proj(nn.Module):
     def __init__(self, *, in_=8, out=8):
         super().__init__()
-        self.weight = nn.Parameter(torch.normal(0.0, 0.1, size=(out, in_)))
+        self.weight = nn.Parameter(torch.normal(0.0, 0.1, size=(in_, out)))
 
     def forward(self, x):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return F.linear(x, weight_bf16)
+        return x @ weight_bf16
 
 
 class Cross(nn.Module):
@@ -41,7 +41,7 @@ class Cross(nn.Module):
         x = x.to(torch.bfloat16)
         memory = memory.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return x + F.linear(memory, weight_bf16)
+        return x + memory @ weight_bf16
 
 
 class DenseMlp(nn.Module):
@@ -88,18 +88,6 @@ class Block(nn.Module):
 
 
 class LayerLists(nn.Module):
-    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
-    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
-    TP_PLAN = {
-        "layers.*.mlp.up": "colwise",
-        "layers.*.mlp.down": "rowwise",
-        "layers.*.mlp.experts.0.up": "colwise",
-        "layers.*.mlp.experts.0.down": "rowwise",
-        "layers.*.mlp.experts.1.up": "colwise",
-        "layers.*.mlp.experts.1.down": "rowwise",
-    }
-    TP_REDUCE = "f32"
-
     def __init__(self, *, dim=8, n_layer=3, first_k_dense_replace=1):
         super().__init__()
         self.downsample = nn.Sequential(Norm(dim=4), Proj(in_=4, out=dim))
