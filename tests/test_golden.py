@@ -59,6 +59,7 @@ def test_the_bundled_examples_are_there():
         "bert",
         "convnet",
         "convnext",
+        "deepseek-v3",
         "distill",
         "energy",
         "gemma2",
