@@ -409,11 +409,8 @@ class Evaluator:
         callee = frame.env.get(head, instance.params.get(head))
         if isinstance(callee, Instance):
             return self.call(callee, "forward", args, keys, frame)
-        if isinstance(callee, Sequential):  # each item on the value before, as torch's
-            (value,) = args
-            for item in callee:
-                value = self.call(item, "forward", [value], {}, frame)
-            return value
+        if isinstance(callee, Sequential):
+            return _sequential(self, callee, args, frame)
         if head in DEFINED:
             return DEFINED[head](self, args, keys, frame)
         if head in ("+", "-", "*") and len(args) > 2:  # folded left, each its own dtype
@@ -511,3 +508,11 @@ def _rank(v) -> int:
     if isinstance(v, ParamValue):
         return v.tensor.dim()
     return (v.t if isinstance(v, Lam) else v).dim()
+
+
+def _sequential(ev, items, args: list, frame):
+    """A sequential called: each item's forward on the value before, as torch's."""
+    (value,) = args
+    for item in items:
+        value = ev.call(item, "forward", [value], {}, frame)
+    return value

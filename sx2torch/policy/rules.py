@@ -318,16 +318,7 @@ class _Policy:
             typed.decided[node] = Decision(_choice(reads))
             return
         outputs = [self._data_dtype(typed, o) for o in _deciding_outputs(node)]
-        if "choice" in node.attrs and len(set(outputs)) > 1:
-            # the constructor built one of the two models: a join would cast the other's
-            # value, which that instance never computes (the interpreter computes its own)
-            raise SourceError(
-                node.span,
-                f"the models of the choice '{node.attrs['choice']}' give values of "
-                f"different dtypes here ({outputs[0]} and {outputs[1]}): cast one's "
-                "forward to the other's dtype",
-            )
-        _decide_if(typed, node, self._join([d for d in outputs if d is not None], node))
+        _decide_if(typed, node, self._join(_one_dtype(node, outputs), node))
 
     def _settle(self, typed: Typed) -> None:
         """Each `if` of parameter reads stores the dtype its readers read it in, each branch
@@ -555,6 +546,21 @@ class _IntegerInputs:
             callee = _callee_graph(self.program, self.graphs, node, owner)
             return callee.inputs[index] in self.integer_inputs(callee)
         return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is ArgKind.IDS
+
+
+def _one_dtype(node: Node, outputs: list) -> list:
+    """A choice's branches give one dtype: the constructor built one of the two models, and
+    a join would cast the other's value, which that instance never computes so. The
+    dtypes that decide."""
+    outputs = [d for d in outputs if d is not None]
+    if "choice" in node.attrs and len(set(outputs)) > 1:
+        raise SourceError(
+            node.span,
+            f"the models of the choice '{node.attrs['choice']}' give values of "
+            f"different dtypes here ({outputs[0]} and {outputs[1]}): cast one's "
+            "forward to the other's dtype",
+        )
+    return outputs
 
 
 def _deciding_outputs(node: Node) -> list:
