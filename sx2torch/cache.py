@@ -126,7 +126,10 @@ def _callee(node: Node, graph: Graph, program: Program) -> tuple:
     target = node.attrs["target"]
     if node.kind is Kind.CALL:
         return (graph.model, target)
-    return (program.model(graph.model).params[target].init.model, "forward")
+    callee = program.submodel(
+        program.model(graph.model), target, node.attrs.get("item")
+    )
+    return (callee, "forward")
 
 
 def _keep_last(graph: Graph, program: Program, holds: dict) -> None:

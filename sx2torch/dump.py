@@ -35,7 +35,11 @@ def program(prog) -> str:
                 )
                 if on
             ]
-            init = p.init.model if p.is_module else p.init.kind
+            init = p.init.kind
+            if p.init.kind in ("model", "stack"):
+                init = p.init.model
+            elif p.is_module:  # a list's or a choice's models
+                init += "(" + " ".join(i.model for i in p.init.instances) + ")"
             args = ", ".join(f"{k}={printer.value(v)}" for k, v in p.init.args.items())
             count = f"{printer.scalar(p.init.count)} x " if p.init.count else ""
             lines.append(

@@ -28,7 +28,7 @@ from sx2torch.ir import LIBRARY, Graph, Kind, Node, callee_key, outputs, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.sharding import PARTIAL, Refused
 from sx2torch.syntax.names import mangle
-from sx2torch.syntax.program import Program
+from sx2torch.syntax.program import LISTS, Program
 
 COLWISE, ROWWISE, GATHER = "colwise", "rowwise", "colwise_gather_output"
 
@@ -237,7 +237,12 @@ class _Flow:
     def _submodel(self, graph: Graph, node: Node, axes: list, group) -> tuple:
         model = self.program.model(graph.model)
         key = (graph.model, node.attrs["target"])
-        ways = self.units.get(model.params[key[1]].init.model, frozenset())
+        whole = "item" in node.attrs  # an item of a list or a choice: ITEM
+        ways = (
+            frozenset()
+            if whole
+            else self.units.get(model.params[key[1]].init.model, frozenset())
+        )
         if any(a is not None for a in axes):
             if ROWWISE in ways and axes == [-1]:
                 self.groups.add(key, ROWWISE)
@@ -282,22 +287,31 @@ def _entries(program: Program, units: dict, groups: _Groups) -> list:
     def visit(model, path: str) -> None:
         for name, param in model.params.items():
             here = f"{path}{mangle(name)}"
-            if param.is_module:
-                sub = program.models[param.init.model]
-                here += ".*" if param.init.kind == "stack" else ""
-                if sub.name in units:
-                    entry = _verdict(groups, (model.name, name), here)
-                    if entry.path not in seen:
-                        seen.add(entry.path)
-                        found.append(entry)
-                else:
-                    visit(sub, f"{here}.")
-            elif here not in seen:
+            for k, init in enumerate(param.init.instances if param.is_module else ()):
+                sub = program.models[init.model]
+                there = here + (".*" if init.kind == "stack" else "")
+                there += f".{k}" if param.init.kind in LISTS else ""
+                if sub.name not in units:
+                    visit(sub, f"{there}.")
+                    continue
+                entry = (
+                    Entry(there, None, ITEM)
+                    if init is not param.init
+                    else _verdict(groups, (model.name, name), there)
+                )
+                if entry.path not in seen:
+                    seen.add(entry.path)
+                    found.append(entry)
+            if not param.is_module and here not in seen:
                 seen.add(here)
                 found.append(Entry(here, None, f"{_not_linear(model)}"))
 
     visit(program.top, "")
     return found
+
+
+# why a linear layer that is an item of a sequential, module-list or choice stays whole
+ITEM = "an item of a list or choice of sub-models, whose calls the plan does not follow"
 
 
 def _not_linear(model) -> str:

@@ -58,6 +58,8 @@ def test_the_bundled_examples_are_there():
     assert sorted(p.stem for p in EXAMPLES.glob("*.lisp")) == [
         "bert",
         "convnet",
+        "convnext",
+        "deepseek-v3",
         "distill",
         "energy",
         "gemma2",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from sx2torch.ops import initializers
-from sx2torch.syntax.program import Model, Optimizer, Program, Run
+from sx2torch.syntax.program import LISTS, Model, Optimizer, Program, Run
 
 # torch's own defaults, written into the settings so that every value the run uses is visible
 DEFAULTS = {
@@ -71,10 +71,11 @@ def _params(program: Program, model: Model, attrs: dict, prefix: str = "") -> li
     found = []
     for param in model.params.values():
         name = prefix + names[param.name]
-        if param.is_module:
-            sub = program.models[param.init.model]
-            inner = f"{name}.*." if param.init.kind == "stack" else f"{name}."
+        for k, init in enumerate(param.init.instances if param.is_module else ()):
+            sub = program.models[init.model]
+            inner = f"{name}.*." if init.kind == "stack" else f"{name}."
+            inner += f"{k}." if param.init.kind in LISTS else ""
             found += _params(program, sub, attrs, inner)
-        elif param.trainable:
+        if not param.is_module and param.trainable:
             found.append((name, bool(prefix), len(initializers.sizes(param.init))))
     return found

@@ -268,7 +268,7 @@ class MethodEmitter:
         if node.kind is Kind.CAST:
             return self.read(node, 0)
         if node.kind is Kind.IF:
-            return scalars.python(
+            written = scalars.python(
                 ScalarOp.IF,
                 (node.attrs["condition"], 0, 1),
                 lambda a: (
@@ -277,6 +277,10 @@ class MethodEmitter:
                     else self._output(node, a, 0)
                 ),
             )
+            # a choice's call, `self.mlp(x)` in both branches where no cast differs: the
+            # instance was chosen when the model was built
+            same = written.body.deep_equals(written.orelse)
+            return written.body if same and "choice" in node.attrs else written
         if node.kind is Kind.CALL:
             return self._invoke(node, None, [self.ref(i) for i in node.inputs])
         if node.kind is Kind.SUBMODEL:
@@ -288,7 +292,13 @@ class MethodEmitter:
             )
             if "at" in node.attrs:  # (nth STACK I ...)
                 module = b.subscript(module, self.spelling.scalar(node.attrs["at"]))
-            return self._invoke(node, module, [self.ref(i) for i in node.inputs])
+            items = node.attrs.get("sequence")
+            if "item" in node.attrs and "choice" not in node.attrs:  # a list's item
+                module = b.subscript(module, b.number(node.attrs["item"]))
+            called = self._invoke(node, module, [self.ref(i) for i in node.inputs])
+            if items == node.attrs.get("item", 0) + 1:
+                return _sequential(module.value, called, items) or called
+            return called
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         decided = self.typed.decided[node]
@@ -305,6 +315,24 @@ class MethodEmitter:
             value = targets.store(value)
         gathered = self.spelled.gathered.get(node)
         return targets.cast(value, gathered)
+
+
+def _sequential(module, called: cst.Call, items: int) -> Optional[cst.Call]:
+    """`self.down(x)` where the items' calls read `self.down[1](self.down[0](x))`: each
+    item's forward on the value before, with no cast between, is nn.Sequential's forward.
+    """
+    value = called
+    for k in reversed(range(items)):
+        item = b.subscript(module, b.number(k))
+        if not (
+            isinstance(value, cst.Call)
+            and len(value.args) == 1
+            and not value.args[0].keyword
+            and value.func.deep_equals(item)
+        ):
+            return None
+        value = value.args[0].value
+    return b.call(module, value)
 
 
 def _value(value):

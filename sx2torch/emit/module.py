@@ -353,17 +353,37 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
         return _init_scalar(s, names)
 
     if param.is_module:
-        sub_names = ctx.naming.attrs[init.model]
-        kwargs = {sub_names[k]: scalar(v) for k, (_, v) in init.args.items()}
-        instance = b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
+
+        def instance(init):
+            sub_names = ctx.naming.attrs[init.model]
+            kwargs = {sub_names[k]: scalar(v) for k, (_, v) in init.args.items()}
+            return b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
+
+        def register(value):
+            return _register(model, param, value, ctx)
+
         if init.kind == "model":
-            return _when(param, _register(model, param, instance, ctx), scalar)
+            return _when(param, register(instance(init)), scalar)
+        if init.kind == "sequential":
+            items = b.call("nn.Sequential", *map(instance, init.items))
+            return _when(param, register(items), scalar)
+        if init.kind == "module-list":
+            items = b.call("nn.ModuleList", b.list_(list(map(instance, init.items))))
+            return _when(param, register(items), scalar)
+        if init.kind == "choice":  # as transformers chooses a layer's mlp
+            then, otherwise = (register(instance(i)) for i in init.items)
+            chosen = cst.If(
+                scalar(init.args["when"]),
+                cst.IndentedBlock([then]),
+                orelse=cst.Else(cst.IndentedBlock([otherwise])),
+            )
+            return _when(param, chosen, scalar)
         loop = cst.CompFor(
             target=cst.Name(mangle(init.index) if init.index else "_"),
             iter=_layers(init.count, scalar),
         )
-        instances = b.call("nn.ModuleList", cst.ListComp(instance, loop))
-        return _when(param, _register(model, param, instances, ctx), scalar)
+        instances = b.call("nn.ModuleList", cst.ListComp(instance(init), loop))
+        return _when(param, register(instances), scalar)
     value = initializers.emit(init, scalar)
     if lowered.storage[model.name, param.name] == "bf16":
         value = b.method(value, "to", b.dotted("torch.bfloat16"))

@@ -99,7 +99,10 @@ def _class_names(program: Program, imported: frozenset) -> dict:
 def _built_classes(model: Model, classes: dict) -> frozenset:
     """The classes a model's constructor names, to build its sub-models."""
     return frozenset(
-        classes[param.init.model] for param in model.params.values() if param.is_module
+        classes[init.model]
+        for param in model.params.values()
+        if param.is_module
+        for init in param.init.instances
     )
 
 

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 import sx2torch.interpret.ops as ops
-from sx2torch.interpret.model import Instance, ParamValue
+from sx2torch.interpret.model import Instance, ParamValue, Sequential
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
 from sx2torch.syntax.scalars import FUNCTIONS
@@ -411,6 +411,8 @@ class Evaluator:
         callee = frame.env.get(head, instance.params.get(head))
         if isinstance(callee, Instance):
             return self.call(callee, "forward", args, keys, frame)
+        if isinstance(callee, Sequential):
+            return _sequential(self, callee, args, frame)
         if head in DEFINED:
             return DEFINED[head](self, args, keys, frame)
         if head in ("+", "-", "*") and len(args) > 2:  # folded left, each its own dtype
@@ -509,3 +511,11 @@ def _rank(v) -> int:
     if isinstance(v, ParamValue):
         return v.tensor.dim()
     return (v.t if isinstance(v, Lam) else v).dim()
+
+
+def _sequential(ev, items, args: list, frame):
+    """A sequential called: each item's forward on the value before, as torch's."""
+    (value,) = args
+    for item in items:
+        value = ev.call(item, "forward", [value], {}, frame)
+    return value

@@ -14,7 +14,7 @@ import torch
 
 from sx2torch.ir import Scalar
 from sx2torch.ops.initializers import FORMULA_FUNCTIONS
-from sx2torch.syntax.program import Model, Param, Program
+from sx2torch.syntax.program import LISTS, Model, Param, Program
 
 FOLDS = {
     "+": operator.add,
@@ -168,6 +168,10 @@ def build(
     return instance
 
 
+class Sequential(list):
+    """A sequential's instances: called, each one's forward on the value before."""
+
+
 def _find(instance: Instance, parts: list):
     """The member `a.b.weight` (parts ["a", "b", "weight"]) of an instance."""
     for part in parts:
@@ -178,6 +182,20 @@ def _find(instance: Instance, parts: list):
 def _param(program: Program, instance: Instance, param: Param, state):
     init, env = param.init, instance.env
     name = instance.prefix + key(param.name)
+    if init.kind == "choice":
+        (init,) = init.built(scalar(init.args["when"], env))
+    if init.kind in LISTS:  # items of different models, under `name.0.`, `name.1.`, ...
+        kind = Sequential if init.kind == "sequential" else list
+        return kind(
+            build(
+                program,
+                program.model(item.model),
+                {k: scalar(v, env) for k, (_, v) in item.args.items()},
+                state,
+                f"{name}.{k}.",
+            )
+            for k, item in enumerate(init.items)
+        )
     if init.kind in ("model", "stack"):
         model = program.model(init.model)
         if init.kind == "model":

@@ -179,9 +179,12 @@ class Analysis:
         target = node.attrs["target"]
         if node.kind is Kind.CALL:
             return self.graphs.get(callee_key(node, model))
-        param = self.program.model(model).params.get(target)
+        owner = self.program.model(model)
         # a stack chained inside an inlined sub-model: not followed
-        return None if param is None else self.graphs.get((param.init.model, "forward"))
+        if target not in owner.params:
+            return None
+        callee = self.program.submodel(owner, target, node.attrs.get("item"))
+        return self.graphs.get((callee, "forward"))
 
 
 def ranked(dims) -> Dims:

@@ -321,7 +321,7 @@ class _Policy:
             typed.decided[node] = Decision(_choice(reads))
             return
         outputs = [self._data_dtype(typed, o) for o in _deciding_outputs(node)]
-        _decide_if(typed, node, self._join([d for d in outputs if d is not None], node))
+        _decide_if(typed, node, self._join(_one_dtype(node, outputs), node))
 
     def _settle(self, typed: Typed) -> None:
         """Each `if` of parameter reads stores the dtype its readers read it in, each branch
@@ -676,6 +676,21 @@ def _gives_int(op, floats: list, dtypes: list) -> bool:
     return op.result is Result.INT or bool(summed)
 
 
+def _one_dtype(node: Node, outputs: list) -> list:
+    """A choice's branches give one dtype: the constructor built one of the two models, and
+    a join would cast the other's value, which that instance never computes so. The
+    dtypes that decide."""
+    outputs = [d for d in outputs if d is not None]
+    if "choice" in node.attrs and len(set(outputs)) > 1:
+        raise SourceError(
+            node.span,
+            f"the models of the choice '{node.attrs['choice']}' give values of "
+            f"different dtypes here ({outputs[0]} and {outputs[1]}): cast one's "
+            "forward to the other's dtype",
+        )
+    return outputs
+
+
 def _deciding_outputs(node: Node) -> list:
     """The branch outputs that decide an `if`'s dtype: not a backward `if`'s zeros where a
     branch reads the value not (docs/LANGUAGE.md, gradient), where another branch gives
@@ -745,7 +760,9 @@ def _callee_graph(program: Program, graphs: dict, node: Node, owner: str) -> Gra
     """The graph a call or a sub-model's forward runs, called from a defun of `owner`."""
     if node.kind is Kind.CALL:
         return graphs[ir.callee_key(node, owner)]
-    model = program.model(owner).params[node.attrs["target"]].init.model
+    model = program.submodel(
+        program.model(owner), node.attrs["target"], node.attrs.get("item")
+    )
     return graphs[model, "forward"]
 
 

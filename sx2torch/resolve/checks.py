@@ -14,15 +14,13 @@ from sx2torch.syntax.scalars import Scalar
 
 
 def check_params(program: Program, model: Model) -> None:
-    for param in model.params.values():
-        if not param.is_module:
-            continue
-        if param.init.model not in program.models or param.init.model == model.name:
-            raise SourceError(
-                param.init.span, f"unknown initializer or model '{param.init.model}'"
-            )
-        sub = program.models[param.init.model]
-        for key, (span, value) in param.init.args.items():
+    for init in (
+        i for p in model.params.values() if p.is_module for i in p.init.instances
+    ):
+        if init.model not in program.models or init.model == model.name:
+            raise SourceError(init.span, f"unknown initializer or model '{init.model}'")
+        sub = program.models[init.model]
+        for key, (span, value) in init.args.items():
             if key not in sub.consts:
                 known = ", ".join(f":{k}" for k in sub.consts) or "none"
                 raise SourceError(
@@ -67,14 +65,19 @@ def check_built(program: Program) -> None:
                 if where is not None:  # the top model's sizes: initializers.check_size
                     built.sizes(param, [built.compute(z, env) for z in sizes(init)])
                 continue
-            count = built.compute(init.count, env) if init.kind == "stack" else 1
-            if where is not None and init.kind == "stack":
-                built.count(param, count)
-            layers = sorted({0, count - 1}) if init.index and count > 0 else [None]
-            for layer in layers if count > 0 else []:
-                inside = {**env, init.index: layer} if init.index else env
-                args = {k: built.compute(v, inside) for k, (_, v) in init.args.items()}
-                pending.append((program.models[init.model], args, at))
+            choice = init.kind == "choice"
+            when = built.compute(init.args["when"], env) if choice else None
+            for init in init.built(when):
+                count = built.compute(init.count, env) if init.kind == "stack" else 1
+                if where is not None and init.kind == "stack":
+                    built.count(param, count)
+                layers = sorted({0, count - 1}) if init.index and count > 0 else [None]
+                for layer in layers if count > 0 else []:
+                    inside = {**env, init.index: layer} if init.index else env
+                    args = {
+                        k: built.compute(v, inside) for k, (_, v) in init.args.items()
+                    }
+                    pending.append((program.models[init.model], args, at))
 
 
 class _Built:
@@ -176,25 +179,35 @@ def check_containment(program: Program) -> None:
     """No model holds an instance of itself, directly or through other models."""
     finished: set = set()
     for root in program.models.values():
-        stack = [(root, iter(root.params.values()))]
+        stack = [(root, _holds(root))]
         path = [root.name]
         while stack:
-            model, params = stack[-1]
-            param = next(params, None)
+            model, held = stack[-1]
+            param, name = next(held, (None, None))
             if param is None:
                 finished.add(model.name)
                 stack.pop()
                 path.pop()
                 continue
-            if not param.is_module or param.init.model in finished:
+            if name in finished:
                 continue
-            if param.init.model in path:
-                route = " -> ".join(
-                    path[path.index(param.init.model) :] + [param.init.model]
-                )
+            if name in path:
+                route = " -> ".join(path[path.index(name) :] + [name])
                 raise SourceError(
-                    param.span, f"model '{param.init.model}' contains itself ({route})"
+                    param.span, f"model '{name}' contains itself ({route})"
                 )
-            sub = program.models[param.init.model]
-            stack.append((sub, iter(sub.params.values())))
+            sub = program.models[name]
+            stack.append((sub, _holds(sub)))
             path.append(sub.name)
+
+
+def _holds(model: Model):
+    """(param, model name) of each sub-model instance a model's parameters hold."""
+    return iter(
+        [
+            (p, i.model)
+            for p in model.params.values()
+            if p.is_module
+            for i in p.init.instances
+        ]
+    )

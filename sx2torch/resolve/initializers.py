@@ -25,7 +25,7 @@ from sx2torch.resolve.values import (
 )
 from sx2torch.syntax import scalars
 from sx2torch.syntax.forms import Part, Shape, match
-from sx2torch.syntax.program import Const, Init, Model
+from sx2torch.syntax.program import LISTS, MODULE_KINDS, Const, Init, Model
 from sx2torch.syntax.read import Datum, Keyword, List, Number, Symbol, Vector, shown
 from sx2torch.syntax.scalars import Scalar, ScalarOp
 
@@ -36,7 +36,7 @@ def check_size(init: Init, datum: Datum) -> None:
             datum.span,
             f"a stack has at most {MAX_LAYERS:,} layers, got {init.count.value:,}",
         )
-    if init.kind in ("model", "stack"):
+    if init.kind in MODULE_KINDS:
         return
     elements = 1
     for size in sizes(init):
@@ -52,6 +52,10 @@ def initializer(model: Model, datum: Datum) -> Init:
     head = form_head(datum, "an initializer such as (normal [d d])")
     if head == "stack":
         return _stack(model, datum)
+    if head in LISTS and not _instance_like(datum):
+        return _list(model, datum)
+    if head == "if" and not _instance_like(datum):
+        return _choice(model, datum)
     instance = head in FORMULAS and _instance_like(datum)
     if head in COMPOSITE and not instance:
         return COMPOSITE[head](model, datum)
@@ -110,6 +114,43 @@ def _stack(model: Model, datum: List) -> Init:
     return Init(
         "stack", inner.args, inner.model, count, inner.span, index and index.name
     )
+
+
+def _instance(model: Model, datum: Datum, what: str) -> Init:
+    inner = initializer(model, datum)
+    if inner.kind != "model":
+        raise SourceError(
+            datum.span, f"{what} takes sub-model instances, such as (block :d d)"
+        )
+    return inner
+
+
+def _list(model: Model, datum: List) -> Init:
+    """`(sequential (A ...) (B ...))`, `(module-list (A ...) (B ...))`: instances of
+    different models under the keys `0.`, `1.`, ..., as torch's nn.Sequential and
+    nn.ModuleList hold them."""
+    match(datum)
+    head = datum.items[0].name
+    items = tuple(_instance(model, item, head) for item in datum.items[1:])
+    return Init(head, {}, span=datum.span, items=items)
+
+
+def _choice(model: Model, datum: List) -> Init:
+    """`(if C (A ...) (B ...))`: an instance of A where the consts meet C, else one of B,
+    under the one key: DeepSeek-V3's dense MLP on the first layers and MoE on the others.
+    """
+    condition, then, else_ = match(datum).parts
+    when = evaluate(model, condition)
+    if not isinstance(when.value, bool):
+        raise SourceError(
+            condition.span,
+            "a choice of sub-models takes a condition on the consts, such as "
+            "(< layer-idx first-k-dense-replace)",
+        )
+    items = tuple(_instance(model, item, "a choice") for item in (then, else_))
+    # the condition as written, which a call of the choice traces as an `if`'s
+    args = {"when": when, "condition": condition}
+    return Init("choice", args, span=datum.span, items=items)
 
 
 def _with_index(model: Model, index: Optional[Symbol]) -> Model:
@@ -194,7 +235,7 @@ def _repeat(model: Model, datum: List) -> Init:
             f"repeat's count must not be negative, got {count.value}",
         )
     part = initializer(model, datum.items[2])
-    if part.kind in ("model", "stack") or len(sizes(part)) != 1:
+    if part.kind in MODULE_KINDS or len(sizes(part)) != 1:
         raise SourceError(datum.items[2].span, "repeat takes a 1-D tensor initializer")
     size = scalars.fold(ScalarOp.MUL, count, sizes(part)[0], datum.span)
     return Init("repeat", {"count": count, "part": part, "shape": (size,)})
@@ -208,7 +249,7 @@ def _pow(model: Model, datum: List) -> Init:
     if isinstance(base.value, (bool, str)):
         raise SourceError(datum.items[1].span, "pow's base must be a number")
     part = initializer(model, datum.items[2])
-    if part.kind in ("model", "stack"):
+    if part.kind in MODULE_KINDS:
         raise SourceError(datum.items[2].span, "pow takes a tensor initializer")
     return Init("pow", {"base": base, "part": part, "shape": sizes(part)})
 
@@ -250,7 +291,7 @@ def _arange(model: Model, datum: List) -> Init:
 
 def _tensor_part(model: Model, datum: Datum, what: str) -> Init:
     part = initializer(model, datum)
-    if part.kind in ("model", "stack"):
+    if part.kind in MODULE_KINDS:
         raise SourceError(datum.span, f"{what} takes tensor initializers")
     return part
 

@@ -199,6 +199,8 @@ DEFINITIONS = {
     ),
     # the initializers with a form of their own
     "stack": Shape((Part("N"), Part("(MODEL :k v ...)"))),
+    "sequential": Shape((Part("(MODEL :k v ...)"),), body="(MODEL :k v ...)"),
+    "module-list": Shape((Part("(MODEL :k v ...)"),), body="(MODEL :k v ...)"),
     "concat": Shape((Part("[INIT ...]"),), keys={"axis": None}),
     "repeat": Shape((Part("N"), Part("INIT"))),
     "pow": Shape((Part("BASE"), Part("INIT"))),

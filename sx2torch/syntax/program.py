@@ -39,16 +39,35 @@ class Const:
     flag: bool = False
 
 
+# The initializers that make sub-models: an instance, a stack of one model's instances, a
+# list of instances of different models (nn.Sequential, applied in order, or nn.ModuleList),
+# and a choice between two instances by a condition on the consts, under one key.
+MODULE_KINDS = ("model", "stack", "sequential", "module-list", "choice")
+LISTS = ("sequential", "module-list")
+
+
 @dataclass
 class Init:
-    kind: (
-        str  # an initializer's name (sx2torch/ops/initializers.py), "model" or "stack"
-    )
+    kind: str  # an initializer's name (sx2torch/ops/initializers.py), or a MODULE_KINDS
     args: dict  # name -> Scalar, or a tuple of Scalars for shape
     model: Optional[str] = None
     count: Optional[Scalar] = None
     span: Optional[Span] = None  # a sub-model instance's form, for diagnostics about it
     index: Optional[str] = None  # a stack's layer index, `i` of (stack (i n) ...)
+    # a list's instances, or a choice's two (its condition is args["when"])
+    items: tuple = ()
+
+    @property
+    def instances(self) -> tuple:
+        """The instance initializers (`model` or `stack`) it holds: itself, or its items."""
+        return self.items if self.kind in (*LISTS, "choice") else (self,)
+
+    def built(self, when: Optional[bool]) -> tuple:
+        """The instance initializers it builds where a choice's condition is `when` (the
+        one it chooses; both where `when` is None, not known)."""
+        if self.kind != "choice" or when is None:
+            return self.instances
+        return (self.items[0 if when else 1],)
 
 
 @dataclass
@@ -65,7 +84,7 @@ class Param:
 
     @property
     def is_module(self) -> bool:
-        return self.init.kind in ("model", "stack")
+        return self.init.kind in MODULE_KINDS
 
 
 @dataclass
@@ -176,6 +195,12 @@ class Program:
 
     def model(self, name: str) -> Model:
         return self.top if name == self.top.name else self.models[name]
+
+    def submodel(self, model: Model, target: str, item: Optional[int] = None) -> str:
+        """The model whose forward a SUBMODEL node of `model` runs: the instance's, the
+        stack's, or a list's or a choice's item `item`."""
+        init = model.params[target].init
+        return init.model if item is None else init.items[item].model
 
     def all_models(self) -> list:
         return list(self.models.values()) + [self.top]

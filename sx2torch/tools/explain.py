@@ -29,6 +29,7 @@ from sx2torch.ops import initializers
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
+from sx2torch.syntax.program import LISTS
 
 BYTES = {"f32": 4, "bf16": 2}
 MAX_LISTED = (
@@ -278,7 +279,10 @@ def _callees(program, graphs: dict, model: str, node: Node, seen: set) -> list:
         found = [".".join(callee)]
     else:
         member = node.attrs["target"]
-        callee = (program.model(model).params[member].init.model, "forward")
+        callee = (
+            program.submodel(program.model(model), member, node.attrs.get("item")),
+            "forward",
+        )
         found = [f"{member} ({'.'.join(callee)})"]
     if callee in seen or callee not in graphs:
         return found
@@ -324,6 +328,16 @@ def _params(program, lowered, elements: dict) -> list:
     return rows.rows
 
 
+def _built(init, key: str, env: dict) -> list:
+    """(instance initializer, its key) of a sub-model parameter, as `env`'s consts build
+    it: a list's items under `key.0`, `key.1`, ...; the one a choice chooses."""
+    if init.kind == "choice":
+        return [(init.built(scalars.compute(init.args["when"], env))[0], key)]
+    if init.kind in LISTS:
+        return [(item, f"{key}.{k}") for k, item in enumerate(init.items)]
+    return [(init, key)]
+
+
 class _Rows:
     """The rows of `_params`, found model by model, each with its consts' values."""
 
@@ -349,11 +363,11 @@ class _Rows:
         ]:
             self.add(model, param, prefix + names[param.name], env, copies)
         for param in [p for p in params if p.is_module]:
-            self._sub_model(param, prefix + names[param.name], env, copies, listed)
+            for init, key in _built(param.init, prefix + names[param.name], env):
+                self._sub_model(init, key, env, copies, listed)
 
-    def _sub_model(self, param, key: str, env: dict, copies: int, listed: int) -> None:
+    def _sub_model(self, init, key: str, env: dict, copies: int, listed: int) -> None:
         """A sub-model's rows; a stack's instance by instance, while they are few enough."""
-        init = param.init
         sub = self.program.models[init.model]
         sub_env = {k: scalars.compute(v, env) for k, (_, v) in init.args.items()}
         count = scalars.compute(init.count, env) if init.kind == "stack" else None

@@ -86,8 +86,10 @@ class _Instances:
             if value is not None and not _is_int(value):
                 raise self._error(chain, scalar, span, what, value)
         for param in made:
-            if param.is_module:
-                self._sub_model(param.init, env, chain)
+            init = param.init
+            when = _value(init.args["when"], env) if init.kind == "choice" else None
+            for instance in init.built(when) if param.is_module else ():
+                self._sub_model(instance, env, chain)
 
     def _sub_model(self, init, env: dict, chain: tuple) -> None:
         sub = self.program.models[init.model]
@@ -361,13 +363,7 @@ class Tracer:
                     head.span,
                     f"'{head.name}' is a stack: apply it with (chain {head.name} x)",
                 )
-            return self.caller.invoke(
-                Kind.SUBMODEL,
-                head.name,
-                self.program.models[param.init.model].defuns["forward"],
-                datum,
-                env,
-            )
+            return self.caller.submodel(head.name, datum, env)
         if _is_public_op(head.name) or head.name in ALIASES:
             return apply(self, REGISTRY[ALIASES.get(head.name, head.name)], datum, env)
         public = [name for name in REGISTRY if _is_public_op(name)]

@@ -15,14 +15,126 @@ import sx2torch.trace.calls as calls
 from sx2torch.syntax import keywords as keyword_args
 from sx2torch.ops.builder import Builder
 from sx2torch.errors import SourceError, Span
-from sx2torch.ir import Kind, Node, Operand, Scalar
+from sx2torch.ir import Kind, Node, Operand, Region, Scalar
+from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.syntax.echo import echo
-from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Vector
+from sx2torch.syntax.read import Boolean, Datum, Keyword, List, Number, Symbol, Vector
 from sx2torch.trace.forms import head_name, let
 from sx2torch.syntax.program import Defun
 
 
-class Caller:
+class _Items:
+    """The calls of a sequential's, a module-list's or a choice's items (Caller's part)."""
+
+    def submodel(self, target: str, datum: List, env: dict) -> Operand:
+        """`(NAME X ...)` of a sub-model parameter that is no stack: its forward; a
+        sequential's items' forwards in order; a choice's as an `if` on its condition.
+        """
+        t = self.tracer
+        init = t.model.params[target].init
+        forwards = [t.program.models[i.model].defuns["forward"] for i in init.instances]
+        if init.kind == "model":
+            return self.invoke(Kind.SUBMODEL, target, forwards[0], datum, env)
+        if init.kind == "module-list":
+            raise SourceError(
+                datum.items[0].span,
+                f"'{target}' is a module-list: call one of its items, as (nth {target} 0 x)",
+            )
+        if init.kind == "sequential":
+            return self._sequence(target, forwards, datum, env)
+        return self._choice(target, init, forwards, datum, env)
+
+    def _sequence(self, target: str, forwards: list, datum: List, env: dict):
+        """nn.Sequential's forward: each item's on the value before, one tensor each."""
+        for k, forward in enumerate(forwards):
+            if len(forward.args) != 1 or forward.arity != 1:
+                raise SourceError(
+                    datum.items[0].span,
+                    f"item {k} of the sequential '{target}' takes {len(forward.args)} "
+                    f"arguments and gives {forward.arity} values: each item of a "
+                    "sequential takes one tensor and gives one",
+                )
+        if len(datum.items) != 2:
+            raise SourceError(
+                datum.span, f"a sequential takes one tensor, as ({target} x)"
+            )
+        x = self.tracer.tensor(datum.items[1], env, f"the input of '{target}'")
+        for k, forward in enumerate(forwards):
+            x = self.called(Kind.SUBMODEL, target, forward, [x], {}, datum, item=k)
+            x.attrs["sequence"] = len(forwards)  # emit writes the whole run as one call
+        return x
+
+    def _choice(self, target: str, init, forwards: list, datum: List, env: dict):
+        """Each item's forward in a branch of an `if` on the choice's condition, which
+        chooses as the constructor chose the instance."""
+        t = self.tracer
+        condition = t.scalar(init.args["condition"], {})
+        datum, env = self._arguments_first(datum, env)
+        regions = (Region([]), Region([]))
+        for k, (region, forward) in enumerate(zip(regions, forwards)):
+            with self.builder.region(region):
+                inputs, keys = self.arguments(forward, datum, env)
+                value = self.called(
+                    Kind.SUBMODEL,
+                    target,
+                    forward,
+                    inputs,
+                    keys,
+                    datum,
+                    item=k,
+                    choice=True,
+                )
+            if isinstance(value, tuple):
+                raise SourceError(
+                    datum.items[0].span,
+                    f"the items of the choice '{target}' give several values: a choice's "
+                    "forwards give one",
+                )
+            region.outputs = [value]
+        attrs = {"condition": condition, "choice": target}  # emit writes one call
+        node = Node(Kind.IF, None, (), attrs, datum.span, datum, self.builder.frames)
+        node.regions = regions
+        return self.builder.add(node)
+
+    def _arguments_first(self, datum: List, env: dict) -> tuple:
+        """`datum` and `env` where each positional argument that computes is traced
+        before the branches that both pass it, and passed as a name bound to its value.
+        """
+        env, items = dict(env), list(datum.items)
+        for k, item in enumerate(items[1:], 1):
+            if isinstance(item, Keyword):
+                break
+            if isinstance(item, List):
+                name = f" argument {k}"  # no symbol has a space: no name is shadowed
+                env[name] = self.tracer.expr(item, env)
+                items[k] = Symbol(name, item.span)
+        return List(tuple(items), datum.span), env
+
+    def item(self, target: str, index: Scalar, datum: List, env: dict) -> Operand:
+        """`(nth LIST I X ...)` of a sequential or module-list: item I's forward, I a
+        literal (the items are of different models)."""
+        init = self.tracer.model.params[target].init
+        at = datum.items[2]
+        if index.op is not ScalarOp.LIT or not isinstance(index.value, int):
+            raise SourceError(
+                at.span,
+                f"the items of '{target}' are of different models: nth takes an index "
+                "written as an integer here",
+            )
+        count = len(init.items)
+        if not -count <= index.value < count:
+            raise SourceError(
+                at.span,
+                f"index {index.value} is out of range for '{target}', of {count} items",
+            )
+        k = index.value % count
+        forward = self.tracer.program.models[init.items[k].model].defuns["forward"]
+        inner = List((datum.items[1], *datum.items[3:]), datum.span)
+        inputs, keys = self.arguments(forward, inner, env)
+        return self.called(Kind.SUBMODEL, target, forward, inputs, keys, datum, item=k)
+
+
+class Caller(_Items):
     """Follows the calls of the defun `tracer` traces, making their nodes with `builder`.
     From the tracer it takes `expr`, `body`, `tensor`, `scalar` and `const`, and the scope it
     traces in (`model`, `via`, `loop`, `keys`), which a callee traced in place changes while
@@ -143,12 +255,21 @@ class Caller:
         keys: dict,
         datum,
         loop=None,
+        item=None,
+        choice=False,
     ) -> Operand:
-        """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop),
-        its arguments traced: in place under `gradient`, else a node."""
+        """A call of a defun, or of a sub-model's forward (of a stack's layer in a loop, of
+        a list's or a choice's item `item`), its arguments traced: in place under
+        `gradient`, else a node."""
         span = calls.head(datum)
         if self.inline and kind is Kind.CALL:
             return self._inline(callee, inputs, keys, span)
+        if self.inline and item is not None:
+            raise SourceError(
+                span,
+                f"gradient through an item of '{target}', a list or choice of sub-models, "
+                "is not supported yet",
+            )
         if self.inline and loop is None:
             return self._inline_model(target, callee, inputs, keys, span)
         if self.inline:
@@ -156,6 +277,10 @@ class Caller:
         attrs = {"target": target, "keys": keys}
         if loop is not None:
             attrs["loop"] = loop
+        if item is not None:
+            attrs["item"] = item
+        if choice:  # the instance itself, not an item of a list it holds
+            attrs["choice"] = True
         b = self.builder
         node = b.add(
             Node(kind, None, tuple(inputs), attrs, datum.span, datum, b.frames)

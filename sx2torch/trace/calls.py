@@ -50,7 +50,7 @@ def calls(program, graph: Graph) -> list:
         if node.kind is Kind.CALL:
             found.append(((graph.model, target), head(node.form)))
         elif node.kind is Kind.SUBMODEL:
-            callee = model.params[target].init.model
+            callee = program.submodel(model, target, node.attrs.get("item"))
             found.append(((callee, "forward"), head(node.form)))
     return sorted(found, key=lambda call: (call[1].line, call[1].col))
 

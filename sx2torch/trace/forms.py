@@ -23,6 +23,7 @@ from sx2torch.ir import (
     Scalar,
 )
 from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
+from sx2torch.syntax.program import LISTS
 from sx2torch.syntax.scalars import ScalarOp
 
 
@@ -130,9 +131,7 @@ def gradient_(t, datum: List, env: dict) -> Node:
 def _stack(t, datum: List) -> tuple:
     """The stack a `chain` or `nth` form names, and its layers' forward."""
     layers, _ = match(datum).parts
-    param = t.model.params.get(layers.name)
-    if param is None or param.init.kind != "stack":
-        raise SourceError(layers.span, f"'{layers.name}' is not a stack of sub-models")
+    param = _expect_stack(t, layers)
     forward = t.program.models[param.init.model].defuns["forward"]
     if forward.arity > 1:
         raise SourceError(
@@ -141,6 +140,21 @@ def _stack(t, datum: List) -> tuple:
             "in a for, (let (([a b] (layer x))) ...)",
         )
     return layers, forward
+
+
+def _expect_stack(t, named: Symbol):
+    """The stack parameter `named` names."""
+    param = t.model.params.get(named.name)
+    if param is not None and param.init.kind in LISTS:
+        call = f"({named.name} x), or " if param.init.kind == "sequential" else ""
+        raise SourceError(
+            named.span,
+            f"'{named.name}' is a {param.init.kind} of different models, not a stack: "
+            f"call {call}one item, as (nth {named.name} 0 x)",
+        )
+    if param is None or param.init.kind != "stack":
+        raise SourceError(named.span, f"'{named.name}' is not a stack of sub-models")
+    return param
 
 
 def chain(t, datum: List, env: dict) -> Operand:
@@ -161,7 +175,12 @@ def chain(t, datum: List, env: dict) -> Operand:
 
 
 def nth(t, datum: List, env: dict) -> Operand:
-    """(nth STACK I X ...): the forward of STACK's layer I, I known when the module runs."""
+    """(nth STACK I X ...): the forward of STACK's layer I, I known when the module runs;
+    of a sequential's or module-list's item I, I written as an integer."""
+    named = datum.items[1]
+    param = t.model.params.get(named.name) if isinstance(named, Symbol) else None
+    if param is not None and param.init.kind in LISTS:
+        return t.caller.item(named.name, t.scalar(datum.items[2], env), datum, env)
     layers, forward = _stack(t, datum)
     index = t.scalar(datum.items[2], env)
     inner = List((layers, *datum.items[3:]), datum.span)
@@ -224,9 +243,7 @@ def for_(t, datum: List, env: dict) -> Operand:
         raise SourceError(items[1].span, "expected (I LAYER STACK) or (LAYER STACK)")
     *names, stack = header
     index, layer = (None, *names) if len(names) == 1 else names
-    param = t.model.params.get(stack.name)
-    if param is None or param.init.kind != "stack":
-        raise SourceError(stack.span, f"'{stack.name}' is not a stack of sub-models")
+    _expect_stack(t, stack)
     if not items[2].items:
         raise SourceError(
             items[2].span, "expected the carried values, ((NAME INIT) ...)"

@@ -37,6 +37,31 @@ OTHERS = {
         {**MEDIUM, **WINDOWS},
         lambda: [torch.randint(0, 300, (1, 40))],
     ),
+    "convnext": (
+        dict(patch_size=2, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1]),
+        lambda: [torch.randn(2, 3, 16, 16)],
+    ),
+    "deepseek-v3": (
+        dict(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            moe_intermediate_size=8,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            n_routed_experts=4,
+            kv_lora_rank=8,
+            q_lora_rank=8,
+            qk_rope_head_dim=4,
+            v_head_dim=4,
+            qk_nope_head_dim=4,
+            n_group=2,
+            topk_group=1,
+            num_experts_per_tok=2,
+            first_k_dense_replace=1,
+        ),
+        lambda: [torch.randint(0, 64, (2, 5))],
+    ),
 }
 EXAMPLES = {**CASES, **OTHERS}
 # Entry points other than forward that call public methods of their model, and their

@@ -54,6 +54,8 @@ CASES = [
     ("(defrun r :precision :f16)\n" + FORWARD, 1, 22, ":precision must be :f32 or :bf16, got :f16"),
     ("(defrun r :loss 1)\n" + FORWARD, 1, 17, ":loss must be the name of the loss defun, got 1"),
     ("(defparam w (stack 2))\n" + FORWARD, 1, 13, f"{WRONG} (stack N (MODEL :k v ...)), got 1"),
+    ("(defparam w (sequential (zeros [2])))\n" + FORWARD, 1, 25, "sequential takes sub-model instances, such as (block :d d)"),
+    ("(defparam w (module-list (zeros [2])))\n" + FORWARD, 1, 26, "module-list takes sub-model instances, such as (block :d d)"),
     ("(defparam w (concat))\n" + FORWARD, 1, 13, f"{WRONG} (concat [INIT ...] &key :axis), got 0"),
     ("(defparam w (repeat 2))\n" + FORWARD, 1, 13, f"{WRONG} (repeat N INIT), got 1"),
     ("(defparam w (pow 2 (ones [2]) 3))\n" + FORWARD, 1, 13, f"{WRONG} (pow BASE INIT), got 3"),

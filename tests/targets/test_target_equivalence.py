@@ -218,6 +218,15 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "forward": (Floats((4, 8)),),
         "loss": (Floats((4, 8)), Ids((4,), 8)),
     },
+    "layer-lists": {
+        "forward": (Floats((2, 5, 4)), Floats((2, 5, 8))),
+        "downsample.0.forward": (Floats((2, 5, 4)),),
+        "downsample.1.forward": (Floats((2, 5, 4)),),
+        "layers.0.forward": (Floats((2, 5, 8)), Floats((2, 5, 8))),
+        "layers.0.layer.1.forward": (Floats((2, 5, 8)), Floats((2, 5, 8))),
+        "layers.0.mlp.forward": (Floats((2, 5, 8)),),
+        "layers.1.mlp.forward": (Floats((2, 5, 8)),),
+    },
     "layer-params": {
         "forward": (Floats((3, 8)), Ids((3,), 10)),
         "extras.0.forward": (Ids((3,), 10),),
@@ -318,6 +327,12 @@ SKIPPED: dict[str, str] = {
     "tests/ops/test_conv_ops.py checks each target against the torch call",
     "convnet": "as conv: its F.conv2d on the held targets runs in f32 and rounds once; "
     "tests/models/test_convnet.py trains it on the cuda and cpu targets against a hand-written module",
+    "convnext": "as vit: F.conv2d, F.layer_norm and F.linear on the held targets run in f32 "
+    "and round once, which is not the bits of cuda's bf16 kernels; tests/models/"
+    "test_convnext.py checks it against transformers' ConvNextModel",
+    "deepseek-v3": "as mixtral: F.linear and SDPA on the held targets run in f32 and round "
+    "once, which is not the bits of cuda's bf16 kernels; tests/models/test_deepseek_v3.py "
+    "checks it against transformers' DeepseekV3ForCausalLM",
     "vit": "as llama: F.conv2d, F.layer_norm, F.linear and SDPA on the held targets run in f32 "
     "and round once, which is not the bits of cuda's bf16 kernels; tests/models/test_vit.py checks "
     "it against transformers' ViTModel",
