@@ -315,9 +315,8 @@ class Evaluator:
         frame = Frame(instance, {}, around.mode, around.outer)
         env = {a.name: leaf(v) for a, v in zip(defun.args, args)}
         for symbol, default in defun.keys:
-            value = keys[symbol.name] if symbol.name in keys else None
-            if symbol.name not in keys:
-                value = self.eval(default, frame.bind(env))
+            given = symbol.name in keys
+            value = keys[symbol.name] if given else self.eval(default, frame.bind(env))
             env[symbol.name] = leaf(value)
         unknown = set(keys) - {s.name for s, _ in defun.keys}
         if unknown:
@@ -429,9 +428,8 @@ class Evaluator:
         mode = ISLAND if kind == ops.ISLAND else frame.mode
         given = list(args)
         parts = list(args[0]) + args[1:] if spec.lists else args
-        deciding = [v for i, v in enumerate(args) if i not in spec.skip]
-        if spec.lists:
-            deciding = list(args[0]) + args[1:]
+        unskipped = [v for i, v in enumerate(args) if i not in spec.skip]
+        deciding = parts if spec.lists else unskipped
         dtype = self.decide(deciding, mode, run=kind == ops.RUN)
         if kind == ops.KEEP and not any(is_float(v) for v in deciding):
             dtype = None
