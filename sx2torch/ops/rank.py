@@ -207,8 +207,14 @@ def _reshape(shapes, attrs):
         size = known(scalar)
         if size == 0:
             size = x[i] if x is not None and i < len(x) else None
-        sizes.append(size if size is None or size >= 0 else None)
-    return tuple(sizes)
+        sizes.append(size)
+    inferred = [i for i, size in enumerate(sizes) if size is not None and size < 0]
+    rest = [size for size in sizes if size is None or size >= 0]
+    if len(inferred) == 1 and x and None not in x and None not in rest:
+        whole, other = math.prod(x), math.prod(rest)
+        if other and whole % other == 0:  # else torch refuses it; left unknown here
+            sizes[inferred[0]] = whole // other
+    return tuple(size if size is None or size >= 0 else None for size in sizes)
 
 
 def _concat(shapes, attrs):

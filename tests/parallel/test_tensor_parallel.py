@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cases import GENERATE_RUNS, lisp
+from cases import GENERATE_RUNS, TINY_LLAMA, lisp
 from conftest import load_module
 from models.test_llama import SIZES
 from sx2torch.compiler import Options, compile_source
@@ -100,14 +100,7 @@ def test_the_f32_reduction_differs_from_one_device_in_at_most_a_thousandth(resul
     )  # the reduction the key chooses against is measurably worse
 
 
-TINY = [  # the Llama port at the tests' sizes, and a run that trains it in f32
-    ("(defconst vocab-size 32000)", "(defconst vocab-size 256)"),
-    ("(defconst hidden-size 4096)", "(defconst hidden-size 64)"),
-    ("(defconst intermediate-size 11008)", "(defconst intermediate-size 128)"),
-    ("(defconst num-hidden-layers 32)", "(defconst num-hidden-layers 2)"),
-    ("(defconst num-attention-heads 32)", "(defconst num-attention-heads 4)"),
-    ("(defconst num-key-value-heads 32)", "(defconst num-key-value-heads 2)"),
-]
+# a run that trains the tiny Llama (cases.TINY_LLAMA) in f32
 FIT = "(defrun fit :precision :f32 :loss loss :optimizer (adamw :lr 1e-3) :steps 20 :batch-size 4 :seq-len 16 :grad-clip 0.5)"
 FOUR = [*TORCHRUN[:-1], "--nproc-per-node=4"]
 KILLED_AFTER = 13  # steps 10 to 13 run again from the checkpoint of step 10
@@ -124,7 +117,7 @@ def launch(work: Path, *command: str) -> tuple:
 def training(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("tp-train")
     source = lisp("llama").read_text()
-    for old, new in TINY:
+    for old, new in TINY_LLAMA:
         assert old in source
         source = source.replace(old, new)
     code = compile_source(source + FIT, "llama.lisp", Options(run="fit"))
