@@ -69,8 +69,8 @@
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
           (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
-          (freqs (outer (arange-of x :axis 1) inv-freq))
-          (emb (concat [freqs freqs] :axis -1)))
+          (freqs (* (unsqueeze (arange-of input-ids :axis 1) :axis -1) inv-freq))
+          (emb (unsqueeze (concat [freqs freqs] :axis -1) :axis -3)))
       (norm (chain layers x (cos emb) (sin emb))))))
 
 (defparam model (llama-model :vocab vocab-size :dim hidden-size :hidden intermediate-size

@@ -157,10 +157,13 @@ class LlamaModel(nn.Module):
             torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=x.device)
             / self.head_dim
         )
-        freqs = torch.arange(
-            x.shape[1], dtype=torch.float32, device=x.device
-        ).unsqueeze(-1) * inv_freq.unsqueeze(-2)
-        emb = torch.cat([freqs, freqs], dim=-1)
+        freqs = (
+            torch.arange(
+                input_ids.shape[1], dtype=torch.float32, device=input_ids.device
+            ).unsqueeze(-1)
+            * inv_freq
+        )
+        emb = torch.cat([freqs, freqs], dim=-1).unsqueeze(-3)
         cos_emb = torch.cos(emb)
         sin_emb = torch.sin(emb)
         for layer in self.layers:

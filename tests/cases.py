@@ -47,3 +47,14 @@ GENERATE_RUNS = (
     "\n(defrun generate :precision :bf16 :generate true)"
     "\n(defrun generate-exact :precision :f32 :generate true)\n"
 )
+
+# The Llama port's consts at the tests' sizes (LLAMA's), as (what the source says, what a
+# test writes instead): a module built with its defaults is then the tiny one
+TINY_LLAMA = [
+    ("(defconst vocab-size 32000)", "(defconst vocab-size 256)"),
+    ("(defconst hidden-size 4096)", "(defconst hidden-size 64)"),
+    ("(defconst intermediate-size 11008)", "(defconst intermediate-size 128)"),
+    ("(defconst num-hidden-layers 32)", "(defconst num-hidden-layers 2)"),
+    ("(defconst num-attention-heads 32)", "(defconst num-attention-heads 4)"),
+    ("(defconst num-key-value-heads 32)", "(defconst num-key-value-heads 2)"),
+]

@@ -7,6 +7,7 @@ the cache ends, and the value after the last attention keeps its last position.
 """
 
 import sx2torch.build as b
+import sx2torch.ops.sharding as sharding
 from sx2torch.ops.sequence import SEQUENCE
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, RankRule
@@ -38,6 +39,8 @@ register(
             "the cache (sx.cached_attention), in the dtype it computes in, a literal"
         ),
         rank=ATTENTION,
+        # per head, as `attention`: each device keeps its own heads' keys and values
+        shards=sharding.attention,
         caches=True,
         internal=True,
     )

@@ -238,14 +238,16 @@ def _reshape(shapes, attrs):
                 "it is not that axis's place: write the size, or use unsqueeze, "
                 "flatten or `...`"
             )
-    return tuple(
-        (
-            (x[i] if x is not None else None)
-            if v == 0
-            else (None if v is None or v < 0 else v)
-        )
-        for i, v in enumerate(values)
-    )
+    sizes = [
+        (x[i] if x is not None else None) if v == 0 else v for i, v in enumerate(values)
+    ]
+    inferred = [i for i, size in enumerate(sizes) if size is not None and size < 0]
+    rest = [size for size in sizes if size is None or size >= 0]
+    if len(inferred) == 1 and x and None not in x and None not in rest:
+        whole, other = math.prod(x), math.prod(rest)
+        if other and whole % other == 0:  # else torch refuses it; left unknown here
+            sizes[inferred[0]] = whole // other
+    return tuple(size if size is None or size >= 0 else None for size in sizes)
 
 
 def _concat(shapes, attrs):

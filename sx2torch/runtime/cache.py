@@ -39,8 +39,9 @@ class Cache:
     them. Dynamic (`capacity` None): each chunk is concatenated, as transformers'
     DynamicCache does. Static: each slot is preallocated `[B, KV, capacity, D]` on its first
     store and written in place at `position` (a tensor, so that a compiled step reads the
-    same buffers at every length). Left-padded prompts (dynamic): `keep` [B, L] says which
-    stored keys are tokens, `rows` [B, S] is each row's positions of the chunk.
+    same buffers at every length). Left-padded prompts: `keep` [B, L] says which stored
+    keys are tokens (static: [B, capacity], the keys to come counted as tokens), `rows`
+    [B, S] is each row's positions of the chunk.
     """
 
     def __init__(self, capacity: Optional[int] = None):
@@ -138,7 +139,7 @@ def cached_attention(
     k, v = cache.store(k, v, dtype)
     queries, keys = q.shape[-2], k.shape[-2]
     if cache.capacity:
-        return _static(q, k, v, cache.position, window, extra)
+        return _static(q, k, v, cache.position, cache.keep, window, extra)
     if cache.keep is not None:
         query_at = torch.arange(keys - queries, keys, device=q.device)
         mask = _allowed(query_at, keys, window) & cache.keep[:, None, None, :]
@@ -166,18 +167,23 @@ def _allowed(query_at: Tensor, keys: int, window) -> Tensor:
     return seen
 
 
-def _static(q: Tensor, k: Tensor, v: Tensor, position: Tensor, window, extra) -> Tensor:
+def _static(
+    q: Tensor, k: Tensor, v: Tensor, position: Tensor, keep, window, extra
+) -> Tensor:
     """Attention over a static cache's capacity, transformers' static formulation: the
-    prompt (S > 1 from position 0) with `is_causal` over its own keys; a later chunk with the
-    boolean mask `[B, 1, S, capacity]` of the keys it sees."""
+    prompt (S > 1 from position 0, no padding) with `is_causal` over its own keys; a later
+    chunk, or a padded prompt, with the boolean mask `[B, 1, S, capacity]` of the keys it
+    sees (`keep` [B, capacity]: the keys that are not pads)."""
     batch, heads, queries, dim = q.shape
     groups = heads // k.shape[-3]
     gqa = {"enable_gqa": True} if groups > 1 else {}
-    if queries > 1 and window is None and int(position[0]) == 0:
+    if queries > 1 and window is None and keep is None and int(position[0]) == 0:
         k, v = k[..., :queries, :], v[..., :queries, :]
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa, **extra)
-    mask = _allowed(position, k.shape[-2], window)
-    return _masked(q, k, v, mask.expand(batch, 1, queries, k.shape[-2]), extra)
+    mask = _allowed(position, k.shape[-2], window).expand(batch, 1, queries, -1)
+    if keep is not None:
+        mask = mask & keep[:, None, None, :]
+    return _masked(q, k, v, mask, extra)
 
 
 def _masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, extra) -> Tensor:

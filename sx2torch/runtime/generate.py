@@ -98,12 +98,18 @@ def _new_cache(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     padded = attention_mask is not None and not bool(attention_mask.all())
-    if padded and static_cache:
-        raise NotImplementedError("left-padded prompts take the dynamic cache for now")
     # the last token's keys are never read: transformers' static capacity
     cache = Cache(input_ids.shape[1] + max_new_tokens - 1 if static_cache else None)
     if padded:  # transformers' positions: each row counts its own tokens
         cache.keep = attention_mask.bool()
+        if static_cache:  # every key to come is a token; the causal mask hides them
+            cache.keep = torch.ones(
+                len(input_ids),
+                cache.capacity,
+                dtype=torch.bool,
+                device=input_ids.device,
+            )
+            cache.keep[:, : input_ids.shape[1]] = attention_mask.bool()
         cache.rows = attention_mask.long().cumsum(-1) - 1
         cache.rows.masked_fill_(attention_mask == 0, 1)
     return cache
@@ -113,13 +119,18 @@ def _advance(cache: Cache, position: Tensor, at: int) -> Tensor:
     """After a token, the next one-token chunk: a padded row's next position and key; in
     a static cache the position is one tensor, written in place, so that the compiled step
     reads the same input at every step."""
-    if cache.rows is not None:
+    if cache.rows is not None and cache.capacity is None:
         cache.rows = cache.rows[:, -1:] + 1
         cache.keep = torch.cat(
             [cache.keep, cache.keep.new_ones(len(cache.keep), 1)], -1
         )
     if cache.capacity is None:
         return position
+    if cache.rows is not None:  # one [B, 1] tensor from the first step on, as position
+        if cache.rows.shape[1] != 1:
+            cache.rows = cache.rows[:, -1:].clone()
+            torch._dynamo.mark_static_address(cache.rows)
+        cache.rows.add_(1)
     if position.numel() != 1:
         position = torch.zeros(1, dtype=torch.long, device=position.device)
         torch._dynamo.mark_static_address(position)

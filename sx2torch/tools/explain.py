@@ -24,8 +24,9 @@ import sx2torch.shard as shard
 from sx2torch.syntax.echo import echo
 from sx2torch.compiler import Options, Unit
 from sx2torch.emit.naming import attributes
-from sx2torch.ir import CALLS, ISLAND, LIBRARY, Kind, Node, walk
+from sx2torch.ir import CALLS, ISLAND, LIBRARY, Kind, Node, Scalar, walk
 from sx2torch.ops import initializers
+from sx2torch.ops.rank import ShapeError, Tail
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
@@ -95,7 +96,122 @@ def run(text: str, filename: str, options: Optional[Options] = None) -> dict:
         "totals": totals,
         "casts": _cast_bytes(lint.reached_specializations(program, lowered), elements),
         "tp": _tp(unit.tp, params, precision),
+        "cache": _cache(unit),
     }
+
+
+def _cache(unit) -> Optional[dict]:
+    """A :generate run's KV cache: what one token costs it, each cached attention's keys
+    and values at the sizes of the module built with its defaults (the consts, and the keys
+    each model passes its sub-models), in the dtype the attention stores them in (bf16 is
+    held in f32 tensors on metal and cpu); None for another run. An attention whose sizes
+    are not known when the file compiles (a size read from the input) is counted in
+    `unknown`, not in the bytes."""
+    if unit.chosen is None or not unit.chosen.generate:
+        return None
+    sizes = _Sizes(unit.program)
+    top = unit.program.top
+    entry = unit.lowered.natural[top.name, "forward"]
+    sizes.graph(entry, [(1, 1)], sizes.consts(top, {}), {})
+    total, unknown = 0, 0
+    for dtype, dims in sizes.met:
+        if any(d is None or None in d for d in dims):
+            unknown += 1
+        else:
+            each = 2 if dtype == "bf16" and not unit.target.held else 4
+            total += sum(math.prod(d) for d in dims) * each
+    return {"attentions": len(sizes.met), "bytes_per_token": total, "unknown": unknown}
+
+
+class _Sizes:
+    """The shape of each value of forward called on one token ([1, 1] ids) in the module
+    built with its defaults, by the ops' rank rules, through the specializations the run
+    computes: each model with the values its parent passes it, each call with its keys.
+    `met` gets each cached attention reached: the dtype it stores in, the shapes of its
+    keys and values."""
+
+    def __init__(self, program):
+        self.program = program
+        self.met: list = []  # (dtype, (K's shape, V's shape))
+
+    def consts(self, model, passed: dict) -> dict:
+        env = dict(passed)
+        for const in model.consts.values():
+            env.setdefault(const.name, scalars.compute(const.value, env))
+        return env
+
+    def graph(self, typed, args: list, model_env: dict, keys: dict):
+        graph = typed.graph
+        found = dict(zip(graph.inputs, args))
+        self._nodes(graph.nodes, found, typed, {**model_env, **keys}, model_env)
+        out = graph.output
+        return tuple(map(found.get, out)) if isinstance(out, tuple) else found.get(out)
+
+    def _nodes(self, nodes, found: dict, typed, env: dict, model_env: dict):
+        for node in nodes:
+            found[node] = self._node(node, found, typed, env, model_env)
+
+    def _node(self, node: Node, found: dict, typed, env: dict, model_env: dict):
+        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
+        model = typed.graph.model
+        # the nodes that read a model's members (a library function's graph has none)
+        owner = self.program.model(model) if model != LIBRARY else None
+        if node.kind is Kind.PARAM:
+            if node.attrs.get("owner", model) != model:
+                return None  # a sub-model's parameter read in place: not followed
+            init = owner.params[node.attrs["param"]].init
+            return tuple(scalars.compute(s, env) for s in initializers.sizes(init))
+        if node.kind is Kind.CAST:
+            return inputs[0]
+        if node.kind is Kind.ITEM:
+            return inputs[0] and inputs[0][node.attrs["index"]]
+        if node.kind is Kind.CALL:
+            keys = {k: scalars.compute(v, env) for k, v in node.attrs["keys"].items()}
+            return self.graph(typed.callee[node], inputs, model_env, keys)
+        if node.kind is Kind.SUBMODEL:
+            init = owner.params[node.attrs["target"]].init
+            layer = env
+            if init.index and node.attrs.get("loop") is not None:
+                layer = {**env, init.index: env[node.attrs["loop"]]}
+            passed = {k: scalars.compute(v, layer) for k, (_, v) in init.args.items()}
+            sub = self.consts(self.program.models[init.model], passed)
+            return self.graph(typed.callee[node], inputs, sub, {})
+        if node.kind is Kind.FOR:
+            (body,) = node.regions
+            init = owner.params[node.attrs["stack"]].init
+            carried = inputs
+            for i in range(scalars.compute(init.count, env)):
+                found.update(zip(body.inputs, carried))
+                self._nodes(body.nodes, found, typed, {**env, node: i}, model_env)
+                carried = [found.get(o) for o in body.outputs]
+            return tuple(carried)
+        if node.kind is Kind.IF:
+            chosen = node.regions[
+                0 if scalars.compute(node.attrs["condition"], env) else 1
+            ]
+            self._nodes(chosen.nodes, found, typed, env, model_env)
+            (out,) = chosen.outputs
+            return () if isinstance(out, Scalar) else found.get(out)
+        op = REGISTRY[node.op]
+        if op.caches:
+            self.met.append((typed.decided[node].dtype, (inputs[1], inputs[2])))
+        attrs = {k: _valued(v, env) for k, v in node.attrs.items()}
+        if op.rank.tails:
+            inputs = [Tail(()) if dims is None else dims for dims in inputs]
+        try:
+            dims = op.rank.shape(inputs, attrs)
+        except ShapeError:
+            return None
+        return None if isinstance(dims, Tail) else dims
+
+
+def _valued(value, env: dict):
+    """An attribute with its scalars computed in `env`, as literals."""
+    if isinstance(value, Scalar):
+        return Scalar.lit(scalars.compute(value, env))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_valued(v, env) for v in value)
+    return value
 
 
 def _tp(plan, params: list, precision: str) -> dict:
@@ -425,6 +541,8 @@ def render(report: dict) -> str:
     out += ["", *_warning_lines(report, lines)]
     out += ["", *_cast_lines(report["casts"])]
     out += ["", *_tp_lines(report["tp"])]
+    if report["cache"] is not None:
+        out += ["", _cache_line(report["cache"])]
     out += ["", *_param_table(report)]
     return "\n".join(out) + "\n"
 
@@ -506,6 +624,16 @@ def _tp_lines(tp: dict) -> list:
     for w in tp["whole"]:
         out += [f"  {w['name']}", f"    why: {w['reason']}"]
     return [line for line in out if line]
+
+
+def _cache_line(cache: dict) -> str:
+    line = (
+        f"KV cache (generate): {cache['bytes_per_token']:,} bytes per token, keys and "
+        f"values of {cache['attentions']} attention calls"
+    )
+    if cache["unknown"]:
+        line += f" ({cache['unknown']} of sizes not known when the file compiles, not counted)"
+    return line
 
 
 def _param_table(report: dict) -> list:

@@ -101,25 +101,34 @@ def test_greedy_generate_gives_transformers_tokens_and_logits_bit_for_bit(
     assert torch.equal(full, reference(prompt).logits)
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_left_padded_prompts_give_each_rows_own_tokens_and_transformers_logits(
-    real, run
+    real, name, run, static, monkeypatch
 ):
     """Prompts of 7 and 4 tokens, the second padded on the left: each row's tokens are those
     it generates alone, and the batch's are transformers' generate with the attention mask,
-    logits bit for bit (positions from the mask, pads seen by no query)."""
+    logits bit for bit (positions from the mask, pads seen by no query): GPT-2's learned
+    positions and Llama's rotary table, both per row; the static cache (eager) against
+    transformers' StaticCache."""
+    from transformers import StaticCache
+
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
     torch.set_num_threads(1)
-    reference = real["gpt2", run]
-    model = compiled("gpt2", run)(**PORTS["gpt2"][2])
+    reference = real[name, run]
+    model = compiled(name, run)(**PORTS[name][2])
     model.load_state_dict(reference.state_dict(), strict=True)
     g = torch.Generator().manual_seed(4)
     prompts = [torch.randint(0, 256, (1, n), generator=g) for n in (7, 4)]
     pad = torch.zeros(1, 3, dtype=torch.long)
     ids = torch.cat([prompts[0], torch.cat([pad, prompts[1]], dim=1)])
     mask = torch.tensor([[1] * 7, [0] * 3 + [1] * 4])
-    tokens, logits = generate(model, ids, 16, attention_mask=mask, return_logits=True)
+    tokens, logits = generate(
+        model, ids, 16, attention_mask=mask, return_logits=True, static_cache=static
+    )
     for row, prompt in enumerate(prompts):
-        alone = generate(model, prompt, 16)
+        alone = generate(model, prompt, 16, static_cache=static)
         assert torch.equal(tokens[row, 7:], alone[0, prompt.shape[1] :])
     want = reference.generate(
         ids,
@@ -129,6 +138,10 @@ def test_left_padded_prompts_give_each_rows_own_tokens_and_transformers_logits(
         output_logits=True,
         return_dict_in_generate=True,
         pad_token_id=0,
+        # its own: transformers reuses a larger static cache a test before left it
+        cache=(
+            StaticCache(reference.config, max_cache_len=7 + 16 - 1) if static else None
+        ),
     )
     assert torch.equal(tokens, want.sequences)
     for step, (got, expected) in enumerate(zip(logits, want.logits)):
@@ -136,9 +149,10 @@ def test_left_padded_prompts_give_each_rows_own_tokens_and_transformers_logits(
 
 
 def test_left_padding_needs_positions_per_row():
-    """Llama's rotary table is built from positions shared by the rows ([length, dim]): a
-    padded batch is refused when it runs, not given wrong positions."""
-    model = compiled("llama", "generate-exact")(**PORTS["llama"][2])
+    """Mixtral's rotary table is built from positions shared by the rows, those of the
+    [batch, length, dim] embeddings ([length, dim]): a padded batch is refused when it runs,
+    not given wrong positions."""
+    model = compiled("mixtral", "generate-exact")(**PORTS["mixtral"][2])
     ids = torch.zeros(2, 4, dtype=torch.long)
     mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
     with pytest.raises(

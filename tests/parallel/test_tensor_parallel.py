@@ -3,7 +3,8 @@ Mixtral split by the plan the compiler derived give one process's logits, greedy
 gradients; under :tp-reduce :bf16 the Llama's logits are transformers' own tp_plan="auto",
 bit for bit; with the default f32 reduction the bf16 Llama's logits, and a row-parallel bf16
 GEMM's outputs, differ from one device's in at most 0.1% of their elements (the GEMM's share
-with the bf16 reduction is printed beside it).
+with the bf16 reduction is printed beside it). The split Llama generates one process's
+greedy tokens, each rank's KV cache holding its own heads.
 Mixtral's experts stay whole on every device (read by sparse-experts, no linear layer);
 its attention splits. One launch runs every check (tests/parallel/tp_worker.py).
 
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cases import lisp
+from cases import GENERATE_RUNS, TINY_LLAMA, lisp
 from conftest import load_module
 from models.test_llama import SIZES
 from sx2torch.compiler import Options, compile_source
@@ -35,6 +36,7 @@ MODULES = {  # file -> (example, run)
     "mixtral_f32.py": ("mixtral", "exact"),
     "llama_bf16.py": ("llama", "train"),
     "llama_tp_bf16.py": ("llama", "tp"),
+    "llama_generate.py": ("llama", "generate-exact"),
 }
 # transformers' and torchtitan's reduction, as a run asks for it
 TP_BF16 = "\n(defrun tp :precision :bf16 :tp-reduce :bf16)\n"
@@ -46,7 +48,8 @@ def results(tmp_path_factory) -> dict:
 
     work = tmp_path_factory.mktemp("tp")
     for name, (example, run) in MODULES.items():
-        source = lisp(example).read_text() + (TP_BF16 if run == "tp" else "")
+        extra = {"tp": TP_BF16, "generate-exact": GENERATE_RUNS}.get(run, "")
+        source = lisp(example).read_text() + extra
         code = compile_source(source, f"{example}.lisp", Options(run=run))
         (work / name).write_text(code, encoding="utf-8")
     torch.manual_seed(0)
@@ -75,6 +78,16 @@ def test_the_bf16_llama_with_the_f32_reduction_gives_one_process_s_logits(result
     assert got["differ"] <= 1e-3  # measured: none differ
 
 
+def test_generation_on_split_heads_gives_one_process_s_tokens(results):
+    """The :generate run's attention splits by heads as the plain one does, so each rank's
+    cache holds its own key-value heads: 1 of the tiny Llama's 2 on each of 2 ranks,
+    [batch, heads, 7 + 8 - 1 tokens, head dim], one process's 2 beside them."""
+    got = results["generate"]
+    assert got["dynamic"] and got["static"]
+    one, split = [[2, 2, 14, 16]], [[2, 1, 14, 16]]  # JSON gives lists
+    assert got["held"] == [one, split, one, split]  # dynamic, then static
+
+
 def test_the_f32_reduction_differs_from_one_device_in_at_most_a_thousandth(results):
     shares = results["gemm"]
     print(
@@ -87,14 +100,7 @@ def test_the_f32_reduction_differs_from_one_device_in_at_most_a_thousandth(resul
     )  # the reduction the key chooses against is measurably worse
 
 
-TINY = [  # the Llama port at the tests' sizes, and a run that trains it in f32
-    ("(defconst vocab-size 32000)", "(defconst vocab-size 256)"),
-    ("(defconst hidden-size 4096)", "(defconst hidden-size 64)"),
-    ("(defconst intermediate-size 11008)", "(defconst intermediate-size 128)"),
-    ("(defconst num-hidden-layers 32)", "(defconst num-hidden-layers 2)"),
-    ("(defconst num-attention-heads 32)", "(defconst num-attention-heads 4)"),
-    ("(defconst num-key-value-heads 32)", "(defconst num-key-value-heads 2)"),
-]
+# a run that trains the tiny Llama (cases.TINY_LLAMA) in f32
 FIT = "(defrun fit :precision :f32 :loss loss :optimizer (adamw :lr 1e-3) :steps 20 :batch-size 4 :seq-len 16 :grad-clip 0.5)"
 FOUR = [*TORCHRUN[:-1], "--nproc-per-node=4"]
 KILLED_AFTER = 13  # steps 10 to 13 run again from the checkpoint of step 10
@@ -111,7 +117,7 @@ def launch(work: Path, *command: str) -> tuple:
 def training(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("tp-train")
     source = lisp("llama").read_text()
-    for old, new in TINY:
+    for old, new in TINY_LLAMA:
         assert old in source
         source = source.replace(old, new)
     code = compile_source(source + FIT, "llama.lisp", Options(run="fit"))

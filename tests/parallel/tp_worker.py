@@ -3,6 +3,7 @@ and transformers' checkpoint; each check's figures go to WORK/results.json (rank
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
@@ -59,14 +60,20 @@ def against_one(cls, sizes: dict, mesh) -> dict:
     }
 
 
-def bf16_model(cls, mesh) -> dict:
-    """The bf16 Llama with the default f32 reduction against one process: the share of
-    logits that differ, and a step's backward through the split layers."""
+def llama_pair(cls, mesh) -> tuple:
+    """The tiny Llama on one process, and a copy of it split across `mesh`."""
     torch.manual_seed(0)
     one = cls(**LLAMA)
     split = cls(**LLAMA)
     split.load_state_dict(one.state_dict())
     tensor_parallel(split, mesh)
+    return one, split
+
+
+def bf16_model(cls, mesh) -> dict:
+    """The bf16 Llama with the default f32 reduction against one process: the share of
+    logits that differ, and a step's backward through the split layers."""
+    one, split = llama_pair(cls, mesh)
     tokens = ids(16)
     with torch.no_grad():
         want, got = one(tokens), split(tokens)
@@ -118,6 +125,37 @@ def gemm(cls, mesh) -> dict:
     return shares
 
 
+def generated(cls, mesh) -> dict:
+    """Greedy generation (f32) of the split Llama against one process's, with either
+    cache: the tokens, and the shapes of what each generation's cache holds."""
+    from sx2torch.runtime.cache import Cache
+
+    # the module, which sx2torch.runtime's `generate` (the function) hides
+    driver = importlib.import_module("sx2torch.runtime.generate")
+
+    caches = []
+
+    class Kept(Cache):  # the cache each generate call makes, to look into after it
+        def __init__(self, *args):
+            super().__init__(*args)
+            caches.append(self)
+
+    driver.Cache = Kept
+    one, split = llama_pair(cls, mesh)
+    prompt = ids(7)
+    got = {}
+    compile_step, torch.compile = torch.compile, lambda module, **options: module
+    try:  # the static cache eagerly: inductor's build would take most of a minute
+        for static in (False, True):
+            want = driver.generate(one, prompt, 8, static_cache=static)
+            tokens = driver.generate(split, prompt, 8, static_cache=static)
+            got["static" if static else "dynamic"] = torch.equal(tokens, want)
+    finally:
+        torch.compile = compile_step
+    got["held"] = [sorted({tuple(t.shape) for t in c.keys + c.values}) for c in caches]
+    return got
+
+
 def main(work: Path) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -130,6 +168,7 @@ def main(work: Path) -> None:
         "transformers": with_transformers(
             work, load(work / "llama_tp_bf16.py")[0], mesh
         ),
+        "generate": generated(load(work / "llama_generate.py")[0], mesh),
     }
     if dist.get_rank() == 0:
         (work / "results.json").write_text(json.dumps(results, indent=1))

@@ -11,7 +11,12 @@ from sx2torch.compiler import Options
 from sx2torch.tools import explain
 from sx2torch.cli import main
 
-from cases import EXAMPLES, GOLDEN, lisp
+import torch
+
+from cases import EXAMPLES, GENERATE_RUNS, GOLDEN, TINY_LLAMA, lisp
+from conftest import load_module
+from sx2torch.compiler import compile_source
+from sx2torch.runtime.cache import Cache, generating
 
 REASONS = """\
 (defparam w (normal [8 8]))
@@ -100,6 +105,7 @@ def test_text_and_json_from_the_command_line(capsys):
         "totals",
         "casts",
         "tp",
+        "cache",
     }
     assert report["totals"]["frozen"] == 8 * 8 * 2 + 8 * 4
 
@@ -267,3 +273,46 @@ def test_a_0d_parameter_and_an_empty_table_are_counted_as_the_state_dict_holds_t
         name: tensor.nbytes for name, tensor in state.items()
     }
     assert report["casts"]["per_id"] == 0
+
+
+def tiny_llama() -> str:
+    source = lisp("llama").read_text()
+    for old, new in TINY_LLAMA:
+        source = source.replace(old, new)
+    return source + GENERATE_RUNS
+
+
+@pytest.mark.parametrize(
+    "name, run, target",
+    [
+        ("llama", "generate", "cuda"),  # bf16, 2 of 4 heads keep keys and values
+        ("llama", "generate-exact", "cuda"),
+        ("llama", "generate", "metal"),  # bf16 held in f32 tensors
+        ("generate-cache", "chat", "cuda"),  # a window passed as a call's key, an if
+    ],
+)
+def test_the_kv_cache_bytes_per_token_are_those_a_generation_allocates(
+    name, run, target
+):
+    """explain's figure, read from the plan and the consts' values, against the runtime
+    cache a one-token-at-a-time forward of the module built with its defaults fills."""
+    source = tiny_llama() if name == "llama" else lisp(name).read_text()
+    options = Options(run=run, target=target)
+    report = explain.run(source, f"{name}.lisp", options)
+    module = load_module(compile_source(source, f"{name}.lisp", options))
+    model = getattr(module, module.__all__[0])()
+    cache = Cache()
+    with torch.no_grad(), generating(cache):
+        cache.begin(0)
+        model(torch.zeros(1, 3, dtype=torch.long))
+    assert report["cache"]["bytes_per_token"] == cache.bytes_per_token() > 0
+    assert report["cache"]["attentions"] == len(cache.keys)
+    assert "KV cache (generate): {:,} bytes per token".format(
+        cache.bytes_per_token()
+    ) in explain.render(report)
+
+
+def test_a_run_that_does_not_generate_has_no_cache():
+    report = explain.run(lisp("llama").read_text(), "llama.lisp", Options(run="exact"))
+    assert report["cache"] is None
+    assert "KV cache" not in explain.render(report)
