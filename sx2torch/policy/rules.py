@@ -366,12 +366,15 @@ class _Policy:
             for value, dtype in zip(recorded, typed.decided[forward].dtype):
                 typed.decided[value] = Decision(dtype)
         while True:
+            # a value that starts as none has the dtype its iterations give (the first
+            # reads it not): the run's, until they say
             for carried_input, dtype in zip(body.inputs, carried):
-                typed.decided[carried_input] = Decision(dtype)
+                typed.decided[carried_input] = Decision(dtype or self.precision)
             self._block(typed, body.nodes)
+            gives = [self._data_dtype(typed, out) for out in body.outputs]
             after = [
-                self._join(_carried(before, self._data_dtype(typed, out), node), node)
-                for before, out in zip(carried, body.outputs)
+                self._join(_carried(out if start is None else before, out, node), node)
+                for before, out, start in zip(carried, gives, node.inputs)
             ]
             if after == carried:
                 break

@@ -76,13 +76,7 @@ ENTRIES = {
 LEAVES = {"scan"}
 # (example, class, method) -> why that method computes something its public method does
 # not, on the same arguments (docs/LANGUAGE.md, "Specializations").
-OWN = {
-    (
-        "modded-nanogpt-medium",
-        "Block",
-        "forward_bf16",
-    ): "the public forward computes (fused-rms-norm x) of an f32 x in f32, and ve may be None",
-}
+OWN: dict = {}
 # `# PUBLIC for ARGUMENT: DTYPE, ...` above a specialization's `def NAME(`
 _SPECIALIZATION = re.compile(r"^    # (\w+) for [^\n]*\n    def (\w+)\(", re.M)
 

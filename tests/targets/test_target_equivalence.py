@@ -227,6 +227,10 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "layers.0.mlp.forward": (Floats((2, 5, 8)),),
         "layers.1.mlp.forward": (Floats((2, 5, 8)),),
     },
+    "carried-none": {
+        "forward": (Floats((2, 4)),),
+        "layers.1.forward": (Floats((2, 4)), Floats((4,))),
+    },
     "layer-params": {
         "forward": (Floats((3, 8)), Ids((3,), 10)),
         "extras.0.forward": (Ids((3,), 10),),
