@@ -171,13 +171,12 @@
                         :has-relative-attention-bias (= i 0) :num-buckets num-buckets
                         :max-distance max-distance)))
   (defparam final-layer-norm (t5-layer-norm :hidden-size d-model :eps eps))
-  ;; the first block computes the position bias, which the others read; it starts as the
-  ;; embeddings, which the first block does not read (transformers' None)
+  ;; the position bias starts as None: the first block computes it, the others read it
   (defun forward (input-ids)
     (let ((inputs-embeds (embed-tokens input-ids))
           ([hidden-states _]
            (for (layer-module block) ((hidden-states inputs-embeds)
-                                      (position-bias inputs-embeds))
+                                      (position-bias none))
              (let (([hidden-states position-bias] (layer-module hidden-states position-bias)))
                [hidden-states position-bias]))))
       (final-layer-norm hidden-states))))
@@ -195,8 +194,8 @@
     (let ((inputs-embeds (embed-tokens input-ids))
           ([hidden-states _ _]
            (for (layer-module block) ((hidden-states inputs-embeds)
-                                      (position-bias inputs-embeds)
-                                      (encoder-decoder-position-bias inputs-embeds))
+                                      (position-bias none)
+                                      (encoder-decoder-position-bias none))
              (let (([hidden-states self-attention-position-bias cross-attention-position-bias]
                     (layer-module hidden-states position-bias encoder-hidden-states
                                   encoder-decoder-position-bias)))

@@ -271,7 +271,9 @@ class T5LayerSelfAttention(nn.Module):
 
     def forward(self, hidden_states, position_bias):
         hidden_states = hidden_states.to(torch.bfloat16)
-        position_bias = position_bias.to(torch.bfloat16)
+        position_bias = (
+            None if position_bias is None else position_bias.to(torch.bfloat16)
+        )
         normed_hidden_states = self.layer_norm(hidden_states)
         attention_output, position_bias = self.SelfAttention(
             normed_hidden_states,
@@ -297,7 +299,9 @@ class T5LayerCrossAttention(nn.Module):
     def forward(self, hidden_states, key_value_states, position_bias):
         hidden_states = hidden_states.to(torch.bfloat16)
         key_value_states = key_value_states.to(torch.bfloat16)
-        position_bias = position_bias.to(torch.bfloat16)
+        position_bias = (
+            None if position_bias is None else position_bias.to(torch.bfloat16)
+        )
         normed_hidden_states = self.layer_norm(hidden_states)
         attention_output, position_bias = self.EncDecAttention(
             normed_hidden_states, key_value_states, position_bias
@@ -336,7 +340,9 @@ class T5EncoderBlock(nn.Module):
 
     def forward(self, hidden_states, position_bias):
         hidden_states = hidden_states.to(torch.bfloat16)
-        position_bias = position_bias.to(torch.bfloat16)
+        position_bias = (
+            None if position_bias is None else position_bias.to(torch.bfloat16)
+        )
         hidden_states, position_bias = self.layer[0](hidden_states, position_bias)
         return self.layer[1](hidden_states), position_bias
 
@@ -382,9 +388,15 @@ class T5DecoderBlock(nn.Module):
         encoder_decoder_position_bias,
     ):
         hidden_states = hidden_states.to(torch.bfloat16)
-        position_bias = position_bias.to(torch.bfloat16)
+        position_bias = (
+            None if position_bias is None else position_bias.to(torch.bfloat16)
+        )
         encoder_hidden_states = encoder_hidden_states.to(torch.bfloat16)
-        encoder_decoder_position_bias = encoder_decoder_position_bias.to(torch.bfloat16)
+        encoder_decoder_position_bias = (
+            None
+            if encoder_decoder_position_bias is None
+            else encoder_decoder_position_bias.to(torch.bfloat16)
+        )
         hidden_states, self_attn_position_bias = self.layer[0](
             hidden_states, position_bias
         )
@@ -434,7 +446,7 @@ class T5Encoder(nn.Module):
     def forward(self, input_ids):
         inputs_embeds = self.embed_tokens(input_ids)
         hidden_states = inputs_embeds
-        position_bias = inputs_embeds
+        position_bias = None
         for layer_module in self.block:
             hidden_states, position_bias = layer_module(hidden_states, position_bias)
         return self.final_layer_norm(hidden_states)
@@ -476,8 +488,8 @@ class T5Decoder(nn.Module):
     def forward(self, input_ids, encoder_hidden_states):
         inputs_embeds = self.embed_tokens(input_ids)
         hidden_states = inputs_embeds
-        position_bias = inputs_embeds
-        encoder_decoder_position_bias = inputs_embeds
+        position_bias = None
+        encoder_decoder_position_bias = None
         for layer_module in self.block:
             (
                 hidden_states,

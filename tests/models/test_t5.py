@@ -152,3 +152,21 @@ def test_the_source_is_shorter_than_transformers():
         line for line in lines if line.strip() and not line.lstrip().startswith(";")
     ]
     assert len(code) <= 200
+
+
+def test_each_stack_starts_the_bias_as_none_and_block_0_computes_it():
+    """transformers' `position_bias = None` before the loop: the first block's attention
+    computes the bias (it does not read the None), the others read it; a method a loop
+    may pass None casts it at entry only where it is a tensor."""
+    path = lisp("t5")
+    code = compile_source(path.read_text(), path.name)
+    assert code.count("        position_bias = None\n") == 2
+    assert "None if position_bias is None else position_bias.to(torch.bfloat16)" in code
+    torch.manual_seed(0)
+    model = load_module(code).T5(**SIZES)
+    layer = model.encoder.block[0].layer[0]
+    h = torch.randn(2, 5, 16)
+    first, bias = layer(h, None)
+    assert bias.shape == (1, 4, 5, 5) and bias.dtype == torch.bfloat16
+    again, same = model.encoder.block[1].layer[0](first, bias.float())
+    assert torch.equal(same, bias)
