@@ -310,7 +310,7 @@ def _may_be_none(operand, typed, found: set) -> bool:
     if operand in inputs:
         return (typed, inputs.index(operand)) in found
     # a loop's carried value, as the first layer gets it: none where it starts so
-    return any(
+    return operand.kind is Kind.INPUT and any(
         _may_be_none(start, typed, found)
         for loop in walk(typed.graph.nodes)
         if loop.kind is Kind.FOR

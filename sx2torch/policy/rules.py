@@ -366,15 +366,12 @@ class _Policy:
             for value, dtype in zip(recorded, typed.decided[forward].dtype):
                 typed.decided[value] = Decision(dtype)
         while True:
-            # a value that starts as none has the dtype its iterations give (the first
-            # reads it not): the run's, until they say
             for carried_input, dtype in zip(body.inputs, carried):
                 typed.decided[carried_input] = Decision(dtype or self.precision)
             self._block(typed, body.nodes)
-            gives = [self._data_dtype(typed, out) for out in body.outputs]
             after = [
-                self._join(_carried(out if start is None else before, out, node), node)
-                for before, out, start in zip(carried, gives, node.inputs)
+                self._join(_carried(before, self._data_dtype(typed, out), node), node)
+                for before, out in zip(carried, body.outputs)
             ]
             if after == carried:
                 break
@@ -869,7 +866,11 @@ def _key(param: ParamRef) -> tuple:
 
 def _carried(before, after, node: Node) -> list:
     """A carried value's dtypes before and after an iteration, both a tensor's: a layer
-    that returns a number (its const) is known to do so only here."""
+    that returns a number (its const) is known to do so only here. A value that starts as
+    none has the dtype its layers give (the first reads it not; it is typed the run's
+    dtype until they say)."""
+    if before is None and None in node.inputs:
+        before = after
     if None in (before, after):
         raise SourceError(
             node.span,
