@@ -886,8 +886,8 @@ def _drop_passed(policy: _Policy, typed: Typed, loop: Node, start: int) -> None:
 def _carried(before, after, node: Node) -> list:
     """A carried value's dtypes before and after an iteration, both a tensor's: a layer
     that returns a number (its const) is known to do so only here. A value that starts as
-    none has the dtype its layers give (the first reads it not; it is typed the run's
-    dtype until they say)."""
+    none has the dtype its layers give (the first reads it not; `_for` types it f32, which
+    any join absorbs, until they say)."""
     if before is None and None in node.inputs:
         before = after
     if None in (before, after):
