@@ -864,6 +864,18 @@ def _key(param: ParamRef) -> tuple:
     return param.model, param.name
 
 
+def calling(roots) -> set:
+    """The specializations `roots` are and call, directly or not."""
+    reached: set = set()
+    pending = list(roots)
+    while pending:
+        typed = pending.pop()
+        if typed not in reached:
+            reached.add(typed)
+            pending.extend(typed.callee.values())
+    return reached
+
+
 def _drop_passed(policy: _Policy, typed: Typed, loop: Node, start: int) -> None:
     """After a loop whose value starts as none, the specializations its body made on the
     way to its dtypes that the last pass calls not (a layer at the f32 start): kept, one
@@ -871,13 +883,8 @@ def _drop_passed(policy: _Policy, typed: Typed, loop: Node, start: int) -> None:
     if None not in loop.inputs:
         return
     made = policy.order[start:]
-    pending = [typed.callee[n] for n in walk(loop.regions[0].nodes) if n in typed.callee]
-    kept: set = set()
-    while pending:
-        callee = pending.pop()
-        if callee not in kept:
-            kept.add(callee)
-            pending.extend(callee.callee.values())
+    body = walk(loop.regions[0].nodes)
+    kept = calling(typed.callee[n] for n in body if n in typed.callee)
     policy.order[start:] = [t for t in made if t in kept]
     for key in [k for k, t in policy.done.items() if t in made and t not in kept]:
         del policy.done[key]
