@@ -150,22 +150,10 @@ class Block(nn.Module):
         self.mlp = Mlp(dim=dim)
 
     def forward(self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False):
-        x = x.to(torch.bfloat16) + self.attn(
-            F.rms_norm(x, (x.size(-1),)),
-            ve,
-            sa_lambdas,
-            cos,
-            sin,
-            window=window,
-            key_offset=key_offset,
-        )
-        return x + self.mlp(F.rms_norm(x, (x.size(-1),)))
-
-    # a method of its own: (fused-rms-norm x) is bf16 here, f32 in forward
-    # forward for x: bf16, ve: bf16, sa-lambdas: f32, cos: bf16, sin: bf16
-    def forward_bf16(
-        self, x, ve, sa_lambdas, cos, sin, *, window=1408, key_offset=False
-    ):
+        x = x.to(torch.bfloat16)
+        ve = None if ve is None else ve.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
         x = x + self.attn(
             F.rms_norm(x, (x.size(-1),)),
             ve,
@@ -305,7 +293,7 @@ class ModdedNanogptMedium(nn.Module):
                     else None
                 )
             )
-            x = block.forward_bf16(
+            x = block(
                 x,
                 ve,
                 self.scalars[self.num_layers + 2 * i : self.num_layers + 2 * i + 2],

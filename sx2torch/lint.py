@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sx2torch.errors import Span
 from sx2torch.ir import CALLS, ISLAND, Kind, Node, outputs, walk
 from sx2torch.ops import REGISTRY
+from sx2torch.policy.rules import calling
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.read import Datum, List, Symbol, Vector
 from sx2torch.syntax.scalars import head_is
@@ -51,12 +52,7 @@ def reached_specializations(program, lowered) -> list:
         for key, typed in lowered.natural.items()
         if typed is not None and key[0] == program.top.name and key not in called
     ]
-    reached: set = set()
-    while todo:
-        typed = todo.pop()
-        if typed not in reached:
-            reached.add(typed)
-            todo.extend(typed.callee.values())
+    reached = calling(todo)
     return [t for t in lowered.specializations if t in reached]
 
 

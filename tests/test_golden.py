@@ -71,6 +71,7 @@ def test_the_bundled_examples_are_there():
         "modded-nanogpt-simple",
         "rms-mlp",
         "scan",
+        "t5",
         "tiny-gpt",
         "vit",
     ]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+import libcst as cst
+
 import sx2torch.build as b
 from sx2torch.plan.spelled import Cast
-from sx2torch.plan.targets import MASK
+from sx2torch.plan.targets import MASK, OPTIONAL
 
 # what `sx.mask_as` converts a float mask with, for each spelling: a dtype, or a held
 # target's function
@@ -22,6 +24,10 @@ MASK_CASTS = {
 def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
     """`value` cast as the plan spelled it; None: `value` as it is."""
     spelling = spelled and spelled.spelling
+    if spelling and spelling.startswith(OPTIONAL):  # an argument that may be None
+        inner = cast(value, Cast(spelling[len(OPTIONAL) :], spelled.want))
+        absent = cst.Comparison(value, [cst.ComparisonTarget(cst.Is(), b.name("None"))])
+        return cst.IfExp(absent, b.name("None"), inner)
     if spelling and spelling.startswith(MASK):  # a float mask cast, booleans as they are
         how = MASK_CASTS[spelling[len(MASK) :]]
         return b.call("sx.mask_as", value, b.dotted(how))

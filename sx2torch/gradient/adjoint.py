@@ -32,6 +32,13 @@ class Adjoint:
     def run(self, contributions: list) -> list:
         """[(operand, its contribution)] for the loop's starts and the values read around it."""
         loop, body, t = self.loop, self.body, self.t
+        if None in loop.inputs:
+            # the first layer's backward would get None for the value it does not read
+            raise SourceError(
+                loop.span,
+                "a gradient through a loop whose carried value starts as none is not "
+                "supported yet: start it from a tensor",
+            )
         starts = self._starts(contributions)
         grads_in = [_input("grad_" + (c.name or "x"), loop) for c in body.inputs]
         for start, carried in zip(starts, grads_in):

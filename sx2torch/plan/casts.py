@@ -98,9 +98,10 @@ class Conversions:
         if want is None or isinstance(operand, Scalar) or operand in self.entry:
             return None
         have = self.lowered.value_dtype(self.typed, operand)
-        # only a cast reads an integer or a boolean as a float (read_dtype)
+        # only a cast reads an integer or a boolean as a float (read_dtype); an `if` or a
+        # loop that stores one as it is converts nothing
         if have in (DType.INT, DType.BOOL):
-            return have, want
+            return None if want == have else (have, want)
         if have not in ("f32", "bf16"):
             return None
         if self.target.held and have == "bf16":

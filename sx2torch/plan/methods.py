@@ -24,7 +24,7 @@ from sx2torch.ir import LIBRARY, Kind, Node, walk
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled
-from sx2torch.plan.targets import Target, or_bool
+from sx2torch.plan.targets import Target, or_bool, or_none
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.program import Init, Program
 from sx2torch.syntax.scalars import UNARY, Scalar, ScalarOp
@@ -73,6 +73,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     sharing = Sharing(lowered, judge, deciding)
     group = sharing.run(by_defun)  # Typed -> its Group
     public, called = _publics(program, lowered, by_defun, group)
+    optional = _optional(called)
     entry = {
         typed: _entry(lowered.natural[key], typed)
         for key, typed in public.items()
@@ -92,7 +93,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
             Spelled(layouts[typed]),
             group[typed].rep,
             {
-                index: _down(target, lowered, typed, index)
+                index: _down(target, lowered, typed, index, (typed, index) in optional)
                 for index in entry.get(typed) or ()
             },
         )
@@ -122,12 +123,16 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     )
 
 
-def _down(target: Target, lowered: Lowered, typed: Typed, index: int) -> Cast:
+def _down(
+    target: Target, lowered: Lowered, typed: Typed, index: int, optional: bool
+) -> Cast:
     """The cast of argument `index` down at entry: of a float only where it reaches a mask,
-    which a caller may pass as booleans."""
+    which a caller may pass as booleans; of a tensor only where a caller may pass None."""
     have = "f32"
     if typed.graph.inputs[index] in lowered.masks[typed.graph]:
         have = or_bool(have)
+    if optional:
+        have = or_none(have)
     return Cast(target.spelling(have, "bf16", None), "bf16")
 
 
@@ -249,9 +254,8 @@ def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
     does not run may call a natural specialization, which is then public itself."""
     called = _called(program, lowered, group)
     while True:
-        optional = _optional(called)
         public = {
-            key: _public(natural, by_defun.get(key, []), called, group, optional)
+            key: _public(natural, by_defun.get(key, []), called, group)
             for key, natural in lowered.natural.items()
         }
         grown = _closure(called | {t for t in public.values() if t is not None}, group)
@@ -303,7 +307,16 @@ def _may_be_none(operand, typed, found: set) -> bool:
         outputs = [o for region in operand.regions for o in region.outputs]
         return any(_may_be_none(o, typed, found) for o in outputs)
     inputs = typed.graph.inputs
-    return operand in inputs and (typed, inputs.index(operand)) in found
+    if operand in inputs:
+        return (typed, inputs.index(operand)) in found
+    # a loop's carried value, as the first layer gets it: none where it starts so
+    return operand.kind is Kind.INPUT and any(
+        _may_be_none(start, typed, found)
+        for loop in walk(typed.graph.nodes)
+        if loop.kind is Kind.FOR
+        for start, carried in zip(loop.inputs, loop.regions[0].inputs)
+        if carried is operand
+    )
 
 
 def _closure(roots: set, group: dict) -> set:
@@ -319,11 +332,11 @@ def _closure(roots: set, group: dict) -> set:
     return seen
 
 
-def _public(natural, specs: list, called: set, group: dict, optional: set):
+def _public(natural, specs: list, called: set, group: dict):
     """The specialization named as the source names the defun: the natural one, unless
     the program calls the defun only with bf16 where the natural one takes f32 and other
-    code: then the first of those, which casts its f32 arguments down at entry, serves
-    callers from outside too (not where such an argument may be None)."""
+    code: then the first of those, which casts its f32 arguments down at entry (None
+    left as it is where a caller may pass it), serves callers from outside too."""
     if natural is None or any(group[t] == group[natural] for t in specs if t in called):
         return natural
     for typed in specs:
@@ -334,7 +347,6 @@ def _public(natural, specs: list, called: set, group: dict, optional: set):
             and group[typed].rep is typed
             and casts is not None
             and all(_entry(natural, t) == casts for t in mates)
-            and not any((typed, i) in optional for i in casts)
         ):
             return typed
     return natural

@@ -24,10 +24,18 @@ DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
 # cast, spelled MASK + the float's spelling, converts a float and leaves booleans as they are.
 OR_BOOL = " or bool"
 MASK = "mask-"
+# An argument a caller may pass as None (a loop's value that starts as none), cast down at
+# entry: spelled OPTIONAL + the tensor's spelling, None left as it is.
+OR_NONE = " or none"
+OPTIONAL = "optional-"
 
 
 def or_bool(have: str) -> str:
     return have + OR_BOOL
+
+
+def or_none(have: str) -> str:
+    return have + OR_NONE
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,9 @@ class Target:
         "float", "to-bf16", "round", "as-f32", "float-round" (an integer rounded to bf16 on a held
         target), one of those after MASK (a float converted, booleans left as they are),
         or None where nothing is written."""
+        if have.endswith(OR_NONE):  # None passes as it is
+            spelled = self.spelling(have[: -len(OR_NONE)], want, written)
+            return spelled and OPTIONAL + spelled
         if have.endswith(OR_BOOL):  # a mask's cast converts a float mask only
             spelled = self.spelling(have[: -len(OR_BOOL)], want, written)
             return spelled and MASK + spelled

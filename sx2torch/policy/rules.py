@@ -355,19 +355,18 @@ class _Policy:
                 typed.decided[node] = Decision(dtypes.pop())
 
     def _for(self, typed: Typed, node: Node) -> None:
-        """Carried dtypes start as the initial values' and join with what an iteration
-        gives, until they stay the same (at most once more: bf16 absorbs f32)."""
+        """Carried dtypes start as the initial values' (a none start as f32, which any
+        join absorbs) and join with what an iteration gives, until they stay the same."""
         (body,) = node.regions
         carried = [self._data_dtype(typed, init) for init in node.inputs]
-        forward = node.attrs.get("reverse")
-        # an adjoint loop: the forward's carried values, recorded
-        if forward is not None:
+        forward, start = node.attrs.get("reverse"), len(self.order)
+        if forward is not None:  # an adjoint loop: the forward's carried values, recorded
             recorded = body.inputs[len(carried) :]
             for value, dtype in zip(recorded, typed.decided[forward].dtype):
                 typed.decided[value] = Decision(dtype)
         while True:
             for carried_input, dtype in zip(body.inputs, carried):
-                typed.decided[carried_input] = Decision(dtype)
+                typed.decided[carried_input] = Decision(dtype or DType.F32)
             self._block(typed, body.nodes)
             after = [
                 self._join(_carried(before, self._data_dtype(typed, out), node), node)
@@ -377,6 +376,7 @@ class _Policy:
                 break
             carried = after
         typed.decided[node] = Decision(tuple(carried))
+        _drop_passed(self, typed, node, start)
 
     def _join(self, dtypes: list, node: Node) -> Optional[str]:
         """Where f32 and bf16 values meet, the dtype an op that read both would compute in
@@ -864,9 +864,39 @@ def _key(param: ParamRef) -> tuple:
     return param.model, param.name
 
 
+def calling(roots) -> set:
+    """The specializations `roots` are and call, directly or not."""
+    reached: set = set()
+    pending = list(roots)
+    while pending:
+        typed = pending.pop()
+        if typed not in reached:
+            reached.add(typed)
+            pending.extend(typed.callee.values())
+    return reached
+
+
+def _drop_passed(policy: _Policy, typed: Typed, loop: Node, start: int) -> None:
+    """After a loop whose value starts as none, the specializations its body made on the
+    way to its dtypes that the last pass calls not (a layer at the f32 start): kept, one
+    would be the group's method (plan/sharing.py) and decide the others' entry casts."""
+    if None not in loop.inputs:
+        return
+    made = policy.order[start:]
+    body = walk(loop.regions[0].nodes)
+    kept = calling(typed.callee[n] for n in body if n in typed.callee)
+    policy.order[start:] = [t for t in made if t in kept]
+    for key in [k for k, t in policy.done.items() if t in made and t not in kept]:
+        del policy.done[key]
+
+
 def _carried(before, after, node: Node) -> list:
     """A carried value's dtypes before and after an iteration, both a tensor's: a layer
-    that returns a number (its const) is known to do so only here."""
+    that returns a number (its const) is known to do so only here. A value that starts as
+    none has the dtype its layers give (the first reads it not; `_for` types it f32, which
+    any join absorbs, until they say)."""
+    if before is None and None in node.inputs:
+        before = after
     if None in (before, after):
         raise SourceError(
             node.span,

@@ -248,10 +248,17 @@ def for_(t, datum: List, env: dict) -> Operand:
         raise SourceError(
             items[2].span, "expected the carried values, ((NAME INIT) ...)"
         )
+    # a value may start as `none`, Python's None, where the first layer does not read it
+    # and each gives a tensor: T5's position bias, which block 0 computes
     carried = [
-        (symbol.name, t.tensor(value, env, "a carried value"))
+        (
+            symbol.name,
+            None if _is_none(value, env) else t.tensor(value, env, "a carried value"),
+        )
         for symbol, value in map(_binding, items[2].items)
     ]
+    if all(operand is None for _, operand in carried):
+        raise SourceError(items[2].span, "a loop carries a tensor: not only none")
 
     def body(loop: Node, inputs: list) -> list:
         inner = dict(env)

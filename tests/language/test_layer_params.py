@@ -1,15 +1,19 @@
-"""Layers that differ (golden/layer-params), 0-d lambdas (golden/zero-d-lambdas) and
+"""Layers that differ (golden/layer-params), a value the first layer computes for the
+others (golden/carried-none), 0-d lambdas (golden/zero-d-lambdas) and
 row-wise initializers (golden/init-rows), against the same computations written in plain
 PyTorch."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 from cases import lisp
 from conftest import load_module
-from sx2torch.compiler import compile_source
+from sx2torch import interpret
+from sx2torch.compiler import Options, compile_source
 from sx2torch.errors import SourceError
 
 
@@ -94,3 +98,46 @@ def test_row_wise_initializers():
 def test_diagnostics(source, message):
     with pytest.raises(SourceError, match=message):
         compile_source(source, "model.lisp")
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal"])
+def test_a_carried_value_may_start_as_none(target):
+    """golden/carried-none: the first layer computes the shared value from its table and
+    the loop carries it to the others, starting as None, as T5's position bias; the
+    layer's one method casts it at entry where it is a tensor."""
+    path = lisp("carried-none")
+    code = compile_source(path.read_text(), path.name, Options(target=target))
+    assert "shared = None\n" in code
+    torch.manual_seed(0)
+    model = load_module(code).CarriedNone()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        h, shared = x.to(torch.bfloat16), None
+        for i, layer in enumerate(model.layers):
+            if i == 0:
+                shared = layer.table.to(torch.bfloat16) * 2.0
+            h = h + (h @ layer.w.to(torch.bfloat16)) * shared
+        got = model(x)
+    assert torch.equal(got.float(), h.float())
+    interpreted = interpret.load(path.read_text(), state=model.state_dict())
+    assert torch.equal(interpreted.evaluate("forward", [x]), h)
+
+
+@pytest.mark.parametrize(
+    "carried, message",
+    [
+        ("((shared none))", "a loop carries a tensor: not only none"),
+        (
+            "((h x) (shared none))",
+            "a gradient through a loop whose carried value starts as none",
+        ),
+    ],
+)
+def test_a_none_start_is_refused_where_nothing_can_use_it(carried, message):
+    source = lisp("carried-none").read_text().replace("((h x) (shared none))", carried)
+    source = source.replace(
+        "(defrun", "(defun grad (x) (gradient (sum (forward x)) x))\n(defrun"
+    )
+    with pytest.raises(SourceError, match=re.escape(message)) as raised:
+        compile_source(source, "m.lisp")
+    assert raised.value.span.line == 16

@@ -23,6 +23,7 @@ from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from interpret.test_interpret_examples import CASES
 from models.test_mamba import SIZES as MAMBA
+from models.test_t5 import SIZES as T5
 from models.test_ports import MEDIUM, SIZES, WINDOWS
 
 # The examples the interpreter's test does not run, in small sizes, and their inputs.
@@ -32,6 +33,7 @@ OTHERS = {
     "rms-mlp": (dict(d_in=16, d_hidden=8, n_class=4), lambda: [torch.randn(5, 16)]),
     "scan": (dict(d=8), lambda: [torch.randn(2, 6, 8)]),
     "mamba": (MAMBA, lambda: [torch.randint(0, 256, (2, 7))]),
+    "t5": (T5, lambda: [torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))]),
     "modded-nanogpt-simple": (SIZES, lambda: [torch.randint(0, 64, (2, 16))]),
     "modded-nanogpt-medium": (
         {**MEDIUM, **WINDOWS},
@@ -74,13 +76,7 @@ ENTRIES = {
 LEAVES = {"scan"}
 # (example, class, method) -> why that method computes something its public method does
 # not, on the same arguments (docs/LANGUAGE.md, "Specializations").
-OWN = {
-    (
-        "modded-nanogpt-medium",
-        "Block",
-        "forward_bf16",
-    ): "the public forward computes (fused-rms-norm x) of an f32 x in f32, and ve may be None",
-}
+OWN: dict = {}
 # `# PUBLIC for ARGUMENT: DTYPE, ...` above a specialization's `def NAME(`
 _SPECIALIZATION = re.compile(r"^    # (\w+) for [^\n]*\n    def (\w+)\(", re.M)
 

@@ -106,3 +106,42 @@ def test_integer_sums_are_torchs_int64_never_rounded(build, target, precision):
         assert torch.equal(product, theirs[5])
     if not bf16:
         assert torch.equal(product, keep.sum(0) * (x @ w))
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal"])
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_an_if_of_integer_tensors_keeps_them_integers(build, target, precision):
+    """T5's bucket arithmetic: an `if` between two integer tensors, or an integer tensor
+    and a number, is an integer tensor, stored as it is (it was cast to bf16, which a
+    `take` then refused as an index), and reads as transformers' _relative_position_bucket
+    writes it."""
+    source = f"""
+(defparam table (normal [16 2]))
+(defun bucket (relative &key (bidirectional true))
+  (let ((base (if bidirectional (* (cast (> relative 0) :i64) 8) 0))
+        (distance (if bidirectional (abs relative) (- (minimum relative 0)))))
+    (+ base (minimum distance 7))))
+(defun forward (x &key (bidirectional true))
+  (let ((context (unsqueeze (positions x :axis 1) :axis 1))
+        (memory (unsqueeze (positions x :axis 1) :axis 0)))
+    (take table (bucket (- memory context) :bidirectional bidirectional))))
+(defrun train :precision :{precision})
+"""
+    module, code = build(source, target=target)
+    assert "torch.abs(relative) if bidirectional else -torch.clamp(relative, max=0)" in (
+        code
+    )
+    model = module.Model()
+    x = torch.zeros(2, 12)
+    relative = torch.arange(12)[None, :] - torch.arange(12)[:, None]
+    for bidirectional in (True, False):
+        if bidirectional:
+            want = (relative > 0).long() * 8 + torch.abs(relative).clamp(max=7)
+        else:
+            want = (-torch.clamp(relative, max=0)).clamp(max=7)
+        got = model.bucket(relative, bidirectional=bidirectional)
+        assert got.dtype == torch.int64 and torch.equal(got, want)
+        rows = model.table[want].detach()
+        if precision == "bf16":  # the rows rounded, as bf16 tensors or f32 ones
+            rows = rows.to(torch.bfloat16).float()
+        assert torch.equal(model(x, bidirectional=bidirectional).float(), rows)

@@ -487,7 +487,12 @@ class Gen:
         body = self.expr(ROWS, scope.with_name("c", ROWS), depth)
         if self.chance(0.5):
             body = f"(* c {self.pick('x', body)})"
-        return f"(for (i layer blocks) ((c {x})) (layer {body}))"
+            return f"(for (i layer blocks) ((c {x})) (layer {body}))"
+        # a value the first layer computes and the others read, started as none (T5's
+        # position bias), made of what the draws above made
+        shared = "(if (= i 0) (layer c) s)"
+        step = f"(let ((s {shared})) [(layer (+ {body} s)) s])"
+        return f"(let (([c _] (for (i layer blocks) ((c {x}) (s none)) {step}))) c)"
 
 
 PARAM_OPTIONS = ["", "", "", " :numerics :high", " :trainable false", " :dtype :bf16"]
