@@ -14,18 +14,17 @@ from sx2torch.syntax.scalars import Scalar
 
 
 def check_params(program: Program, model: Model) -> None:
+    """Each instance's arguments named by the consts they set: the positional ones in its
+    model's lambda list's order, the keywords by each &key's key; every required &key
+    given, each list-valued one a list."""
     for init in (
         i for p in model.params.values() if p.is_module for i in p.init.instances
     ):
         if init.model not in program.models or init.model == model.name:
             raise SourceError(init.span, f"unknown initializer or model '{init.model}'")
         sub = program.models[init.model]
+        init.args = _named(sub, init)
         for key, (span, value) in init.args.items():
-            if key not in sub.consts:
-                known = ", ".join(f":{k}" for k in sub.consts) or "none"
-                raise SourceError(
-                    span, f"model '{sub.name}' has no key :{key} (known: {known})"
-                )
             default = sub.consts[key].value.value
             if isinstance(default, tuple) != isinstance(value.value, tuple):
                 what = "a list" if isinstance(default, tuple) else "not a list"
@@ -35,6 +34,41 @@ def check_params(program: Program, model: Model) -> None:
                     f"{scalars.text(Scalar.lit(default), None)}), got "
                     f"{scalars.text(Scalar.lit(value.value), None)}",
                 )
+
+
+def _named(sub: Model, init) -> dict:
+    """An instance's arguments by the names its model reads them by."""
+    consts = list(sub.consts.values())
+    by_key = {const.argument: const.name for const in consts}
+    named: dict = {}
+    for key, (span, value) in init.args.items():
+        if isinstance(key, int) and key >= len(consts):
+            raise SourceError(
+                span,
+                f"model '{sub.name}' takes at most {len(consts)} arguments before its "
+                f"keywords, got {key + 1}",
+            )
+        if not isinstance(key, int) and key not in by_key:
+            known = ", ".join(f":{k}" for k in by_key) or "none"
+            raise SourceError(
+                span, f"model '{sub.name}' has no key :{key} (known: {known})"
+            )
+        name = consts[key].name if isinstance(key, int) else by_key[key]
+        if name in named:
+            raise SourceError(
+                span, f"{sub.name}'s :{sub.consts[name].argument} is given twice"
+            )
+        named[name] = (span, value)
+    missing = [c.argument for c in consts if c.required and c.name not in named]
+    if missing:
+        raise SourceError(
+            init.span,
+            f"model '{sub.name}' needs " + ", ".join(f":{k}" for k in missing)
+            + f" (it has no default): ({sub.name} "
+            + " ".join(c.argument.upper() for c in consts if c.required)
+            + " ...)",
+        )
+    return named
 
 
 def check_built(program: Program) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from sx2torch import interpret, resolve
+from sx2torch.errors import SourceError
 from sx2torch.ops import initializers
 from sx2torch.ops.initializers import INITIALIZERS
 from sx2torch.syntax import read
@@ -51,6 +55,7 @@ def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(bu
         "normal": "(normal [3 2] :std 0.5)",
         "uniform": "(uniform [5])",
         "kaiming-uniform": "(kaiming-uniform [3 2 2] :a 0.5)",
+        "fan-in-uniform": "(fan-in-uniform [3] :fan-in 5)",
         "eye": "(eye 3)",
         "linspace": "(linspace 4 :end 2)",
         "concat": "(concat [(eye 2) (zeros [1 2])])",
@@ -101,3 +106,37 @@ def test_kaiming_uniform_draws_torchs_default_weights(build):
     assert torch.equal(model.kernel, conv.weight)
     assert torch.equal(interpreted["weight"], linear.weight)
     assert torch.equal(interpreted["kernel"], conv.weight)
+
+
+def test_fan_in_uniform_draws_torchs_default_bias_at_a_fan_in_where_n_to_the_half_differs(
+    build,
+):
+    """(fan-in-uniform SHAPE :fan-in N) bounds its draw by torch's 1 / math.sqrt(N),
+    written as torch writes it: at N = 5579, 1 / N ** 0.5 (a const's sqrt) is another
+    double (the two round to one float32, which is what an f32 draw reads). The module and
+    the interpreter draw nn.Linear's bias."""
+    assert 1 / 5579**0.5 != 1 / math.sqrt(5579)
+    source = (
+        "(defconst n 5579)\n"
+        "(defparam weight (kaiming-uniform [64 n] :a (sqrt 5)))\n"
+        "(defparam bias (fan-in-uniform [64] :fan-in n))\n"
+        "(defun forward (x) (linear x weight bias))\n"
+    )
+    module, code = build(source)
+    assert "nn.init.uniform_(torch.empty(64), -1 / math.sqrt(n), 1 / math.sqrt(n))" in code
+    torch.manual_seed(0)
+    model = module.Model()
+    torch.manual_seed(0)
+    interpreted = interpret.load(source).state_dict()
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(5579, 64)
+    assert torch.equal(model.bias, linear.bias)
+    assert torch.equal(interpreted["bias"], linear.bias)
+
+
+def test_fan_in_uniform_needs_a_positive_fan_in():
+    source = "(defparam b (fan-in-uniform [3] :fan-in 0))\n(defun forward (x) x)\n"
+    with pytest.raises(SourceError) as raised:
+        resolve.run(read.run(source), "model")
+    assert ":fan-in must be positive, got 0" in str(raised.value)
+    assert (raised.value.span.line, raised.value.span.col) == (1, 41)
