@@ -114,6 +114,11 @@ class RMSNorm(nn.Module):
 
 
 class LayerLibrary(nn.Module):
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {"up_proj": "colwise", "down_proj": "rowwise"}
+    TP_REDUCE = "f32"
+
     def __init__(self, *, vocab=32, d=16):
         super().__init__()
         self.embed = Embedding(num_embeddings=vocab, embedding_dim=d)

@@ -224,3 +224,22 @@ def test_bad_instances_are_located_diagnostics(instance, line_col, message):
     with pytest.raises(SourceError) as caught:  # the interpreter's front end is the same
         interpret.load(text)
     assert caught.value.message == error.message
+
+
+@pytest.mark.parametrize("bias", ["true", "false"])
+def test_library_linears_split_under_tensor_parallelism_as_a_linear_layer_of_ones_own(
+    bias,
+):
+    """The library's Linear chooses between `linear` with and without its bias by a
+    const; the shard pass follows the split through both branches, so an MLP of them gets
+    the plan of an MLP of the source's own one-`linear` layers."""
+    body = "(defun forward (x) (down (relu (up x))))\n"
+    library = f"(defparam up (Linear 8 32 :bias {bias}))\n(defparam down (Linear 32 8))\n"
+    own = (
+        "(defmodel lin (&key (i 1) (o 1))\n  (defparam weight (normal [o i]))\n"
+        "  (defun forward (x) (linear x weight)))\n"
+        "(defparam up (lin :i 8 :o 32))\n(defparam down (lin :i 32 :o 8))\n"
+    )
+    plan = 'TP_PLAN = {"up": "colwise", "down": "rowwise"}'
+    assert plan in compile_source(own + body, "model.lisp")
+    assert plan in compile_source(library + body, "model.lisp")
