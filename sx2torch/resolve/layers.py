@@ -8,6 +8,7 @@ generated module, written before the classes that use it."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from sx2torch.syntax import read
 
@@ -137,15 +138,33 @@ def _data() -> dict:
     return {datum.items[1].name: datum for datum in read.run(SOURCE)}
 
 
+def forms() -> list:
+    """Every layer's defmodel form, in the library's order."""
+    return list(_data().values())
+
+
 def wanted(models: dict, top) -> list:
     """The defmodel forms of the library's layers the program makes instances of and does
     not define itself (`models`, its own by name; `top`, its top model), in the library's
-    order."""
-    named = {
-        init.model
-        for model in [top, *models.values()]
-        for param in model.params.values()
-        if param.is_module
-        for init in param.init.instances
-    }
-    return [form for name, form in _data().items() if name in named - set(models)]
+    order. Each form is placed at the program's first instance of it: what the compiler
+    reports inside a layer (a warning, a shape that cannot fit, explain's lines) points
+    there, in the program's own file."""
+    first: dict = {}
+    for model in [top, *models.values()]:
+        for param in model.params.values():
+            for init in param.init.instances if param.is_module else ():
+                if init.model not in first or init.span < first[init.model]:
+                    first[init.model] = init.span
+    return [
+        _placed(form, first[name])
+        for name, form in _data().items()
+        if name in first and name not in models
+    ]
+
+
+def _placed(datum, span):
+    """`datum` with every span `span`."""
+    items = getattr(datum, "items", None)
+    if items is None:
+        return replace(datum, span=span)
+    return replace(datum, span=span, items=tuple(_placed(i, span) for i in items))
