@@ -170,6 +170,37 @@ def test_a_bf16_run_computes_what_torchs_bf16_module_does(name):
         assert torch.equal(interpreted.evaluate("rounded", [x.float()]), got)
 
 
+def _rounded(tensor):
+    return tensor.bfloat16().float() if tensor.is_floating_point() else tensor
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_held_target_computes_torchs_f32_module_on_rounded_values_rounded_once(name):
+    """The cpu target holds bf16 in f32: each layer's one kernel runs in f32 on the
+    rounded activation and weights and rounds its result once (group-norm's island: not
+    at all, from the f32 masters)."""
+    instance, make, shape = LAYERS[name]
+    text = source(instance, shape is None)
+    module = load_module(
+        compile_source(text, "model.lisp", Options(run="train", target="cpu"))
+    )
+    torch.manual_seed(0)
+    model = module.Model()
+    torch.manual_seed(0)
+    reference = make()
+    x = example(shape)
+    with torch.no_grad():
+        got = model.rounded(x) if x.is_floating_point() else model(x)
+        if name in BF16:
+            want = BF16[name](reference, _rounded(x))
+        else:
+            for param in reference.parameters():
+                param.copy_(_rounded(param))
+            want = _rounded(reference(_rounded(x)))
+    assert got.dtype == want.dtype == torch.float32
+    assert torch.equal(got, want)
+
+
 def test_the_generated_classes_read_as_torchs():
     code = compile_source(source("(Linear 8 6 :bias false)"), "model.lisp")
     assert "self.layer = Linear(in_features=8, out_features=6, bias=False)" in code
