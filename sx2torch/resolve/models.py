@@ -170,7 +170,12 @@ def defmodel(datum: List) -> Model:
             "before its keywords)",
         )
     model = Model(name.name, name.span)
+    passed: dict = {}  # the keys instances pass, each once
     for symbol, default, key in keys:
+        if passed.setdefault(key or symbol.name, symbol) is not symbol:
+            raise SourceError(
+                symbol.span, f"model '{name.name}' takes the key :{key or symbol.name} twice"
+            )
         value = Scalar.lit(RUN_VALUE) if default is None else evaluate(model, default)
         model.consts[symbol.name] = Const(
             symbol.name, value, symbol.span, key=key, required=default is None

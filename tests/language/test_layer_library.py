@@ -274,3 +274,52 @@ def test_library_linears_split_under_tensor_parallelism_as_a_linear_layer_of_one
     plan = 'TP_PLAN = {"up": "colwise", "down": "rowwise"}'
     assert plan in compile_source(own + body, "model.lisp")
     assert plan in compile_source(library + body, "model.lisp")
+
+
+def test_layers_in_a_stack_and_a_sequential_are_torchs_containers_of_them():
+    """A stack whose layers choose their bias by the layer index, and ConvNeXt's kind of
+    nn.Sequential(LayerNorm, Linear): torch's keys and bits; the interpreter agrees."""
+    text = (
+        "(defconst d 4)\n"
+        "(defparam layers (stack (i 2) (Linear d d :bias (= i 0))))\n"
+        "(defparam head (sequential (LayerNorm d) (Linear d 2)))\n"
+        "(defun forward (x) (head (chain layers x)))\n"
+    )
+    module = load_module(compile_source(text, "model.lisp"))
+    torch.manual_seed(0)
+    model = module.Model()
+    torch.manual_seed(0)
+    layers = nn.ModuleList([nn.Linear(4, 4, bias=i == 0) for i in range(2)])
+    head = nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 2))
+    want = {
+        **{f"layers.{k}": v for k, v in layers.state_dict().items()},
+        **{f"head.{k}": v for k, v in head.state_dict().items()},
+    }
+    torch.manual_seed(0)
+    interpreted = interpret.load(text)
+    for got in (model.state_dict(), interpreted.state_dict()):
+        assert list(got) == list(want)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    x = example([3, 4])
+    with torch.no_grad():
+        expected = head(layers[1](layers[0](x)))
+        assert torch.equal(model(x), expected)
+        assert torch.equal(interpreted.evaluate("forward", [x]), expected)
+
+
+@pytest.mark.parametrize(
+    "keys, line_col, message",
+    [
+        ("((:a b) 1) (a 2)", "1:31", "takes the key :a twice"),
+        ("((a b) 1)", "1:20", "expected (:KEY NAME)"),
+    ],
+)
+def test_a_models_keys_are_passed_once_each(keys, line_col, message):
+    text = (
+        f"(defmodel m (&key {keys})\n  (defun forward (x) x))\n"
+        "(defparam s (m))\n(defun forward (x) (s x))\n"
+    )
+    with pytest.raises(SourceError) as caught:
+        compile_source(text, "model.lisp")
+    assert message in str(caught.value)
+    assert f"{caught.value.span.line}:{caught.value.span.col}" == line_col
