@@ -25,14 +25,16 @@ def check_params(program: Program, model: Model) -> None:
         sub = program.models[init.model]
         init.args = _named(sub, init)
         for key, (span, value) in init.args.items():
-            default = sub.consts[key].value.value
+            const = sub.consts[key]
+            default = const.value.value
             if isinstance(default, tuple) != isinstance(value.value, tuple):
                 what = "a list" if isinstance(default, tuple) else "not a list"
+                shown = scalars.text(Scalar.lit(default), None)
                 raise SourceError(
                     span,
-                    f"{sub.name}'s :{key} is {what} (its default is "
-                    f"{scalars.text(Scalar.lit(default), None)}), got "
-                    f"{scalars.text(Scalar.lit(value.value), None)}",
+                    f"{sub.name}'s :{const.argument} is {what}"
+                    + ("" if const.required else f" (its default is {shown})")
+                    + f", got {scalars.text(Scalar.lit(value.value), None)}",
                 )
 
 
@@ -98,6 +100,7 @@ def check_built(program: Program) -> None:
             if not param.is_module:
                 if where is not None:  # the top model's sizes: initializers.check_size
                     built.sizes(param, [built.compute(z, env) for z in sizes(init)])
+                    built.fan_in(param, env)
                 continue
             choice = init.kind == "choice"
             when = built.compute(init.args["when"], env) if choice else None
@@ -149,6 +152,16 @@ class _Built:
             raise self.fail(
                 f"parameter '{param.name}' has {elements:,} elements, past the limit of {MAX_ELEMENTS:,}"
             )
+
+    def fan_in(self, param, env: dict) -> None:
+        """A bias's fan-in, whose 1 / math.sqrt the constructor computes (torch's layers
+        with no input features draw a zero bias; these stop there)."""
+        if param.init.kind == "fan-in-uniform":
+            fan_in = self.compute(param.init.args["fan-in"], env)
+            if not fan_in > 0:
+                raise self.fail(
+                    f"parameter '{param.name}' has a fan-in of {fan_in!r}, not a positive number"
+                )
 
     def count(self, param, count) -> None:
         if (

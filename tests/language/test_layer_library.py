@@ -243,6 +243,8 @@ def test_keys_by_name_and_a_computed_size():
         ("(Linear 8.5 6)", "1:17", "parameter 'weight' has a size 8.5"),
         ("(Conv2d 4 6 :stride 2)", "1:17", "needs :kernel-size"),
         ("(Embedding 10 (/ 8 3))", "1:17", "has a size 2.6666666666666665"),
+        ("(Conv2d 4 4 0)", "1:17", "parameter 'bias' has a fan-in of 0"),
+        ("(Linear [1 2] 3)", "1:25", "Linear's :in-features is not a list, got [1 2]"),
     ],
 )
 def test_bad_instances_are_located_diagnostics(instance, line_col, message):
