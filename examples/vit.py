@@ -160,6 +160,11 @@ class VitPooler(nn.Module):
 
 
 class Vit(nn.Module):
+    # The tensor-parallel plan, which sx2torch.runtime.parallel.tensor_parallel
+    # applies; rowwise layers all-reduce f32 partial sums, rounded once.
+    TP_PLAN = {"layers.*.mlp.fc1": "colwise", "layers.*.mlp.fc2": "rowwise"}
+    TP_REDUCE = "f32"
+
     def __init__(
         self,
         *,

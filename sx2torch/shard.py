@@ -106,19 +106,35 @@ def _alone(graph: Graph, seeds: dict):
     """The split of a linear layer's output, its input and weights split as `seeds` say;
     None where anything refuses."""
     states = dict(seeds)
-    for node in walk(graph.nodes):
+    return states.get(graph.output) if _flows(graph.nodes, states) else None
+
+
+def _flows(nodes: list, states: dict) -> bool:
+    """Follows the splits through `nodes` (and their regions) into `states`; False where
+    anything refuses. An `if` gives its branches' split where they agree: the layer
+    library's Linear chooses between `linear` with and without its bias by a const."""
+    for node in nodes:
         if node in states:
             continue
+        if any(states.get(i) is not None for i in node.inputs) and not (
+            node.kind is Kind.CAST or node.kind is Kind.OP and REGISTRY[node.op].shards
+        ):
+            return False
+        if not all(_flows(region.nodes, states) for region in node.regions):
+            return False
         if node.kind is Kind.CAST:
             states[node] = states.get(node.inputs[0])
         elif node.kind is Kind.OP and REGISTRY[node.op].shards:
             try:
                 states[node] = _through(node, [states.get(i) for i in node.inputs])
             except Refused:
-                return None
-        elif any(states.get(i) is not None for i in node.inputs):
-            return None
-    return states.get(graph.output)
+                return False
+        elif node.kind is Kind.IF:
+            given = {states.get(out) for region in node.regions for out in region.outputs}
+            if len(given) > 1:
+                return False
+            states[node] = given.pop()
+    return True
 
 
 def _through(node: Node, axes: list):

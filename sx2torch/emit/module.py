@@ -13,7 +13,7 @@ import sx2torch.build as b
 from sx2torch.emit import functions, main, targets
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.syntax.names import mangle
-from sx2torch.emit.naming import Naming, store as store_of
+from sx2torch.emit.naming import Naming, argument, store as store_of
 from sx2torch.ir import ISLAND, REGION, Scalar, walk
 from sx2torch.ops import initializers
 from sx2torch.plan import Plans
@@ -284,13 +284,16 @@ def _init(
     lowered: Lowered,
     ctx: ClassContext,
 ) -> cst.FunctionDef:
-    names = ctx.attrs
+    # in the constructor a const is its argument: `bias`, where the model reads it as
+    # `has-bias` (stored, where a method reads it, as `self.has_bias`)
+    attrs = ctx.attrs
+    names = {**attrs, **{c.name: argument(c, attrs) for c in model.consts.values()}}
     consts = list(model.consts.values())
     kwonly = [
         cst.Param(
             cst.Name(names[c.name]),
-            default=_key_default(c.value),
-            equal=b.KEYWORD_EQUAL,
+            default=None if c.required else _key_default(c.value),
+            equal=cst.MaybeSentinel.DEFAULT if c.required else b.KEYWORD_EQUAL,
         )
         for c in consts
     ]
@@ -304,12 +307,12 @@ def _init(
         if const.flag or const.name in read:  # a flag is set on a built module
             body.append(
                 _assign_name(
-                    b.attr(b.name("self"), names[const.name]), b.name(names[const.name])
+                    b.attr(b.name("self"), attrs[const.name]), b.name(names[const.name])
                 )
             )
     for param in model.params.values():
         # located: an error building it (a size past the limit) points at its defparam
-        statement = _param(model, param, lowered, ctx)
+        statement = _param(program, model, param, lowered, ctx, names)
         body.append(
             _documented(located(statement, param.span, ctx.source_lines), param)
         )
@@ -345,8 +348,7 @@ def _init_scalar(scalar: Scalar, names: dict) -> cst.BaseExpression:
     )
 
 
-def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
-    names = ctx.attrs
+def _param(program, model: Model, param: Param, lowered: Lowered, ctx, names: dict):
     init = param.init
 
     def scalar(s):
@@ -355,8 +357,11 @@ def _param(model: Model, param: Param, lowered: Lowered, ctx: ClassContext):
     if param.is_module:
 
         def instance(init):
-            sub_names = ctx.naming.attrs[init.model]
-            kwargs = {sub_names[k]: scalar(v) for k, (_, v) in init.args.items()}
+            sub, sub_names = program.models[init.model], ctx.naming.attrs[init.model]
+            kwargs = {
+                argument(sub.consts[k], sub_names): scalar(v)
+                for k, (_, v) in init.args.items()
+            }
             return b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
 
         def register(value):

@@ -122,6 +122,12 @@ def attributes(
     return attrs, names
 
 
+def argument(const, attrs: dict) -> str:
+    """A const's name as its constructor's argument: its key's, where its instances pass
+    it by another key than the name the model reads (`bias`, read as `has-bias`)."""
+    return mangle(const.key) if const.key else attrs[const.name]
+
+
 def _stores(model: Model, attrs: dict) -> dict:
     """The store (`parameters`, `buffers`, `modules`) of each member whose key is no plain
     attribute: a Python keyword, or one of nn.Module's own attributes."""

@@ -39,6 +39,7 @@ FUNCTIONS = {
     "ceil": math.ceil,
     "log": math.log,
     "exp": math.exp,
+    "sqrt": math.sqrt,
 }
 
 
@@ -256,6 +257,8 @@ def initial(init, env: dict) -> torch.Tensor:
         return torch.normal(f("mean"), f("std"), size=shape)
     if init.kind == "kaiming-uniform":
         return torch.nn.init.kaiming_uniform_(torch.empty(shape), a=f("a"))
+    if init.kind == "fan-in-uniform":
+        return torch.nn.init.uniform_(torch.empty(shape), f("low"), f("high"))
     return torch.empty(shape).uniform_(f("low"), f("high"))
 
 

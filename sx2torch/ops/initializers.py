@@ -10,6 +10,7 @@ which resolve reads.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -33,6 +34,8 @@ class Initializer:
     sizes: Callable = lambda args: args["shape"]
     # the arguments that count elements (eye's n): compile-time integers, checked by resolve
     counts: tuple = ()
+    # the arguments it computes from those given, once resolve has read them
+    derived: Callable = lambda args: {}
 
 
 INITIALIZERS: dict[str, Initializer] = {}
@@ -115,6 +118,35 @@ register(
         ),
         ("shape",),
         {"a": 0},
+    )
+)
+
+
+def _bias_bound(args) -> dict:
+    """torch's `bound = 1 / math.sqrt(fan_in)` (a bias of nn.Linear and the
+    convolutions), the low end written -1 / math.sqrt(fan_in), which is -bound exactly."""
+    root = Scalar(ScalarOp.SQRT, (args["fan-in"],), math.sqrt(args["fan-in"].value))
+    low, high = (
+        Scalar(ScalarOp.DIV, (Scalar.lit(one), root), one / root.value)
+        for one in (-1, 1)
+    )
+    return {"low": low, "high": high}
+
+
+# nn.Linear's and the convolutions' default bias: uniform in +-1/sqrt(fan_in), drawn by
+# torch's own call on the bound torch computes
+register(
+    Initializer(
+        "fan-in-uniform",
+        lambda args, write, part: b.call(
+            "nn.init.uniform_",
+            b.call("torch.empty", *_shape(args, write)),
+            write(args["low"]),
+            write(args["high"]),
+        ),
+        ("shape",),
+        {"fan-in": 1},
+        derived=_bias_bound,
     )
 )
 register(

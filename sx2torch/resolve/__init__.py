@@ -18,6 +18,7 @@ from sx2torch.resolve.checks import (
     check_params,
     check_ties,
 )
+import sx2torch.resolve.layers as library
 from sx2torch.resolve.models import defmodel, model_form
 from sx2torch.resolve.runs import check_run, defrun
 from sx2torch.resolve.values import form_head
@@ -50,7 +51,9 @@ def run(data: list, top_name: str) -> Program:
             _require(datum)
         else:
             model_form(top, datum, head)
-    program = Program(top, models, runs)
+    # the library's layers first: their classes come before those that use them
+    layers = {m.name: m for m in map(defmodel, library.wanted(models, top))}
+    program = Program(top, {**layers, **models}, runs)
     for model in models.values():
         _share_defuns(top, model)
     for model in program.all_models():

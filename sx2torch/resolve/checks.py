@@ -14,27 +14,63 @@ from sx2torch.syntax.scalars import Scalar
 
 
 def check_params(program: Program, model: Model) -> None:
+    """Each instance's arguments named by the consts they set: the positional ones in its
+    model's lambda list's order, the keywords by each &key's key; every required &key
+    given, each list-valued one a list."""
     for init in (
         i for p in model.params.values() if p.is_module for i in p.init.instances
     ):
         if init.model not in program.models or init.model == model.name:
             raise SourceError(init.span, f"unknown initializer or model '{init.model}'")
         sub = program.models[init.model]
+        init.args = _named(sub, init)
         for key, (span, value) in init.args.items():
-            if key not in sub.consts:
-                known = ", ".join(f":{k}" for k in sub.consts) or "none"
-                raise SourceError(
-                    span, f"model '{sub.name}' has no key :{key} (known: {known})"
-                )
-            default = sub.consts[key].value.value
+            const = sub.consts[key]
+            default = const.value.value
             if isinstance(default, tuple) != isinstance(value.value, tuple):
                 what = "a list" if isinstance(default, tuple) else "not a list"
+                shown = scalars.text(Scalar.lit(default), None)
                 raise SourceError(
                     span,
-                    f"{sub.name}'s :{key} is {what} (its default is "
-                    f"{scalars.text(Scalar.lit(default), None)}), got "
-                    f"{scalars.text(Scalar.lit(value.value), None)}",
+                    f"{sub.name}'s :{const.argument} is {what}"
+                    + ("" if const.required else f" (its default is {shown})")
+                    + f", got {scalars.text(Scalar.lit(value.value), None)}",
                 )
+
+
+def _named(sub: Model, init) -> dict:
+    """An instance's arguments by the names its model reads them by."""
+    consts = list(sub.consts.values())
+    by_key = {const.argument: const.name for const in consts}
+    named: dict = {}
+    for key, (span, value) in init.args.items():
+        if isinstance(key, int) and key >= len(consts):
+            raise SourceError(
+                span,
+                f"model '{sub.name}' takes at most {len(consts)} arguments before its "
+                f"keywords, got {key + 1}",
+            )
+        if not isinstance(key, int) and key not in by_key:
+            known = ", ".join(f":{k}" for k in by_key) or "none"
+            raise SourceError(
+                span, f"model '{sub.name}' has no key :{key} (known: {known})"
+            )
+        name = consts[key].name if isinstance(key, int) else by_key[key]
+        if name in named:
+            raise SourceError(
+                span, f"{sub.name}'s :{sub.consts[name].argument} is given twice"
+            )
+        named[name] = (span, value)
+    missing = [c.argument for c in consts if c.required and c.name not in named]
+    if missing:
+        raise SourceError(
+            init.span,
+            f"model '{sub.name}' needs " + ", ".join(f":{k}" for k in missing)
+            + f" (it has no default): ({sub.name} "
+            + " ".join(c.argument.upper() for c in consts if c.required)
+            + " ...)",
+        )
+    return named
 
 
 def check_built(program: Program) -> None:
@@ -64,6 +100,7 @@ def check_built(program: Program) -> None:
             if not param.is_module:
                 if where is not None:  # the top model's sizes: initializers.check_size
                     built.sizes(param, [built.compute(z, env) for z in sizes(init)])
+                    built.fan_in(param, env)
                 continue
             choice = init.kind == "choice"
             when = built.compute(init.args["when"], env) if choice else None
@@ -115,6 +152,16 @@ class _Built:
             raise self.fail(
                 f"parameter '{param.name}' has {elements:,} elements, past the limit of {MAX_ELEMENTS:,}"
             )
+
+    def fan_in(self, param, env: dict) -> None:
+        """A bias's fan-in, whose 1 / math.sqrt the constructor computes (torch's layers
+        with no input features draw a zero bias; these stop there)."""
+        if param.init.kind == "fan-in-uniform":
+            fan_in = self.compute(param.init.args["fan-in"], env)
+            if not fan_in > 0:
+                raise self.fail(
+                    f"parameter '{param.name}' has a fan-in of {fan_in!r}, not a positive number"
+                )
 
     def count(self, param, count) -> None:
         if (

@@ -78,6 +78,7 @@ def initializer(model: Model, datum: Datum) -> Init:
     for key in INITIALIZERS[head].counts:
         scalars.expect_int(args[key], datum.items[1].span, f"{head}'s size")
     _check_ranges(head, args, keywords, datum)
+    args.update(INITIALIZERS[head].derived(args))
     return Init(head, args)
 
 
@@ -396,6 +397,11 @@ def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
             keywords["std"].span,
             f":std must not be negative, got {args['std'].value}",
         )
+    if head == "fan-in-uniform" and not args["fan-in"].value > 0:
+        raise SourceError(
+            keywords.get("fan-in", datum).span,
+            f":fan-in must be positive, got {args['fan-in'].value}",
+        )
     if head == "uniform" and args["low"].value > args["high"].value:
         low, high = args["low"].value, args["high"].value
         raise SourceError(
@@ -405,14 +411,19 @@ def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
 
 
 def _instance_args(model: Model, datum: List) -> dict:
-    """`(MODEL :k v ...)` -> {k: (span, Scalar)}; the keys are checked once every model is read."""
+    """`(MODEL A B :k v ...)` -> {0: (span, A), 1: (span, B), k: (span, v)}: the arguments
+    before the keywords are the model's keys in its lambda list's order, which
+    resolve/checks.py names once every model is read."""
     items = datum.items[1:]
-    if items and not isinstance(items[0], Keyword):
-        raise SourceError(
-            items[0].span,
-            "a sub-model takes only keyword arguments, such as (block :d d)",
-        )
+    first = next(
+        (i for i, item in enumerate(items) if isinstance(item, Keyword)), len(items)
+    )
+    args = {i: (item.span, evaluate(model, item)) for i, item in enumerate(items[:first])}
+    items = items[first:]
     every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
     pairs = read_keywords(items, every_key, "a sub-model instance")
     keys = {item.name: item.span for item in items[::2]}
-    return {key: (keys[key], evaluate(model, value)) for key, value in pairs.items()}
+    args.update(
+        (key, (keys[key], evaluate(model, value))) for key, value in pairs.items()
+    )
+    return args

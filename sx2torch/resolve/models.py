@@ -9,7 +9,8 @@ from sx2torch.resolve.values import evaluate, expect_symbol, form_head
 from sx2torch.syntax.forms import match
 from sx2torch.syntax.names import FORMS, mangle
 from sx2torch.syntax.program import Const, Defun, Model, Param, Tie
-from sx2torch.syntax.read import Boolean, List, String, Symbol, shown
+from sx2torch.syntax.read import Boolean, Keyword, List, String, Symbol, shown
+from sx2torch.syntax.scalars import RUN_VALUE, Scalar
 
 
 def model_form(model: Model, datum: List, head: str) -> None:
@@ -107,7 +108,11 @@ def _defun(datum: List) -> Defun:
     return Defun(name.name, args, keys, doc, tuple(body), name.span)
 
 
-def _lambda_list(items: tuple) -> tuple:
+def _lambda_list(items: tuple, model: bool = False) -> tuple:
+    """A lambda list's arguments and &key arguments. A model's &key may be written
+    without a default (`in-features`: every instance passes it) and under another key
+    than the name it is read by (`((:bias has-bias) true)`); each &key is then
+    (symbol, default or None, the key's name or None)."""
     args: list[Symbol] = []
     keys: list[tuple] = []
     seen: set[str] = set()
@@ -118,36 +123,62 @@ def _lambda_list(items: tuple) -> tuple:
                 raise SourceError(item.span, "&key given twice")
             in_keys = True
             continue
+        key = None
         if in_keys:
-            if isinstance(item, Symbol):
+            if isinstance(item, Symbol) and not model:
                 raise SourceError(
                     item.span, f"a &key argument needs a default: ({item.name} DEFAULT)"
                 )
-            if not isinstance(item, List) or len(item.items) != 2:
+            if isinstance(item, Symbol):
+                symbol, default = item, None
+            elif not isinstance(item, List) or len(item.items) != 2:
                 raise SourceError(item.span, "expected (NAME DEFAULT) after &key")
-            symbol, default = (
-                expect_symbol(item.items[0], "an argument name"),
-                item.items[1],
-            )
+            else:
+                symbol, default = item.items
+                if model and isinstance(symbol, List):
+                    symbol, key = _aliased(symbol)
+                symbol = expect_symbol(symbol, "an argument name")
         else:
             symbol, default = expect_symbol(item, "an argument name"), None
         if symbol.name in seen:
             raise SourceError(symbol.span, f"argument '{symbol.name}' given twice")
         seen.add(symbol.name)
-        (keys.append((symbol, default)) if in_keys else args.append(symbol))
+        if in_keys:
+            keys.append((symbol, default, key) if model else (symbol, default))
+        else:
+            args.append(symbol)
     return args, keys
+
+
+def _aliased(datum: List) -> tuple:
+    """`(:bias has-bias)`: the name read in the model and the key its instances pass."""
+    if len(datum.items) != 2 or not isinstance(datum.items[0], Keyword):
+        raise SourceError(
+            datum.span, "expected (:KEY NAME): the key instances pass, then the name read"
+        )
+    return datum.items[1], datum.items[0].name
 
 
 def defmodel(datum: List) -> Model:
     form = match(datum)
     (name, params), body = form.parts, form.body
-    args, keys = _lambda_list(params.items)
+    args, keys = _lambda_list(params.items, model=True)
     if args:
-        raise SourceError(args[0].span, "a model takes only &key arguments")
+        raise SourceError(
+            args[0].span,
+            "a model takes only &key arguments (an instance may pass them in order, "
+            "before its keywords)",
+        )
     model = Model(name.name, name.span)
-    for symbol, default in keys:
+    passed: dict = {}  # the keys instances pass, each once
+    for symbol, default, key in keys:
+        if passed.setdefault(key or symbol.name, symbol) is not symbol:
+            raise SourceError(
+                symbol.span, f"model '{name.name}' takes the key :{key or symbol.name} twice"
+            )
+        value = Scalar.lit(RUN_VALUE) if default is None else evaluate(model, default)
         model.consts[symbol.name] = Const(
-            symbol.name, evaluate(model, default), symbol.span
+            symbol.name, value, symbol.span, key=key, required=default is None
         )
     if body and isinstance(body[0], String):
         model.doc, body = body[0].value, body[1:]

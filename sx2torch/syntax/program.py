@@ -37,6 +37,17 @@ class Const:
     span: Span
     # a defflag: read only when the module runs, so setting it on a built module counts
     flag: bool = False
+    # a model's &key: the key its instances pass it by where that differs from the name
+    # the model reads it by (`((:bias has-bias) true)`, since `bias` names a parameter)
+    key: Optional[str] = None
+    # a model's &key written without a default: every instance passes it (its value is
+    # RUN_VALUE's stand-in for the checks of the model at its defaults)
+    required: bool = False
+
+    @property
+    def argument(self) -> str:
+        """The name its instances pass it by."""
+        return self.key or self.name
 
 
 # The initializers that make sub-models: an instance, a stack of one model's instances, a

@@ -54,6 +54,9 @@ class ScalarOp(str, Enum):
     CEIL = "ceil"
     LOG = "log"
     EXP = "exp"
+    # math.sqrt: the bias initializer's bound, 1 / math.sqrt(fan_in), as torch computes it
+    # (a const's `sqrt` is `d ** 0.5`, which differs from it for some fan-ins)
+    SQRT = "sqrt"
     LIST = "list"  # the elements: a vector some of whose elements are not literals
     AT = "at"  # (list, index): an element of a list, `depths[i]`
     LEN = "len"  # (list,): its length, `len(depths)`
@@ -99,6 +102,7 @@ UNARY: dict[ScalarOp, Callable] = {
     ScalarOp.CEIL: math.ceil,
     ScalarOp.LOG: math.log,
     ScalarOp.EXP: math.exp,
+    ScalarOp.SQRT: math.sqrt,
 }
 # The functions a defconst may apply to numbers: those a const's value can stay.
 CONST_FUNCTIONS = frozenset(("int", "floor", "ceil", "log", "exp", "sqrt"))

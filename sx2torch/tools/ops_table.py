@@ -1,6 +1,10 @@
 """The op table of docs/OPS.md, made from the registry: `python -m sx2torch.tools.ops_table > docs/OPS.md`."""
 
+from sx2torch.ops.initializers import sizes
 from sx2torch.ops.registry import REGISTRY, Op
+from sx2torch.resolve import layers
+from sx2torch.resolve.models import defmodel
+from sx2torch.syntax import scalars
 
 
 def signature(op: Op) -> str:
@@ -66,6 +70,19 @@ def markdown() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     lines += [_row(op) for op in internal]
+    lines += [
+        "",
+        "## Layers",
+        "",
+        "The layer library (docs/LANGUAGE.md, \"The layer library\"), made from its source",
+        "(`sx2torch/resolve/layers.py`): each layer is a model, its arguments in torch's order",
+        "(those in capitals have no default), its parameters torch's keys; its forward's ops",
+        "have their rows above, with their precision and derivative.",
+        "",
+        "| layer | parameters | forward |",
+        "| --- | --- | --- |",
+    ]
+    lines += [_layer_row(defmodel(form)) for form in layers.forms()]
     return "\n".join(lines) + "\n"
 
 
@@ -81,6 +98,40 @@ def _row(op: Op) -> str:
     )
     cell = signature(op).replace("|", "\\|")
     return f"| `{cell}` | {op.rank.doc} | {marks(op)} | {derivative} | {op.doc.replace('|', '/')} |"
+
+
+def _layer_row(model) -> str:
+    consts = list(model.consts.values())
+
+    def leaf(scalar) -> str:  # a const as instances pass it: `bias`, read as has-bias
+        return model.consts[scalar.args[0]].argument
+
+    def shown(scalar) -> str:
+        return _shown(scalar.value) if scalar.op == "lit" else scalars.text(scalar, leaf)
+
+    keys = [f":{c.argument} {shown(c.value)}" for c in consts if not c.required]
+    args = [c.argument.upper() for c in consts if c.required]
+    head = " ".join([model.name, *args, *(["&key", *keys] if keys else [])])
+    params = "; ".join(
+        f"`{p.name}` [{' '.join(shown(z) for z in sizes(p.init))}] {p.init.kind}"
+        + ("" if p.when is None else f", if {shown(p.when)}")
+        for p in model.params.values()
+    )
+    ops = sorted(_heads(model.defuns["forward"].body) & set(REGISTRY))
+    calls = ", ".join(f"`{op}`" for op in ops)
+    return f"| `({head})` | {params} | {model.doc}; calls {calls} |"
+
+
+def _heads(body) -> set:
+    """The heads of the lists in `body`, at any depth."""
+    found, pending = set(), list(body)
+    while pending:
+        datum = pending.pop()
+        items = getattr(datum, "items", None)
+        if items:
+            found.add(getattr(items[0], "name", None))
+            pending.extend(items)
+    return found
 
 
 if __name__ == "__main__":

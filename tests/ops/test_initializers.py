@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from sx2torch import interpret, resolve
+from sx2torch.errors import SourceError
 from sx2torch.ops import initializers
 from sx2torch.ops.initializers import INITIALIZERS
 from sx2torch.syntax import read
@@ -51,6 +55,7 @@ def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(bu
         "normal": "(normal [3 2] :std 0.5)",
         "uniform": "(uniform [5])",
         "kaiming-uniform": "(kaiming-uniform [3 2 2] :a 0.5)",
+        "fan-in-uniform": "(fan-in-uniform [3] :fan-in 5)",
         "eye": "(eye 3)",
         "linspace": "(linspace 4 :end 2)",
         "concat": "(concat [(eye 2) (zeros [1 2])])",
@@ -79,25 +84,39 @@ def test_every_initializer_is_one_entry_whose_sizes_are_the_tensors_it_builds(bu
     assert torch.equal(model.repeat, torch.tensor([0.0, 1.0] * 3))
 
 
-def test_kaiming_uniform_draws_torchs_default_weights(build):
-    """(kaiming-uniform SHAPE :a (sqrt 5)) is nn.Linear's and nn.Conv2d's default weight:
-    torch's own nn.init.kaiming_uniform_, so the same seed draws the same bits (the
-    interpreter draws them too)."""
+def test_kaiming_and_fan_in_uniform_draw_torchs_default_weights_and_bias(build):
+    """(kaiming-uniform SHAPE :a (sqrt 5)) is nn.Linear's and nn.Conv2d's default weight,
+    torch's own nn.init.kaiming_uniform_, and (fan-in-uniform SHAPE :fan-in N) their
+    default bias, bounded by 1 / math.sqrt(N) written as torch writes it: at N = 5579,
+    1 / N ** 0.5 (a const's sqrt) is another double (the two round to one float32, which
+    an f32 draw reads). The same seed draws the same bits (the interpreter's too)."""
+    assert 1 / 5579**0.5 != 1 / math.sqrt(5579)
     source = (
-        "(defparam weight (kaiming-uniform [7 20] :a (sqrt 5)))\n"
+        "(defconst n 5579)\n"
+        "(defparam weight (kaiming-uniform [7 n] :a (sqrt 5)))\n"
+        "(defparam bias (fan-in-uniform [7] :fan-in n))\n"
         "(defparam kernel (kaiming-uniform [6 4 3 3] :a (sqrt 5)))\n"
-        "(defun forward (x) (linear x weight))\n"
+        "(defun forward (x) (linear x weight bias))\n"
     )
     module, code = build(source)
-    assert "nn.init.kaiming_uniform_(torch.empty(7, 20), a=2.23606797749979)" in code
+    assert "nn.init.kaiming_uniform_(torch.empty(7, n), a=2.23606797749979)" in code
+    assert "nn.init.uniform_(torch.empty(7), -1 / math.sqrt(n), 1 / math.sqrt(n))" in code
     torch.manual_seed(0)
     model = module.Model()
     torch.manual_seed(0)
     interpreted = interpret.load(source).state_dict()
     torch.manual_seed(0)
-    linear = torch.nn.Linear(20, 7, bias=False)
+    linear = torch.nn.Linear(5579, 7)
     conv = torch.nn.Conv2d(4, 6, 3, bias=False)
-    assert torch.equal(model.weight, linear.weight)
-    assert torch.equal(model.kernel, conv.weight)
-    assert torch.equal(interpreted["weight"], linear.weight)
-    assert torch.equal(interpreted["kernel"], conv.weight)
+    for got in (dict(model.named_parameters()), interpreted):
+        assert torch.equal(got["weight"], linear.weight)
+        assert torch.equal(got["bias"], linear.bias)
+        assert torch.equal(got["kernel"], conv.weight)
+
+
+def test_fan_in_uniform_needs_a_positive_fan_in():
+    source = "(defparam b (fan-in-uniform [3] :fan-in 0))\n(defun forward (x) x)\n"
+    with pytest.raises(SourceError) as raised:
+        resolve.run(read.run(source), "model")
+    assert ":fan-in must be positive, got 0" in str(raised.value)
+    assert (raised.value.span.line, raised.value.span.col) == (1, 41)

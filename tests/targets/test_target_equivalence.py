@@ -329,6 +329,13 @@ SKIPPED: dict[str, str] = {
     "conv": "as llama: F.conv2d, F.conv1d, F.avg_pool2d and bilinear F.interpolate on the "
     "held targets run in f32 and round once, which is not the bits of cuda's bf16 kernels; "
     "tests/ops/test_conv_ops.py checks each target against the torch call",
+    "layer-library": "as vit: F.linear, F.layer_norm and F.rms_norm on the held targets "
+    "run in f32 and round once, which is not the bits of cuda's bf16 kernels; tests/"
+    "language/test_layer_library.py checks each layer against torch's module and the "
+    "interpreter",
+    "layer-library-conv": "as conv: F.conv2d and F.conv_transpose2d on the held targets "
+    "run in f32 and round once; tests/language/test_layer_library.py checks each layer "
+    "against torch's module and the interpreter",
     "convnet": "as conv: its F.conv2d on the held targets runs in f32 and rounds once; "
     "tests/models/test_convnet.py trains it on the cuda and cpu targets against a hand-written module",
     "convnext": "as vit: F.conv2d, F.layer_norm and F.linear on the held targets run in f32 "

@@ -471,7 +471,9 @@ class Gen:
 
     def call(self, scope, depth):
         x = self.expr(ROWS, scope, depth)
-        kind = self.rng.randrange(6)
+        kind = self.rng.randrange(7)
+        if kind == 6:  # a layer of the library (LAYERS): a model of the compiler's
+            return f"({self.rng.choice(LAYERS)[0]} {x})"
         if kind == 0:
             key = f" :k {self.pick('0.5', '2.0', '-1.0')}" if self.chance(0.5) else ""
             return f"(helper {x}{key})"
@@ -533,6 +535,9 @@ def program(seed: int) -> tuple:
     for name, shape in TENSOR_PARAMS:
         if re.search(rf"\b{name}\b", helper + forward):
             lines.append(f"(defparam {name} (normal {shape}))")
+    for name, instance in LAYERS:
+        if re.search(rf"\({name} ", forward):
+            lines.append(f"(defparam {name} {instance})")
     precision = rng.choice([":f32", ":bf16", ":bf16"])
     arguments = ["x", "ids"] + (["keep"] if re.search(r"\bkeep\b", forward) else [])
     lines += [
@@ -550,6 +555,13 @@ TENSOR_PARAMS = [
     ("wr", "[d 2]"),
     ("gu", "[2 4 d]"),
     ("dn", "[2 d 2]"),
+]
+# The library's layers on rows [B d] (docs/LANGUAGE.md, "The layer library").
+LAYERS = [
+    ("lin", "(Linear d d)"),
+    ("lin-nb", "(Linear d d :bias false)"),
+    ("norm", "(LayerNorm d)"),
+    ("rms", "(RMSNorm d :eps 1e-5)"),
 ]
 STACKS = [
     "(stack 2 (blk :d d))",
