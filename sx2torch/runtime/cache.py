@@ -188,26 +188,7 @@ def cached_attention(
     extra = {} if scale is None else {"scale": scale}
     cache = _ACTIVE[0]
     if cache is None:
-        if softcap is not None:
-            return eager_attention(
-                q,
-                k,
-                v,
-                softcap=softcap,
-                scale=scale,
-                causal=True,
-                window=window,
-                enable_gqa=enable_gqa,
-                round=round,
-            )
-        if window is not None:
-            mask = window_mask(q.shape[-2], window, q.device)
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
-            )
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=enable_gqa, **extra
-        )
+        return _plain(q, k, v, scale, window, enable_gqa, softcap, round)
     k, v, start = cache.store(k, v, dtype, window)
     queries, keys = q.shape[-2], k.shape[-2]
     query_at, key_at = cache.positions(queries, start, keys, q.device)
@@ -230,6 +211,31 @@ def cached_attention(
     mask = seen(query_at, key_at, window)
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
+    )
+
+
+def _plain(q, k, v, scale, window, enable_gqa, softcap, round) -> Tensor:
+    """The attention the module computes without a generation running: the plain op's."""
+    if softcap is not None:
+        return eager_attention(
+            q,
+            k,
+            v,
+            softcap=softcap,
+            scale=scale,
+            causal=True,
+            window=window,
+            enable_gqa=enable_gqa,
+            round=round,
+        )
+    extra = {} if scale is None else {"scale": scale}
+    if window is not None:
+        mask = window_mask(q.shape[-2], window, q.device)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
+        )
+    return F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=enable_gqa, **extra
     )
 
 
