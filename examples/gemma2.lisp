@@ -52,21 +52,20 @@
   (defun rotate-half (x &key (half (// head-dim 2)))
     (concat [(- (slice x :axis -1 :start half)) (slice x :axis -1 :end half)] :axis -1))
   (defun apply-rotary-pos-emb (x cos sin) (+ (* x cos) (* (rotate-half x) sin)))
-  ;; [B T H*D] -> [B KV 1 T D] for keys and values, [B KV H/KV T D] for queries: each
-  ;; query head reads its group's key head, as repeat_kv gives it
-  (defun split-heads (x) (transpose (reshape x [0 0 kv-heads -1 head-dim]) [0 2 3 1 4]))
-  ;; the causal mask, and the sliding window's (kv_idx > q_idx - sliding_window)
-  (defun mask (x)
-    (let ((j (positions x :axis 1)) (i (reshape j [-1 1]))
-          (causal (where (<= j i) 0.0 -inf)))
-      (if (> window 0) (+ causal (where (> j (- i window)) 0.0 -inf)) causal)))
+  (defun split-heads (x) (transpose (reshape x [0 0 -1 head-dim]) [0 2 1 3]))
+  ;; transformers' eager attention with its soft-capped scores; an even layer's query sees
+  ;; the keys of the window before it (kv_idx > q_idx - sliding_window: :window W keeps
+  ;; q_idx - W <= kv_idx)
   (defun forward (x cos sin)
     (let ((q (apply-rotary-pos-emb (split-heads (q-proj x)) cos sin))
           (k (apply-rotary-pos-emb (split-heads (k-proj x)) cos sin))
-          (scores (* (matmul q (swap-axes k -1 -2)) (** scalar -0.5)))
-          (scores (+ (* (tanh (/ scores softcap)) softcap) (mask x)))
-          (y (matmul (softmax scores) (split-heads (v-proj x)))))
-      (o-proj (reshape (transpose (reshape y [0 heads -1 head-dim]) [0 2 1 3]) [0 0 -1])))))
+          (v (split-heads (v-proj x)))
+          (y (if (> window 0)
+                 (attention q k v :causal true :window (- window 1) :softcap softcap
+                            :scale (** scalar -0.5) :enable-gqa true)
+                 (attention q k v :causal true :softcap softcap :scale (** scalar -0.5)
+                            :enable-gqa true))))
+      (o-proj (reshape (transpose y [0 2 1 3]) [0 0 -1])))))
 
 (defmodel gemma2-decoder-layer
     (&key (dim 2304) (hidden 9216) (heads 8) (kv-heads 4) (head-dim 256) (eps 1e-6)

@@ -92,8 +92,6 @@ class Gemma2Attention(nn.Module):
         window=0
     ):
         super().__init__()
-        self.heads = heads
-        self.kv_heads = kv_heads
         self.head_dim = head_dim
         self.scalar = scalar
         self.softcap = softcap
@@ -113,36 +111,35 @@ class Gemma2Attention(nn.Module):
         return x * cos.to(torch.bfloat16) + self.rotate_half(x) * sin.to(torch.bfloat16)
 
     def split_heads(self, x):
-        return x.reshape(
-            x.shape[0], x.shape[1], self.kv_heads, -1, self.head_dim
-        ).permute(0, 2, 3, 1, 4)
-
-    def mask(self, x):
-        j = torch.arange(x.shape[1], device=x.device)
-        i = j.reshape(-1, 1)
-        causal = torch.where(j <= i, 0.0, -torch.inf).to(torch.float32)
-        return (
-            causal + torch.where(j > i - self.window, 0.0, -torch.inf).to(torch.float32)
-            if self.window > 0
-            else causal
-        )
+        return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
 
     def forward(self, x, cos, sin):
         q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
         k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
-        scores = (q @ k.transpose(-1, -2)) * self.scalar**-0.5
-        scores = torch.tanh(scores / self.softcap) * self.softcap + self.mask(x).to(
-            torch.bfloat16
+        v = self.split_heads(self.v_proj(x))
+        y = (
+            sx.eager_attention(
+                q,
+                k,
+                v,
+                softcap=self.softcap,
+                scale=self.scalar**-0.5,
+                window=self.window - 1,
+                causal=True,
+                enable_gqa=True,
+            )
+            if self.window > 0
+            else sx.eager_attention(
+                q,
+                k,
+                v,
+                softcap=self.softcap,
+                scale=self.scalar**-0.5,
+                causal=True,
+                enable_gqa=True,
+            )
         )
-        # (softmax scores)
-        with torch.autocast("cuda", enabled=False):
-            softmax_scores = torch.softmax(scores.float(), dim=-1)
-        y = softmax_scores.to(torch.bfloat16) @ self.split_heads(self.v_proj(x))
-        return self.o_proj(
-            y.reshape(y.shape[0], self.heads, -1, self.head_dim)
-            .permute(0, 2, 1, 3)
-            .flatten(2)
-        )
+        return self.o_proj(y.permute(0, 2, 1, 3).flatten(2))
 
 
 class Gemma2DecoderLayer(nn.Module):

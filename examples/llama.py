@@ -185,6 +185,13 @@ class Llama(nn.Module):
         "lm_head": "colwise_gather_output",
     }
     TP_REDUCE = "f32"
+    # Each split layer's rows hold whole heads of this size, which tensor_parallel
+    # checks against the devices.
+    TP_HEADS = {
+        "model.layers.*.self_attn.q_proj": "model.layers.*.self_attn.head_dim",
+        "model.layers.*.self_attn.k_proj": "model.layers.*.self_attn.head_dim",
+        "model.layers.*.self_attn.v_proj": "model.layers.*.self_attn.head_dim",
+    }
 
     def __init__(
         self,

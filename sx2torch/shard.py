@@ -26,9 +26,10 @@ from typing import Optional
 
 from sx2torch.ir import LIBRARY, Graph, Kind, Node, callee_key, outputs, walk
 from sx2torch.ops import REGISTRY
-from sx2torch.ops.sharding import PARTIAL, Refused
+from sx2torch.ops.sharding import PARTIAL, Heads, Refused
 from sx2torch.syntax.names import mangle
 from sx2torch.syntax.program import LISTS, Program
+from sx2torch.syntax.scalars import ScalarOp
 
 COLWISE, ROWWISE, GATHER = "colwise", "rowwise", "colwise_gather_output"
 
@@ -38,6 +39,11 @@ class Entry:
     path: str  # the weight's module, from the top one: model.layers.*.self_attn.q_proj
     style: Optional[str]  # COLWISE, ROWWISE or GATHER; None: whole on every device
     reason: str = ""  # why it is whole (or why its output is gathered)
+    # a colwise layer whose output splits into heads: each head's sizes (scalars, literals
+    # or consts of `owner`, the model that calls the layer), which every device's share of
+    # its rows must hold whole
+    heads: tuple = ()
+    owner: str = ""
 
 
 @dataclass
@@ -126,7 +132,7 @@ def _flows(nodes: list, states: dict) -> bool:
             states[node] = states.get(node.inputs[0])
         elif node.kind is Kind.OP and REGISTRY[node.op].shards:
             try:
-                states[node] = _through(node, [states.get(i) for i in node.inputs])
+                states[node], _ = _through(node, [states.get(i) for i in node.inputs])
             except Refused:
                 return False
         elif node.kind is Kind.IF:
@@ -137,9 +143,18 @@ def _flows(nodes: list, states: dict) -> bool:
     return True
 
 
-def _through(node: Node, axes: list):
+def _through(node: Node, axes: list) -> tuple:
+    """The output's split axis, and each head's sizes where the op splits the features
+    into heads (else None)."""
     shapes = [_dims(i) if isinstance(i, Node) else () for i in node.inputs]
-    return REGISTRY[node.op].shards(axes, shapes, node.attrs)
+    found = REGISTRY[node.op].shards(axes, shapes, node.attrs)
+    if isinstance(found, Heads):
+        return found.axis, found.sizes
+    return found, None
+
+
+# a value every device holds whole: no split axis, no group, no layer's features
+WHOLE = (None, None, frozenset())
 
 
 class _Groups:
@@ -152,6 +167,7 @@ class _Groups:
         self.refused: dict = {}  # root -> [reason]
         self.pinned: set = set()  # layers whose weight itself must stay whole (a tie)
         self.returned: set = set()  # layers whose split output the top model returns
+        self.heads: dict = {}  # colwise layer -> {(model, sizes)}: the heads it splits into
 
     def find(self, key):
         self.parent.setdefault(key, key)
@@ -185,7 +201,10 @@ class _Groups:
 
 
 class _Flow:
-    """Splits through one graph, and the graphs it calls, from whole inputs."""
+    """Splits through one graph, and the graphs it calls, from whole inputs. A value's
+    state is its split axis, its group, and the colwise layers whose output features it
+    still is, feature for feature (their heads' sizes are recorded where it splits into
+    heads)."""
 
     def __init__(self, program: Program, graphs: dict, units: dict, groups: _Groups):
         self.program, self.graphs = program, graphs
@@ -196,8 +215,8 @@ class _Flow:
         self.calls: dict = {}
 
     def top(self, graph: Graph) -> None:
-        for value, (axis, group) in zip(
-            outputs(graph), self.graph(graph, [(None, None)] * len(graph.inputs))
+        for value, (axis, group, _) in zip(
+            outputs(graph), self.graph(graph, [WHOLE] * len(graph.inputs))
         ):
             if axis is not None:
                 self.groups.refuse(group, f"{_where(graph, value)} returns it split")
@@ -212,15 +231,15 @@ class _Flow:
         for node in walk(graph.nodes):  # a region's values, given to its if or loop
             for region in node.regions:
                 for value in region.outputs:
-                    axis, group = states.get(value, (None, None))
+                    axis, group, _ = states.get(value, WHOLE)
                     if axis is not None:
                         self.groups.refuse(group, f"{_where(graph, node)} carries it")
-        return [states.get(v, (None, None)) for v in outputs(graph)]
+        return [states.get(v, WHOLE) for v in outputs(graph)]
 
     def node(self, graph: Graph, node: Node, states: dict) -> tuple:
-        read = [states.get(i, (None, None)) for i in node.inputs]
-        axes = [a for a, _ in read]
-        group = self.groups.union(g for a, g in read if a is not None)
+        read = [states.get(i, WHOLE) for i in node.inputs]
+        axes = [a for a, _, _ in read]
+        group = self.groups.union(g for a, g, _ in read if a is not None)
         if node.kind is Kind.PARAM and node.attrs.get("via"):
             self._inline(graph, node)
         if node.kind is Kind.CAST:
@@ -235,20 +254,41 @@ class _Flow:
             return got[0] if len(got) == 1 else self._refuse(graph, node, got, group)
         if node.kind is Kind.OP and REGISTRY[node.op].shards and group is not None:
             try:
-                axis = _through(node, axes)
+                axis, heads = _through(node, axes)
             except Refused as refused:
                 self.groups.refuse(group, f"{_where(graph, node)}: {refused}")
-                return None, None
-            return axis, group if axis is not None else None
+                return WHOLE
+            if axis is None:
+                return WHOLE
+            layers = frozenset().union(*(o for a, _, o in read if a is not None))
+            if heads is not None:
+                self._heads(graph, node, layers, heads, group)
+            return axis, group, layers if axis == -1 and heads is None else frozenset()
         if group is not None:
             self.groups.refuse(group, f"{_where(graph, node)} needs all of it")
-        return None, None
+        return WHOLE
+
+    def _heads(self, graph: Graph, node: Node, layers, sizes: tuple, group) -> None:
+        """Record the heads `layers`' output splits into, whose sizes the runtime reads
+        from the built module (a number, or a const of the model calling the layer) to
+        check that each device holds whole heads."""
+        if not all(
+            s.op is ScalarOp.LIT or s.op is ScalarOp.CONST and len(s.args) == 1
+            for s in sizes
+        ):
+            self.groups.refuse(
+                group,
+                f"{_where(graph, node)}: its heads' size is neither a number nor a "
+                f"const of {graph.model}, so that the heads could not be checked whole",
+            )
+        for layer in layers:
+            self.groups.heads.setdefault(layer, set()).add((graph.model, sizes))
 
     def _refuse(self, graph: Graph, node: Node, got: list, group) -> tuple:
-        for axis, inner in got:
+        for axis, inner, _ in got:
             if axis is not None:
                 self.groups.refuse(inner, f"{_where(graph, node)} returns it split")
-        return None, None
+        return WHOLE
 
     def _submodel(self, graph: Graph, node: Node, axes: list, group) -> tuple:
         model = self.program.model(graph.model)
@@ -263,13 +303,13 @@ class _Flow:
             if ROWWISE in ways and axes == [-1]:
                 self.groups.add(key, ROWWISE)
                 self.groups.union([key, group])
-                return None, None
+                return WHOLE
             self.groups.refuse(group, f"{_where(graph, node)} needs all of it")
-            return None, None
+            return WHOLE
         if COLWISE in ways:
             self.groups.add(key, COLWISE)
-            return -1, key
-        return None, None
+            return -1, key, frozenset({key})
+        return WHOLE
 
     def _inline(self, graph: Graph, node: Node) -> None:
         key = node.attrs["via"][-1]  # (model, sub-model): the instance read through
@@ -346,9 +386,13 @@ def _verdict(groups: _Groups, key: tuple, path: str) -> Entry:
     both = [m for m in members if len(groups.ways.get(m, ())) > 1]
     if both:
         reasons.append(f"{'.'.join(both[0])} is called both ways")
+    twice = [m for m in members if len(groups.heads.get(m, ())) > 1]
+    if twice:
+        reasons.append(f"{'.'.join(twice[0])}'s output splits into heads of two sizes")
+    (owner, heads), *_ = groups.heads.get(key) or [("", ())]
     if not reasons:
-        return Entry(path, next(iter(groups.ways[key])))
+        return Entry(path, next(iter(groups.ways[key])), heads=heads, owner=owner)
     returned = groups.returned & set(members)
     if ways == {COLWISE} and returned and not groups.pinned & set(members):
-        return Entry(path, GATHER, "; ".join(reasons))
+        return Entry(path, GATHER, "; ".join(reasons))  # gathered: read whole
     return Entry(path, None, "; ".join(reasons))

@@ -30,6 +30,19 @@ LLAMA = dict(
     num_key_value_heads=2,
 )
 GPT2 = dict(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4)
+GEMMA2 = dict(
+    vocab_size=256,
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    query_pre_attn_scalar=24,
+    sliding_window=6,
+    final_logit_softcapping=3.0,
+    attn_logit_softcapping=2.0,
+)
 MIXTRAL = dict(
     vocab_size=256,
     hidden_size=64,

@@ -55,7 +55,7 @@ def run(
     body += functions.definitions(plans, naming, lambda t, name: _method(t, name, bare))
     by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
     for model in program.all_models():
-        top = _tp_plan(plan) if model.is_top and plan and plan.styles else []
+        top = _tp_plan(plan, naming) if model.is_top and plan and plan.styles else []
         body.append(
             _class(program, model, lowered, by_defun, contexts[model.name], top)
         )
@@ -169,8 +169,9 @@ def _class(
     )
 
 
-def _tp_plan(plan: Plan) -> list:
-    """The tensor-parallel plan the shard pass derived, as `sx.tensor_parallel` applies it."""
+def _tp_plan(plan: Plan, naming: Naming) -> list:
+    """The tensor-parallel plan the shard pass derived, as `sx.tensor_parallel` applies it,
+    and the size of the heads each split layer's output splits into."""
     why = {
         "f32": "all-reduce f32 partial sums, rounded once",
         "bf16": "all-reduce partial products rounded to bf16",
@@ -185,6 +186,36 @@ def _tp_plan(plan: Plan) -> list:
             leading_lines=lines
         ),
         cst.parse_statement(f"TP_REDUCE = {plan.reduce!r}"),
+        *_tp_heads(plan, naming),
+    ]
+
+
+def _tp_heads(plan: Plan, naming: Naming) -> list:
+    """`TP_HEADS`: each split layer whose output splits into heads -> the head's size, a
+    number or the path of the attribute its module is built with (several: their product),
+    so that tensor_parallel refuses devices that would hold part of a head."""
+    heads = {}
+    for entry in plan.entries:
+        if not entry.heads:
+            continue
+        owner = entry.path.rpartition(".")[0]
+        terms = [
+            s.value
+            if s.op is ScalarOp.LIT
+            else f"{owner}.{naming.attrs[entry.owner][s.args[0]]}".lstrip(".")
+            for s in entry.heads
+        ]
+        heads[entry.path] = terms[0] if len(terms) == 1 else terms
+    if not heads:
+        return []
+    comments = [
+        "# Each split layer's rows hold whole heads of this size, which tensor_parallel",
+        "# checks against the devices.",
+    ]
+    return [
+        cst.parse_statement(f"TP_HEADS = {heads!r}").with_changes(
+            leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in comments]
+        )
     ]
 
 

@@ -140,6 +140,25 @@ def _matrix_scan(a, k):
     return torch.stack(out, dim=axis)
 
 
+def _softcapped(q, key, v, allowed, mask, k):
+    """transformers' eager_attention_forward with Gemma 2's soft-cap, in Q's dtype: the
+    scores, scaled, capped tanh(s / C) C, masked, an f32 softmax read back in Q's dtype."""
+    if k.get("enable-gqa", False):
+        groups = q.shape[-3] // key.shape[-3]
+        key, v = (t.repeat_interleave(groups, dim=-3) for t in (key, v))
+    scale = k.get("scale")
+    scores = (q @ key.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    cap = k["softcap"]
+    scores = torch.tanh(scores / cap) * cap
+    if mask is not None and mask.dtype == torch.bool:
+        allowed = mask if allowed is None else allowed & mask
+    elif mask is not None:
+        scores = scores + mask
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, -math.inf)
+    return torch.softmax(scores, dim=-1, dtype=F32).to(q.dtype) @ v
+
+
 def _attention(a, k):
     """SDPA; a MASK (booleans: True sees; or floats added, read in Q's dtype) is restricted
     to the keys :causal or :window allow."""
@@ -150,11 +169,13 @@ def _attention(a, k):
     allowed = None
     if window is not None:
         allowed = (j <= i) & (j >= i - window)
-    elif k.get("causal", False) and len(a) == 4:
+    elif k.get("causal", False) and (len(a) == 4 or k.get("softcap") is not None):
         allowed = j <= i
     mask = a[3] if len(a) == 4 else None
     if mask is not None and mask.is_floating_point():
         mask = mask.to(q.dtype)
+    if k.get("softcap") is not None:
+        return _softcapped(q, key, v, allowed, mask, k)
     if mask is None:
         mask = allowed
     elif allowed is not None:

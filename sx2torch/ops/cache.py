@@ -12,15 +12,18 @@ from sx2torch.ops.sequence import SEQUENCE
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import ATTENTION, RankRule
 from sx2torch.ops.construct import ARANGE_OF, LIKE
+from sx2torch.ops.fused import held_rounding
 
 
 def _cached_attention(a, ctx):
     extra = {"dtype": b.dotted(ctx.tensor_dtype)}
-    for key, word in (("scale", "scale"), ("window", "window")):
+    for key, word in (("scale", "scale"), ("window", "window"), ("softcap", "softcap")):
         if ctx.attrs[key] is not None:
             extra[word] = ctx.attrs[key]
     if ctx.values["enable-gqa"] is not False:
         extra["enable_gqa"] = ctx.attrs["enable-gqa"]
+    if ctx.attrs["softcap"] is not None:
+        extra.update(held_rounding(ctx))
     return b.call("sx.cached_attention", *a, **extra)
 
 
@@ -33,10 +36,12 @@ register(
             Key("scale", "number"),
             Key("window", "int"),
             Key("enable-gqa", "bool", False),
+            Key("softcap", "number"),
         ),
         doc=(
             "`(attention q k v :causal true ...)` in a :generate run, keeping K and V in "
-            "the cache (sx.cached_attention), in the dtype it computes in, a literal"
+            "the cache (sx.cached_attention), in the dtype it computes in, a literal; "
+            "with :softcap, transformers' eager attention over the cache's keys"
         ),
         rank=ATTENTION,
         # per head, as `attention`: each device keeps its own heads' keys and values

@@ -221,12 +221,35 @@ def _literal_false(flag) -> bool:
 def _reads_q_and_k_twice(node) -> bool:
     """A window, or a mask beside :causal, makes the code read q's and k's shapes: they are
     locals there, and only there."""
+    if node.attrs["softcap"] is not None:  # sx.eager_attention reads each once
+        return False
     causal = node.attrs["causal"]
     never = causal.op is ScalarOp.LIT and causal.value is False
     return node.attrs["window"] is not None or (len(node.inputs) == 4 and not never)
 
 
+def held_rounding(ctx) -> dict:
+    """The `round` a runtime function is given on the targets that hold bf16 in f32
+    tensors, to round where the bf16 kernels round."""
+    held = ctx.compute == "bf16" and ctx.target != "cuda"
+    return {"round": b.dotted("sx.round_to_bf16")} if held else {}
+
+
+def _softcapped(a, ctx):
+    """transformers' eager attention, which a score soft-cap needs (sx.eager_attention)."""
+    extra = {"softcap": ctx.attrs["softcap"]}
+    for key, word in (("scale", "scale"), ("window", "window")):
+        if ctx.attrs[key] is not None:
+            extra[word] = ctx.attrs[key]
+    for key, word in (("causal", "causal"), ("enable-gqa", "enable_gqa")):
+        if not _literal_false(ctx.attrs[key]):
+            extra[word] = ctx.attrs[key]
+    return b.call("sx.eager_attention", *a, **extra, **held_rounding(ctx))
+
+
 def _attention(a, ctx):
+    if ctx.attrs["softcap"] is not None:
+        return _softcapped(a, ctx)
     q, k, v = a[:3]
     extra = {}
     length = b.subscript(b.attr(q, "shape"), b.number(-2))
@@ -277,6 +300,7 @@ register(
             Key("causal", "bool", False),
             Key("window", "int"),
             Key("enable-gqa", "bool", False),
+            Key("softcap", "number"),
         ),
         name_inputs=_reads_q_and_k_twice,
         shards=sharding.attention,
@@ -293,8 +317,10 @@ register(
             "seen), or a float added to the scores (0 or -inf; cast to the dtype it computes "
             "in), such as a padding mask from an input [B, S] reshaped to [B 1 1 S]; with "
             ":causal or :window it is restricted to their keys (sx.restrict_mask), still one "
-            "call. A score soft-cap (Gemma 2) has no SDPA form: write the scores out, "
-            "(softmax (+ (softcap S C) MASK)). No derivative rule: "
+            "call. :softcap C (Gemma 2's score soft-cap), which has no SDPA form, computes as "
+            "transformers' eager attention instead (sx.eager_attention): the scores q kᵀ "
+            "rounded, scaled, soft-capped tanh(S / C) C (each step rounded), masked, the "
+            "softmax in f32 rounded, times V. No derivative rule: "
             "differentiate causal-attention instead"
         ),
         rank=ATTENTION,

@@ -7,12 +7,14 @@ compiles, a sub-model's input's among them), or None where every device holds al
 `shapes` the inputs' sizes where their rank is known, else None (a compile-time number's
 is ()). It returns the output's split axis, None where every device holds all of the
 output, or PARTIAL where each holds a partial sum of it (the split axis contracted: a
-row-parallel product, which a reduction completes). It raises Refused, saying why, where
+row-parallel product, which a reduction completes), or `Heads` where it splits the
+features into heads (the axis, and each head's sizes). It raises Refused, saying why, where
 the op needs what the other devices hold; the analysis then keeps the weights whole.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.ops.rank import known
@@ -22,6 +24,17 @@ PARTIAL = "partial"
 
 class Refused(Exception):
     """The op reads across the split axis; the message says how."""
+
+
+@dataclass(frozen=True)
+class Heads:
+    """What a rule returns where it splits the features into heads: the heads' axis, now
+    the split one, and each head's sizes (the reshape's sizes after its -1, scalars): a
+    device's share of the features must hold whole heads, which the plan records so that
+    the runtime can check it against the sizes the module was built with."""
+
+    axis: int
+    sizes: tuple
 
 
 def _split(axes) -> list:
@@ -100,7 +113,8 @@ def reshape(axes, shapes, attrs) -> Optional[int]:
     k = sizes.index(-1)
     rest = sizes[k + 1 :]
     if axis == -1 and rest and all(s is None or s > 0 for s in rest):
-        return k - len(sizes)  # the features split into heads, the heads split
+        # the features split into heads, the heads split
+        return Heads(k - len(sizes), tuple(attrs["shape"][k + 1 :]))
     if axis == -2 and not rest and (shapes[0] is None or len(shapes[0]) == k + 2):
         return -1  # [..., heads, head] merged into the features
     raise Refused("it does not split the last axis into heads nor merge them back")

@@ -2,6 +2,7 @@
 
 from sx2torch.runtime.attention import (
     causal_mask,
+    eager_attention,
     mask_as,
     restrict_mask,
     window_mask,
@@ -42,6 +43,7 @@ __all__ = [
     "causal_mask",
     "concat_part",
     "cross_entropy_backward",
+    "eager_attention",
     "expect_scalar",
     "generate",
     "group_norm_backward",

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from sx2torch.runtime.attention import window_mask
+from sx2torch.runtime.attention import eager_attention, seen, softcapped, window_mask
 
 __all__ = [
     "Cache",
@@ -42,12 +42,19 @@ class Cache:
     same buffers at every length). Left-padded prompts: `keep` [B, L] says which stored
     keys are tokens (static: [B, capacity], the keys to come counted as tokens), `rows`
     [B, S] is each row's positions of the chunk.
+
+    A slot of a sliding window W holds the last W keys only, as transformers' sliding
+    layers do (no later query sees an earlier one): dynamic, the chunk attends over those
+    and its own, then the last W are kept; static, the slot holds W + 1 and, once full,
+    rolls (StaticSlidingWindowLayer's steps, so that the keys an attention reads are its).
+    `starts[i]` is the position of slot i's first key.
     """
 
     def __init__(self, capacity: Optional[int] = None):
         self.capacity = capacity
         self.keys: list = []
         self.values: list = []
+        self.starts: list = []
         self.length = 0  # tokens stored before this chunk (dynamic)
         self.slot = 0  # the next attention's slot in this forward
         self.position: Optional[Tensor] = (
@@ -62,28 +69,77 @@ class Cache:
         if position is not None:
             self.position = position
 
-    def store(self, k: Tensor, v: Tensor, dtype: torch.dtype) -> tuple:
-        """The keys and values this slot attends over, the chunk's among them."""
+    def store(self, k: Tensor, v: Tensor, dtype: torch.dtype, window=None) -> tuple:
+        """The keys and values this slot attends over, the chunk's among them, and the
+        position of the first."""
         if k.dtype != dtype or v.dtype != dtype:
             raise TypeError(
                 f"the cache holds {dtype}, the attention gave {k.dtype} and {v.dtype}"
             )
         slot, self.slot = self.slot, self.slot + 1
+        held = self.capacity  # static: a window's slot holds W + 1 keys
+        if held and window is not None:
+            held = min(held, window + 1)
         if slot == len(self.keys):
-            self.keys.append(self._empty(k) if self.capacity else k)
-            self.values.append(self._empty(v) if self.capacity else v)
+            self.keys.append(self._empty(k, held) if self.capacity else k)
+            self.values.append(self._empty(v, held) if self.capacity else v)
+            self.starts.append(0)
             if not self.capacity:
-                return k, v
+                self._evict(slot, window)
+                return k, v, 0
+        if self.capacity and held < self.capacity:
+            return self._slide(slot, k, v)
         if self.capacity:
             self.keys[slot].index_copy_(-2, self.position, k)
             self.values[slot].index_copy_(-2, self.position, v)
-        else:
-            self.keys[slot] = torch.cat([self.keys[slot], k], dim=-2)
-            self.values[slot] = torch.cat([self.values[slot], v], dim=-2)
-        return self.keys[slot], self.values[slot]
+            return self.keys[slot], self.values[slot], 0
+        start = self.starts[slot]
+        self.keys[slot] = keys = torch.cat([self.keys[slot], k], dim=-2)
+        self.values[slot] = values = torch.cat([self.values[slot], v], dim=-2)
+        self._evict(slot, window)
+        return keys, values, start
 
-    def _empty(self, x: Tensor) -> Tensor:
-        shape = (*x.shape[:-2], self.capacity, x.shape[-1])
+    def _evict(self, slot: int, window) -> None:
+        """A dynamic slot of a window keeps its last W keys, as DynamicSlidingWindowLayer."""
+        held = self.keys[slot].shape[-2]
+        if window is not None and held > window:
+            self.starts[slot] += held - window
+            self.keys[slot] = self.keys[slot][..., -window:, :]
+            self.values[slot] = self.values[slot][..., -window:, :]
+
+    def _slide(self, slot: int, k: Tensor, v: Tensor) -> tuple:
+        """A static slot of a window, W + 1 keys, transformers' StaticSlidingWindowLayer:
+        written in place until full, then rolled for one token; a chunk that fills or
+        overflows it attends over all it had and its own, and the last W + 1 are kept."""
+        keys, values = self.keys[slot], self.values[slot]
+        held, length, chunk = keys.shape[-2], self.length, k.shape[-2]
+        if length >= held and chunk == 1:
+            for buffer, new in ((keys, k), (values, v)):
+                rolled = buffer.roll(-1, dims=-2)
+                rolled[..., -1:, :] = new
+                buffer.copy_(rolled)
+            return keys, values, length - held + 1
+        if length + chunk <= held:
+            keys.index_copy_(-2, self.position, k)
+            values.index_copy_(-2, self.position, v)
+            return keys, values, 0
+        start = max(length - held + 1, 0)
+        before = slice(1, None) if length >= held else slice(0, length)
+        full_keys = torch.cat([keys[..., before, :], k], dim=-2)
+        full_values = torch.cat([values[..., before, :], v], dim=-2)
+        keys.copy_(full_keys[..., -held:, :])
+        values.copy_(full_values[..., -held:, :])
+        return full_keys, full_values, start
+
+    def positions(self, queries: int, start: int, keys: int, device) -> tuple:
+        """The chunk's queries' positions and those of the keys a slot gave from `start`."""
+        key_at = torch.arange(start, start + keys, device=device)
+        if self.capacity:
+            return self.position, key_at
+        return torch.arange(self.length, self.length + queries, device=device), key_at
+
+    def _empty(self, x: Tensor, capacity: int) -> Tensor:
+        shape = (*x.shape[:-2], capacity, x.shape[-1])
         buffer = torch.zeros(shape, dtype=x.dtype, device=x.device)
         # the step compiled once reads the same storage at every length
         torch._dynamo.mark_static_address(buffer)
@@ -115,6 +171,8 @@ def cached_attention(
     scale=None,
     window=None,
     enable_gqa: bool = False,
+    softcap=None,
+    round=None,
 ) -> Tensor:
     """`(attention q k v :causal true ...)` with its keys and values kept in the cache.
 
@@ -123,26 +181,26 @@ def cached_attention(
     nothing was stored before, else the causal mask aligned bottom-right (query i sees keys
     j <= L - S + i), transformers' `sdpa_attention_forward` call in each case. A static
     cache attends over its whole capacity with the boolean mask of the filled keys, and
-    grouped-query attention written as transformers' static cache writes it.
+    grouped-query attention written as transformers' static cache writes it. With a
+    `softcap`, transformers' eager attention (`sx.eager_attention`) over the same keys,
+    with the boolean mask of those each query sees.
     """
     extra = {} if scale is None else {"scale": scale}
     cache = _ACTIVE[0]
     if cache is None:
-        if window is not None:
-            mask = window_mask(q.shape[-2], window, q.device)
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
-            )
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=enable_gqa, **extra
-        )
-    k, v = cache.store(k, v, dtype)
+        return _plain(q, k, v, scale, window, enable_gqa, softcap, round)
+    k, v, start = cache.store(k, v, dtype, window)
     queries, keys = q.shape[-2], k.shape[-2]
+    query_at, key_at = cache.positions(queries, start, keys, q.device)
+    if softcap is not None:
+        mask = seen(query_at, key_at, window)
+        if cache.keep is not None:
+            mask = mask & cache.keep[:, None, None, key_at]
+        return softcapped(q, k, v, mask, softcap, scale, enable_gqa, round)
     if cache.capacity:
-        return _static(q, k, v, cache.position, cache.keep, window, extra)
+        return _static(q, k, v, query_at, key_at, cache.keep, window, extra)
     if cache.keep is not None:
-        query_at = torch.arange(keys - queries, keys, device=q.device)
-        mask = _allowed(query_at, keys, window) & cache.keep[:, None, None, :]
+        mask = seen(query_at, key_at, window) & cache.keep[:, None, None, key_at]
         return _masked(q, k, v, mask, extra)
     if window is None and keys == queries:
         return F.scaled_dot_product_attention(
@@ -150,25 +208,39 @@ def cached_attention(
         )
     if window is None and queries == 1:
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa, **extra)
-    query_at = torch.arange(keys - queries, keys, device=q.device)
-    mask = _allowed(query_at, keys, window)
+    mask = seen(query_at, key_at, window)
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
     )
 
 
-def _allowed(query_at: Tensor, keys: int, window) -> Tensor:
-    """[S, keys] booleans: query i, at position query_at[i], sees key j <= query_at[i], and
-    within the window's reach where there is one."""
-    key_at = torch.arange(keys, device=query_at.device)
-    seen = key_at[None, :] <= query_at[:, None]
+def _plain(q, k, v, scale, window, enable_gqa, softcap, round) -> Tensor:
+    """The attention the module computes without a generation running: the plain op's."""
+    if softcap is not None:
+        return eager_attention(
+            q,
+            k,
+            v,
+            softcap=softcap,
+            scale=scale,
+            causal=True,
+            window=window,
+            enable_gqa=enable_gqa,
+            round=round,
+        )
+    extra = {} if scale is None else {"scale": scale}
     if window is not None:
-        seen = seen & (key_at[None, :] >= query_at[:, None] - window)
-    return seen
+        mask = window_mask(q.shape[-2], window, q.device)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
+        )
+    return F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=enable_gqa, **extra
+    )
 
 
 def _static(
-    q: Tensor, k: Tensor, v: Tensor, position: Tensor, keep, window, extra
+    q: Tensor, k: Tensor, v: Tensor, query_at: Tensor, key_at: Tensor, keep, window, extra
 ) -> Tensor:
     """Attention over a static cache's capacity, transformers' static formulation: the
     prompt (S > 1 from position 0, no padding) with `is_causal` over its own keys; a later
@@ -177,12 +249,12 @@ def _static(
     batch, heads, queries, dim = q.shape
     groups = heads // k.shape[-3]
     gqa = {"enable_gqa": True} if groups > 1 else {}
-    if queries > 1 and window is None and keep is None and int(position[0]) == 0:
+    if queries > 1 and window is None and keep is None and int(query_at[0]) == 0:
         k, v = k[..., :queries, :], v[..., :queries, :]
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa, **extra)
-    mask = _allowed(position, k.shape[-2], window).expand(batch, 1, queries, -1)
+    mask = seen(query_at, key_at, window).expand(batch, 1, queries, -1)
     if keep is not None:
-        mask = mask & keep[:, None, None, :]
+        mask = mask & keep[:, None, None, key_at]
     return _masked(q, k, v, mask, extra)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import math
 import os
 
 import torch
@@ -71,17 +72,22 @@ def tensor_parallel(model: nn.Module, mesh, plan=None, reduce=None) -> nn.Module
         "rowwise": (Rowwise(reduce), 1),
         "colwise_gather_output": (Colwise(output_layouts=Replicate()), 0),
     }
+    heads = getattr(kind, "TP_HEADS", {})
     modules = dict(model.named_modules())
+    # every split is checked before any weight moves: a refusal leaves the model whole
     for path, name in plan.items():
         if name not in styles:
             raise ValueError(f"{path}: unknown style {name!r} (known: {list(styles)})")
-        style, axis = styles[name]
         found = [m for m in modules if _matches(m, path)]
         if not found:
             raise ValueError(f"the plan names {path!r}, no module of {kind.__name__}")
         for found_path in found:
-            _divides(found_path, modules[found_path], axis, mesh.size())
-        parallelize_module(model, mesh, {path: style})
+            weight = getattr(modules[found_path], "weight", torch.empty(0, 0))
+            _divides(found_path, weight, styles[name][1], mesh.size())
+            if path in heads:
+                _whole_heads(model, found_path, weight, heads[path], mesh.size())
+    for path, name in plan.items():
+        parallelize_module(model, mesh, {path: styles[name][0]})
     return model
 
 
@@ -90,12 +96,36 @@ def _matches(name: str, path: str) -> bool:
     return name.count(".") == path.count(".") and fnmatch.fnmatchcase(name, path)
 
 
-def _divides(path: str, module: nn.Module, axis: int, ways: int) -> None:
-    size = getattr(module, "weight", torch.empty(0, 0)).shape[axis]
+def _divides(path: str, weight: torch.Tensor, axis: int, ways: int) -> None:
+    size = weight.shape[axis]
     if size % ways:
         raise ValueError(
             f"{path}: its weight's {('rows', 'columns')[axis]} ({size}) do not split "
-            f"evenly into {ways}"
+            f"evenly across {ways} devices"
+        )
+
+
+def _whole_heads(model, path: str, weight: torch.Tensor, head, ways: int) -> None:
+    """A colwise layer whose output the module splits into heads: each device's rows must
+    be whole heads, or the heads' reshape fails when the module runs. `head` is TP_HEADS'
+    entry: the head's size, a number or an attribute's path with the plan's `*` (the
+    layer's own index here), or a list of them multiplied."""
+    terms = head if isinstance(head, list) else [head]
+    parent = path.rpartition(".")[0]
+    named = [
+        t if isinstance(t, int) else f"{parent}.{t.rpartition('.')[2]}".lstrip(".")
+        for t in terms
+    ]
+    size = math.prod(
+        t if isinstance(t, int) else functools.reduce(getattr, t.split("."), model)
+        for t in named
+    )
+    rows, count = weight.shape[0], weight.shape[0] // size
+    if rows % size or count % ways:
+        what = " x ".join(str(t) for t in named)
+        raise ValueError(
+            f"{path}: its {rows} rows are {count} head{'s' * (count != 1)} of {size} "
+            f"({what}), which do not split whole across {ways} devices"
         )
 
 

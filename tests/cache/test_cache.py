@@ -26,8 +26,6 @@ def refused(text: str, filename: str = "m.lisp") -> SourceError:
         # the encoders asked to generate: bidirectional attention
         ("bert", 49, "(attention (...) (...) (...) mask)"),
         ("vit", 56, "(attention query key value)"),
-        # Gemma 2's soft-capped scores, written out: the product of queries and keys
-        ("gemma2", 66, "(matmul q (swap-axes k -1 -2))"),
         # a scan carries its value along the sequence: its state is not cached yet
         ("scan", 12, "(linear-scan a b :axis 1)"),
     ],
@@ -46,6 +44,8 @@ def test_what_mixes_positions_is_a_located_diagnostic_naming_the_form(name, line
         ("(mean (attention x x x :causal true) :axes [1])", "combines values along"),
         ("(* (attention x x x :causal true) (size x :axis 1))", "sequence's size"),
         ("(attention x x x (> x 0.0) :causal true)", "has a mask"),
+        # attention written out: the product of queries and keys
+        ("(matmul (softmax (matmul x (swap-axes x -1 -2))) x)", "multiplies two values"),
     ],
 )
 def test_a_reduction_a_size_or_a_mask_over_the_sequence_is_refused(body, why):
@@ -72,6 +72,18 @@ def test_a_run_without_generate_keeps_the_plain_ops():
     assert "sx.cached_attention(query, key, value, dtype=torch.float32)" in cached
     assert "self.wpe(sx.cache_positions(input_ids, 1))" in cached
     assert "self.lm_head(sx.last_position(self.transformer(input_ids), 1))" in cached
+
+
+def test_a_soft_capped_attention_is_cached_with_its_cap():
+    """Gemma 2's attention, `(attention ... :softcap C)`: its sliding and full layers each
+    keep their keys, the cap and the window passed to the cache's eager attention."""
+    path = lisp("gemma2")
+    cached = compile_source(
+        path.read_text() + GENERATE_RUNS, path.name, Options(run="generate")
+    )
+    assert cached.count("sx.cached_attention(") == 2
+    assert "window=self.window - 1,\n                softcap=self.softcap," in cached
+    assert "sx.eager_attention" not in cached
 
 
 def test_dump_after_cache_shows_the_cached_ops():

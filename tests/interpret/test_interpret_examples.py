@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import LLAMA, MIXTRAL, lisp
+from cases import GEMMA2, LLAMA, MIXTRAL, lisp
 from sx2torch import interpret
 from sx2torch.compiler import Options, compile_source
 
@@ -28,22 +28,7 @@ CASES = {
         dict(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4),
         _ids(256),
     ),
-    "gemma2": (
-        dict(
-            vocab_size=256,
-            hidden_size=48,
-            intermediate_size=96,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            query_pre_attn_scalar=24,
-            sliding_window=6,
-            final_logit_softcapping=3.0,
-            attn_logit_softcapping=2.0,
-        ),
-        _ids(256),
-    ),
+    "gemma2": (GEMMA2, _ids(256)),
     "bert": (
         dict(
             vocab_size=128,

@@ -17,24 +17,12 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM
 from transformers.models.gemma2 import modeling_gemma2
 
-from cases import lisp
+from cases import GEMMA2, lisp
 from conftest import adamw_losses, load_module
 from sx2torch.compiler import Options, compile_source
 from models.test_gpt2 import code_lines
 
-SIZES = dict(
-    vocab_size=256,
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    query_pre_attn_scalar=24,
-    sliding_window=6,
-    final_logit_softcapping=3.0,
-    attn_logit_softcapping=2.0,
-)
+SIZES = GEMMA2
 DTYPES = {"exact": torch.float32, "train": torch.bfloat16}
 
 

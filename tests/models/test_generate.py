@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import GENERATE_RUNS, GPT2, LLAMA, MIXTRAL, lisp
+from cases import GEMMA2, GENERATE_RUNS, GPT2, LLAMA, MIXTRAL, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
@@ -18,10 +18,16 @@ PORTS = {
     # room for the prompt and the 32 new tokens in the learned positions
     "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(GPT2, n_positions=64)),
     "mixtral": ("MixtralForCausalLM", "MixtralConfig", MIXTRAL),
+    # soft-capped scores and a sliding window on every other layer (6 positions, less than
+    # the prompt and the tokens after it)
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", GEMMA2),
 }
-# sdpa, whose call the ports' attention makes; for Mixtral's experts the loop its modeling
-# file writes, which sx.sparse_experts follows (its default, grouped_mm, sums otherwise)
+# sdpa, whose call the ports' attention makes (Gemma 2's eager attention, which it is meant
+# to run with: soft-capped scores have no SDPA form); for Mixtral's experts the loop its
+# modeling file writes, which sx.sparse_experts follows (its default, grouped_mm, sums
+# otherwise)
 SETTINGS = dict(attn_implementation="sdpa", experts_implementation="eager")
+ATTENTION = {"gemma2": "eager"}
 RUNS = {"generate-exact": torch.float32, "generate": torch.bfloat16}
 
 
@@ -46,7 +52,8 @@ def real(tmp_path_factory):
     models = {}
     for name, (cls, config, sizes) in PORTS.items():
         torch.manual_seed(0)
-        config = getattr(transformers, config)(**sizes, **SETTINGS)
+        settings = dict(SETTINGS, attn_implementation=ATTENTION.get(name, "sdpa"))
+        config = getattr(transformers, config)(**sizes, **settings)
         f32 = getattr(transformers, cls)(config).eval()
         with torch.no_grad():
             for p in f32.parameters():
@@ -56,7 +63,7 @@ def real(tmp_path_factory):
         models[name, "generate-exact"] = f32
         models[name, "generate"] = (
             getattr(transformers, cls)
-            .from_pretrained(folder, dtype=torch.bfloat16, **SETTINGS)
+            .from_pretrained(folder, dtype=torch.bfloat16, **settings)
             .eval()
         )
     return models

@@ -1,5 +1,5 @@
-"""eager-attention against transformers' own eager_attention_forward (Llama's), and topk's
-:sorted false against torch.topk(sorted=False)."""
+"""eager-attention against transformers' own eager_attention_forward (Llama's), attention's
+:softcap against Gemma 2's, and topk's :sorted false against torch.topk(sorted=False)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,52 @@ def test_topk_unsorted_is_torchs_order(build):
     assert torch.equal(
         interpret.load(source).evaluate("forward", [x]), module.Model()(x)
     )
+
+
+SOFTCAPPED = """
+(defun forward (q k v)
+  (attention (cast q :DTYPE) (cast k :DTYPE) (cast v :DTYPE) :causal true :softcap 2.0
+             :scale 0.3 :window 2 :enable-gqa true))
+(defrun train :precision :PRECISION)
+"""
+
+
+def _gemma2(q, k, v, dtype):
+    """Gemma 2's eager_attention_forward, its mask as transformers builds it: the dtype's
+    least value where the key is later than the query or 3 or more before it (a sliding
+    window of 3)."""
+    from transformers.models.gemma2.modeling_gemma2 import (
+        eager_attention_forward as gemma2_attention,
+    )
+
+    module = nn.Module()
+    module.num_key_value_groups, module.training = 2, False
+    i, j = torch.arange(6)[:, None], torch.arange(6)
+    hidden = (j > i) | (j <= i - 3)
+    mask = torch.zeros(6, 6, dtype=dtype).masked_fill(hidden, torch.finfo(dtype).min)
+    out, _ = gemma2_attention(
+        module, *(t.to(dtype) for t in (q, k, v)), mask, scaling=0.3, softcap=2.0
+    )
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "precision, target",
+    [("f32", "cuda"), ("bf16", "cuda"), ("bf16", "cpu")],
+)
+def test_a_soft_capped_attention_is_gemma2s_eager_attention_bit_for_bit(
+    build, precision, target
+):
+    """cuda computes in bf16; the cpu target holds bf16 in f32 and rounds as bf16 does; the
+    interpreter computes the rule on its own."""
+    source = SOFTCAPPED.replace("PRECISION", precision).replace("DTYPE", precision)
+    module, code = build(source, target=target)
+    assert "sx.eager_attention(" in code and "softcap=2.0" in code
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 6, 8, generator=g)
+    k, v = (torch.randn(2, 2, 6, 8, generator=g) for _ in range(2))
+    want = _gemma2(q, k, v, torch.float32 if precision == "f32" else torch.bfloat16)
+    got = module.Model()(q, k, v)
+    assert torch.equal(got.float(), want.float())
+    interpreted = interpret.load(source).evaluate("forward", [q, k, v])
+    assert torch.equal(interpreted.float(), want.float())

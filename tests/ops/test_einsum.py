@@ -61,6 +61,9 @@ def test_it_is_torchs_einsum_on_the_operands_the_policy_gives(build, precision):
 def test_its_derivative_is_torch_autograds_in_f32(build):
     module, code = build(SOURCE % "f32")
     assert 'torch.einsum("b,bi,ij->j", ' in code  # by v: the gradient and the others
+    # its parameters drawn from a seeded generator: from whatever state the tests before
+    # it in the process left, one of 20 gradients missed the bound by 3e-6 relative
+    torch.manual_seed(0)
     model = module.Model()
     x, _ = _inputs()
     w, v = (p.detach().clone().requires_grad_() for p in (model.w, model.v))

@@ -68,3 +68,57 @@ def test_clipping_split_and_whole_gradients_is_torch_s(group):
     for (name, p), q in zip(whole.named_parameters(), params):
         got = q.grad.full_tensor() if isinstance(q.grad, DTensor) else q.grad
         assert torch.allclose(got, p.grad, rtol=1e-5, atol=1e-9), name
+
+
+class _Devices:
+    """A mesh of `ways` devices, as far as tensor_parallel reads one before it splits
+    anything: its size. The checks below refuse before any weight moves or any process
+    group is asked for."""
+
+    def __init__(self, ways: int):
+        self.ways = ways
+
+    def size(self) -> int:
+        return self.ways
+
+
+@pytest.mark.parametrize(
+    "sizes, weight, message",
+    [
+        # one key-value head of 16 (multi-query attention): k_proj's 16 rows split evenly
+        # into 2, each half a head, which the heads' reshape refused deep in the forward
+        (
+            {"num_key_value_heads": 1},
+            "model.layers.0.self_attn.k_proj",
+            r"its 16 rows are 1 head of 16 \(model.layers.0.self_attn.head_dim\), "
+            r"which do not split whole across 2 devices",
+        ),
+        # six heads of 8: 48 rows split evenly into 4 (12 rows each), 1.5 heads
+        (
+            {"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 6},
+            "model.layers.0.self_attn.q_proj",
+            r"its 48 rows are 6 heads of 8 \(model.layers.0.self_attn.head_dim\), "
+            r"which do not split whole across 4 devices",
+        ),
+    ],
+)
+def test_heads_that_do_not_split_whole_are_refused_before_anything_splits(
+    sizes, weight, message
+):
+    model = compiled("llama", "exact")(**{**SIZES, **sizes})
+    ways = 2 if sizes["num_key_value_heads"] == 1 else 4
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=f"^{weight}: {message}"):
+        tensor_parallel(model, _Devices(ways))
+    after = model.state_dict()
+    assert all(type(v) is torch.Tensor and torch.equal(v, before[k]) for k, v in after.items())
+
+
+def test_rows_that_do_not_split_evenly_are_refused_naming_the_weight_and_the_devices():
+    model = compiled("llama", "exact")(**{**SIZES, "intermediate_size": 90})
+    with pytest.raises(
+        ValueError,
+        match=r"^model.layers.0.mlp.gate_proj: its weight's rows \(90\) do not split "
+        r"evenly across 4 devices",
+    ):
+        tensor_parallel(model, _Devices(4), plan={"model.layers.*.mlp.gate_proj": "colwise"})

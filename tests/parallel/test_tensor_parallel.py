@@ -68,6 +68,14 @@ def test_split_f32_models_give_one_process_s_logits_tokens_and_gradients(results
     assert got["grad"] <= 1e-6
 
 
+def test_heads_that_do_not_split_whole_across_the_processes_are_refused(results):
+    assert results["refused"] == (
+        "model.layers.0.self_attn.k_proj: its 16 rows are 1 head of 16 "
+        "(model.layers.0.self_attn.head_dim), which do not split whole across 2 devices "
+        "(whole: True)"
+    )
+
+
 def test_tp_reduce_bf16_is_transformers_tp_plan_auto_bit_for_bit(results):
     assert results["transformers"] == {"equal": True, "dtype": "torch.bfloat16"}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, as pytest has it
 
@@ -156,6 +157,18 @@ def generated(cls, mesh) -> dict:
     return got
 
 
+def refused(cls, mesh) -> str:
+    """tensor_parallel's message for a Llama with one key-value head on the 2 processes
+    (k_proj's rows split evenly, each half a head), and whether the model stayed whole."""
+    model = cls(**{**LLAMA, "num_key_value_heads": 1})
+    try:
+        tensor_parallel(model, mesh)
+    except ValueError as error:
+        whole = not any(isinstance(p, DTensor) for p in model.parameters())
+        return f"{error} (whole: {whole})"
+    return "split"
+
+
 def main(work: Path) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -169,6 +182,7 @@ def main(work: Path) -> None:
             work, load(work / "llama_tp_bf16.py")[0], mesh
         ),
         "generate": generated(load(work / "llama_generate.py")[0], mesh),
+        "refused": refused(load(work / "llama_f32.py")[0], mesh),
     }
     if dist.get_rank() == 0:
         (work / "results.json").write_text(json.dumps(results, indent=1))

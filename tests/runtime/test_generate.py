@@ -34,14 +34,17 @@ def recomputed(module, prompt: torch.Tensor, steps: int) -> tuple:
     return tokens, logits
 
 
-def test_the_cached_steps_are_the_recomputed_prefix():
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_the_cached_steps_are_the_recomputed_prefix(static, monkeypatch):
     """f32: each cached step's logits are those of the prefix run whole (to f32's rounding
-    of a different summation), so the tokens are the same, the window's mask included.
+    of a different summation), so the tokens are the same, the window's mask included: its
+    slot holds the last 3 keys (dynamic) or 4, rolled once full (static, run eagerly).
     """
     torch.set_num_threads(1)
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
     module = model("chat-exact")
     prompt = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(2))
-    tokens, logits = generate(module, prompt, 10, return_logits=True)
+    tokens, logits = generate(module, prompt, 10, return_logits=True, static_cache=static)
     want_tokens, want_logits = recomputed(module, prompt, 10)
     assert torch.equal(tokens, want_tokens)
     for got, want in zip(logits, want_logits):
@@ -56,7 +59,10 @@ def test_the_cache_holds_what_the_attention_reads_and_its_bytes_per_token():
         cache.begin(0)
         module(prompt)
     assert [k.dtype for k in cache.keys + cache.values] == [torch.bfloat16] * 4
-    assert [tuple(k.shape) for k in cache.keys] == [(1, 4, 4, 8)] * 2
+    # the second attention's window of 3 keeps the last 3 keys, as transformers' sliding
+    # layers do: no later query sees the first
+    assert [tuple(k.shape) for k in cache.keys] == [(1, 4, 4, 8), (1, 4, 3, 8)]
+    assert cache.starts == [0, 1]
     # two attentions, K and V, 4 heads of 8, bf16
     assert cache.bytes_per_token() == 2 * 2 * 4 * 8 * 2
 

@@ -78,6 +78,27 @@ def test_heads_split_with_minus_one_and_merged_back_keep_the_split():
     assert got["block.up"][0] == "colwise" and got["block.down"][0] == "rowwise"
 
 
+def test_the_heads_a_split_output_makes_are_recorded_with_their_size():
+    # the head's size a number or the calling model's const, which tensor_parallel reads
+    # from the built module to check that each device holds whole heads
+    for size, want in (("4", (4,)), ("dim", ("dim",))):
+        body = f"(down (reshape (relu (reshape (up x) [0 -1 {size}])) [0 -1]))"
+        got = {e.path: e for e in plan(mlp(body)).entries}
+        up = got["block.up"]
+        assert up.style == "colwise" and up.owner == "mlp"
+        assert tuple(s.value if s.op == "lit" else s.args[0] for s in up.heads) == want
+        assert got["block.down"].heads == ()  # its columns are the heads merged back
+    got = {e.path: e for e in plan(mlp("(down (relu (up x)))")).entries}
+    assert got["block.up"].heads == ()  # no heads: its rows split evenly is enough
+
+
+def test_a_head_size_computed_from_consts_keeps_the_group_whole():
+    body = "(down (reshape (relu (reshape (up x) [0 -1 (// dim 2)])) [0 -1]))"
+    style, reason = entries(mlp(body))["block.up"]
+    assert style is None
+    assert reason.startswith("reshape in mlp.forward at 7:43: its heads' size is neither")
+
+
 def test_a_frozen_weight_is_a_buffer_torch_s_styles_do_not_split():
     frozen = mlp("(down (relu (up x)))").replace(
         ":std 0.02))", ":std 0.02) :trainable false)", 1
