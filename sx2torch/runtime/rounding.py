@@ -14,8 +14,9 @@ which inductor computes as a cast it keeps on the CPU and in the integer form el
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakTensorKeyDictionary
 
-__all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16"]
+__all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16", "to_bf16"]
 
 _QUIET_NAN = 0x7FC00000
 _HIGH_HALF = -0x10000  # 0xFFFF0000 as an int32
@@ -107,7 +108,40 @@ def round_to_bf16(x: Tensor) -> Tensor:
         )
     if torch.compiler.is_compiling():
         return rounding_op(x)
-    return _RoundToBf16.apply(x)
+    return _held(_RoundToBf16.apply(x))
+
+
+# Each eager rounding's result -> its version counter then: a held bf16 value, which
+# `to_bf16` passes as it is while neither it nor a view of it is written in place.
+# Weak keys: an entry goes with its tensor.
+_ROUNDED = WeakTensorKeyDictionary()
+
+
+def _held(x: Tensor) -> Tensor:
+    if not x.is_inference():  # an inference tensor has no version counter
+        _ROUNDED[x] = x._version
+    return x
+
+
+def to_bf16(x: Tensor) -> Tensor:
+    """An argument cast down at a method's entry, as cuda's ``x.to(torch.bfloat16)``.
+
+    A method that serves callers inside the module, which pass it bf16 values, and
+    callers from outside, which may pass f32 ones, casts its argument at entry. On
+    cuda the cast leaves a bf16 tensor as it is, with no backward of its own. Here a
+    held bf16 value, the result of a rounding or a view of one (neither written in place
+    since), passes as it is too, where rounding it again would cost a pass over it
+    forward and one over its gradient backward, and change no bit: the value is a bf16
+    value already, and every read of it inside rounds the gradient it sends back (a
+    store's hook, ``as_f32``), as cuda's bf16 ops return bf16 gradients. Any other
+    value is rounded, as ``round_to_bf16``. Compiled code always rounds: inductor fuses
+    the rounding into its neighbours.
+    """
+    if x.dtype == torch.float32 and not torch.compiler.is_compiling():
+        base = x if x._base is None else x._base
+        if not x.is_inference() and _ROUNDED.get(base) == x._version:
+            return x
+    return round_to_bf16(x)
 
 
 def store_bf16(x: Tensor) -> Tensor:
