@@ -191,16 +191,30 @@ def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
         if operands is not None:
             a, b = operands
             return tuple(
-                None if g is None else _round(_round(grad * other).sum_to_size(g.shape))
-                for g, other in zip(grad_inputs, (b, a))
+                _round_terms(g, grad, other) for g, other in zip(grad_inputs, (b, a))
             )
         if name in _GEMMS:
             # A bf16 GEMM's accumulator starts at +0, so it never returns -0.0; an
-            # f32 GEMM of one term can (-0.0 + 0.0 is +0.0, every other value stays).
-            return tuple(None if g is None else _round(g + 0.0) for g in grad_inputs)
-        return tuple(_rounded(g) for g in grad_inputs)
+            # f32 GEMM of one term can (-0.0 + 0.0 is +0.0, every other value stays;
+            # added after the rounding, which keeps a zero's sign, in place).
+            return tuple(
+                None if g is None else _round(g).add_(0.0) for g in grad_inputs
+            )
+        # no graph is recorded here: the rounding itself, not its autograd Function
+        return tuple(_round(g) if _is_f32(g) else g for g in grad_inputs)
 
     return hook
+
+
+def _round_terms(g: Tensor | None, grad: Tensor, other: Tensor) -> Tensor | None:
+    """The gradient of a product's operand whose other operand is `other`, as a bf16
+    product gives it: each term rounded, then summed to the operand's shape and rounded.
+    Where the operand has the product's shape there is no sum, and `g` is the terms."""
+    if g is None:
+        return None
+    if g.shape == grad.shape:
+        return _round(g)
+    return _round(_round(grad * other).sum_to_size(g.shape))
 
 
 _VIEWS = {"ViewBackward0", "UnsafeViewBackward0"}
@@ -214,10 +228,12 @@ _FROM_RESULT = {
 }
 
 
+def _is_f32(grad: Tensor | None) -> bool:
+    return grad is not None and grad.dtype == torch.float32
+
+
 def _rounded(grad: Tensor | None) -> Tensor | None:
-    if grad is None or grad.dtype != torch.float32:
-        return grad
-    return _RoundToBf16.apply(grad)
+    return _RoundToBf16.apply(grad) if _is_f32(grad) else grad
 
 
 class _AsF32(torch.autograd.Function):
