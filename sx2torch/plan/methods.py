@@ -150,6 +150,7 @@ class Rounded:
         self.layouts = layouts
         self.entry = entry
         self.found: dict = {}  # (Typed, index) -> ROUNDED, RETURNED or None
+        self.reads: dict = {}  # Typed -> its values' uncast reads, given and returned
 
     def argument(self, typed: Typed, index: int) -> bool:
         return self._argument(typed, index) is ROUNDED
@@ -162,24 +163,33 @@ class Rounded:
 
     def _value(self, typed: Typed, value: Node) -> Optional[str]:
         """ROUNDED; RETURNED where some of its reads are the method's output, every
-        other read rounding; None where a read sends its gradient back unrounded."""
-        graph, conversions = typed.graph, self.layouts[typed].conversions
-        given = [o for n in walk(graph.nodes) for r in n.regions for o in r.outputs]
-        if any(value is o for o in given):
-            return None
-        outputs = graph.output if isinstance(graph.output, tuple) else (graph.output,)
-        found = {RETURNED if any(value is o for o in outputs) else ROUNDED}
-        for node in walk(graph.nodes):
-            for index, operand in enumerate(node.inputs):
-                if operand is value and not conversions.conversion(node, index):
-                    found.add(self._read(typed, node, index))
+        other read rounding; None where a read sends its gradient back unrounded. The
+        values an exact op makes of it are visited in a worklist, not by recursion: a
+        chain of them may be long."""
+        readers, given, returned = self._reads(typed)
+        found, pending, seen = {ROUNDED}, [value], {value}
+        while pending and None not in found:
+            value = pending.pop()
+            if value in given:
+                return None
+            if value in returned:
+                found.add(RETURNED)
+            for node, index in readers.get(value, ()):
+                read = self._read(typed, node, index)
+                if read is PASSED and node not in seen:
+                    seen.add(node)
+                    pending.append(node)
+                elif read is not PASSED:
+                    found.add(read)
         return None if None in found else min(found)
 
     def _read(self, typed: Typed, node: Node, index: int) -> Optional[str]:
+        """What a read finds; PASSED where its node's value carries the gradient back as
+        it is, so that value's reads decide."""
         if node.kind is Kind.OP and rounds(typed, node):
             return ROUNDED
         if node.kind in (Kind.OP, Kind.CAST):
-            return self._value(typed, node)
+            return PASSED
         if node.kind not in (Kind.CALL, Kind.SUBMODEL):
             return None
         callee = typed.callee[node]
@@ -189,12 +199,32 @@ class Rounded:
             return None
         found = self._argument(callee, index)
         if found is RETURNED and not isinstance(callee.graph.output, tuple):
-            return self._value(typed, node)
+            return PASSED
         return found if found is ROUNDED else None
 
+    def _reads(self, typed: Typed) -> tuple:
+        """value -> its reads read uncast, (node, index) each; the values given to a
+        region as its output; the values returned."""
+        if typed not in self.reads:
+            conversions = self.layouts[typed].conversions
+            readers: dict = {}
+            given: set = set()
+            for node in walk(typed.graph.nodes):
+                for index, operand in enumerate(node.inputs):
+                    if isinstance(operand, Node) and not conversions.conversion(
+                        node, index
+                    ):
+                        readers.setdefault(operand, []).append((node, index))
+                given.update(o for r in node.regions for o in r.outputs)
+            output = typed.graph.output
+            returned = set(output) if isinstance(output, tuple) else {output}
+            self.reads[typed] = readers, given, returned
+        return self.reads[typed]
 
-# what `Rounded` finds of a value's reads ("returned" sorts first: it outweighs "rounded")
-RETURNED, ROUNDED = "returned", "rounded"
+
+# what `Rounded` finds of a value's reads ("returned" sorts first: it outweighs "rounded";
+# PASSED: the read's own value decides)
+RETURNED, ROUNDED, PASSED = "returned", "rounded", "passed"
 
 
 def _specialized(methods: list, group: dict, public: dict, library: dict) -> frozenset:
