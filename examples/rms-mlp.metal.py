@@ -17,7 +17,7 @@ class RmsMlp(nn.Module):
 
     def rms_norm_star(self, x, *, eps=1e-06):
         """The rms-norm of the precision page, written out."""
-        x = sx.round_to_bf16(x)
+        x = sx.to_bf16(x)
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("mps", enabled=False):
             x_f32 = sx.as_f32(x)

@@ -14,7 +14,7 @@ class Block(nn.Module):
         self.w = nn.Parameter(torch.normal(0.0, 0.5, size=(d, d)))
 
     def forward(self, x, *, scale=1.0):
-        x = sx.round_to_bf16(x)
+        x = sx.to_bf16(x)
         w_bf16 = sx.round_to_bf16(self.w)
         return sx.store_bf16(
             x + sx.store_bf16(scale * torch.relu(sx.store_bf16(x @ w_bf16)))

@@ -18,7 +18,7 @@ class Views(nn.Module):
         self.wk = nn.Parameter(torch.normal(0.0, 1.0, size=(8, 16)))
 
     def rotate_pairs(self, x, cos, sin):
-        x = sx.round_to_bf16(x)
+        x = sx.to_bf16(x)
         even = x[..., ::2]
         odd = x[..., 1::2]
         cos_bf16 = sx.round_to_bf16(cos)

@@ -17,6 +17,7 @@ MASK_CASTS = {
     "to-bf16": "torch.bfloat16",
     "float": "torch.float32",
     "round": "sx.round_to_bf16",
+    "to-held": "sx.to_bf16",
     "as-f32": "sx.as_f32",
 }
 
@@ -44,6 +45,8 @@ def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
         return b.method(value, "to", b.dotted("torch.bfloat16"))
     if spelling == "round":
         return b.call("sx.round_to_bf16", value)
+    if spelling == "to-held":
+        return b.call("sx.to_bf16", value)
     return b.call("sx.as_f32", value) if spelling == "as-f32" else value
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 from sx2torch.ir import LIBRARY, Kind, Node, walk
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
-from sx2torch.plan.spelled import Cast, Spelled
+from sx2torch.plan.spelled import Cast, Spelled, rounds
 from sx2torch.plan.targets import Target, or_bool, or_none
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.program import Init, Program
@@ -86,6 +86,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
             cast = frozenset(rep.graph.inputs[i] for i in found)
             layouts[rep] = Layout(rep, target, lowered, cast)
             entry[rep] = sorted(set(entry.get(rep) or []) | set(found))
+    rounded = Rounded(layouts, entry)
     plans = {
         typed: Plan(
             typed,
@@ -93,7 +94,9 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
             Spelled(layouts[typed]),
             group[typed].rep,
             {
-                index: _down(target, lowered, typed, index, (typed, index) in optional)
+                index: _down(
+                    target, lowered, typed, index, (typed, index) in optional, rounded
+                )
                 for index in entry.get(typed) or ()
             },
         )
@@ -124,16 +127,115 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
 
 
 def _down(
-    target: Target, lowered: Lowered, typed: Typed, index: int, optional: bool
+    target: Target,
+    lowered: Lowered,
+    typed: Typed,
+    index: int,
+    optional: bool,
+    rounded: "Rounded",
 ) -> Cast:
     """The cast of argument `index` down at entry: of a float only where it reaches a mask,
-    which a caller may pass as booleans; of a tensor only where a caller may pass None."""
+    which a caller may pass as booleans; of a tensor only where a caller may pass None.
+    """
     have = "f32"
     if typed.graph.inputs[index] in lowered.masks[typed.graph]:
         have = or_bool(have)
     if optional:
         have = or_none(have)
-    return Cast(target.spelling(have, "bf16", None), "bf16")
+    held = target.held and rounded.argument(typed, index)
+    return Cast(target.entry(have, held), "bf16")
+
+
+class Rounded:
+    """Whether every read of a specialization's argument sends back a rounded gradient on a
+    held target, so that a rounding at its entry would round none: a cast (`sx.as_f32` or a
+    rounding), a store (whose hook rounds what its op sends back), an op that cannot change
+    a bf16 value whose result's reads do so in turn, or a call whose callee's reads do (or
+    which casts it at entry itself; a callee that returns it, or such an op of it, passes
+    the question on to the call's reads). Not where the argument, or such an op of it, is
+    returned by the method asked about or given to a region or a loop: the gradient of that
+    read comes back as the caller sends it, from outside the module an f32 gradient that
+    cuda's autograd would round to the bf16 output's dtype."""
+
+    def __init__(self, layouts: dict, entry: dict):
+        self.layouts = layouts
+        self.entry = entry
+        self.found: dict = {}  # (Typed, index) -> ROUNDED, RETURNED or None
+        self.reads: dict = {}  # Typed -> its values' uncast reads, given and returned
+
+    def argument(self, typed: Typed, index: int) -> bool:
+        return self._argument(typed, index) is ROUNDED
+
+    def _argument(self, typed: Typed, index: int) -> Optional[str]:
+        key = (typed, index)
+        if key not in self.found:
+            self.found[key] = self._value(typed, typed.graph.inputs[index])
+        return self.found[key]
+
+    def _value(self, typed: Typed, value: Node) -> Optional[str]:
+        """ROUNDED; RETURNED where some of its reads are the method's output, every
+        other read rounding; None where a read sends its gradient back unrounded. The
+        values an exact op makes of it are visited in a worklist, not by recursion: a
+        chain of them may be long."""
+        readers, given, returned = self._reads(typed)
+        found, pending, seen = {ROUNDED}, [value], {value}
+        while pending and None not in found:
+            value = pending.pop()
+            if value in given:
+                return None
+            if value in returned:
+                found.add(RETURNED)
+            for node, index in readers.get(value, ()):
+                read = self._read(typed, node, index)
+                if read is PASSED and node not in seen:
+                    seen.add(node)
+                    pending.append(node)
+                elif read is not PASSED:
+                    found.add(read)
+        return None if None in found else min(found)
+
+    def _read(self, typed: Typed, node: Node, index: int) -> Optional[str]:
+        """What a read finds; PASSED where its node's value carries the gradient back as
+        it is, so that value's reads decide."""
+        if node.kind is Kind.OP and rounds(typed, node):
+            return ROUNDED
+        if node.kind in (Kind.OP, Kind.CAST):
+            return PASSED
+        if node.kind not in (Kind.CALL, Kind.SUBMODEL):
+            return None
+        callee = typed.callee[node]
+        if index in (self.entry.get(callee) or ()):
+            return ROUNDED
+        if len(node.inputs) != len(callee.graph.inputs):
+            return None
+        found = self._argument(callee, index)
+        if found is RETURNED and not isinstance(callee.graph.output, tuple):
+            return PASSED
+        return found if found is ROUNDED else None
+
+    def _reads(self, typed: Typed) -> tuple:
+        """value -> its reads read uncast, (node, index) each; the values given to a
+        region as its output; the values returned."""
+        if typed not in self.reads:
+            conversions = self.layouts[typed].conversions
+            readers: dict = {}
+            given: set = set()
+            for node in walk(typed.graph.nodes):
+                for index, operand in enumerate(node.inputs):
+                    if isinstance(operand, Node) and not conversions.conversion(
+                        node, index
+                    ):
+                        readers.setdefault(operand, []).append((node, index))
+                given.update(o for r in node.regions for o in r.outputs)
+            output = typed.graph.output
+            returned = set(output) if isinstance(output, tuple) else {output}
+            self.reads[typed] = readers, given, returned
+        return self.reads[typed]
+
+
+# what `Rounded` finds of a value's reads ("returned" sorts first: it outweighs "rounded";
+# PASSED: the read's own value decides)
+RETURNED, ROUNDED, PASSED = "returned", "rounded", "passed"
 
 
 def _specialized(methods: list, group: dict, public: dict, library: dict) -> frozenset:

@@ -82,3 +82,20 @@ class Target:
         # The gradient through this read is rounded before it is summed with those of
         # the value's other reads; a rounding written in place rounds it already.
         return None if written == "rounding" else "as-f32"
+
+    def entry(self, have: str, rounded: bool) -> str:
+        """How an argument `have` ("f32", "f32 or bool" for a mask, either "or none") is cast down at a
+        method's entry, where the method serves callers that pass bf16 values and callers
+        from outside that may pass f32 ones: cuda's `.to(torch.bfloat16)` leaves a bf16
+        tensor as it is, and a held target's "to-held" (`sx.to_bf16`) a held bf16 value,
+        so neither rounds again what a caller inside has just rounded. Only where every
+        read of the argument inside rounds the gradient it sends back (`rounded`): the
+        rounding at entry then rounds no gradient either."""
+        spelled = self.spelling(have, "bf16", None)
+        if (
+            rounded
+            and spelled
+            and spelled.removeprefix(OPTIONAL).removeprefix(MASK) == "round"
+        ):
+            return spelled[: -len("round")] + "to-held"
+        return spelled

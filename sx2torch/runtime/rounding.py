@@ -14,8 +14,9 @@ which inductor computes as a cast it keeps on the CPU and in the integer form el
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakTensorKeyDictionary
 
-__all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16"]
+__all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16", "to_bf16"]
 
 _QUIET_NAN = 0x7FC00000
 _HIGH_HALF = -0x10000  # 0xFFFF0000 as an int32
@@ -107,7 +108,40 @@ def round_to_bf16(x: Tensor) -> Tensor:
         )
     if torch.compiler.is_compiling():
         return rounding_op(x)
-    return _RoundToBf16.apply(x)
+    return _held(_RoundToBf16.apply(x))
+
+
+# Each eager rounding's result -> its version counter then: a held bf16 value, which
+# `to_bf16` passes as it is while neither it nor a view of it is written in place.
+# Weak keys: an entry goes with its tensor.
+_ROUNDED = WeakTensorKeyDictionary()
+
+
+def _held(x: Tensor) -> Tensor:
+    if not x.is_inference():  # an inference tensor has no version counter
+        _ROUNDED[x] = x._version
+    return x
+
+
+def to_bf16(x: Tensor) -> Tensor:
+    """An argument cast down at a method's entry, as cuda's ``x.to(torch.bfloat16)``.
+
+    A method that serves callers inside the module, which pass it bf16 values, and
+    callers from outside, which may pass f32 ones, casts its argument at entry. On
+    cuda the cast leaves a bf16 tensor as it is, with no backward of its own. Here a
+    held bf16 value, the result of a rounding or a view of one (neither written in place
+    since), passes as it is too, where rounding it again would cost a pass over it
+    forward and one over its gradient backward, and change no bit: the value is a bf16
+    value already, and every read of it inside rounds the gradient it sends back (a
+    store's hook, ``as_f32``), as cuda's bf16 ops return bf16 gradients. Any other
+    value is rounded, as ``round_to_bf16``. Compiled code always rounds: inductor fuses
+    the rounding into its neighbours.
+    """
+    if x.dtype == torch.float32 and not torch.compiler.is_compiling():
+        base = x if x._base is None else x._base
+        if not x.is_inference() and _ROUNDED.get(base) == x._version:
+            return x
+    return round_to_bf16(x)
 
 
 def store_bf16(x: Tensor) -> Tensor:
@@ -157,16 +191,30 @@ def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
         if operands is not None:
             a, b = operands
             return tuple(
-                None if g is None else _round(_round(grad * other).sum_to_size(g.shape))
-                for g, other in zip(grad_inputs, (b, a))
+                _round_terms(g, grad, other) for g, other in zip(grad_inputs, (b, a))
             )
         if name in _GEMMS:
             # A bf16 GEMM's accumulator starts at +0, so it never returns -0.0; an
-            # f32 GEMM of one term can (-0.0 + 0.0 is +0.0, every other value stays).
-            return tuple(None if g is None else _round(g + 0.0) for g in grad_inputs)
-        return tuple(_rounded(g) for g in grad_inputs)
+            # f32 GEMM of one term can (-0.0 + 0.0 is +0.0, every other value stays;
+            # added after the rounding, which keeps a zero's sign, in place).
+            return tuple(
+                None if g is None else _round(g).add_(0.0) for g in grad_inputs
+            )
+        # no graph is recorded here: the rounding itself, not its autograd Function
+        return tuple(_round(g) if _is_f32(g) else g for g in grad_inputs)
 
     return hook
+
+
+def _round_terms(g: Tensor | None, grad: Tensor, other: Tensor) -> Tensor | None:
+    """The gradient of a product's operand whose other operand is `other`, as a bf16
+    product gives it: each term rounded, then summed to the operand's shape and rounded.
+    Where the operand has the product's shape there is no sum, and `g` is the terms."""
+    if g is None:
+        return None
+    if g.shape == grad.shape:
+        return _round(g)
+    return _round(_round(grad * other).sum_to_size(g.shape))
 
 
 _VIEWS = {"ViewBackward0", "UnsafeViewBackward0"}
@@ -180,10 +228,12 @@ _FROM_RESULT = {
 }
 
 
+def _is_f32(grad: Tensor | None) -> bool:
+    return grad is not None and grad.dtype == torch.float32
+
+
 def _rounded(grad: Tensor | None) -> Tensor | None:
-    if grad is None or grad.dtype != torch.float32:
-        return grad
-    return _RoundToBf16.apply(grad)
+    return _RoundToBf16.apply(grad) if _is_f32(grad) else grad
 
 
 class _AsF32(torch.autograd.Function):
