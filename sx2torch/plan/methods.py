@@ -94,9 +94,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
             Spelled(layouts[typed]),
             group[typed].rep,
             {
-                index: _down(
-                    target, lowered, typed, index, (typed, index) in optional, rounded
-                )
+                index: _down(target, lowered, typed, index, optional, rounded)
                 for index in entry.get(typed) or ()
             },
         )
@@ -131,16 +129,16 @@ def _down(
     lowered: Lowered,
     typed: Typed,
     index: int,
-    optional: bool,
+    optional: set,
     rounded: "Rounded",
 ) -> Cast:
     """The cast of argument `index` down at entry: of a float only where it reaches a mask,
-    which a caller may pass as booleans; of a tensor only where a caller may pass None.
-    """
+    which a caller may pass as booleans; of a tensor only where a caller may pass None
+    (`optional`: (Typed, index))."""
     have = "f32"
     if typed.graph.inputs[index] in lowered.masks[typed.graph]:
         have = or_bool(have)
-    if optional:
+    if (typed, index) in optional:
         have = or_none(have)
     held = target.held and rounded.argument(typed, index)
     return Cast(target.entry(have, held), "bf16")
