@@ -71,7 +71,7 @@ class LayerNorm(nn.Module):
         return (
             F.layer_norm(
                 x,
-                self.weight.to(torch.bfloat16).shape,
+                self.weight.shape,
                 self.weight.to(torch.bfloat16),
                 self.bias.to(torch.bfloat16),
                 eps=self.eps,
@@ -79,10 +79,7 @@ class LayerNorm(nn.Module):
             if self.elementwise_affine and self.has_bias
             else (
                 F.layer_norm(
-                    x,
-                    self.weight.to(torch.bfloat16).shape,
-                    self.weight.to(torch.bfloat16),
-                    eps=self.eps,
+                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
                 )
                 if self.elementwise_affine
                 else F.layer_norm(x, x.shape[-1:], eps=self.eps)

@@ -128,12 +128,22 @@ def _layer_norm(a, ctx):
     x = a[0]
     # the last axis: the weight's shape where there is one, so x is read once
     shape = (
-        b.attr(a[1], "shape")
+        b.attr(_uncast(a[1]), "shape")
         if len(a) > 1
         else b.subscript(b.attr(x, "shape"), b.slice_(b.number(-1), None))
     )
     extra = {"eps": ctx.attrs["eps"]} if ctx.values["eps"] != 1e-5 else {}
     return b.call("F.layer_norm", x, shape, *a[1:], **extra)
+
+
+def _uncast(weight):
+    """`w` of `w.to(dtype)`: the same shape, read without a copy of the weight."""
+    cast = (
+        isinstance(weight, cst.Call)
+        and isinstance(weight.func, cst.Attribute)
+        and weight.func.attr.value == "to"
+    )
+    return weight.func.value if cast else weight
 
 
 def _layer_norm_grad(t, n, g):
