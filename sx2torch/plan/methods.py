@@ -26,6 +26,7 @@ from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled, rounds
 from sx2torch.plan.targets import Target, or_bool, or_none
 from sx2torch.policy import Lowered, Typed
+from sx2torch.policy.rules import calling
 from sx2torch.syntax.program import Init, Program
 from sx2torch.syntax.scalars import UNARY, Scalar, ScalarOp
 
@@ -422,14 +423,7 @@ def _may_be_none(operand, typed, found: set) -> bool:
 def _closure(roots: set, group: dict) -> set:
     """`roots` and every specialization they call, directly or not: the calls of the
     code that serves each."""
-    seen: set = set()
-    stack = list(roots)
-    while stack:
-        typed = stack.pop()
-        if typed not in seen:
-            seen.add(typed)
-            stack.extend(group[typed].rep.callee.values())
-    return seen
+    return calling(roots, lambda typed: group[typed].rep.callee.values())
 
 
 def _public(natural, specs: list, called: set, group: dict):

@@ -864,15 +864,16 @@ def _key(param: ParamRef) -> tuple:
     return param.model, param.name
 
 
-def calling(roots) -> set:
-    """The specializations `roots` are and call, directly or not."""
+def calling(roots, callees=lambda typed: typed.callee.values()) -> set:
+    """The specializations `roots` are and call, directly or not (`callees`: those one
+    calls)."""
     reached: set = set()
     pending = list(roots)
     while pending:
         typed = pending.pop()
         if typed not in reached:
             reached.add(typed)
-            pending.extend(typed.callee.values())
+            pending.extend(callees(typed))
     return reached
 
 
