@@ -110,3 +110,4 @@
 
 (defrun train :precision :bf16)
 (defrun exact :precision :f32)
+(defrun generate :precision :bf16 :generate true)

@@ -1,17 +1,24 @@
-"""The cache pass: the KV-cached specialization of a `(defrun NAME :generate true)` run, made
+"""The cache pass: the cached specialization of a `(defrun NAME :generate true)` run, made
 from the traced graphs (docs/LANGUAGE.md, "Generation").
 
-On the defuns the top model's `forward` reaches: each `(attention ... :causal true)` becomes
-`cached-attention`, which keeps its keys and values; each `arange-of` and `positions` over
-the sequence axis (axis 1, the `[batch, length]` of the ids forward takes) becomes its cached
-op, which starts where the cache ends; in `forward`, the value made by the last form that
-reaches an attention goes through `last-position`, so the tokenwise work after it (the final
-norm's reader, lm_head) runs on the last position only, transformers' `logits_to_keep=1`.
-Anything else that mixes positions would compute wrong numbers from a cache, so it is a
-located diagnostic: a non-causal attention or one given a mask, a product of two values made
-from the input (attention written out), an op that combines values along an axis other than
-the last (a reduction, a scan, a softmax over it), the sequence's size used as a value.
-Other runs are left as they are.
+The pass follows the sequence through the defuns the top model's `forward` reaches, as shapes
+with its length marked (sx2torch/ops/sequence.py): forward's ids are `[batch, length]`, and
+the ops' rank rules carry the length to the axis each value holds the positions on, through
+`swap-axes`, `transpose` and calls. On the way, each op's `cached` rule rewrites it: each
+`(attention ... :causal true)` becomes `cached-attention`, which keeps its keys and values; a
+`conv1d` along the sequence becomes `cached-conv1d`, which keeps its last inputs, and a
+`linear-scan` along it `cached-linear-scan`, which keeps its last value (Mamba's conv and SSM
+states); each `arange-of` and `positions` over the sequence axis (axis 1) becomes its cached
+op, which starts where the cache ends. In `forward`, the value made by the last form that
+reaches one of those that keep a state goes through `last-position`, so the tokenwise work
+after it (the final norm's reader, lm_head) runs on the last position only, transformers'
+`logits_to_keep=1`. Anything else that mixes positions would compute wrong numbers from a
+cache, so it is a located diagnostic: a non-causal attention or one given a mask, a product of
+two values made from the input (attention written out) that do not hold the positions on one
+batch axis, an op that combines values along an axis other than the last (a reduction, a scan,
+a softmax over it) that is not known to be another than the sequence's, a convolution or slice
+across the positions, the sequence's size used other than as a slice's end. Other runs are
+left as they are.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from __future__ import annotations
 from typing import Optional
 
 from sx2torch.errors import SourceError
-from sx2torch.ir import Graph, Kind, Node, Scalar, walk
+from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, numbers_read, walk
 from sx2torch.ops import REGISTRY, ArgKind
-from sx2torch.ops.sequence import SEQUENCE
+from sx2torch.ops.sequence import LENGTH, SEQUENCE, Seen
+from sx2torch.ops.shapes import Analysis, ranked
+from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Program, Run
 from sx2torch.trace.calls import calls
@@ -32,14 +41,13 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
         return
     entry = (program.top.name, "forward")
     reached = _reached(program, graphs, entry)
-    for key in reached:
-        _specialize(graphs[key])
+    _Follow(program, graphs).run(entry, reached)
     holds = _holding(program, graphs, reached)
     if not holds[entry]:
         raise SourceError(
             chosen.span,
             f"run '{chosen.name}' asks to generate, but forward calls no causal "
-            "attention: there is nothing to cache",
+            "attention, convolution or scan along the sequence: there is nothing to cache",
         )
     _keep_last(graphs[entry], program, holds)
 
@@ -55,23 +63,107 @@ def _reached(program: Program, graphs: dict, entry: tuple) -> list:
     return found
 
 
-def _specialize(graph: Graph) -> None:
-    """Each op's `cached` rewrite, in place; what cannot be cached, a diagnostic."""
-    made = _from_input(graph)
-    for node in walk(graph.nodes):
+class _Follow(Analysis):
+    """The reached graphs' shapes as the generating forward calls them, its ids
+    `[batch, LENGTH]` (sx2torch/ops/sequence.py), each op's `cached` rule applied in place as
+    its node is reached; what cannot be cached, a diagnostic."""
+
+    def __init__(self, program: Program, graphs: dict):
+        super().__init__(program, graphs)
+        self.made: dict = {}  # graph -> its values made from the input
+        # the made values of the graphs being followed, innermost last
+        self.within: list = []
+        self.traced: dict = {}  # node -> (op, attrs) as traced
+        self.became: dict = {}  # node -> the op it became where first followed
+        self.lengths: set = set()  # the sizes of an aligned axis: the sequence's length
+
+    def run(self, entry: tuple, reached: list) -> None:
+        graph = self.graphs[entry]
+        ids = {x: (None, LENGTH) for x in graph.inputs[:1]}  # [batch, length]
+        self.follow(graph, {x: ids.get(x) for x in graph.inputs})
+        for key in reached:  # a call whose graph the shapes do not follow: its own
+            if self.graphs[key] not in self.made:
+                self.follow(self.graphs[key], {})
+
+    def follow(self, graph: Graph, given: dict) -> dict:
+        if graph not in self.made:
+            self.made[graph] = _from_input(graph)
+        self.within.append(self.made[graph])
+        try:
+            return self.nodes(graph.model, graph.nodes, given)
+        finally:
+            self.within.pop()
+
+    def _node(self, node: Node, model: str, found: dict):
+        if node.kind in CALLS:
+            callee = self._callee(node, model)
+            if callee is None:
+                return None
+            operands = [
+                () if isinstance(x, Scalar) else found.get(x) for x in node.inputs
+            ]
+            shapes = self.follow(
+                callee, dict(zip(callee.inputs, map(ranked, operands)))
+            )
+            if isinstance(callee.output, tuple):
+                return tuple(shapes.get(o) for o in callee.output)
+            return shapes.get(callee.output)
         if node.kind is not Kind.OP:
-            continue
-        op = REGISTRY[node.op]
-        flags = tuple(x in made for x in node.inputs)
-        found = op.cached(node.attrs, node.inputs, flags) if op.cached else None
-        if found is None and node in made and op.mixes_along(node.attrs):
+            return super()._node(node, model, found)
+        seen = self._cache(node, found)
+        dims = super()._node(node, model, found)
+        rule = REGISTRY[node.op].sequence
+        return rule(seen, ranked(dims)) if rule else dims
+
+    def _cache(self, node: Node, found: dict) -> Seen:
+        """The node's `cached` rule, from the op it was traced as (a graph called twice is
+        followed twice); the op it becomes, the same at every call."""
+        name, attrs = self.traced.setdefault(node, (node.op, node.attrs))
+        op, made = REGISTRY[name], self.within[-1]
+        lengths = frozenset(k for k, v in attrs.items() if _run_node(v) in self.lengths)
+        seen = Seen(
+            attrs,
+            tuple(
+                () if isinstance(x, Scalar) else ranked(found.get(x))
+                for x in node.inputs
+            ),
+            tuple(x in made for x in node.inputs),
+            lengths,
+        )
+        found = op.cached(seen) if op.cached else None
+        if found is None and node in made and op.mixes_along(attrs):
             found = "combines values along an axis that may be the sequence's"
         if isinstance(found, str):
             raise SourceError(
                 node.span, f"a :generate run cannot cache {echo(node.form)}: it {found}"
             )
-        if found is not None:
-            node.op, node.attrs = found
+        length = [n for n in (*node.inputs, *numbers_read(node)) if n in self.lengths]
+        if length and (
+            found is None or {_run_node(attrs[k]) for k in lengths} != set(length)
+        ):
+            raise SourceError(
+                length[0].span,
+                f"a :generate run cannot cache {echo(length[0].form)}: it uses the "
+                "sequence's size as a value, which a cached step does not see",
+            )
+        if found is not None and op.python_number:
+            self.lengths.add(node)
+        became = found or (name, attrs)
+        if self.became.setdefault(node, became[0]) != became[0]:
+            raise SourceError(
+                node.span,
+                f"a :generate run cannot cache {echo(node.form)}: its defun is called with "
+                "the sequence on different axes",
+            )
+        node.op, node.attrs = became
+        return seen
+
+
+def _run_node(value) -> Optional[Node]:
+    """The node whose Python number a scalar is, where it is one alone."""
+    if isinstance(value, Scalar) and value.op is ScalarOp.RUN:
+        return value.args[0]
+    return None
 
 
 def _from_input(graph: Graph) -> set:

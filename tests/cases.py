@@ -53,6 +53,30 @@ MIXTRAL = dict(
     num_local_experts=4,
     num_experts_per_tok=2,
 )
+MAMBA = dict(
+    vocab_size=256,
+    hidden_size=64,
+    state_size=8,
+    num_hidden_layers=2,
+    expand=2,
+    conv_kernel=4,
+    time_step_rank=8,
+)
+
+
+def f32_and_bf16(f32, folder: Path, **settings) -> tuple:
+    """transformers' model `f32` with its random weights moved off their initial values (so
+    that every parameter counts), and the same saved to `folder` and loaded back as
+    from_pretrained(..., dtype=bf16) loads a checkpoint."""
+    import torch
+
+    with torch.no_grad():
+        for p in f32.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    f32.save_pretrained(folder)
+    bf16 = type(f32).from_pretrained(folder, dtype=torch.bfloat16, **settings)
+    return f32.eval(), bf16.eval()
+
 
 # The runs that compile a port for sx2torch.runtime.generate, added to its source by the
 # generation tests (Llama's source keeps within its 70 lines)

@@ -1,17 +1,21 @@
-"""The KV cache's ops: what the `cache` pass (sx2torch/cache.py) makes of a `:generate true`
-run's causal attention, positions and last tokenwise value. Each is written as a call of
-sx2torch/runtime/cache.py, which computes the plain op where no generation runs, so the module
-trains as before; while one runs, the attention keeps its keys and values (in the dtype it
-reads them in, a literal here: the store is a copy, never a rounding), positions start where
-the cache ends, and the value after the last attention keeps its last position.
+"""The cache's ops: what the `cache` pass (sx2torch/cache.py) makes of a `:generate true`
+run's causal attention, causal convolution and scan along the sequence, positions and last
+tokenwise value. Each is written as a call of sx2torch/runtime/cache.py, which computes the
+plain op where no generation runs, so the module trains as before; while one runs, the
+attention keeps its keys and values, the convolution its last inputs and the scan its last
+value (each in the dtype the op reads it in, a literal here: the store is a copy, never a
+rounding), positions start where the cache ends, and the value after the last of them keeps
+its last position.
 """
 
 import sx2torch.build as b
+import sx2torch.ops.conv as conv
 import sx2torch.ops.sharding as sharding
 from sx2torch.ops.sequence import SEQUENCE
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import ATTENTION, RankRule
+from sx2torch.ops.rank import ATTENTION, BROADCAST, RankRule
 from sx2torch.ops.construct import ARANGE_OF, LIKE
+from sx2torch.ops.sequence import convolved
 from sx2torch.ops.fused import held_rounding
 
 
@@ -46,6 +50,55 @@ register(
         rank=ATTENTION,
         # per head, as `attention`: each device keeps its own heads' keys and values
         shards=sharding.attention,
+        caches=True,
+        internal=True,
+    )
+)
+
+
+register(
+    Op(
+        "cached-conv1d",
+        (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias", "matrix")),
+        lambda a, ctx: b.call(
+            "sx.cached_conv1d",
+            *a,
+            **conv.conv_keys(ctx),
+            dtype=b.dotted(ctx.tensor_dtype),
+        ),
+        keys=conv.CONV_KEYS,
+        arity=(2, 3),
+        doc=(
+            "`conv1d` along the sequence in a :generate run (sx.cached_conv1d): its last "
+            "(K - 1) x dilation inputs kept in the cache, in the dtype it computes in, a "
+            "literal, and read before the chunk's; causal (:padding (K - 1) x dilation, "
+            "stride 1), which it checks when it runs"
+        ),
+        rank=conv.RANKS[1],
+        sequence=convolved,
+        caches=True,
+        internal=True,
+    )
+)
+register(
+    Op(
+        "cached-linear-scan",
+        (Arg("a"), Arg("b")),
+        lambda a, ctx: b.call(
+            "sx.cached_linear_scan",
+            a[0],
+            a[1],
+            dim=ctx.attrs["axis"],
+            dtype=b.dotted(ctx.tensor_dtype),
+        ),
+        keys=(Key("axis", "int", 1),),
+        sensitive=True,
+        doc=(
+            "`linear-scan` along the sequence in a :generate run (sx.cached_linear_scan): "
+            "its last value kept in the cache, in the dtype it computes in (f32: the "
+            "library's mark), a literal, and carried into the chunk's first step"
+        ),
+        rank=BROADCAST,
         caches=True,
         internal=True,
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sx2torch.build as b
 from sx2torch.errors import SourceError
 from sx2torch.ir import Scalar
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops.rank import RankRule, known, like, value
 from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
 
@@ -83,7 +84,8 @@ def given(ctx, name: str, default) -> dict:
     return {name: b.string(attr) if isinstance(attr, str) else _sizes(attr)}
 
 
-def _conv_keys(ctx) -> dict:
+def conv_keys(ctx) -> dict:
+    """A convolution's keys as F.conv1d's keywords, those at their defaults left out."""
     return {
         **given(ctx, "stride", 1),
         **given(ctx, "padding", 0),
@@ -133,6 +135,11 @@ CONV_KEYS = (
     Key("groups", "int", 1),
 )
 
+# the convolutions' rank rules, by their spatial axes (a cached conv1d's is conv1d's)
+RANKS = {
+    spatial: RankRule("X's, the channels W's first axis", _conv_shape(spatial))
+    for spatial in (1, 2)
+}
 for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
     _layout = "[N, C, L]" if _spatial == 1 else "[N, C, H, W]"
     _kernel = "[O, C/groups, K]" if _spatial == 1 else "[O, C/groups, KH, KW]"
@@ -141,11 +148,14 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
         Op(
             _name,
             (Arg("x", "matrix"), Arg("w", "matrix"), Arg("bias", "matrix")),
-            lambda a, ctx, f=f"F.{_name}": b.call(f, *a, **_conv_keys(ctx)),
+            lambda a, ctx, f=f"F.{_name}": b.call(f, *a, **conv_keys(ctx)),
             keys=CONV_KEYS,
             arity=(2, 3),
             grad=_conv_grad(_name, _spatial),
-            rank=RankRule("X's, the channels W's first axis", _conv_shape(_spatial)),
+            rank=RANKS[_spatial],
+            # conv1d along the sequence keeps its last inputs in a :generate run's cache
+            # (conv2d, over images, is not followed: no decoder reads one)
+            cached=sequence.convolution if _spatial == 1 else None,
             doc=(
                 f"F.{_name} of X {_layout} (or unbatched) by W {_kernel}, plus BIAS [O] if "
                 "given: :stride, :padding and :dilation are an integer or one per spatial "
@@ -164,7 +174,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
             f"{_name}-input-grad",
             (Arg("g", "matrix"), Arg("w", "matrix"), Arg("x", "like")),
             lambda a, ctx, f=f"torch.nn.grad.{_word}_input": b.call(
-                f, b.attr(a[2], "shape"), a[1], a[0], **_conv_keys(ctx)
+                f, b.attr(a[2], "shape"), a[1], a[0], **conv_keys(ctx)
             ),
             keys=CONV_KEYS,
             rank=like(2, "x"),
@@ -177,7 +187,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
             f"{_name}-weight-grad",
             (Arg("x", "matrix"), Arg("g", "matrix"), Arg("w", "like")),
             lambda a, ctx, f=f"torch.nn.grad.{_word}_weight": b.call(
-                f, a[0], b.attr(a[2], "shape"), a[1], **_conv_keys(ctx)
+                f, a[0], b.attr(a[2], "shape"), a[1], **conv_keys(ctx)
             ),
             keys=CONV_KEYS,
             rank=like(2, "w"),
@@ -247,7 +257,7 @@ for _spatial in (1, 2):
             lambda a, ctx, f=f"F.conv_transpose{_spatial}d": b.call(
                 f,
                 *a,
-                **_conv_keys(ctx),
+                **conv_keys(ctx),
                 **{
                     "output_padding": v
                     for v in given(ctx, "output-padding", 0).values()

@@ -55,7 +55,8 @@ class ArgKind(str, Enum):
     @property
     def takes_bool(self) -> bool:
         """A boolean tensor may be passed here: an argument that reaches it is taken as
-        its caller passes it, never cast to a float (a 0/1 float mask is an additive one)."""
+        its caller passes it, never cast to a float (a 0/1 float mask is an additive one).
+        """
         return self in (ArgKind.BOOL_TENSOR, ArgKind.MASK)
 
 
@@ -192,11 +193,15 @@ class Op:
     # attrs (`along`); a :generate run refuses one whose axis may be the sequence's, which a
     # cached step sees one position of (sx2torch/cache.py)
     mixes: Union[bool, Callable] = False
-    # what a :generate run makes of it (sx2torch/cache.py): `cached(attrs, operands, made)`,
-    # `made` telling for each operand whether it is computed from the input, gives (the op
-    # that keeps or reads the cache, its attrs), or a string saying why the cache cannot
-    # hold it (a diagnostic at its form), or None where it stays as it is
+    # what a :generate run makes of it (sx2torch/cache.py): `cached(seen)`, `seen` its
+    # attrs, its operands' shapes with the sequence's axis marked and whether each is made
+    # from the input (sx2torch/ops/sequence.py's `Seen`), gives (the op that keeps or reads
+    # the cache, its attrs; its own where it mixes no positions), or a string saying why the
+    # cache cannot hold it (a diagnostic at its form), or None where the pass's checks decide
     cached: Optional[Callable] = None
+    # `sequence(seen, dims)`: its output's shape in the cache pass where it keeps the
+    # sequence's axis in a way its rank rule cannot see (a slice to the sequence's length)
+    sequence: Optional[Callable] = None
     # keeps keys and values in the generation's cache (cached-attention)
     caches: bool = False
     # how a value split across devices along one axis passes through it, for tensor

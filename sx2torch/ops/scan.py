@@ -6,6 +6,7 @@ into f32 and their output stays f32 until it meets a bf16 value.
 """
 
 import sx2torch.build as b
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import BROADCAST, MATRIX_SCAN, OUTER, SAME, like
 
@@ -84,6 +85,8 @@ register(
         keys=(TIME_AXIS,),
         sensitive=True,
         mixes=True,
+        # along the sequence, its last value carried in a :generate run's cache
+        cached=sequence.scan("linear-scan", "cached-linear-scan"),
         grad=_scan_grad("linear-scan-adjoint", "*"),
         rank=BROADCAST,
         doc="h_t = a_t * h_{t-1} + b_t along :axis, h_{-1} = 0; A and B broadcast",

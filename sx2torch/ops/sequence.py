@@ -1,23 +1,68 @@
 """What a `(defrun NAME :generate true)` run makes of the ops that see the sequence axis: the
-`cached` fields of their registry entries, read by the cache pass (sx2torch/cache.py). Each
-gives (the op that keeps or reads the cache, its attrs), a reason the cache cannot hold the
-node (the pass reports it at the form), or None where the node stays as it is.
+`cached` and `sequence` fields of their registry entries, read by the cache pass
+(sx2torch/cache.py).
+
+The pass follows the sequence through the graphs as shapes: the ids forward takes are
+`[batch, LENGTH]`, and the ops' rank rules carry that size to the axis each value holds the
+positions on (through `swap-axes`, `transpose`, broadcasts, calls). An axis of size LENGTH is
+*aligned*: its index i is the chunk's i-th position after the cache, so a cached step computes
+the chunk's part of it. A `cached` rule sees the node (`Seen`) and gives (the op that keeps or
+reads the cache, its attrs), (its own op and attrs) where it stays as it is because it does not
+mix positions, a reason the cache cannot hold it (the pass reports it at the form), or None
+where the pass's general checks decide. A `sequence` rule gives the output's shape where the
+op keeps an aligned axis that its rank rule cannot see (a causal convolution's, a slice to the
+sequence's length).
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
 
 from sx2torch.ops.rank import known
 
 # The sequence axis: axis 1 of the [batch, length] ids a generating forward takes, and of
 # the [batch, length, ...] activations made from them, as in transformers' decoders.
 SEQUENCE = 1
+# The sequence's length in the cache pass's shapes: no source writes a size this large, so
+# an axis of this size holds the positions.
+LENGTH = 2**61 - 1
 
 
-def attention(attrs: dict, operands: tuple, made: tuple):
+@dataclass(frozen=True)
+class Seen:
+    """A node as the cache pass sees it: its attrs, its operands' shapes (None unknown; an
+    axis of size LENGTH aligned), whether each operand is made from the input, and the keys
+    of its attrs that are the sequence's length (a `size` of an aligned axis)."""
+
+    attrs: dict
+    shapes: tuple
+    made: tuple
+    lengths: frozenset = frozenset()
+
+    def aligned(self, k: int) -> Optional[int]:
+        """Operand k's aligned axis, from 0; None where it has none or it is unknown."""
+        dims = self.shapes[k]
+        if dims is None or list(dims).count(LENGTH) != 1:
+            return None
+        return list(dims).index(LENGTH)
+
+    def axis(self, k: int, key: str) -> Optional[int]:
+        """The attr `key` as an axis of operand k, from 0, where both are known."""
+        axis, dims = known(self.attrs[key]), self.shapes[k]
+        if axis is None or dims is None or not -len(dims) <= axis < len(dims):
+            return None
+        return axis % len(dims)
+
+
+def attention(seen: Seen):
     """A causal attention keeps its keys and values; a non-causal one, or one given a mask
     (which covers this chunk's keys only), cannot be cached."""
+    attrs = seen.attrs
     # a sliding window is causal (flash-attn's window_size=(W, 0))
     if attrs["window"] is None and known(attrs["causal"]) is not True:
         return "is not causal (:causal true): each position sees later ones"
-    if len(operands) == 4:
+    if len(seen.shapes) == 4:
         return "has a mask, which covers this chunk's keys, not the cache's"
     return "cached-attention", {k: v for k, v in attrs.items() if k != "causal"}
 
@@ -25,27 +70,107 @@ def attention(attrs: dict, operands: tuple, made: tuple):
 def positions(cached_op: str):
     """Positions over the sequence axis start where the cache ends."""
 
-    def test(attrs: dict, operands: tuple, made: tuple):
-        if known(attrs["axis"]) == SEQUENCE:
-            return cached_op, attrs
+    def test(seen: Seen):
+        if known(seen.attrs["axis"]) == SEQUENCE:
+            return cached_op, seen.attrs
         return None
 
     return test
 
 
-def size(attrs: dict, operands: tuple, made: tuple):
-    """The sequence's size, where a const or key may choose the axis too: a cached step
-    sees one position of it."""
-    if known(attrs["axis"]) in (SEQUENCE, None):
+def size(seen: Seen):
+    """The sequence's size: a cached step sees one chunk of it. Of an aligned axis it is the
+    chunk's length, which a slice to it reads rightly (the pass checks its readers); of an
+    unknown axis, or axis 1 of a value whose shape is unknown, a diagnostic."""
+    axis = seen.axis(0, "axis")
+    if axis is not None and seen.shapes[0][axis] == LENGTH:
+        return "size", seen.attrs
+    if axis is None and known(seen.attrs["axis"]) in (SEQUENCE, None):
         return "uses the sequence's size as a value, which a cached step does not see"
     return None
 
 
-def product(attrs: dict, operands: tuple, made: tuple):
-    """A product of two activations may mix positions (attention written out)."""
-    if made[0] and made[1]:
-        return (
-            "multiplies two values made from the input, which may mix positions; "
-            "write it as (attention ... :causal true)"
-        )
-    return None
+def product(seen: Seen):
+    """A product of two activations may mix positions (attention written out), unless both
+    hold the positions on the same batch axis (Mamba's states read by C, position by
+    position)."""
+    if not (seen.made[0] and seen.made[1]):
+        return None
+    a, b = seen.aligned(0), seen.aligned(1)
+    ranks = [len(dims) for dims in seen.shapes if dims is not None]
+    if a is not None and len(set(ranks)) == 1 and a == b and a < ranks[0] - 2:
+        return "matmul", seen.attrs
+    return (
+        "multiplies two values made from the input, which may mix positions; "
+        "write it as (attention ... :causal true)"
+    )
+
+
+def slice_(seen: Seen):
+    """A slice along the aligned axis keeps the positions only from the first to the
+    sequence's length (a causal convolution's outputs trimmed to its input's): in a cached
+    step that is the chunk's part; any other bound would take other positions."""
+    axis = seen.axis(0, "axis")
+    if axis is None or axis != seen.aligned(0):
+        return None
+    if _to_length(seen):
+        return "slice", seen.attrs
+    return (
+        "slices the sequence, whose positions a cached step sees from the cache's end on; "
+        "only (slice x :end (size x ...)) from 0 keeps them"
+    )
+
+
+def _to_length(seen: Seen) -> bool:
+    attrs = seen.attrs
+    whole = attrs["end"] is None or "end" in seen.lengths
+    return known(attrs["start"]) == 0 and known(attrs["step"]) == 1 and whole
+
+
+def sliced(seen: Seen, dims):
+    """A slice to the sequence's length keeps the aligned axis."""
+    axis = seen.axis(0, "axis")
+    if dims is None or axis is None or axis != seen.aligned(0) or not _to_length(seen):
+        return dims
+    return dims[:axis] + (LENGTH,) + dims[axis + 1 :]
+
+
+def convolution(seen: Seen):
+    """A conv1d along the aligned axis (its last) keeps its last inputs in the cache, which
+    the convolution must be causal to use (checked when it runs: its padding depends on the
+    kernel's size, which the constructor may change); along the batch axis it mixes
+    nothing; along the channels, or an unknown axis, positions mix."""
+    if not seen.made[0]:
+        return None
+    axis, dims = seen.aligned(0), seen.shapes[0]
+    if axis is not None and axis == len(dims) - 1:
+        return "cached-conv1d", seen.attrs
+    if axis == 0 and len(dims) == 3:
+        return "conv1d", seen.attrs
+    return "convolves along an axis that may be the sequence's"
+
+
+def convolved(seen: Seen, dims):
+    """A cached convolution's outputs: the chunk's positions, then those of its padding."""
+    if dims is None or seen.aligned(0) != len(dims) - 1:
+        return dims
+    return dims[:-1] + (LENGTH,)
+
+
+def scan(op: str, cached_op: str):
+    """A scan along the aligned axis carries its last value in the cache; along another
+    axis it mixes no positions (an unknown one is the pass's general check)."""
+
+    def test(seen: Seen):
+        axes = {seen.aligned(k) for k in range(len(seen.shapes)) if seen.made[k]}
+        ranks = {len(d) for d in seen.shapes if d is not None}
+        axis = seen.axis(0, "axis") if len(ranks) == 1 else None
+        if axis is None or None in axes:
+            return None
+        if axes == {axis}:
+            return cached_op, seen.attrs
+        if axis not in axes:
+            return op, seen.attrs
+        return None
+
+    return test

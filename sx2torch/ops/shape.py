@@ -6,6 +6,7 @@ import libcst as cst
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops import sharding
 from sx2torch.ops.registry import SYMBOLIC, Arg, Key, Op, register
 from sx2torch.syntax import scalars
@@ -250,6 +251,8 @@ register(
         exact=True,
         grad=lambda t, n, g: [t.op("slice-backward", [g, n.inputs[0]], **n.attrs)],
         rank=SLICE,
+        cached=sequence.slice_,
+        sequence=sequence.sliced,
         shards=sharding.along("axis"),
         doc="X[..., start:end:step] along :axis (default 0); :step (default 1) is positive, "
         "as torch's; a view",

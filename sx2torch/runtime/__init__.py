@@ -7,7 +7,13 @@ from sx2torch.runtime.attention import (
     restrict_mask,
     window_mask,
 )
-from sx2torch.runtime.cache import cache_positions, cached_attention, last_position
+from sx2torch.runtime.cache import (
+    cache_positions,
+    cached_attention,
+    cached_conv1d,
+    cached_linear_scan,
+    last_position,
+)
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
 from sx2torch.runtime.experts import sparse_experts
@@ -39,6 +45,8 @@ __all__ = [
     "as_f32",
     "cache_positions",
     "cached_attention",
+    "cached_conv1d",
+    "cached_linear_scan",
     "bf16_region",
     "causal_mask",
     "concat_part",

@@ -1,15 +1,17 @@
 """The KV cache of a module compiled for a `(defrun NAME :generate true)` run.
 
-The compiler's `cache` pass makes each causal `attention` a `cached-attention`, each position
-over the sequence axis a `cache-positions`, and the value the last attention feeds a
-`last-position`; they are written as the three functions below. Without a generation running
+The compiler's `cache` pass makes each causal `attention` a `cached-attention`, each `conv1d`
+and `linear-scan` along the sequence a `cached-conv1d` and a `cached-linear-scan` (a recurrent
+state: a convolution's last inputs, a scan's last value, in `Cache.states`), each position over
+the sequence axis a `cache-positions`, and the value the last of them feeds a `last-position`;
+they are written as the functions below. Without a generation running
 (`sx2torch.runtime.generate` makes one with `generating`), each computes what the plain op
 computes, so the module trains and evaluates as before. While one runs, the i-th attention
 called in a forward keeps its keys and values in the cache's slot i, positions start where the
 cache ends, and tokenwise work after the last attention reads the last position only.
 
-A store is a copy, never a rounding: keys and values reach the cache in the dtype the attention
-reads them in, the `dtype` the compiler writes as a literal beside each call (checked here).
+A store is a copy, never a rounding: keys, values and states reach the cache in the dtype the
+op reads them in, the `dtype` the compiler writes as a literal beside each call (checked here).
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from sx2torch.runtime.attention import eager_attention, seen, softcapped, window_mask
+from sx2torch.runtime.scan import linear_scan
 
 __all__ = [
     "Cache",
     "cached_attention",
+    "cached_conv1d",
+    "cached_linear_scan",
     "cache_positions",
     "generating",
     "last_position",
@@ -62,12 +67,41 @@ class Cache:
         )
         self.keep: Optional[Tensor] = None  # padded: the keys that are tokens, [B, L]
         self.rows: Optional[Tensor] = None  # padded: the chunk's positions, [B, S]
+        # a convolution's last inputs, a scan's last value: one per op a forward calls
+        self.states: list = []
+        self.state_slot = 0
 
     def begin(self, length: int, position: Optional[Tensor] = None) -> None:
         """Before each forward: `length` tokens are stored, the chunk comes after them."""
-        self.length, self.slot = length, 0
+        self.length, self.slot, self.state_slot = length, 0, 0
         if position is not None:
             self.position = position
+
+    def state(self) -> Optional[Tensor]:
+        """The next recurrent op's state (None before the prompt's), taking its slot."""
+        if self.rows is not None:
+            raise ValueError(
+                "left-padded prompts cannot start a recurrent state (a convolution's or "
+                "scan's along the sequence): give prompts of one length"
+            )
+        slot, self.state_slot = self.state_slot, self.state_slot + 1
+        return self.states[slot] if slot < len(self.states) else None
+
+    def keep_state(self, value: Tensor, dtype: torch.dtype) -> None:
+        """Keep the state the op just taken gives the next chunk: a copy, in place in a
+        static cache (the compiled step reads the same buffer at every length)."""
+        if value.dtype != dtype:
+            raise TypeError(f"the cache holds {dtype}, the op gave {value.dtype}")
+        slot = self.state_slot - 1
+        if slot == len(self.states):
+            buffer = value.clone()
+            if self.capacity:
+                torch._dynamo.mark_static_address(buffer)
+            self.states.append(buffer)
+        elif self.capacity:
+            self.states[slot].copy_(value)
+        else:
+            self.states[slot] = value.clone()
 
     def store(self, k: Tensor, v: Tensor, dtype: torch.dtype, window=None) -> tuple:
         """The keys and values this slot attends over, the chunk's among them, and the
@@ -110,7 +144,8 @@ class Cache:
     def _slide(self, slot: int, k: Tensor, v: Tensor) -> tuple:
         """A static slot of a window, W + 1 keys, transformers' StaticSlidingWindowLayer:
         written in place until full, then rolled for one token; a chunk that fills or
-        overflows it attends over all it had and its own, and the last W + 1 are kept."""
+        overflows it attends over all it had and its own, and the last W + 1 are kept.
+        """
         keys, values = self.keys[slot], self.values[slot]
         held, length, chunk = keys.shape[-2], self.length, k.shape[-2]
         if length >= held and chunk == 1:
@@ -240,7 +275,14 @@ def _plain(q, k, v, scale, window, enable_gqa, softcap, round) -> Tensor:
 
 
 def _static(
-    q: Tensor, k: Tensor, v: Tensor, query_at: Tensor, key_at: Tensor, keep, window, extra
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    query_at: Tensor,
+    key_at: Tensor,
+    keep,
+    window,
+    extra,
 ) -> Tensor:
     """Attention over a static cache's capacity, transformers' static formulation: the
     prompt (S > 1 from position 0, no padding) with `is_causal` over its own keys; a later
@@ -273,6 +315,65 @@ def _masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, extra) -> Tensor:
     k = k.repeat_interleave(groups, dim=-3)
     v = v.repeat_interleave(groups, dim=-3)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
+
+
+def cached_conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    *,
+    dtype: torch.dtype,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+) -> Tensor:
+    """`conv1d` along the sequence (the last axis of X), causal: padded by P = (K - 1) x
+    dilation, its first L outputs the positions'. Without a generation running, the plain
+    op. While one runs, the chunk is read after the P inputs before it (zeros before the
+    prompt), which the cache keeps in `dtype` (a copy), and the outputs are the chunk's
+    positions and then its padding's, as the plain op's are: the prompt's the plain op's,
+    a later chunk's F.conv1d over its window, as transformers' `causal_conv1d_update`.
+    """
+    keys = dict(stride=stride, dilation=dilation, groups=groups)
+    cache = _ACTIVE[0]
+    if cache is None:
+        return F.conv1d(x, weight, bias, padding=padding, **keys)
+    causal = dilation * (weight.shape[-1] - 1)
+    if stride != 1 or padding != causal:
+        raise ValueError(
+            f"a cached convolution must be causal: stride 1 and padding {causal} "
+            f"((kernel - 1) x dilation), got stride {stride} and padding {padding}"
+        )
+    if x.dtype != dtype:
+        raise TypeError(f"the cache holds {dtype}, the convolution read {x.dtype}")
+    before = cache.state()
+    if before is None:
+        out = F.conv1d(x, weight, bias, padding=padding, **keys)
+        before = x.new_zeros(*x.shape[:-1], padding)
+    else:
+        window = F.pad(torch.cat([before, x], dim=-1), (0, padding))
+        out = F.conv1d(window, weight, bias, **keys)
+    cache.keep_state(torch.cat([before, x], dim=-1)[..., x.shape[-1] :], dtype)
+    return out
+
+
+def cached_linear_scan(a: Tensor, b: Tensor, dim: int, *, dtype: torch.dtype) -> Tensor:
+    """`linear-scan` along the sequence: h_t = a_t * h_{t-1} + b_t. Without a generation
+    running, the plain op (h_{-1} = 0). While one runs, h_{-1} is the last value of the
+    chunk before (kept in `dtype`, a copy), carried into the first step as the loop writes
+    it, a_0 * h_{-1} + b_0; then the plain scan, whose first step gives b_0 as it is."""
+    cache = _ACTIVE[0]
+    if cache is None:
+        return linear_scan(a, b, dim)
+    before = cache.state()
+    if before is not None:
+        a, b = torch.broadcast_tensors(a, b)
+        first = a.narrow(dim, 0, 1) * before.unsqueeze(dim) + b.narrow(dim, 0, 1)
+        b = torch.cat([first, b.narrow(dim, 1, b.shape[dim] - 1)], dim)
+    out = linear_scan(a, b, dim)
+    cache.keep_state(out.select(dim, -1), dtype)
+    return out
 
 
 def cache_positions(like: Tensor, axis: int, dtype=None) -> Tensor:

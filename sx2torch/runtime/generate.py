@@ -80,9 +80,9 @@ def generate(
 
 def _last_logits(out: Tensor, cache: Cache) -> Tensor:
     """The last position's logits in f32, transformers' `output_logits`."""
-    if not cache.keys:
+    if not cache.keys and not cache.states:
         raise TypeError(
-            "the model keeps no KV cache: compile it from a source with "
+            "the model keeps no cache: compile it from a source with "
             "(defrun NAME ... :generate true)"
         )
     return out[:, -1].to(copy=True, dtype=torch.float32)

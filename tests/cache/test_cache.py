@@ -45,7 +45,10 @@ def test_what_mixes_positions_is_a_located_diagnostic_naming_the_form(name, line
         ("(* (attention x x x :causal true) (size x :axis 1))", "sequence's size"),
         ("(attention x x x (> x 0.0) :causal true)", "has a mask"),
         # attention written out: the product of queries and keys
-        ("(matmul (softmax (matmul x (swap-axes x -1 -2))) x)", "multiplies two values"),
+        (
+            "(matmul (softmax (matmul x (swap-axes x -1 -2))) x)",
+            "multiplies two values",
+        ),
     ],
 )
 def test_a_reduction_a_size_or_a_mask_over_the_sequence_is_refused(body, why):
@@ -95,3 +98,69 @@ def test_dump_after_cache_shows_the_cached_ops():
     )
     for op in ("cached-attention", "cached-arange-of", "last-position"):
         assert op in dumped
+
+
+def test_mamba_caches_its_convolution_and_scan_states_in_their_dtypes():
+    """The causal convolution (along the last axis of the swapped activations) and the
+    selective scan (along axis 2 of [B, I, L, N]) keep their states: the convolution's in
+    the dtype it reads (bf16 here), the scan's in f32, its island's; lm_head reads the
+    last position."""
+    path = lisp("mamba")
+    cached = compile_source(path.read_text(), path.name, Options(run="generate"))
+    assert cached.count("sx.cached_conv1d(") == 2
+    assert cached.count("dtype=torch.bfloat16,\n            )") == 2
+    assert (
+        "sx.cached_linear_scan(\n                discrete_A, deltaB_u, dim=2, dtype=torch.float32\n"
+        in cached
+    )
+    assert "self.lm_head(sx.last_position(self.backbone(input_ids), 1))" in cached
+
+
+TABLES = "(defparam e (normal [16 8]))\n(defparam w (normal [8 1 3]))\n"
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        # [B, L, 8] convolved as [N, C, L]: the positions are the channels
+        ("(conv1d (take e ids) w :padding 2 :groups 8)", "convolves along an axis"),
+        ("(slice (take e ids) :axis 1 :end 3)", "slices the sequence"),
+        (
+            "(slice (take e ids) :axis 1 :start 1 :end (size ids :axis 1))",
+            "slices the sequence",
+        ),
+        # the sequence's length, read other than as the end of a slice of the positions
+        ("(slice (take e ids) :axis 2 :end (size ids :axis 1))", "sequence's size"),
+    ],
+)
+def test_a_convolution_or_slice_across_the_positions_is_refused(body, why):
+    error = refused(TABLES + f"(defun forward (ids) {body})" + GENERATE)
+    assert why in error.message and error.line == 3
+
+
+def test_ops_along_other_axes_than_the_sequences_stay_as_they_are():
+    """Followed through swap-axes: a scan along the features and a product batched over the
+    positions mix none; a convolution along the swapped positions keeps its inputs."""
+    body = """(let ((h (take e ids))
+         (c (swap-axes (conv1d (swap-axes h 1 2) w :padding 2 :groups 8) 1 2))
+         (s (linear-scan h h :axis 2))
+         (p (squeeze (matmul (unsqueeze s :axis 2) (unsqueeze h :axis 3)) :axis -1)))
+     (attention (+ p (slice c :axis 1 :end (size h :axis 1))) h h :causal true))"""
+    cached = compile_string(
+        TABLES + f"(defun forward (ids) {body})" + GENERATE, run="chat"
+    )
+    assert "sx.cached_conv1d(" in cached and "sx.cached_attention(" in cached
+    assert "sx.linear_scan(" in cached and "cached_linear_scan" not in cached
+
+
+def test_a_defun_called_with_the_sequence_on_two_axes_is_refused():
+    source = (
+        TABLES
+        + """(defun scanned (v) (linear-scan v v :axis 1))
+(defun forward (ids)
+  (let ((h (take e ids)))
+    (attention (scanned h) (swap-axes (scanned (swap-axes h 1 2)) 1 2) h :causal true)))"""
+    )
+    error = refused(source + GENERATE)
+    assert "called with the sequence on different axes" in error.message
+    assert error.line == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import LLAMA, lisp
+from cases import LLAMA, f32_and_bf16, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import train
@@ -39,14 +39,10 @@ def real(tmp_path_factory):
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**SIZES, attn_implementation="sdpa")
-    f32 = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in f32.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    folder = tmp_path_factory.mktemp("llama")
-    f32.save_pretrained(folder)
-    bf16 = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
-    return {"f32": f32, "bf16": bf16.eval()}
+    f32, bf16 = f32_and_bf16(
+        transformers.LlamaForCausalLM(config), tmp_path_factory.mktemp("llama")
+    )
+    return {"f32": f32, "bf16": bf16}
 
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])

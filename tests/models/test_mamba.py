@@ -8,19 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cases import lisp
+from cases import MAMBA, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 
-SIZES = dict(
-    vocab_size=256,
-    hidden_size=64,
-    state_size=8,
-    num_hidden_layers=2,
-    expand=2,
-    conv_kernel=4,
-    time_step_rank=8,
-)
+SIZES = MAMBA
 
 
 def mamba(run: str):

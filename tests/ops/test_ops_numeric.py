@@ -928,6 +928,11 @@ TESTED_ELSEWHERE = {
         ("cached-attention", "cached-arange-of", "cached-positions", "last-position"),
         "tests/runtime/test_generate.py, tests/models/test_generate.py",
     ),
+    # recurrent states against re-running the prefix and transformers' Mamba
+    **dict.fromkeys(
+        ("cached-conv1d", "cached-linear-scan"),
+        "tests/runtime/test_cache_states.py, tests/models/test_generate_mamba.py",
+    ),
     **dict.fromkeys(
         (
             "conv1d",
