@@ -71,6 +71,7 @@ class _Follow(Analysis):
     def __init__(self, program: Program, graphs: dict):
         super().__init__(program, graphs)
         self.made: dict = {}  # graph -> its values made from the input
+        self.followed: dict = {}  # (graph, its arguments' shapes) -> its shapes
         # the made values of the graphs being followed, innermost last
         self.within: list = []
         self.traced: dict = {}  # node -> (op, attrs) as traced
@@ -86,13 +87,18 @@ class _Follow(Analysis):
                 self.follow(self.graphs[key], {})
 
     def follow(self, graph: Graph, given: dict) -> dict:
+        """The graph's shapes, its arguments `given`; followed once per distinct shapes (a
+        defun called from many places, at many depths, is not followed again)."""
         if graph not in self.made:
             self.made[graph] = _from_input(graph)
-        self.within.append(self.made[graph])
-        try:
-            return self.nodes(graph.model, graph.nodes, given)
-        finally:
-            self.within.pop()
+        key = (graph, tuple(given.get(x) for x in graph.inputs))
+        if key not in self.followed:
+            self.within.append(self.made[graph])
+            try:
+                self.followed[key] = self.nodes(graph.model, graph.nodes, given)
+            finally:
+                self.within.pop()
+        return self.followed[key]
 
     def _node(self, node: Node, model: str, found: dict):
         if node.kind in CALLS:

@@ -164,3 +164,11 @@ def test_a_defun_called_with_the_sequence_on_two_axes_is_refused():
     error = refused(source + GENERATE)
     assert "called with the sequence on different axes" in error.message
     assert error.line == 3
+
+
+def test_a_defun_reached_along_many_paths_is_followed_once_per_shapes():
+    """30 defuns each calling the next twice: 2^30 paths to the attention, followed once."""
+    lines = ["(defun f0 (x) (attention x x x :causal true))"]
+    lines += [f"(defun f{i} (x) (+ (f{i - 1} x) (f{i - 1} x)))" for i in range(1, 30)]
+    source = "\n".join(lines) + "\n(defun forward (x) (f29 x))" + GENERATE
+    assert "sx.cached_attention(" in compile_string(source, run="chat")
