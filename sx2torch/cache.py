@@ -105,11 +105,8 @@ class _Follow(Analysis):
             callee = self._callee(node, model)
             if callee is None:
                 return None
-            operands = [
-                () if isinstance(x, Scalar) else found.get(x) for x in node.inputs
-            ]
             shapes = self.follow(
-                callee, dict(zip(callee.inputs, map(ranked, operands)))
+                callee, dict(zip(callee.inputs, _operands(node, found)))
             )
             if isinstance(callee.output, tuple):
                 return tuple(shapes.get(o) for o in callee.output)
@@ -122,17 +119,14 @@ class _Follow(Analysis):
         return rule(seen, ranked(dims)) if rule else dims
 
     def _cache(self, node: Node, found: dict) -> Seen:
-        """The node's `cached` rule, from the op it was traced as (a graph called twice is
-        followed twice); the op it becomes, the same at every call."""
+        """The node's `cached` rule, from the op it was traced as (a graph called with other
+        shapes is followed again); the op it becomes, the same at every call."""
         name, attrs = self.traced.setdefault(node, (node.op, node.attrs))
         op, made = REGISTRY[name], self.within[-1]
         lengths = frozenset(k for k, v in attrs.items() if _run_node(v) in self.lengths)
         seen = Seen(
             attrs,
-            tuple(
-                () if isinstance(x, Scalar) else ranked(found.get(x))
-                for x in node.inputs
-            ),
+            _operands(node, found),
             tuple(x in made for x in node.inputs),
             lengths,
         )
@@ -165,6 +159,13 @@ class _Follow(Analysis):
         return seen
 
 
+def _operands(node: Node, found: dict) -> tuple:
+    """The shapes of a node's operands (a number's is ())."""
+    return tuple(
+        () if isinstance(x, Scalar) else ranked(found.get(x)) for x in node.inputs
+    )
+
+
 def _run_node(value) -> Optional[Node]:
     """The node whose Python number a scalar is, where it is one alone."""
     if isinstance(value, Scalar) and value.op is ScalarOp.RUN:
@@ -191,8 +192,9 @@ def _shape_only(op, k: int) -> bool:
 
 
 def _holding(program: Program, graphs: dict, reached: list) -> dict:
-    """For each reached defun, whether it calls a cached attention, at any depth (calls
-    nest at most MAX_CALL_DEPTH deep, without recursion: trace checked it)."""
+    """For each reached defun, whether it calls an op that keeps keys and values or a
+    state, at any depth (calls nest at most MAX_CALL_DEPTH deep, without recursion: trace
+    checked it)."""
     holds: dict = {}
 
     def visit(key: tuple) -> bool:
@@ -212,7 +214,7 @@ def _holding(program: Program, graphs: dict, reached: list) -> dict:
 
 def _holds(node: Node, graph: Graph, program: Program, holds: dict) -> bool:
     if node.kind is Kind.OP:
-        return REGISTRY[node.op].caches
+        return REGISTRY[node.op].caches or REGISTRY[node.op].state
     if node.kind in (Kind.CALL, Kind.SUBMODEL):
         return holds[_callee(node, graph, program)]
     return any(

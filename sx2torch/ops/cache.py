@@ -76,7 +76,7 @@ register(
         ),
         rank=conv.RANKS[1],
         sequence=convolved,
-        caches=True,
+        state=True,
         internal=True,
     )
 )
@@ -99,7 +99,7 @@ register(
             "library's mark), a literal, and carried into the chunk's first step"
         ),
         rank=BROADCAST,
-        caches=True,
+        state=True,
         internal=True,
     )
 )

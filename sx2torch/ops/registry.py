@@ -204,6 +204,9 @@ class Op:
     sequence: Optional[Callable] = None
     # keeps keys and values in the generation's cache (cached-attention)
     caches: bool = False
+    # keeps a recurrent state in the generation's cache, of one size at every length (a
+    # convolution's last inputs, a scan's last value): no bytes per token
+    state: bool = False
     # how a value split across devices along one axis passes through it, for tensor
     # parallelism (sx2torch/ops/sharding.py); None: it needs the whole value
     shards: Optional[Callable] = None

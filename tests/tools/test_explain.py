@@ -316,3 +316,12 @@ def test_a_run_that_does_not_generate_has_no_cache():
     report = explain.run(lisp("llama").read_text(), "llama.lisp", Options(run="exact"))
     assert report["cache"] is None
     assert "KV cache" not in explain.render(report)
+
+
+def test_a_recurrent_state_costs_no_bytes_per_token():
+    """Mamba's generate run keeps conv and SSM states, whose size does not grow: explain
+    reports no attention and 0 bytes per token (it read a state's op as an attention)."""
+    report = explain.run(
+        lisp("mamba").read_text(), "mamba.lisp", Options(run="generate")
+    )
+    assert report["cache"]["attentions"] == report["cache"]["bytes_per_token"] == 0
