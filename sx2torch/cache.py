@@ -160,10 +160,21 @@ class _Follow(Analysis):
 
 
 def _operands(node: Node, found: dict) -> tuple:
-    """The shapes of a node's operands (a number's is ())."""
+    """The shapes of a node's operands (a number's is ()); a size the rank rules computed
+    from the sequence's length (2 x LENGTH, of a concat) unknown, as it is."""
     return tuple(
-        () if isinstance(x, Scalar) else ranked(found.get(x)) for x in node.inputs
+        () if isinstance(x, Scalar) else _unmarked(ranked(found.get(x)))
+        for x in node.inputs
     )
+
+
+def _unmarked(dims):
+    if dims is None:
+        return None
+    return tuple(None if d != LENGTH and (d or 0) >= _DERIVED else d for d in dims)
+
+
+_DERIVED = 2**40  # a size this large is LENGTH's arithmetic
 
 
 def _run_node(value) -> Optional[Node]:

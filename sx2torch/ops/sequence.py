@@ -81,11 +81,13 @@ def positions(cached_op: str):
 def size(seen: Seen):
     """The sequence's size: a cached step sees one chunk of it. Of an aligned axis it is the
     chunk's length, which a slice to it reads rightly (the pass checks its readers); of an
-    unknown axis, or axis 1 of a value whose shape is unknown, a diagnostic."""
+    unknown axis, or an axis 1 whose size is unknown, a diagnostic; of an axis of a known
+    size, another than the sequence's, a number like any."""
     axis = seen.axis(0, "axis")
-    if axis is not None and seen.shapes[0][axis] == LENGTH:
+    sized = None if axis is None else seen.shapes[0][axis]
+    if sized == LENGTH:
         return "size", seen.attrs
-    if axis is None and known(seen.attrs["axis"]) in (SEQUENCE, None):
+    if sized is None and known(seen.attrs["axis"]) in (SEQUENCE, None):
         return "uses the sequence's size as a value, which a cached step does not see"
     return None
 

@@ -172,3 +172,11 @@ def test_a_defun_reached_along_many_paths_is_followed_once_per_shapes():
     lines += [f"(defun f{i} (x) (+ (f{i - 1} x) (f{i - 1} x)))" for i in range(1, 30)]
     source = "\n".join(lines) + "\n(defun forward (x) (f29 x))" + GENERATE
     assert "sx.cached_attention(" in compile_string(source, run="chat")
+
+
+def test_a_size_made_from_the_sequences_length_is_not_a_known_one():
+    """Concatenated along the positions, the axis's size is twice the sequence's, which the
+    pass does not take for a known size: its size as a value is refused as before."""
+    body = "(* (attention x x x :causal true) (size (concat [x x] :axis 1) :axis 1))"
+    error = refused(f"(defun forward (x) {body})" + GENERATE)
+    assert "sequence's size" in error.message and error.line == 1
