@@ -242,6 +242,12 @@ INTERNAL = [
     ("cached-attention", {"q": [2, 4, 5, 8], "k": [2, 4, 5, 8], "v": [2, 4, 5, 8]}, {}),
     ("cached-arange-of", {"like": [2, 5, 3]}, {}),
     ("cached-positions", {"like": [2, 5]}, {}),
+    (
+        "cached-conv1d",
+        {"x": [2, 3, 10], "w": [3, 1, 4], "bias": [3]},
+        {"padding": 3, "groups": 3},
+    ),
+    ("cached-linear-scan", {"a": [2, 5, 1], "b": [2, 5, 3]}, {"axis": 1}),
     ("last-position", {"x": [2, 1, 3]}, {}),
     (
         "group-norm-backward",
