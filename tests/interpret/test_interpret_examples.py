@@ -74,14 +74,12 @@ def _runs(name):
     ]
 
 
-@pytest.mark.parametrize(
-    "name,run", [(name, run) for name in CASES for run in _runs(name)]
-)
-def test_the_interpreter_gives_the_compiled_modules_outputs(name, run):
-    consts, inputs = CASES[name]
+def compiled_and_interpreted(name: str, run, consts: dict) -> tuple:
+    """(the code, its top module built with `consts` and its parameters moved off their
+    initial values, the interpreter with the same parameters), both in eval mode."""
     source = lisp(name).read_text()
-    namespace: dict = {}
     code = compile_source(source, f"{name}.lisp", Options(run=run))
+    namespace: dict = {}
     exec(compile(code, name, "exec"), namespace)
     torch.manual_seed(0)
     module = namespace[namespace["__all__"][0]](**consts).eval()
@@ -95,6 +93,15 @@ def test_the_interpreter_gives_the_compiled_modules_outputs(name, run):
         consts={k.replace("_", "-"): v for k, v in consts.items()},
         state=module.state_dict(),
     ).eval()
+    return code, module, model
+
+
+@pytest.mark.parametrize(
+    "name,run", [(name, run) for name in CASES for run in _runs(name)]
+)
+def test_the_interpreter_gives_the_compiled_modules_outputs(name, run):
+    consts, inputs = CASES[name]
+    _, module, model = compiled_and_interpreted(name, run, consts)
     args = inputs()
     with torch.no_grad():
         want = module(*[a.clone() for a in args])
