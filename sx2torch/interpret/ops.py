@@ -57,8 +57,12 @@ def _axis(k, default=-1):
 def _sparse_experts(a, k):
     """Expert by expert, the rows that chose it: their gated MLP, weighted, added back."""
     x, index, weights, gate_up, down = a
+    experts = gate_up.shape[0]
+    if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < experts:
+        # the module's F.one_hot refuses it; no expert here would take the row
+        raise RuntimeError(f"sparse-experts: an expert index outside [0, {experts})")
     out = torch.zeros_like(x)
-    for expert in range(gate_up.shape[0]):
+    for expert in range(experts):
         chose = index == expert  # [T, K], at most one K per row
         rows = chose.any(dim=-1).nonzero()[:, 0]
         if len(rows) == 0:
@@ -142,12 +146,15 @@ def _matrix_scan(a, k):
 
 def _softcapped(q, key, v, allowed, mask, k):
     """transformers' eager_attention_forward with Gemma 2's soft-cap, in Q's dtype: the
-    scores, scaled, capped tanh(s / C) C, masked, an f32 softmax read back in Q's dtype."""
+    scores, scaled, capped tanh(s / C) C, masked, an f32 softmax read back in Q's dtype.
+    """
     if k.get("enable-gqa", False):
         groups = q.shape[-3] // key.shape[-3]
         key, v = (t.repeat_interleave(groups, dim=-3) for t in (key, v))
     scale = k.get("scale")
-    scores = (q @ key.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    scores = (q @ key.transpose(-1, -2)) * (
+        q.shape[-1] ** -0.5 if scale is None else scale
+    )
     cap = k["softcap"]
     scores = torch.tanh(scores / cap) * cap
     if mask is not None and mask.dtype == torch.bool:
