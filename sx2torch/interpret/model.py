@@ -141,6 +141,7 @@ class Instance:
     params: dict = field(
         default_factory=dict
     )  # name -> ParamValue | Instance | [Instance]
+    unmade: dict = field(default_factory=dict)  # name -> its stand-in (stand_in)
 
 
 def build(
@@ -217,8 +218,10 @@ def _param(program: Program, instance: Instance, param: Param, state):
 
 def stand_in(instance: Instance, param: Param):
     """A parameter this instance does not make (its `:when` is false), drawn as it would
-    be: an `if`'s branch not taken reads it for its dtype alone."""
-    return _param(instance.program, instance, param, None)
+    be, once: an `if`'s branch not taken reads it for its dtype alone."""
+    if param.name not in instance.unmade:
+        instance.unmade[param.name] = _param(instance.program, instance, param, None)
+    return instance.unmade[param.name]
 
 
 def initial(init, env: dict) -> torch.Tensor:
