@@ -4,13 +4,16 @@ in the dtype the language's rules give it, for checking a model against its comp
 
     model = interpret.load(source, "model.lisp", run="train", state=compiled.state_dict())
     y = model("forward", x)
+    z = model("blocks.0.forward", x)  # a sub-model's public method, by its state_dict path
 
 It runs on the compiler's front end: the reader, resolve and every check through the
-policy's (trace, gradient, ranks and the policy: names, arities, keys, recursion, call
-depth, shapes, kinds of values), so it
-accepts exactly the programs the compiler accepts, with the same located diagnostics. It
-evaluates the program resolve made; nothing the passes decide (a dtype, a cast, a
-specialization) reaches its numbers.
+plan's (trace, gradient, ranks, the policy: names, arities, keys, recursion, call depth,
+shapes, kinds of values), so it accepts exactly the programs the compiler accepts, with
+the same located diagnostics. It evaluates the program resolve made; of what the passes
+decide it reads one thing: which arguments each public method casts down at entry (a
+defun the program calls only with bf16 has one method, which casts f32 down, as the plan
+decides once for every target), so that a method called from outside computes what the
+module's does. No dtype, cast or specialization inside a method reaches its numbers.
 """
 
 from __future__ import annotations
@@ -23,15 +26,8 @@ import sx2torch.compiler as compiler
 from sx2torch.api import source_text
 from sx2torch.errors import SourceError
 from sx2torch.interpret import forms  # noqa: F401  (fills the evaluator's forms)
-from sx2torch.interpret.evaluate import (
-    EvalError,
-    Evaluator,
-    Lam,
-    entry_casts,
-    signature,
-    without_rank,
-)
-from sx2torch.interpret.model import build, state_dict
+from sx2torch.interpret.evaluate import EvalError, Evaluator, Lam, without_rank
+from sx2torch.interpret.model import Instance, build, instances, state_dict
 
 __all__ = ["EvalError", "Interpreted", "check", "load"]
 
@@ -39,11 +35,11 @@ __all__ = ["EvalError", "Interpreted", "check", "load"]
 class Interpreted:
     """A model as the interpreter runs it: call a public defun by name on tensors."""
 
-    def __init__(self, program, precision: str, consts: dict, state: Optional[dict]):
-        self.program = program
-        self.precision = precision
-        self.instance = build(program, program.top, consts, state)
-        self.calls: dict = {}  # the calls the program made, as Evaluator.calls says
+    def __init__(self, checked, consts: dict, state: Optional[dict]):
+        self.program = checked.program
+        self.precision = checked.precision
+        self.instance = build(self.program, self.program.top, consts, state)
+        self.entry = entry_casts(checked)
         # dropout is active, as in a new nn.Module, until eval()
         self.training = True
         for tensor in state_dict(self.instance).values():
@@ -59,44 +55,38 @@ class Interpreted:
         keys=None,
         precision=None,
         detach=True,
-        entry=True,
         rounded_once=False,
     ):
-        """`precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
+        """`method`: a defun of the top model, else `PATH.DEFUN`, one of the sub-model whose
+        state_dict keys start with `PATH.` (`blocks.0.forward`);
+        `precision` "f64" widens every dtype the rules give (is f32 arithmetic exact?);
         `detach=False` keeps the autograd graph to the parameters (`tensors()`);
-        `entry=False` reads no argument cast down at entry (see `casts_at_entry`);
         `rounded_once`: a bf16 function (ops.FUNCTIONS) is its f32 value rounded once, as
         the rules say and a GPU's kernel and the held targets compute it, where by default
         it is torch's CPU kernel on bf16, which cuda's code gets when it runs on the CPU.
         """
-        keys = keys or {}
-        # another precision (is the arithmetic exact?) casts at entry as the run does
-        calls = self.calls
-        if precision not in (None, self.precision):
-            calls = {key: list(made) for key, made in calls.items()}
+        instance, name = self.instance, method
+        if method not in instance.model.defuns:  # a defun's name may hold a dot (`x.`)
+            path, _, name = method.rpartition(".")
+            instance = self.at(path)
         evaluator = Evaluator(
-            self.instance,
-            precision or self.precision,
-            self.training,
-            calls,
-            rounded_once,
+            instance, precision or self.precision, self.training, rounded_once
         )
+        down = self.entry.get((instance.model.name, name), ())
         with torch.enable_grad():
             given = [without_rank(a) for a in args]
-            value = evaluator.enter(method, given, keys, entry=entry)
+            value = evaluator.enter(name, given, keys or {}, down)
         if not detach:
             return value.t if isinstance(value, Lam) else value
         return _plain(value)
 
-    def casts_at_entry(self, method: str, args) -> list:
-        """The arguments of `method` called from outside that the rule casts down at entry
-        (the program calls it only with them bf16), given the calls evaluated so far. Where
-        the defun's f32 method also computes its bf16 callers' specialization (their code is
-        the same once written out), that method is the public one and casts nothing: which
-        of the two the compiler writes depends on the code, so `evaluate(entry=False)`
-        gives the other reading."""
-        calls = self.calls.get((self.instance.model.name, method), [])
-        return entry_casts(signature(args), calls)
+    def at(self, path: str) -> Instance:
+        """The sub-model instance whose state_dict keys start with `path.` (the top one for
+        ""), as `module.get_submodule(path)` finds the compiled one."""
+        for instance in instances(self.instance):
+            if instance.prefix == (path + "." if path else ""):
+                return instance
+        raise EvalError(f"the model has no sub-model '{path}'")
 
     def eval(self) -> "Interpreted":
         """Dropout is the identity from now on, as after nn.Module.eval()."""
@@ -121,15 +111,14 @@ def load(
     """The top model of `text`, under the chosen defrun's precision (the first; `:f32` without
     one); parameters from `state` (state_dict keys), else drawn in source order from torch's
     generator as the generated module draws them."""
-    checked = check(text, filename, run)
-    return Interpreted(checked.program, checked.precision, consts or {}, state)
+    return Interpreted(check(text, filename, run), consts or {}, state)
 
 
 def check(text, filename: str = "model.lisp", run: Optional[str] = None):
-    """The compiler's front end over `text`: its program and chosen run, or the compiler's
-    diagnostic, located in `filename`."""
+    """The compiler's front end over `text`: its program, chosen run and plans, or the
+    compiler's diagnostic, located in `filename`."""
     text = source_text(text, filename)
-    checked = compiler.Unit(text, filename, compiler.Options(run=run))
+    checked = compiler.Unit(text, filename, compiler.Options(run=run, target=DECIDING))
     try:
         return compiler.run(checked, until=CHECKED)
     except SourceError as error:
@@ -137,9 +126,25 @@ def check(text, filename: str = "model.lisp", run: Optional[str] = None):
 
 
 # The last pass whose checks the interpreter takes: the policy refuses what no dtype fits
-# (a number carried through a loop, float indices); its decisions (`unit.lowered`) are
-# never read here, the evaluator makes them from the rules.
-CHECKED = "policy"
+# (a number carried through a loop, float indices), and the plan decides the public
+# methods; of the passes' decisions only the entry casts are read (`entry_casts`), the
+# evaluator makes the others from the rules.
+CHECKED = "plan"
+# The held target on whose plans the compiler decides the methods for every target
+# (sx2torch/plan/methods.py's DECIDING): which are public, which cast at entry.
+DECIDING = "cpu"
+
+
+def entry_casts(checked) -> dict:
+    """(model, defun) -> the arguments its public method casts down at entry, as the plan
+    decided them (docs/LANGUAGE.md, "Specializations"): those of the method serving the
+    specialization named as the source names the defun."""
+    plans = checked.plans.plans
+    return {
+        key: tuple(plans[plans[public].code].entry)
+        for key, public in checked.plans.public.items()
+        if public is not None
+    }
 
 
 def _plain(value):

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 import sx2torch.interpret.ops as ops
-from sx2torch.interpret.model import Instance, ParamValue, Sequential
+from sx2torch.interpret.model import Instance, ParamValue, Sequential, stand_in
 from sx2torch.interpret.tape import Node
 from sx2torch.syntax.read import Boolean, Keyword, Number, String, Symbol, Vector
 from sx2torch.syntax.scalars import FUNCTIONS
@@ -127,35 +127,6 @@ def dtype_of(v):
     return v.dtype if isinstance(v, torch.Tensor) else None
 
 
-def signature(args) -> tuple:
-    """A call's arguments as the rules type them: "f32", "bf16", or what else they are
-    (a parameter passed to a defun is passed as its f32 master)."""
-    names = {F32: "f32", BF16: "bf16"}
-    return tuple(
-        (
-            "f32"
-            if isinstance(v, ParamValue)
-            else names.get(dtype_of(v), repr(dtype_of(v)))
-        )
-        for v in args
-    )
-
-
-def entry_casts(natural: tuple, calls: list) -> list:
-    """The arguments a public defun called from outside with `natural` casts down at entry
-    (docs/LANGUAGE.md, Specializations): none where the program calls it with `natural`
-    or not at all; else those the first call outside any with-numerics form passes as bf16
-    where `natural` has f32, if it differs from `natural` in nothing else: its one method
-    serves its callers and callers from outside."""
-    if not calls or any(sig == natural and mode is None for sig, mode in calls):
-        return []
-    for sig, mode in calls:
-        pairs = list(zip(natural, sig))
-        if mode is None and all(a == b or (a, b) == ("f32", "bf16") for a, b in pairs):
-            return [i for i, (a, b) in enumerate(pairs) if a != b]
-    return []
-
-
 def leaf(v):
     """A float tensor without history as a leaf that autograd can differentiate to."""
     if (
@@ -219,16 +190,14 @@ class Evaluator:
         top: Instance,
         precision: str,
         training: bool = True,
-        calls=None,
         rounded_once=False,
     ):
         self.top = top
         self.precision = precision
         self.training = training
         self.rounded_once = rounded_once  # bf16 functions: f32, then one rounding
-        # (model, defun) -> [(its arguments' dtypes, the form's mode)] of the calls the
-        # program made, in order: a defun called only with bf16 casts f32 down at entry
-        self.calls: dict = {} if calls is None else calls
+        # > 0 inside an `if`'s branch not taken, evaluated for its dtype alone
+        self.untaken = 0
         self.tape: list = []  # every op computed, as gradient differentiates it
 
     # Dtypes.
@@ -287,25 +256,19 @@ class Evaluator:
 
     # Calls.
 
-    def enter(self, name: str, args: list, keys: dict, entry: bool = True):
-        """A call of the top model's public `name` from outside; `entry`: with the casts
-        down at entry the rule gives it (`entry_casts`)."""
-        down = F64 if self.precision == "f64" else BF16
-        calls = self.calls.get((self.top.model.name, name), [])
-        for index in entry_casts(signature(args), calls) if entry else []:
-            args[index] = keep_rank(args[index], args[index].to(down))
-        return self._invoke(self.top, name, args, keys, None)
+    def enter(self, name: str, args: list, keys: dict, down: tuple = ()):
+        """A call of `self.top`'s public `name` from outside, its float arguments at the
+        indices `down` cast down at entry (Interpreted.entry); None, booleans and
+        integers pass as they are, as the module's cast passes them."""
+        dtype = F64 if self.precision == "f64" else BF16
+        for index in down:
+            if index < len(args) and is_float(args[index]):  # (call checks the arity)
+                args[index] = keep_rank(args[index], args[index].to(dtype))
+        return self.call(self.top, name, args, keys, None)
 
-    def call(
-        self, instance: Instance, name: str, args: list, keys: dict, around: Frame
-    ):
-        """A call made in the frame `around`, whose marks the callee computes in."""
-        self.calls.setdefault((instance.model.name, name), []).append(
-            (signature(args), around.mode)
-        )
-        return self._invoke(instance, name, args, keys, around)
-
-    def _invoke(self, instance: Instance, name: str, args: list, keys: dict, around):
+    def call(self, instance: Instance, name: str, args: list, keys: dict, around):
+        """A call made in the frame `around`, whose marks the callee computes in (None:
+        from outside, under the policy)."""
         defun = instance.model.defuns.get(name)
         if defun is None:
             raise EvalError(f"model '{instance.model.name}' has no defun '{name}'")
@@ -384,7 +347,10 @@ class Evaluator:
             return None
         if name == "...":  # a reshape's first size (the compiler allows it only there)
             return Ellipsis
-        if name in instance.model.params:  # as the module's self.gate raises, when run
+        param = instance.model.params.get(name)
+        if param is not None and self.untaken:
+            return stand_in(instance, param)
+        if param is not None:  # as the module's self.gate raises, when run
             raise NotMade(f"parameter '{name}' is not made here: its :when is false")
         if "." in name:  # a sub-model's parameter, at any depth
             value = instance
@@ -408,6 +374,8 @@ class Evaluator:
         if head in instance.model.defuns:
             return self.call(instance, head, args, keys, frame)
         callee = frame.env.get(head, instance.params.get(head))
+        if callee is None and head in instance.model.params:
+            callee = self.lookup(head, frame)  # a sub-model not made here
         if isinstance(callee, Instance):
             return self.call(callee, "forward", args, keys, frame)
         if isinstance(callee, Sequential):

@@ -55,12 +55,19 @@ def _if(ev, items, frame):
     if not is_float(value):
         return value
     middle = len(ev.tape)
+    ev.untaken += 1
     try:
         # the branch not taken draws nothing from the generator, as in the module
         with torch.random.fork_rng(devices=[]):
             other_value = ev.eval(other, frame)
-    except (EvalError, KeyError):  # a branch reading a parameter this instance lacks
+    except Exception:  # noqa: BLE001
+        # a branch the module never runs here, which these values need not fit (a layer
+        # norm of the other layout, an item past a list's end, a None it multiplies or
+        # reshapes): its dtype is not known
+        del ev.tape[middle:]
         return value
+    finally:
+        ev.untaken -= 1
     other_dtype = dtype_of(other_value)
     joined = ev.join(dtype_of(value), other_dtype)
     if isinstance(value, ParamValue) and isinstance(other_value, ParamValue):
@@ -150,7 +157,6 @@ def _loop(ev, layers, carried, step, frame):
     """Runs `step(i, layer, values)` over the layers, each carried value given the join of
     its initial dtype and an iteration's, found by iterating to a fixed point."""
     dtypes = [dtype_of(v) if is_float(v) else None for v in carried]
-    calls = {key: list(made) for key, made in ev.calls.items()}
     for _ in range(FIXED_POINT_ROUNDS if layers else 0):
         out = step(
             0, layers[0], [_to(ev, v, d, frame) for v, d in zip(carried, dtypes)]
@@ -161,8 +167,6 @@ def _loop(ev, layers, carried, step, frame):
         if joined == dtypes:
             break
         dtypes = joined
-    ev.calls.clear()  # the rounds that found the dtypes are not calls the program makes
-    ev.calls.update(calls)
     values = [_to(ev, v, d, frame) for v, d in zip(carried, dtypes)]
     for i, layer in enumerate(layers):
         out = step(i, layer, values)

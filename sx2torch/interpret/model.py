@@ -134,12 +134,14 @@ class ParamValue:
 
 @dataclass
 class Instance:
+    program: Program
     model: Model
     env: dict  # const name -> value
     prefix: str  # its state_dict keys' prefix: "blocks.0."
     params: dict = field(
         default_factory=dict
     )  # name -> ParamValue | Instance | [Instance]
+    unmade: dict = field(default_factory=dict)  # name -> its stand-in (stand_in)
 
 
 def build(
@@ -157,7 +159,7 @@ def build(
         consts[const.name] = (
             env[const.name] if const.name in env else scalar(const.value, consts)
         )
-    instance = Instance(model, consts, prefix)
+    instance = Instance(program, model, consts, prefix)
     for param in model.params.values():
         if param.when is not None and not scalar(param.when, consts):
             continue
@@ -214,6 +216,14 @@ def _param(program: Program, instance: Instance, param: Param, state):
     return ParamValue(param.name, tensor, param.numerics_high, param.trainable)
 
 
+def stand_in(instance: Instance, param: Param):
+    """A parameter this instance does not make (its `:when` is false), drawn as it would
+    be, once: an `if`'s branch not taken reads it for its dtype alone."""
+    if param.name not in instance.unmade:
+        instance.unmade[param.name] = _param(instance.program, instance, param, None)
+    return instance.unmade[param.name]
+
+
 def initial(init, env: dict) -> torch.Tensor:
     """An initializer's tensor, drawn as the generated `__init__` draws it."""
     args = init.args
@@ -260,6 +270,15 @@ def initial(init, env: dict) -> torch.Tensor:
     if init.kind == "fan-in-uniform":
         return torch.nn.init.uniform_(torch.empty(shape), f("low"), f("high"))
     return torch.empty(shape).uniform_(f("low"), f("high"))
+
+
+def instances(instance: Instance):
+    """`instance` and every sub-model instance in it, at any depth."""
+    yield instance
+    for value in instance.params.values():
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, Instance):
+                yield from instances(part)
 
 
 def state_dict(instance: Instance) -> dict:

@@ -57,8 +57,12 @@ def _axis(k, default=-1):
 def _sparse_experts(a, k):
     """Expert by expert, the rows that chose it: their gated MLP, weighted, added back."""
     x, index, weights, gate_up, down = a
+    experts = gate_up.shape[0]
+    if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < experts:
+        # the module's F.one_hot refuses it; no expert here would take the row
+        raise RuntimeError(f"sparse-experts: an expert index outside [0, {experts})")
     out = torch.zeros_like(x)
-    for expert in range(gate_up.shape[0]):
+    for expert in range(experts):
         chose = index == expert  # [T, K], at most one K per row
         rows = chose.any(dim=-1).nonzero()[:, 0]
         if len(rows) == 0:

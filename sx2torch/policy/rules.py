@@ -84,6 +84,8 @@ class Lowered:
     # and calls): a boolean or a float, as its caller passes it, so a cast of one converts
     # only a float (sx2torch/plan/casts.py)
     masks: dict = field(default_factory=dict)
+    # Graph -> the values a takes-bool operand reads, and the copies they are made from
+    fed: dict = field(default_factory=dict)
 
     def value_dtype(self, typed: Typed, operand) -> Optional[str]:
         """The dtype of an operand's tensor: a parameter's is the dtype it is stored in (one
@@ -120,13 +122,17 @@ class Lowered:
 
     def may_be_bool(self, typed: Typed, node: Node, index: int) -> bool:
         """Whether `node` reads at `index`, as an operand that takes booleans (attention's
-        mask), an argument (or a reshape of one) that a caller may pass as booleans where
-        the policy types it a float: a cast of it must convert a float only."""
-        return (
-            node.kind is Kind.OP
-            and _kind(REGISTRY[node.op], index).takes_bool
-            and bool(_origins(node.inputs[index], typed.graph))
-        )
+        mask), or as the data of a copy (a reshape, a slice) that reaches one, an argument
+        (or such a copy of one) that a caller may pass as booleans where the policy types
+        it a float: a cast of it must convert a float only. (A bf16 region casts a float
+        input where the copy reads it.)"""
+        if node.kind is not Kind.OP or not _origins(node.inputs[index], typed.graph):
+            return False
+        op = REGISTRY[node.op]
+        if _kind(op, index).takes_bool:
+            return True
+        copied = op.result is Result.KEEP and _kind(op, index) in DATA_KINDS
+        return copied and node in self.fed[typed.graph]
 
     def promoted(self, typed: Typed, node: Node) -> list:
         """For each input, whether it is a 0-d tensor beside a tensor with axes, which
@@ -534,7 +540,8 @@ def _lowered(policy: _Policy, natural: dict) -> Lowered:
         typed.graph: policy.kinds.reaching(typed.graph, ArgKind.MASK)
         for typed in policy.order
     }
-    return Lowered(policy.precision, list(policy.order), storage, natural, masks)
+    fed = {typed.graph: _fed(typed.graph) for typed in policy.order}
+    return Lowered(policy.precision, list(policy.order), storage, natural, masks, fed)
 
 
 def _outlined(policy: _Policy, calls: dict) -> None:
@@ -963,14 +970,30 @@ def _describe(dtype: Optional[str]) -> str:
 
 def _origins(operand, graph: Graph) -> set:
     """The arguments a value is a reshaped, sliced or gathered copy of."""
+    return {node for node in _copied(operand) if node.kind is Kind.INPUT}
+
+
+def _fed(graph: Graph) -> set:
+    """The values an operand that takes booleans reads, and those they are copies of."""
+    found: set = set()
+    for node in walk(graph.nodes):
+        if node.kind is Kind.OP:
+            op = REGISTRY[node.op]
+            for index, operand in enumerate(node.inputs):
+                if _kind(op, index).takes_bool:
+                    found |= _copied(operand)
+    return found
+
+
+def _copied(operand) -> set:
+    """`operand` and the values it is a reshaped, sliced or gathered copy of."""
     found, pending = set(), [operand]
     while pending:
         node = pending.pop()
-        if not isinstance(node, Node):
+        if not isinstance(node, Node) or node in found:
             continue
-        if node.kind is Kind.INPUT:
-            found.add(node)
-        elif node.kind is Kind.OP and REGISTRY[node.op].result is Result.KEEP:
+        found.add(node)
+        if node.kind is Kind.OP and REGISTRY[node.op].result is Result.KEEP:
             op = REGISTRY[node.op]
             pending.extend(
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from cases import EXAMPLES, GOLDEN
+from conftest import load_module
 from sx2torch import cli, interpret
 from sx2torch.compiler import Options, compile_module
 from sx2torch.errors import SourceError
@@ -180,3 +181,25 @@ def test_the_interpreter_computes_golden_arithmetic_as_the_module(build):
     x = torch.randn(2, 4)
     oracle = interpret.load(text, "arithmetic.lisp", state=model.state_dict())
     assert torch.equal(oracle("forward", x), model(x))
+
+
+EXPERTS = """(defparam gate-up (normal [2 4 4]))
+(defparam down (normal [2 4 2]))
+(defun forward (x index weights)
+  (sparse-experts x index weights gate-up down))
+"""
+
+
+@pytest.mark.parametrize("chosen", [2, -1])
+def test_an_expert_index_outside_the_experts_fails_as_the_module_does(chosen):
+    """The module's F.one_hot refuses an expert index outside [0, 2); the interpreter
+    skipped the row, as no expert matched it, and gave a value the module never does."""
+    x, weights = torch.randn(3, 4), torch.ones(3, 1)
+    index = torch.tensor([[0], [chosen], [1]])
+    module = load_module(compile_module(EXPERTS, "m.lisp").code).M()
+    model = interpret.load(EXPERTS, "m.lisp", state=module.state_dict())
+    with pytest.raises(RuntimeError, match="Class values must be"):
+        module(x, index, weights)
+    with pytest.raises(RuntimeError, match="expert index"):
+        model("forward", x, index, weights)
+    assert model("forward", x, index.clamp(0, 1), weights).shape == (3, 4)

@@ -6,6 +6,8 @@ each expert's rows back in a loop, the runtime with index_add_)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -66,23 +68,22 @@ CASES = {
 REORDERED = {"mixtral"}  # compared to f32's reordering error, not bit for bit
 
 
-def _runs(name):
+def runs(path: Path) -> list:
+    """The names of the source's defruns."""
     return [
         line.split()[1]
-        for line in lisp(name).read_text().splitlines()
+        for line in path.read_text().splitlines()
         if line.startswith("(defrun")
     ]
 
 
-@pytest.mark.parametrize(
-    "name,run", [(name, run) for name in CASES for run in _runs(name)]
-)
-def test_the_interpreter_gives_the_compiled_modules_outputs(name, run):
-    consts, inputs = CASES[name]
-    source = lisp(name).read_text()
+def compiled_and_interpreted(path: Path, run, consts: dict) -> tuple:
+    """(the code, its top module built with `consts` and its parameters moved off their
+    initial values, the interpreter with the same parameters), both in eval mode."""
+    source = path.read_text()
+    code = compile_source(source, path.name, Options(run=run))
     namespace: dict = {}
-    code = compile_source(source, f"{name}.lisp", Options(run=run))
-    exec(compile(code, name, "exec"), namespace)
+    exec(compile(code, path.stem, "exec"), namespace)
     torch.manual_seed(0)
     module = namespace[namespace["__all__"][0]](**consts).eval()
     with torch.no_grad():  # norms' ones and biases' zeros would hide arithmetic
@@ -90,11 +91,20 @@ def test_the_interpreter_gives_the_compiled_modules_outputs(name, run):
             p.add_(0.05 * torch.randn_like(p))
     model = interpret.load(
         source,
-        f"{name}.lisp",
+        path.name,
         run=run,
         consts={k.replace("_", "-"): v for k, v in consts.items()},
         state=module.state_dict(),
     ).eval()
+    return code, module, model
+
+
+@pytest.mark.parametrize(
+    "name,run", [(name, run) for name in CASES for run in runs(lisp(name))]
+)
+def test_the_interpreter_gives_the_compiled_modules_outputs(name, run):
+    consts, inputs = CASES[name]
+    _, module, model = compiled_and_interpreted(lisp(name), run, consts)
     args = inputs()
     with torch.no_grad():
         want = module(*[a.clone() for a in args])

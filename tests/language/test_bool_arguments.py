@@ -24,6 +24,10 @@ RESHAPED = (
     "(defun forward (x mask) (let ((q (matmul x w))) (attention q q q (reshape mask [2 1 5]))))"
 )
 SUBMODEL = "(defun forward (x mask) (inner (matmul x w) mask))"
+# reshaped inside a bf16 region, which reads its float inputs cast down
+REGION = """(defun forward (x mask)
+  (let ((q (matmul x w)))
+    (with-numerics (:precision :bf16) (attention q q q (reshape mask [2 1 5])))))"""
 # a defun whose public method is the bf16 one, casting both arguments at entry (forward's
 # explicit cast makes a boolean a 0/1 float, as the source says)
 ENTRY = """(defun pick (q mask) (attention q q q mask))
@@ -48,8 +52,8 @@ def reference(model, x, mask):
 @pytest.mark.parametrize("kind", ["bool", "float"])
 @pytest.mark.parametrize(
     "forward",
-    [DIRECT, RESHAPED, SUBMODEL],
-    ids=["direct", "reshaped", "submodel"],
+    [DIRECT, RESHAPED, SUBMODEL, REGION],
+    ids=["direct", "reshaped", "submodel", "region"],
 )
 def test_every_entry_takes_a_bool_mask_as_booleans(build, forward, kind, target):
     module, code = build(HEAD + forward + "\n" + RUN, target=target)
@@ -59,7 +63,7 @@ def test_every_entry_takes_a_bool_mask_as_booleans(build, forward, kind, target)
     mask = masks()[kind]
     wanted = reference(model, x, mask)
     # the mask [B S] broadcast against the scores [B T S] as [B 1 S]
-    given = mask if forward is RESHAPED else mask.reshape(2, 1, 5)
+    given = mask if forward in (RESHAPED, REGION) else mask.reshape(2, 1, 5)
     got = model(x, given)
     assert torch.equal(got.float(), wanted.float()), code
 

@@ -117,7 +117,7 @@ KILLED_AFTER = 13  # steps 10 to 13 run again from the checkpoint of step 10
 def launch(work: Path, *command: str) -> tuple:
     """(its exit status, its stderr)."""
     process = start(work, *command)
-    err = finish(process, timeout=900)
+    err = finish(process)
     return process.returncode, err
 
 

@@ -50,19 +50,20 @@ def start(work: Path, *command: str) -> subprocess.Popen:
     )
 
 
-def finish(process: subprocess.Popen, timeout: int) -> str:
-    """Its stderr once it ends; on a timeout its whole group is killed, so that no rank is
-    left behind."""
+def finish(process: subprocess.Popen) -> str:
+    """Its stderr once it ends, however long a loaded machine takes (no clock: issue 38);
+    where the wait is cut short (the test stopped), its whole group is killed, so that no
+    rank is left behind."""
     try:
-        return process.communicate(timeout=timeout)[1]
-    except subprocess.TimeoutExpired:
+        return process.communicate()[1]
+    except BaseException:
         os.killpg(process.pid, signal.SIGKILL)
         raise
 
 
 def python(work: Path, *command: str) -> None:
     process = start(work, *command)
-    err = finish(process, timeout=900)
+    err = finish(process)
     assert process.returncode == 0, err[-3000:]
 
 
@@ -120,12 +121,11 @@ def test_ctrl_c_under_torchrun_saves_once(runs):
     command = ["nth-stack.py", "--data", "shard.bin", "--out", "stopped"]
     process = start(work, *TORCHRUN, *command, "--parallel", "ddp", "--steps", "100000")
     metrics = work / "stopped" / "metrics.jsonl"
-    deadline = time.monotonic() + 300
     while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
-        assert process.poll() is None and time.monotonic() < deadline
+        assert process.poll() is None, finish(process)
         time.sleep(0.1)
     os.killpg(process.pid, signal.SIGINT)
-    err = finish(process, timeout=120)
+    err = finish(process)
     said = [
         l for l in err.replace("\r", "\n").splitlines() if l.startswith("interrupted")
     ]

@@ -162,24 +162,10 @@ def run(
             out.note("load", target, True)
         except Exception as error:  # noqa: BLE001
             out.note("load", target, False, f"{type(error).__name__}: {error}")
-    _survey(model, methods, seed)
     for method, names in methods.items():
         args = inputs(names, rng)
         _method(out, model, modules, method, args, exact_ops)
     return out
-
-
-def _survey(model, methods: dict, seed: int) -> None:
-    """Every method evaluated once, so the interpreter knows the calls the program makes
-    before it is asked for a method called alone (a defun called only with bf16 casts at
-    entry); torch's generator is left as it was."""
-    rng, generator = random.Random(seed), torch.random.get_rng_state()
-    for method, names in methods.items():
-        try:
-            model(method, *inputs(names, rng))
-        except Exception:  # noqa: BLE001: _method reports it
-            pass
-    torch.random.set_rng_state(generator)
 
 
 def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_ops):
@@ -194,24 +180,18 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
     out.note("interpret", method, True)
     exact = exact_ops and _exact(model, method, args)
     out.exact.append(exact)
-    readings = {True: want}  # entry casts as the rule gives them -> the value
-    if model.casts_at_entry(method, args):
-        readings[False] = model.evaluate(method, args, entry=False)
     # the held targets compute bf16 functions as the rules do, cuda's code run here as
     # torch's CPU kernels do (interpret.ops.FUNCTIONS)
-    held_readings = readings
+    held_want = want
     if out.bound == "bf16":
-        held_readings = {
-            entry: model.evaluate(method, args, entry=entry, rounded_once=True)
-            for entry in readings
-        }
-    results, entries, widened = {}, {}, {}
+        held_want = model.evaluate(method, args, rounded_once=True)
+    results, widened = {}, []
 
-    def wide(entry):
-        if entry not in widened:
+    def wide():
+        if not widened:
             xi = [_wide(a) for a in args]
-            widened[entry] = model.evaluate(method, xi, precision="f64", entry=entry)
-        return widened[entry]
+            widened.append(model.evaluate(method, xi, precision="f64"))
+        return widened[0]
 
     for target, module in modules.items():
         try:
@@ -224,26 +204,22 @@ def _method(out: Outcome, model, modules: dict, method: str, args: list, exact_o
         out.note("run", f"{target}:{method}", True)
         results[target] = got
         where = f"{target}:{method}"
-        wanted = held_readings if target in HELD else readings
-        entries[target] = _reading(got, wanted, target in HELD, exact, out.bound)
-        want = wanted[entries[target]]
-        expected = held(want.dtype) if target in HELD else want.dtype
+        wanted = held_want if target in HELD else want
+        expected = held(wanted.dtype) if target in HELD else wanted.dtype
         same = got.dtype == expected
-        same = same and got.shape == want.shape
+        same = same and got.shape == wanted.shape
         shown = (
-            f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(want.shape)}"
+            f"got {got.dtype} {tuple(got.shape)}, want {expected} {tuple(wanted.shape)}"
         )
-        if same and target in HELD and want.dtype == torch.bfloat16:
+        if same and target in HELD and wanted.dtype == torch.bfloat16:
             same = _holds_bf16(got)
             shown = "a bf16 value held in f32 that is not rounded to bf16"
         if out.note("dtype", where, same, shown):
-            value = _value(got, want, exact, out.bound, lambda: wide(entries[target]))
-            out.note("value", where, *value)
-    kernels_agree = all(_equal(held_readings[e], readings[e])[0] for e in readings)
+            out.note("value", where, *_value(got, wanted, exact, out.bound, wide))
+    kernels_agree = _equal(held_want, want)[0]
     _targets(out, method, results, exact, kernels_agree)
     if "cuda" in results and results["cuda"].requires_grad and want.is_floating_point():
-        entry = entries["cuda"]  # the reading cuda's method computes
-        _backward(out, model, modules["cuda"], method, args, readings[entry], entry)
+        _backward(out, model, modules["cuda"], method, args, want)
 
 
 def _value(got, want, exact, bound, wide) -> tuple:
@@ -277,19 +253,6 @@ def _targets(out: Outcome, method: str, results: dict, exact, kernels_agree: boo
         if alike[0] != target:
             same = _close(results[target], results[alike[0]], exact, out.bound)
             out.note("targets", f"{target}:{method}", *same)
-
-
-def _reading(got, readings: dict, in_f32: bool, exact: bool, bound: str) -> bool:
-    """Which reading of a public method the module computes (see casts_at_entry): the
-    first whose dtype and value it has, else the rule's; `in_f32`: a held target's."""
-    for entry, want in readings.items():
-        dtype = held(want.dtype) if in_f32 else want.dtype
-        kind = got.dtype == dtype and got.shape == want.shape
-        if in_f32 and want.dtype == torch.bfloat16:
-            kind = kind and _holds_bf16(got)
-        if kind and _close(got.float(), want.float(), exact, bound)[0]:
-            return entry
-    return True
 
 
 def _wide(a):
@@ -341,7 +304,7 @@ def _diff(got, want) -> str:
     return f"max |diff| {worst:.3g}: got {a.flatten()[:6].tolist()}, want {b.flatten()[:6].tolist()}"
 
 
-def _backward(out: Outcome, model, module, method: str, args: list, want, entry):
+def _backward(out: Outcome, model, module, method: str, args: list, want):
     weights = torch.linspace(-1, 1, want.numel()).reshape(want.shape)
     params, leaves = dict(module.named_parameters()), model.tensors()
     names = [k for k in params if k in leaves and leaves[k].requires_grad]
@@ -349,7 +312,7 @@ def _backward(out: Outcome, model, module, method: str, args: list, want, entry)
     module.zero_grad()
     (getattr(module, method_name(method))(*x).float() * weights).sum().backward()
     xi = [_leaf(a) for a in args]
-    value = model.evaluate(method, xi, detach=False, entry=entry)
+    value = model.evaluate(method, xi, detach=False)
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
     loss = (value.float() * weights).sum()
     grads = _gradients(loss, wanted)
@@ -362,7 +325,7 @@ def _backward(out: Outcome, model, module, method: str, args: list, want, entry)
         w = torch.zeros_like(g) if w is None else w
         ok, message = _close(g.float(), w.float(), False, out.bound)
         if not ok:
-            wide = wide or _wide_gradients(model, method, args, weights, names, entry)
+            wide = wide or _wide_gradients(model, method, args, weights, names)
             ok = wide[k] is not None and _no_further(g, w, wide[k], out.bound)
         if not ok:
             out.note("backward", f"cuda:{method}", False, f"{name}: {message}")
@@ -370,10 +333,10 @@ def _backward(out: Outcome, model, module, method: str, args: list, want, entry)
     out.note("backward", f"cuda:{method}", True)
 
 
-def _wide_gradients(model, method, args, weights, names, entry) -> list:
+def _wide_gradients(model, method, args, weights, names) -> list:
     """The gradients `_backward` compares, of the interpreter's f64 evaluation."""
     xi = [_leaf(_wide(a)) for a in args]
-    value = model.evaluate(method, xi, precision="f64", detach=False, entry=entry)
+    value = model.evaluate(method, xi, precision="f64", detach=False)
     leaves = model.tensors()
     wanted = [leaves[k] for k in names] + [a for a in xi if a.requires_grad]
     loss = (value.double() * weights.double()).sum()
