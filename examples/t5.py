@@ -23,6 +23,11 @@ __all__ = [
 ]
 
 
+def gelu_new(x):
+    x = x.to(torch.bfloat16)
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
+
+
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=512, out_features=512):
         super().__init__()
@@ -73,15 +78,7 @@ class T5DenseGatedActDense(nn.Module):
         self.wo = LinearLayer(in_features=d_ff, out_features=d_model)
 
     def forward(self, hidden_states):
-        return self.wo(
-            self.gelu_new(self.wi_0(hidden_states)) * self.wi_1(hidden_states)
-        )
-
-    def gelu_new(self, x):
-        x = x.to(torch.bfloat16)
-        return (
-            0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
-        )
+        return self.wo(gelu_new(self.wi_0(hidden_states)) * self.wi_1(hidden_states))
 
 
 class T5LayerFf(nn.Module):
@@ -566,11 +563,6 @@ class T5(nn.Module):
         self.encoder.embed_tokens.weight = self.shared.weight
         self.decoder.embed_tokens.weight = self.shared.weight
         self.lm_head.weight = self.shared.weight
-
-    def gelu_new(self, x):
-        return (
-            0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
-        )
 
     def forward(self, input_ids, decoder_input_ids):
         sequence_output = self.decoder(decoder_input_ids, self.encoder(input_ids))

@@ -231,7 +231,7 @@ class MethodEmitter:
             keys[k]: self.spelling.scalar(v) for k, v in node.attrs["keys"].items()
         }
         method = self.ctx.naming.methods[callee]
-        if node.kind is Kind.CALL and node.attrs.get("library"):
+        if node.kind is Kind.CALL and self.ctx.plans.function(callee):
             return b.call(b.name(method), *args, **kwargs)  # a module-level function
         if node.kind is Kind.CALL:
             return b.call(b.attr(b.name("self"), method), *args, **kwargs)

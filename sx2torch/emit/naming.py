@@ -168,6 +168,8 @@ def _method_names(program: Program, plans: Plans, namespaces: dict) -> dict:
                 chosen[plans.plans[plain].code] = plain_names[defun]
             for typed in plans.emitted.get((model.name, defun), []):
                 code = plans.plans[typed].code
+                if plans.function(typed):
+                    continue  # named at module level (sx2torch/emit/functions.py)
                 if code not in chosen:
                     chosen[code] = namespace.fresh(
                         f"{defun}_{specialization_suffix(typed)}"

@@ -144,6 +144,9 @@ class Op:
     bf16_risk: str = ""
     # draws from torch's generator (dropout, randn-like): computing it again draws anew
     draws: bool = False
+    # reads the module's state (dropout's `self.training`): only a method computes it, so
+    # a defun with it is never a module-level function (sx2torch/plan/functions.py)
+    module_state: bool = False
     # emitted as `torch.ones_like(x, dtype=...)` (or zeros): a cast of it is the same fill
     # made in the dtype wanted (sx2torch/plan/targets.py)
     fills: bool = False
