@@ -64,3 +64,20 @@ def test_a_defun_that_calls_a_models_own_defun_stays_its_method(build):
     model = module.Model()
     x = torch.randn(3, 4)
     assert_same(model(x), (x @ model.a.w + 1.0 + 1.0) * 3.0 * 3.0)
+
+
+def test_a_defun_reading_the_training_mode_stays_a_method(build):
+    """dropout reads `self.training`, which only a method has."""
+    module, code = build("""
+(defun drop (x) (dropout x 0.5))
+(defmodel up (&key (d 4))
+  (defparam w (normal [d d]))
+  (defun forward (x) (drop (matmul x w))))
+(defparam a (up))
+(defun forward (x) (drop (a x)))
+(defrun train :precision :f32)
+""")
+    assert "def drop(self, x):" in code
+    model = module.Model().eval()
+    x = torch.randn(3, 4)
+    assert_same(model(x), x @ model.a.w)
