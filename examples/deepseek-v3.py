@@ -104,8 +104,7 @@ class DeepseekV3TopkRouter(nn.Module):
             reshape_for_choice = for_choice.reshape(
                 for_choice.shape[0], self.n_group, -1
             )
-            v_ = torch.topk(reshape_for_choice, 2, dim=-1).indices
-            best = torch.gather(reshape_for_choice, -1, v_)
+            best = torch.topk(reshape_for_choice, 2, dim=-1).values
             group_idx = torch.topk(
                 torch.sum(best, dim=-1), self.topk_group, dim=-1, sorted=False
             ).indices

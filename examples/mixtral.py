@@ -104,8 +104,7 @@ class MixtralTopKRouter(nn.Module):
         # (softmax router-logits)
         with torch.autocast("cuda", enabled=False):
             router_probs = torch.softmax(router_logits.float(), dim=-1)
-        router_indices = torch.topk(router_probs, self.top_k, dim=-1).indices
-        top = torch.gather(router_probs, -1, router_indices)
+        top, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
         return router_logits, top / torch.sum(top, dim=-1, keepdim=True), router_indices
 
 

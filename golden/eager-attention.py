@@ -38,6 +38,5 @@ class EagerAttention(nn.Module):
 
     def route(self, scores):
         sigmoid_scores = torch.sigmoid(scores)
-        chosen = torch.topk(sigmoid_scores, 3, dim=-1, sorted=False).indices
-        weights = torch.gather(sigmoid_scores, -1, chosen)
+        weights = torch.topk(sigmoid_scores, 3, dim=-1, sorted=False).values
         return weights / torch.sum(weights, dim=-1, keepdim=True)

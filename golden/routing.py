@@ -21,8 +21,7 @@ class Routing(nn.Module):
         # (with-numerics (:sensitivity :high) ...)
         with torch.autocast("cuda", enabled=False):
             probs = torch.softmax(logits.float(), dim=-1)
-        chosen = torch.topk(probs, 2, dim=-1).indices
-        top = torch.gather(probs, -1, chosen)
+        top, chosen = torch.topk(probs, 2, dim=-1)
         weights = top / torch.sum(top, dim=-1, keepdim=True)
         picked = torch.index_select(x, 0, tokens)
         out = torch.zeros_like(x, dtype=torch.bfloat16).index_add(

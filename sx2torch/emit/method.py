@@ -299,6 +299,10 @@ class MethodEmitter:
             if items == node.attrs.get("item", 0) + 1:
                 return _sequential(module.value, called, items) or called
             return called
+        if node in self.layout.topk_values:
+            # topk's values, where nothing else reads its indices
+            indices = self.expr(self.layout.topk_values[node])
+            return indices.with_changes(attr=cst.Name("values"))
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         decided = self.typed.decided[node]
@@ -311,6 +315,9 @@ class MethodEmitter:
             tuple(map(rank_of, node.inputs)),
         )
         value = op.emit(operands, context)
+        if node in self.locals.unpacked:
+            # topk's indices assigned with its values: the call itself
+            value = value.value
         if node in self.spelled.stores:
             value = targets.store(value)
         gathered = self.spelled.gathered.get(node)

@@ -205,6 +205,12 @@ class _LocalNaming:
         )
         self.values = self.locals.values
         self.holder: dict = {name: node for node, name in self.values.items()}
+        # topk's indices -> the gather of its values that their statement assigns too
+        self.topk = {
+            indices: gather
+            for gather, indices in layout.topk_values.items()
+            if not layout.absorbs(gather)
+        }
         # the names the source gives, which no temporary named for its reader may take
         self.sources = {mangle(n.name) for n in walk(graph.nodes) if n.name} | set(
             args + keys
@@ -289,6 +295,12 @@ class _LocalNaming:
         at = self.layout.order[node]
         if node.kind in CALLS and self.layout.typed.callee[node].graph.arity > 1:
             self._unpack(node, at)
+            return
+        if node in self.topk:  # `top, chosen = torch.topk(...)`
+            gather = self.topk[node]
+            self.values[gather] = self._fresh(gather.name or "values", gather, at)
+            self.values[node] = self._fresh(node.name or "indices", node, at)
+            self.locals.unpacked[node] = [self.values[gather], self.values[node]]
             return
         base = node.name or self._temporary_name(node)
         self.values[node] = self._fresh(base, node, at)

@@ -59,6 +59,8 @@ class Layout:
         self.scope = self._scopes()
         self.readers = self._readers()
         self.casts = cast_reads(self.graph.nodes, self.conversions, self.scope)
+        # gather -> the topk-indices whose call's values it reads (see `_topk_values`)
+        self.topk_values = self._topk_values()
         self.named = self._named()
         self.statement_of = self._statement_of()
         self.nodes_of = self._nodes_of()
@@ -192,7 +194,38 @@ class Layout:
             ):
                 named.add(node)
                 depth[node] = 0
+        for gather, indices in self.topk_values.items():
+            # a gather at indices nothing else reads is topk's values; else the indices'
+            # statement assigns both, `top, chosen = torch.topk(...)`
+            named.discard(indices if self.absorbs(gather) else gather)
         return named
+
+    def _topk_values(self) -> dict:
+        """Each gather of a value at topk's indices of it along the same axis, both read
+        uncast in one block: topk's own values are those elements (the same bits, and the
+        same gradient), so one torch.topk call gives both."""
+        found: dict = {}
+        for node in walk(self.graph.nodes):
+            indices = node.inputs[1] if node.op == "gather" else None
+            if (
+                isinstance(indices, Node)
+                and indices.op == "topk-indices"
+                and indices.inputs[0] is node.inputs[0]
+                and indices.attrs["axis"] == node.attrs["axis"]
+                and indices not in found.values()
+                and not node.aliases
+                and not indices.aliases
+                and self.conversions.conversion(node, 0) is None
+                and self.conversions.conversion(indices, 0) is None
+                and self.scope[node] is self.scope[indices]
+                and self.path(node) == self.path(indices)
+            ):
+                found[node] = indices
+        return found
+
+    def absorbs(self, gather: Node) -> bool:
+        """Whether a gather of topk's values is the only reader of its indices."""
+        return self.readers[self.topk_values[gather]] == [(gather, 1)]
 
     def compound(self, node: Node, named: set) -> bool:
         """Whether a node is written as a compound statement: a FOR, or an IF whose
@@ -215,6 +248,9 @@ class Layout:
             elif self.readers.get(node):
                 reader = self.readers[node][0][0]
                 where[node] = self.written_in(reader, where)
+        for gather, indices in self.topk_values.items():
+            if not self.absorbs(gather):
+                where[gather] = indices  # assigned by the indices' statement
         return where
 
     def _nodes_of(self) -> dict:

@@ -45,6 +45,8 @@ class _Plan(printer.Notes):
         notes += "".join(self._read(node, i) for i in range(len(node.inputs)))
         if node.kind in CALLS:
             notes += f" calls {self.methods[self.typed.callee[node]]}"
+        if node in layout.topk_values:
+            notes += " topk's values"
         if node.kind is not Kind.OP:
             return notes
         if node in spelled.stores:
