@@ -163,7 +163,7 @@ class T5Attention(nn.Module):
 
     # a method of its own: relative-position is int here, f32 in relative_position_bucket
     # relative-position-bucket for relative-position: int
-    def relative_position_bucket_f32(self, relative_position, *, bidirectional=True):
+    def relative_position_bucket_int(self, relative_position, *, bidirectional=True):
         relative_buckets = (
             (relative_position > 0).long()
             * (self.num_buckets // 2 if bidirectional else self.num_buckets)
@@ -208,7 +208,7 @@ class T5Attention(nn.Module):
             1
         )
         memory_position = torch.arange(key.shape[1], device=key.device).unsqueeze(0)
-        bucket = self.relative_position_bucket_f32(
+        bucket = self.relative_position_bucket_int(
             memory_position - context_position, bidirectional=not self.is_decoder
         )
         return self.relative_attention_bias(bucket).permute(2, 0, 1).unsqueeze(0)

@@ -38,17 +38,17 @@ class LibraryMarks(nn.Module):
         # (layer-norm h)
         with torch.autocast("cuda", enabled=False):
             mean_h = torch.mean(h_f32, dim=-1, keepdim=True)
-            rsqrt_h = torch.rsqrt(
+            rsqrt_h_2 = torch.rsqrt(
                 torch.mean(torch.square(h_f32 - mean_h), dim=-1, keepdim=True) + 1e-05
             )
-        f = (h - mean_h.to(torch.bfloat16)) * rsqrt_h.to(torch.bfloat16)
+        f = (h - mean_h.to(torch.bfloat16)) * rsqrt_h_2.to(torch.bfloat16)
         # (batch-norm h)
         with torch.autocast("cuda", enabled=False):
-            mean_h = torch.mean(h_f32, dim=0, keepdim=True)
-            rsqrt_h = torch.rsqrt(
-                torch.mean(torch.square(h_f32 - mean_h), dim=0, keepdim=True) + 1e-05
+            mean_h_2 = torch.mean(h_f32, dim=0, keepdim=True)
+            rsqrt_h_3 = torch.rsqrt(
+                torch.mean(torch.square(h_f32 - mean_h_2), dim=0, keepdim=True) + 1e-05
             )
-        g = (h - mean_h.to(torch.bfloat16)) * rsqrt_h.to(torch.bfloat16)
+        g = (h - mean_h_2.to(torch.bfloat16)) * rsqrt_h_3.to(torch.bfloat16)
         return (a + b + c + d).to(torch.bfloat16) + e + f + g
 
     def loss(self, x, labels):

@@ -182,8 +182,9 @@ def specialization_suffix(typed: Typed) -> str:
     """`bf16` where an argument is bf16, else `f32`; `island` or `region` for a call in a
     with-numerics form. Never the signature spelled out: two specializations of one
     dtype are numbered (`ln_bf16`, `ln_bf16_2`)."""
-    floats = {str(s) for s in typed.signature if not is_param(s)}
-    tags = ["bf16" if "bf16" in floats else "f32"]
+    kinds = {str(s) for s in typed.signature if not is_param(s)}
+    # the dtype that sets it apart: a bf16 argument's, else an f32 one's, else integers'
+    tags = [next((k for k in ("bf16", "f32", "int", "bool") if k in kinds), "f32")]
     if typed.ambient == ISLAND:
         tags.append("island")
     elif typed.ambient == REGION:
@@ -303,7 +304,10 @@ class _LocalNaming:
             self.locals.unpacked[node] = [self.values[gather], self.values[node]]
             return
         base = node.name or self._temporary_name(node)
-        self.values[node] = self._fresh(base, node, at)
+        # A value named after its op and input (`slice_qkv`) takes no dead value's name:
+        # two such are two computations, which one name would read as one value.
+        derived = node.name is None and node.kind is Kind.OP and base != self._role(node)
+        self.values[node] = self._fresh(base, node, at, reuse=not derived)
         if node.aliases:
             first = self.locals.targets[node] = self.values[node]
             # readers read the last alias, so the first name is free for a new value
@@ -323,12 +327,15 @@ class _LocalNaming:
             if item is not None:
                 self.values[item] = names[-1]
 
-    def _fresh(self, base: str, value, at: int) -> str:
-        """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
+    def _fresh(self, base: str, value, at: int, reuse: bool = True) -> str:
+        """A local for `value`, first bound at statement `at`: a dead value's name is reused
+        (`reuse`)."""
 
         def reusable(name: str) -> bool:
             old = self.holder.get(name)
-            return old is not None and self.layout.last_read.get(old, -1) <= at
+            return (
+                reuse and old is not None and self.layout.last_read.get(old, -1) <= at
+            )
 
         name = self.names.fresh(base, reusable)
         self.holder[name] = value

@@ -256,7 +256,11 @@ def along(key: str) -> Callable:
 
 REGISTRY: dict[str, Op] = {}
 SYMBOLIC = type("Symbolic", (), {"__repr__": lambda self: "SYMBOLIC"})()
+# An op's word where its name is not what the code writes: an operator's name, and the
+# method a view is written as (a temporary is named after what it is: `permute_q`).
 WORDS = {
+    "transpose": "permute",
+    "swap-axes": "transpose",
     "+": "add",
     "-": "sub",
     "*": "mul",
