@@ -54,11 +54,10 @@ class DeepseekV3RmsNorm(nn.Module):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
-            )
+        x_f32 = x.float()
+        mul_x = x_f32 * torch.rsqrt(
+            torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
+        )
         return weight_bf16 * mul_x.to(torch.bfloat16)
 
 

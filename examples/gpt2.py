@@ -192,5 +192,4 @@ class Gpt2(nn.Module):
         logits = self.forward(input_ids).reshape(-1, self.vocab_size)
         labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels)
+        return F.cross_entropy(logits.float(), labels)

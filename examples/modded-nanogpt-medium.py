@@ -314,5 +314,4 @@ class ModdedNanogptMedium(nn.Module):
         logits = self.forward(input_seq).reshape(-1, self.vocab)
         labels = target_seq.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels, reduction="sum")
+        return F.cross_entropy(logits.float(), labels, reduction="sum")

@@ -62,11 +62,10 @@ class T5LayerNorm(nn.Module):
         hidden_states = hidden_states.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            hidden_states_f32 = hidden_states.float()
-            mul_hidden_states = hidden_states_f32 * torch.rsqrt(
-                torch.mean(hidden_states_f32**2, dim=-1, keepdim=True) + self.eps
-            )
+        hidden_states_f32 = hidden_states.float()
+        mul_hidden_states = hidden_states_f32 * torch.rsqrt(
+            torch.mean(hidden_states_f32**2, dim=-1, keepdim=True) + self.eps
+        )
         return weight_bf16 * mul_hidden_states.to(torch.bfloat16)
 
 

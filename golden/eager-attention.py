@@ -32,8 +32,7 @@ class EagerAttention(nn.Module):
             @ self.split_heads(x_bf16 @ wk_bf16).transpose(-2, -1)
         ) * self.head_dim**-0.5 + mask.to(torch.bfloat16)
         # (eager-attention (...) (...) (...) mask :scale (...))
-        with torch.autocast("cuda", enabled=False):
-            weights = torch.softmax(scores.float(), dim=-1)
+        weights = torch.softmax(scores.float(), dim=-1)
         return weights.to(torch.bfloat16) @ self.split_heads(x_bf16 @ wv_bf16)
 
     def route(self, scores):

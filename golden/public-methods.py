@@ -34,11 +34,10 @@ class Norm(nn.Module):
         x = x.to(torch.bfloat16)
         g_bf16 = self.g.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
-            )
+        x_f32 = x.float()
+        mul_x = x_f32 * torch.rsqrt(
+            torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
+        )
         return x, g_bf16 * mul_x.to(torch.bfloat16)
 
 

@@ -43,6 +43,7 @@ register(
             "the cache (sx.cached_attention), in the dtype it computes in, a literal; "
             "with :softcap, transformers' eager attention over the cache's keys"
         ),
+        autocasts=True,
         rank=ATTENTION,
         # per head, as `attention`: each device keeps its own heads' keys and values
         shards=sharding.attention,

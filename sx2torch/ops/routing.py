@@ -102,6 +102,7 @@ register(
         _topk_indices,
         keys=(Key("k", "int"), *LAST, SORTED),
         result="int",
+        picked=True,
         internal=True,
         rank=TOPK,
     )
@@ -138,6 +139,7 @@ register(
         lambda a, ctx: b.call("torch.gather", a[0], _dim(ctx), a[1]),
         keys=LAST,
         result="keep",
+        picks=True,
         exact=True,
         grad=_read_grad("scatter-add"),
         rank=INDEX_SHAPE,
