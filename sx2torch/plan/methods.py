@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.ir import LIBRARY, Kind, Node, walk
-from sx2torch.plan import functions as shared_functions
+import sx2torch.plan.functions as shared_functions
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled, rounds
