@@ -10,12 +10,11 @@ __all__ = ["Convnet", "ConvLayer", "BatchNorm2d", "BasicBlock", "LinearLayer"]
 
 def batch_norm(x, *, eps=1e-05):
     # (batch-norm x)
-    with torch.autocast("cuda", enabled=False):
-        x_f32 = x.float()
-        mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
-        rsqrt_x = torch.rsqrt(
-            torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
-        )
+    x_f32 = x.float()
+    mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
+    rsqrt_x = torch.rsqrt(
+        torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
+    )
     return (x - mean_x.to(torch.bfloat16)) * rsqrt_x.to(torch.bfloat16)
 
 
@@ -99,12 +98,10 @@ class Convnet(nn.Module):
         for layer in self.blocks:
             h = layer(h)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            mean_h = torch.mean(h.float(), dim=(2, 3))
+        mean_h = torch.mean(h.float(), dim=(2, 3))
         return self.head(mean_h)
 
     def loss(self, images, labels):
         forward_images = self.forward(images)
         # (cross-entropy (forward images) labels)
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(forward_images.float(), labels)
+        return F.cross_entropy(forward_images.float(), labels)

@@ -83,23 +83,23 @@ class LayerNorm(nn.Module):
         weight_bf16 = self.weight.to(torch.bfloat16)
         bias_bf16 = self.bias.to(torch.bfloat16)
         if self.channels_first:
-            transpose_x_2 = x.permute(0, 2, 3, 1)
-            transpose_x = F.layer_norm(
-                transpose_x_2.to(torch.bfloat16),
+            permute_x_2 = x.permute(0, 2, 3, 1)
+            permute_x = F.layer_norm(
+                permute_x_2.to(torch.bfloat16),
                 weight_bf16.shape,
                 weight_bf16,
                 bias_bf16,
                 eps=self.eps,
             ).permute(0, 3, 1, 2)
         else:
-            transpose_x = F.layer_norm(
+            permute_x = F.layer_norm(
                 x.to(torch.bfloat16),
                 weight_bf16.shape,
                 weight_bf16,
                 bias_bf16,
                 eps=self.eps,
             )
-        return transpose_x
+        return permute_x
 
 
 class ConvnextEmbeddings(nn.Module):

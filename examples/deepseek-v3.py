@@ -54,11 +54,10 @@ class DeepseekV3RmsNorm(nn.Module):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
-            )
+        x_f32 = x.float()
+        mul_x = x_f32 * torch.rsqrt(
+            torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
+        )
         return weight_bf16 * mul_x.to(torch.bfloat16)
 
 
@@ -104,8 +103,7 @@ class DeepseekV3TopkRouter(nn.Module):
             reshape_for_choice = for_choice.reshape(
                 for_choice.shape[0], self.n_group, -1
             )
-            v_ = torch.topk(reshape_for_choice, 2, dim=-1).indices
-            best = torch.gather(reshape_for_choice, -1, v_)
+            best = torch.topk(reshape_for_choice, 2, dim=-1).values
             group_idx = torch.topk(
                 torch.sum(best, dim=-1), self.topk_group, dim=-1, sorted=False
             ).indices

@@ -54,15 +54,14 @@ class Gemma2RmsNorm(nn.Module):
     def forward(self, x):
         x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = (
-                x_f32
-                * torch.rsqrt(
-                    torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
-                )
-                * (1.0 + self.weight)
+        x_f32 = x.float()
+        mul_x = (
+            x_f32
+            * torch.rsqrt(
+                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
             )
+            * (1.0 + self.weight)
+        )
         return mul_x.to(torch.bfloat16)
 
 
@@ -297,5 +296,4 @@ class Gemma2(nn.Module):
         logits = self.forward(input_ids).reshape(-1, self.vocab_size)
         labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels)
+        return F.cross_entropy(logits.float(), labels)

@@ -18,6 +18,11 @@ __all__ = [
 ]
 
 
+def gelu_new(x):
+    x = x.to(torch.bfloat16)
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
+
+
 class Conv1d(nn.Module):
     """transformers' Conv1D: a linear layer whose weight is stored [in, out], addmm(bias, x, w)"""
 
@@ -100,13 +105,7 @@ class Gpt2Mlp(nn.Module):
         self.c_proj = Conv1d(nf=embed_dim, nx=intermediate_size)
 
     def forward(self, hidden_states):
-        return self.c_proj(self.gelu_new(self.c_fc(hidden_states)))
-
-    def gelu_new(self, x):
-        x = x.to(torch.bfloat16)
-        return (
-            0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
-        )
+        return self.c_proj(gelu_new(self.c_fc(hidden_states)))
 
 
 class Gpt2Block(nn.Module):
@@ -186,11 +185,6 @@ class Gpt2(nn.Module):
         self.lm_head = LinearLayer(in_features=n_embd, out_features=vocab_size)
         self.lm_head.weight = self.transformer.wte.weight
 
-    def gelu_new(self, x):
-        return (
-            0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
-        )
-
     def forward(self, input_ids):
         return self.lm_head(self.transformer(input_ids))
 
@@ -198,5 +192,4 @@ class Gpt2(nn.Module):
         logits = self.forward(input_ids).reshape(-1, self.vocab_size)
         labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels)
+        return F.cross_entropy(logits.float(), labels)

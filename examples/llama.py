@@ -51,11 +51,10 @@ class LlamaRmsNorm(nn.Module):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
-            )
+        x_f32 = x.float()
+        mul_x = x_f32 * torch.rsqrt(
+            torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
+        )
         return weight_bf16 * mul_x.to(torch.bfloat16)
 
 
@@ -231,5 +230,4 @@ class Llama(nn.Module):
         logits = self.forward(input_ids).reshape(-1, self.vocab_size)
         labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels)
+        return F.cross_entropy(logits.float(), labels)

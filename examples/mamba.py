@@ -18,6 +18,22 @@ __all__ = [
 ]
 
 
+# rms-normalized for x: f32
+def rms_normalized_f32(x, *, eps=1e-05):
+    # (with-numerics (:sensitivity :high) ...)
+    return x * torch.rsqrt(torch.mean(torch.square(x), dim=-1, keepdim=True) + eps)
+
+
+# rms-normalized for x: bf16
+def rms_normalized_bf16(x, *, eps=1e-05):
+    x = x.to(torch.bfloat16)
+    # (with-numerics (:sensitivity :high) ...)
+    x_f32 = x.float()
+    return x_f32 * torch.rsqrt(
+        torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + eps
+    )
+
+
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=768, out_features=768, with_bias=False):
         super().__init__()
@@ -76,16 +92,7 @@ class MambaRmsNorm(nn.Module):
     def forward(self, x):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return weight_bf16 * self.rms_normalized(x, eps=self.eps).to(torch.bfloat16)
-
-    def rms_normalized(self, x, *, eps=1e-05):
-        x = x.to(torch.bfloat16)
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            return x_f32 * torch.rsqrt(
-                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + eps
-            )
+        return weight_bf16 * rms_normalized_bf16(x, eps=self.eps).to(torch.bfloat16)
 
 
 class MambaMixer(nn.Module):
@@ -139,22 +146,17 @@ class MambaMixer(nn.Module):
             + self.dt_proj.bias.to(torch.bfloat16).unsqueeze(-1)
         ).unsqueeze(-1)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            dt_f32 = dt.float()
-            discrete_A = torch.exp((-torch.exp(self.A_log)).unsqueeze(1) * dt_f32)
-            x_f32 = x.float()
-            deltaB_u = (
-                dt_f32 * B.float().unsqueeze(1) * x_f32.transpose(1, 2).unsqueeze(-1)
-            )
+        dt_f32 = dt.float()
+        discrete_A = torch.exp((-torch.exp(self.A_log)).unsqueeze(1) * dt_f32)
+        x_f32 = x.float()
+        deltaB_u = dt_f32 * B.float().unsqueeze(1) * x_f32.transpose(1, 2).unsqueeze(-1)
         # (linear-scan discrete-A deltaB-u :axis 2)
-        with torch.autocast("cuda", enabled=False):
-            linear_scan_discrete_A = sx.linear_scan(discrete_A, deltaB_u, dim=2)
+        linear_scan_discrete_A = sx.linear_scan(discrete_A, deltaB_u, dim=2)
         states = linear_scan_discrete_A.permute(0, 2, 1, 3)
         y = (states.to(torch.bfloat16) @ C.unsqueeze(-1)).squeeze(-1)
         gate = F.silu(gate)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            mul_y = (y.float() + x_f32 * self.D) * gate.float()
+        mul_y = (y.float() + x_f32 * self.D) * gate.float()
         return self.out_proj(mul_y)
 
 
@@ -186,8 +188,7 @@ class MambaBlock(nn.Module):
     def forward(self, x):
         out = self.mixer(self.norm(x.to(torch.bfloat16)))
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            return x + out.float()
+        return x + out.float()
 
 
 class MambaModel(nn.Module):
@@ -229,17 +230,9 @@ class MambaModel(nn.Module):
         input_ids = self.embeddings(input_ids).float()
         for layer in self.layers:
             input_ids = layer(input_ids)
-        normalized = self.rms_normalized(input_ids, eps=self.eps)
+        normalized = rms_normalized_f32(input_ids, eps=self.eps)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            return self.norm_f.weight * normalized
-
-    def rms_normalized(self, x, *, eps=1e-05):
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            return x * torch.rsqrt(
-                torch.mean(torch.square(x), dim=-1, keepdim=True) + eps
-            )
+        return self.norm_f.weight * normalized
 
 
 class Embedding(nn.Module):
@@ -288,13 +281,6 @@ class Mamba(nn.Module):
         )
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
         self.lm_head.weight = self.backbone.embeddings.weight
-
-    def rms_normalized(self, x, *, eps=1e-05):
-        # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            return x * torch.rsqrt(
-                torch.mean(torch.square(x), dim=-1, keepdim=True) + eps
-            )
 
     def forward(self, input_ids):
         return self.lm_head(self.backbone(input_ids))

@@ -53,11 +53,10 @@ class MixtralRmsNorm(nn.Module):
         x = x.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
-            )
+        x_f32 = x.float()
+        mul_x = x_f32 * torch.rsqrt(
+            torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + self.eps
+        )
         return weight_bf16 * mul_x.to(torch.bfloat16)
 
 
@@ -102,10 +101,8 @@ class MixtralTopKRouter(nn.Module):
         weight_bf16 = self.weight.to(torch.bfloat16)
         router_logits = F.linear(x, weight_bf16)
         # (softmax router-logits)
-        with torch.autocast("cuda", enabled=False):
-            router_probs = torch.softmax(router_logits.float(), dim=-1)
-        router_indices = torch.topk(router_probs, self.top_k, dim=-1).indices
-        top = torch.gather(router_probs, -1, router_indices)
+        router_probs = torch.softmax(router_logits.float(), dim=-1)
+        top, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
         return router_logits, top / torch.sum(top, dim=-1, keepdim=True), router_indices
 
 
@@ -285,5 +282,4 @@ class Mixtral(nn.Module):
         logits = self.forward(input_ids).reshape(-1, self.vocab_size)
         labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels)
+        return F.cross_entropy(logits.float(), labels)

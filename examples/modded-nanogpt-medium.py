@@ -97,8 +97,8 @@ class CausalSelfAttention(nn.Module):
         )
         slice_qkv = qkv[:, :, : self.num_heads]
         q = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
-        slice_qkv = qkv[:, :, self.num_heads : 2 * self.num_heads]
-        k = self.rotary(F.rms_norm(slice_qkv, (slice_qkv.size(-1),)), cos, sin)
+        slice_qkv_2 = qkv[:, :, self.num_heads : 2 * self.num_heads]
+        k = self.rotary(F.rms_norm(slice_qkv_2, (slice_qkv_2.size(-1),)), cos, sin)
         k = self.offset_keys(k) if key_offset else k
         v = qkv[:, :, 2 * self.num_heads :]
         v = (
@@ -108,14 +108,14 @@ class CausalSelfAttention(nn.Module):
             if self.layer_idx in (0, 1, 2, 3, 4, 11, 12, 13, 14, 15)
             else v
         )
-        transpose_q = q.permute(0, 2, 1, 3)
-        transpose_k = k.permute(0, 2, 1, 3)
-        transpose_v = v.permute(0, 2, 1, 3)
+        permute_q = q.permute(0, 2, 1, 3)
+        permute_k = k.permute(0, 2, 1, 3)
+        permute_v = v.permute(0, 2, 1, 3)
         y = F.scaled_dot_product_attention(
-            transpose_q,
-            transpose_k,
-            transpose_v,
-            attn_mask=sx.window_mask(transpose_q.shape[-2], window, transpose_q.device),
+            permute_q,
+            permute_k,
+            permute_v,
+            attn_mask=sx.window_mask(permute_q.shape[-2], window, permute_q.device),
             scale=0.1,
         ).permute(0, 2, 1, 3)
         y = (y * self.heads(torch.sigmoid(self.attn_gate(x[..., :16])))).flatten(2)
@@ -314,5 +314,4 @@ class ModdedNanogptMedium(nn.Module):
         logits = self.forward(input_seq).reshape(-1, self.vocab)
         labels = target_seq.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), labels, reduction="sum")
+        return F.cross_entropy(logits.float(), labels, reduction="sum")

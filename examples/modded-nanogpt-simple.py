@@ -61,23 +61,20 @@ class Rotary(nn.Module):
         """x [batch time head dim], rotated in f32"""
         x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            theta = (
-                torch.arange(
-                    x.shape[1], dtype=torch.float32, device=x.device
-                ).unsqueeze(-1)
-                * self.angular_freq.unsqueeze(-2)
-            ).reshape(1, -1, 1, self.dim // 2)
-            x_f32 = x.float()
-            x1 = x_f32[..., : self.dim // 2]
-            x2 = x_f32[..., self.dim // 2 :]
-            return torch.cat(
-                [
-                    x1 * torch.cos(theta) + x2 * torch.sin(theta),
-                    x1 * -torch.sin(theta) + x2 * torch.cos(theta),
-                ],
-                dim=3,
-            )
+        theta = (
+            torch.arange(x.shape[1], dtype=torch.float32, device=x.device).unsqueeze(-1)
+            * self.angular_freq.unsqueeze(-2)
+        ).reshape(1, -1, 1, self.dim // 2)
+        x_f32 = x.float()
+        x1 = x_f32[..., : self.dim // 2]
+        x2 = x_f32[..., self.dim // 2 :]
+        return torch.cat(
+            [
+                x1 * torch.cos(theta) + x2 * torch.sin(theta),
+                x1 * -torch.sin(theta) + x2 * torch.cos(theta),
+            ],
+            dim=3,
+        )
 
 
 class AttentionLayer(nn.Module):
@@ -176,5 +173,4 @@ class ModdedNanogptSimple(nn.Module):
         logits = self.forward(inputs).reshape(-1, self.vocab_size)
         labels = targets.reshape(-1)
         # (cross-entropy (...) (...) :reduction :sum)
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits, labels, reduction="sum")
+        return F.cross_entropy(logits, labels, reduction="sum")

@@ -19,9 +19,8 @@ class RmsMlp(nn.Module):
         """The rms-norm of the precision page, written out."""
         x = sx.to_bf16(x)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("mps", enabled=False):
-            x_f32 = sx.as_f32(x)
-            rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
+        x_f32 = sx.as_f32(x)
+        rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
         return sx.store_bf16(x * sx.round_to_bf16(rsqrt_x))
 
     def forward(self, x):
@@ -36,5 +35,4 @@ class RmsMlp(nn.Module):
     def loss(self, x, labels):
         forward_x = self.forward(x)
         # (cross-entropy (forward x) labels)
-        with torch.autocast("mps", enabled=False):
-            return F.cross_entropy(forward_x, labels)
+        return F.cross_entropy(forward_x, labels)

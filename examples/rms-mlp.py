@@ -19,9 +19,8 @@ class RmsMlp(nn.Module):
         """The rms-norm of the precision page, written out."""
         x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
+        x_f32 = x.float()
+        rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
         return x * rsqrt_x.to(torch.bfloat16)
 
     def forward(self, x):
@@ -34,5 +33,4 @@ class RmsMlp(nn.Module):
     def loss(self, x, labels):
         forward_x = self.forward(x)
         # (cross-entropy (forward x) labels)
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(forward_x, labels)
+        return F.cross_entropy(forward_x, labels)

@@ -24,6 +24,5 @@ class Scan(nn.Module):
         a = torch.sigmoid(x_bf16 @ w_a_bf16)
         b = x_bf16 @ w_b_bf16
         # (linear-scan a b :axis 1)
-        with torch.autocast("cuda", enabled=False):
-            h = sx.linear_scan(a.float(), b.float(), dim=1)
+        h = sx.linear_scan(a.float(), b.float(), dim=1)
         return h.to(torch.bfloat16) @ w_out_bf16

@@ -23,6 +23,11 @@ __all__ = [
 ]
 
 
+def gelu_new(x):
+    x = x.to(torch.bfloat16)
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
+
+
 class LinearLayer(nn.Module):
     def __init__(self, *, in_features=512, out_features=512):
         super().__init__()
@@ -57,11 +62,10 @@ class T5LayerNorm(nn.Module):
         hidden_states = hidden_states.to(torch.bfloat16)
         weight_bf16 = self.weight.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            hidden_states_f32 = hidden_states.float()
-            mul_hidden_states = hidden_states_f32 * torch.rsqrt(
-                torch.mean(hidden_states_f32**2, dim=-1, keepdim=True) + self.eps
-            )
+        hidden_states_f32 = hidden_states.float()
+        mul_hidden_states = hidden_states_f32 * torch.rsqrt(
+            torch.mean(hidden_states_f32**2, dim=-1, keepdim=True) + self.eps
+        )
         return weight_bf16 * mul_hidden_states.to(torch.bfloat16)
 
 
@@ -73,15 +77,7 @@ class T5DenseGatedActDense(nn.Module):
         self.wo = LinearLayer(in_features=d_ff, out_features=d_model)
 
     def forward(self, hidden_states):
-        return self.wo(
-            self.gelu_new(self.wi_0(hidden_states)) * self.wi_1(hidden_states)
-        )
-
-    def gelu_new(self, x):
-        x = x.to(torch.bfloat16)
-        return (
-            0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
-        )
+        return self.wo(gelu_new(self.wi_0(hidden_states)) * self.wi_1(hidden_states))
 
 
 class T5LayerFf(nn.Module):
@@ -166,7 +162,7 @@ class T5Attention(nn.Module):
 
     # a method of its own: relative-position is int here, f32 in relative_position_bucket
     # relative-position-bucket for relative-position: int
-    def relative_position_bucket_f32(self, relative_position, *, bidirectional=True):
+    def relative_position_bucket_int(self, relative_position, *, bidirectional=True):
         relative_buckets = (
             (relative_position > 0).long()
             * (self.num_buckets // 2 if bidirectional else self.num_buckets)
@@ -211,7 +207,7 @@ class T5Attention(nn.Module):
             1
         )
         memory_position = torch.arange(key.shape[1], device=key.device).unsqueeze(0)
-        bucket = self.relative_position_bucket_f32(
+        bucket = self.relative_position_bucket_int(
             memory_position - context_position, bidirectional=not self.is_decoder
         )
         return self.relative_attention_bias(bucket).permute(2, 0, 1).unsqueeze(0)
@@ -566,11 +562,6 @@ class T5(nn.Module):
         self.encoder.embed_tokens.weight = self.shared.weight
         self.decoder.embed_tokens.weight = self.shared.weight
         self.lm_head.weight = self.shared.weight
-
-    def gelu_new(self, x):
-        return (
-            0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
-        )
 
     def forward(self, input_ids, decoder_input_ids):
         sequence_output = self.decoder(decoder_input_ids, self.encoder(input_ids))

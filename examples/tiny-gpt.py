@@ -10,17 +10,15 @@ __all__ = ["TinyGpt", "Block"]
 
 def rms_norm(x, *, eps=1e-06):
     # (rms-norm x)
-    with torch.autocast("cuda", enabled=False):
-        x_f32 = x.float()
-        rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
+    x_f32 = x.float()
+    rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
     return x * rsqrt_x.to(torch.bfloat16)
 
 
 def causal_attention(q, k, v):
     scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
     # (causal-attention q k v)
-    with torch.autocast("cuda", enabled=False):
-        weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
+    weights = torch.softmax(sx.causal_mask(scores.float()), dim=-1)
     return weights.to(torch.bfloat16) @ v
 
 
@@ -76,15 +74,13 @@ class TinyGpt(nn.Module):
             x = layer(x)
         logits = sx.matmul_f32_out(rms_norm(x), lm_head_bf16)
         # (softcap logits 15.0)
-        with torch.autocast("cuda", enabled=False):
-            return 15.0 * torch.tanh(logits / 15.0)
+        return 15.0 * torch.tanh(logits / 15.0)
 
     def loss(self, idx, targets):
         logits = self.forward(idx).reshape(-1, self.vocab)
         labels = targets.reshape(-1)
         # (cross-entropy (reshape (...) [...]) (reshape targets [...]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits, labels)
+        return F.cross_entropy(logits, labels)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ __all__ = ["Conv"]
 
 def batch_norm(x, *, eps=1e-05):
     # (batch-norm x)
-    with torch.autocast("cuda", enabled=False):
-        x_f32 = x.float()
-        mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
-        rsqrt_x = torch.rsqrt(
-            torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
-        )
+    x_f32 = x.float()
+    mean_x = torch.mean(x_f32, dim=(0, 2, 3), keepdim=True)
+    rsqrt_x = torch.rsqrt(
+        torch.mean(torch.square(x_f32 - mean_x), dim=(0, 2, 3), keepdim=True) + eps
+    )
     return (x - mean_x.to(torch.bfloat16)) * rsqrt_x.to(torch.bfloat16)
 
 

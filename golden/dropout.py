@@ -21,8 +21,7 @@ class Dropout(nn.Module):
         mu = h[:, : self.d]
         logvar = h[:, self.d :]
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            exp_logvar = torch.exp(0.5 * logvar.float())
+        exp_logvar = torch.exp(0.5 * logvar.float())
         return mu + (exp_logvar * torch.randn_like(mu, dtype=torch.float32)).to(
             torch.bfloat16
         )

@@ -18,15 +18,12 @@ class DtypeValues(nn.Module):
     def norm(self, x):
         x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = (
-                x_f32
-                * torch.rsqrt(
-                    torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + 1e-06
-                )
-                * (1.0 + self.weight)
-            )
+        x_f32 = x.float()
+        mul_x = (
+            x_f32
+            * torch.rsqrt(torch.mean(torch.square(x_f32), dim=-1, keepdim=True) + 1e-06)
+            * (1.0 + self.weight)
+        )
         return mul_x.to(torch.bfloat16)
 
     def forward(self, ids):

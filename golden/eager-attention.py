@@ -32,12 +32,10 @@ class EagerAttention(nn.Module):
             @ self.split_heads(x_bf16 @ wk_bf16).transpose(-2, -1)
         ) * self.head_dim**-0.5 + mask.to(torch.bfloat16)
         # (eager-attention (...) (...) (...) mask :scale (...))
-        with torch.autocast("cuda", enabled=False):
-            weights = torch.softmax(scores.float(), dim=-1)
+        weights = torch.softmax(scores.float(), dim=-1)
         return weights.to(torch.bfloat16) @ self.split_heads(x_bf16 @ wv_bf16)
 
     def route(self, scores):
         sigmoid_scores = torch.sigmoid(scores)
-        chosen = torch.topk(sigmoid_scores, 3, dim=-1, sorted=False).indices
-        weights = torch.gather(sigmoid_scores, -1, chosen)
+        weights = torch.topk(sigmoid_scores, 3, dim=-1, sorted=False).values
         return weights / torch.sum(weights, dim=-1, keepdim=True)

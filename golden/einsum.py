@@ -22,8 +22,7 @@ class Einsum(nn.Module):
             q_bf16,
         )
         # (softmax scores)
-        with torch.autocast("cuda", enabled=False):
-            return torch.softmax(scores.float(), dim=-1)
+        return torch.softmax(scores.float(), dim=-1)
 
     def proj_gradient(self, q):
         proj_bf16 = self.proj.to(torch.bfloat16)
@@ -34,8 +33,7 @@ class Einsum(nn.Module):
             q_bf16,
         )
         # (softmax scores)
-        with torch.autocast("cuda", enabled=False):
-            softmax_scores = torch.softmax(scores.float(), dim=-1)
+        softmax_scores = torch.softmax(scores.float(), dim=-1)
         # (gradient (sum (* (forward q) (forward q))) proj)
         grad_mul_softmax = torch.ones_like(scores, dtype=torch.float32)
         # gradient of (softmax scores)
@@ -43,12 +41,11 @@ class Einsum(nn.Module):
             grad_mul_softmax * softmax_scores + grad_mul_softmax * softmax_scores
         )
         # (softmax scores)
-        with torch.autocast("cuda", enabled=False):
-            # gradient of (einsum "..." (einsum "..." q proj) q)
-            grad_scores = softmax_scores * (
-                grad_softmax_scores
-                - torch.sum(grad_softmax_scores * softmax_scores, dim=-1, keepdim=True)
-            )
+        # gradient of (einsum "..." (einsum "..." q proj) q)
+        grad_scores = softmax_scores * (
+            grad_softmax_scores
+            - torch.sum(grad_softmax_scores * softmax_scores, dim=-1, keepdim=True)
+        )
         # gradient of (einsum "..." q proj)
         grad_einsum_q = torch.einsum("bhqk,bhkd->bhqd", grad_scores, q)
         # gradient of proj

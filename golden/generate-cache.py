@@ -10,9 +10,8 @@ __all__ = ["GenerateCache"]
 
 def rms_norm(x, *, eps=1e-06):
     # (rms-norm x)
-    with torch.autocast("cuda", enabled=False):
-        x_f32 = x.float()
-        rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
+    x_f32 = x.float()
+    rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
     return x * rsqrt_x.to(torch.bfloat16)
 
 

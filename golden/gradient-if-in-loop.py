@@ -35,11 +35,11 @@ class GradientIfInLoop(nn.Module):
             if layer.d == 4:
                 mul_x = x * x
             else:
-                transpose_w = layer.w.permute(1, 0)
-                mul_x = x @ transpose_w
+                permute_w = layer.w.permute(1, 0)
+                mul_x = x @ permute_w
             grad_x = (
                 grad_x * x + grad_x * x
                 if layer.d == 4
-                else grad_x @ transpose_w.transpose(-1, -2)
+                else grad_x @ permute_w.transpose(-1, -2)
             )
         return grad_x

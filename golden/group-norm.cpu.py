@@ -20,21 +20,19 @@ class GroupNorm(nn.Module):
         conv_bf16 = sx.round_to_bf16(self.conv)
         conv1d_x = sx.store_bf16(F.conv1d(sx.round_to_bf16(x), conv_bf16, stride=2))
         # (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
-        with torch.autocast("cpu", enabled=False):
-            group_norm_conv1d_x = F.group_norm(
-                sx.as_f32(conv1d_x), self.channels, self.norm_weight, self.norm_bias
-            )
+        group_norm_conv1d_x = F.group_norm(
+            sx.as_f32(conv1d_x), self.channels, self.norm_weight, self.norm_bias
+        )
         return F.gelu(group_norm_conv1d_x)
 
     def norm_gradient(self, x):
         conv_bf16 = sx.round_to_bf16(self.conv)
         conv1d_x = sx.store_bf16(F.conv1d(sx.round_to_bf16(x), conv_bf16, stride=2))
         # (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
-        with torch.autocast("cpu", enabled=False):
-            conv1d_x_f32 = sx.as_f32(conv1d_x)
-            group_norm_conv1d_x = F.group_norm(
-                conv1d_x_f32, self.channels, self.norm_weight, self.norm_bias
-            )
+        conv1d_x_f32 = sx.as_f32(conv1d_x)
+        group_norm_conv1d_x = F.group_norm(
+            conv1d_x_f32, self.channels, self.norm_weight, self.norm_bias
+        )
         # (gradient (sum (forward x)) norm-weight)
         grad_gelu_group_norm = torch.ones_like(group_norm_conv1d_x, dtype=torch.float32)
         # gradient of (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
@@ -44,13 +42,12 @@ class GroupNorm(nn.Module):
             * (0.3989422804014327 * torch.exp(-0.5 * torch.square(group_norm_conv1d_x)))
         )
         # (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
-        with torch.autocast("cpu", enabled=False):
-            # gradient of norm-weight
-            grad_norm_weight = sx.group_norm_backward(
-                grad_group_norm_conv1d,
-                conv1d_x_f32,
-                self.channels,
-                self.norm_weight,
-                part=1,
-            )
+        # gradient of norm-weight
+        grad_norm_weight = sx.group_norm_backward(
+            grad_group_norm_conv1d,
+            conv1d_x_f32,
+            self.channels,
+            self.norm_weight,
+            part=1,
+        )
         return grad_norm_weight

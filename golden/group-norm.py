@@ -20,21 +20,19 @@ class GroupNorm(nn.Module):
         conv_bf16 = self.conv.to(torch.bfloat16)
         conv1d_x = F.conv1d(x.to(torch.bfloat16), conv_bf16, stride=2)
         # (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
-        with torch.autocast("cuda", enabled=False):
-            group_norm_conv1d_x = F.group_norm(
-                conv1d_x.float(), self.channels, self.norm_weight, self.norm_bias
-            )
+        group_norm_conv1d_x = F.group_norm(
+            conv1d_x.float(), self.channels, self.norm_weight, self.norm_bias
+        )
         return F.gelu(group_norm_conv1d_x)
 
     def norm_gradient(self, x):
         conv_bf16 = self.conv.to(torch.bfloat16)
         conv1d_x = F.conv1d(x.to(torch.bfloat16), conv_bf16, stride=2)
         # (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
-        with torch.autocast("cuda", enabled=False):
-            conv1d_x_f32 = conv1d_x.float()
-            group_norm_conv1d_x = F.group_norm(
-                conv1d_x_f32, self.channels, self.norm_weight, self.norm_bias
-            )
+        conv1d_x_f32 = conv1d_x.float()
+        group_norm_conv1d_x = F.group_norm(
+            conv1d_x_f32, self.channels, self.norm_weight, self.norm_bias
+        )
         # (gradient (sum (forward x)) norm-weight)
         grad_gelu_group_norm = torch.ones_like(group_norm_conv1d_x, dtype=torch.float32)
         # gradient of (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
@@ -44,13 +42,12 @@ class GroupNorm(nn.Module):
             * (0.3989422804014327 * torch.exp(-0.5 * torch.square(group_norm_conv1d_x)))
         )
         # (group-norm (conv1d x conv :stride 2) channels norm-weight norm-bias)
-        with torch.autocast("cuda", enabled=False):
-            # gradient of norm-weight
-            grad_norm_weight = sx.group_norm_backward(
-                grad_group_norm_conv1d,
-                conv1d_x_f32,
-                self.channels,
-                self.norm_weight,
-                part=1,
-            )
+        # gradient of norm-weight
+        grad_norm_weight = sx.group_norm_backward(
+            grad_group_norm_conv1d,
+            conv1d_x_f32,
+            self.channels,
+            self.norm_weight,
+            part=1,
+        )
         return grad_norm_weight

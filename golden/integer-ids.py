@@ -23,5 +23,4 @@ class IntegerIds(nn.Module):
         logits = self.forward(ids).reshape(-1, self.vocab)
         reshape_labels = labels.reshape(-1)
         # (cross-entropy (reshape (forward ids) [-1 vocab]) (reshape labels [-1]))
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(logits.float(), reshape_labels)
+        return F.cross_entropy(logits.float(), reshape_labels)

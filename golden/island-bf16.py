@@ -18,10 +18,7 @@ class IslandBf16(nn.Module):
         w_bf16 = self.w.to(torch.bfloat16)
         h = x.to(torch.bfloat16) @ w_bf16
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            h_f32 = h.float()
-            s = torch.exp(
-                (h_f32 - torch.amax(h_f32, dim=-1, keepdim=True)) * self.scale
-            )
+        h_f32 = h.float()
+        s = torch.exp((h_f32 - torch.amax(h_f32, dim=-1, keepdim=True)) * self.scale)
         t = torch.sum(s, dim=-1, keepdim=True)
         return h * (s / t).to(torch.bfloat16)

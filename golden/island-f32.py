@@ -17,7 +17,6 @@ class IslandF32(nn.Module):
     def forward(self, x):
         h = x @ self.w
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            s = torch.exp((h - torch.amax(h, dim=-1, keepdim=True)) * self.scale)
+        s = torch.exp((h - torch.amax(h, dim=-1, keepdim=True)) * self.scale)
         t = torch.sum(s, dim=-1, keepdim=True)
         return h * (s / t)

@@ -17,10 +17,9 @@ class IslandValues(nn.Module):
         """The mean and variance over the last axis, in f32."""
         x = x.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mu = torch.mean(x_f32, dim=-1, keepdim=True)
-            mean_x = torch.mean((x_f32 - mu) * (x_f32 - mu), dim=-1, keepdim=True)
+        x_f32 = x.float()
+        mu = torch.mean(x_f32, dim=-1, keepdim=True)
+        mean_x = torch.mean((x_f32 - mu) * (x_f32 - mu), dim=-1, keepdim=True)
         return mu, mean_x
 
     def forward(self, x):
@@ -28,7 +27,6 @@ class IslandValues(nn.Module):
         h = x.to(torch.bfloat16) @ w_bf16
         mu, var = self.moments(h)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            scale = torch.rsqrt(var + 1e-05)
-            shift = -mu
+        scale = torch.rsqrt(var + 1e-05)
+        shift = -mu
         return (h + shift.to(torch.bfloat16)) * scale.to(torch.bfloat16)

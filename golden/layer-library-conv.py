@@ -27,8 +27,7 @@ class GroupNorm(nn.Module):
         weight = self.weight if self.affine else None
         bias = self.bias if self.affine else None
         # (group-norm x num-groups (...) (...) :eps eps)
-        with torch.autocast("cuda", enabled=False):
-            return F.group_norm(x.float(), self.num_groups, weight, bias, eps=self.eps)
+        return F.group_norm(x.float(), self.num_groups, weight, bias, eps=self.eps)
 
 
 class Conv2d(nn.Module):

@@ -63,8 +63,7 @@ class Moe(nn.Module):
     def forward(self, x):
         gate = self.gate(x)
         # (softmax (gate x))
-        with torch.autocast("cuda", enabled=False):
-            p = torch.softmax(gate.float(), dim=-1)
+        p = torch.softmax(gate.float(), dim=-1)
         return p[..., :1].to(torch.bfloat16) * self.experts[0](x) + p[..., 1:].to(
             torch.bfloat16
         ) * self.experts[1](x)

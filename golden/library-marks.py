@@ -17,42 +17,32 @@ class LibraryMarks(nn.Module):
         w_bf16 = self.w.to(torch.bfloat16)
         h = x.to(torch.bfloat16) @ w_bf16
         # (softmax h)
-        with torch.autocast("cuda", enabled=False):
-            h_f32 = h.float()
-            a = torch.softmax(h_f32, dim=-1)
+        h_f32 = h.float()
+        a = torch.softmax(h_f32, dim=-1)
         # (log-softmax h :axis -1)
-        with torch.autocast("cuda", enabled=False):
-            b = torch.log_softmax(h_f32, dim=-1)
+        b = torch.log_softmax(h_f32, dim=-1)
         # (logsumexp h :axes [-1] :keepdims true)
-        with torch.autocast("cuda", enabled=False):
-            c = torch.logsumexp(h_f32, dim=-1, keepdim=True)
+        c = torch.logsumexp(h_f32, dim=-1, keepdim=True)
         # (softcap h 15.0)
-        with torch.autocast("cuda", enabled=False):
-            d = 15.0 * torch.tanh(h_f32 / 15.0)
+        d = 15.0 * torch.tanh(h_f32 / 15.0)
         # (rms-norm h)
-        with torch.autocast("cuda", enabled=False):
-            rsqrt_h = torch.rsqrt(
-                torch.mean(h_f32 * h_f32, dim=-1, keepdim=True) + 1e-06
-            )
+        rsqrt_h = torch.rsqrt(torch.mean(h_f32 * h_f32, dim=-1, keepdim=True) + 1e-06)
         e = h * rsqrt_h.to(torch.bfloat16)
         # (layer-norm h)
-        with torch.autocast("cuda", enabled=False):
-            mean_h = torch.mean(h_f32, dim=-1, keepdim=True)
-            rsqrt_h = torch.rsqrt(
-                torch.mean(torch.square(h_f32 - mean_h), dim=-1, keepdim=True) + 1e-05
-            )
-        f = (h - mean_h.to(torch.bfloat16)) * rsqrt_h.to(torch.bfloat16)
+        mean_h = torch.mean(h_f32, dim=-1, keepdim=True)
+        rsqrt_h_2 = torch.rsqrt(
+            torch.mean(torch.square(h_f32 - mean_h), dim=-1, keepdim=True) + 1e-05
+        )
+        f = (h - mean_h.to(torch.bfloat16)) * rsqrt_h_2.to(torch.bfloat16)
         # (batch-norm h)
-        with torch.autocast("cuda", enabled=False):
-            mean_h = torch.mean(h_f32, dim=0, keepdim=True)
-            rsqrt_h = torch.rsqrt(
-                torch.mean(torch.square(h_f32 - mean_h), dim=0, keepdim=True) + 1e-05
-            )
-        g = (h - mean_h.to(torch.bfloat16)) * rsqrt_h.to(torch.bfloat16)
+        mean_h_2 = torch.mean(h_f32, dim=0, keepdim=True)
+        rsqrt_h_3 = torch.rsqrt(
+            torch.mean(torch.square(h_f32 - mean_h_2), dim=0, keepdim=True) + 1e-05
+        )
+        g = (h - mean_h_2.to(torch.bfloat16)) * rsqrt_h_3.to(torch.bfloat16)
         return (a + b + c + d).to(torch.bfloat16) + e + f + g
 
     def loss(self, x, labels):
         forward_x = self.forward(x)
         # (cross-entropy (forward x) labels)
-        with torch.autocast("cuda", enabled=False):
-            return F.cross_entropy(forward_x.float(), labels)
+        return F.cross_entropy(forward_x.float(), labels)

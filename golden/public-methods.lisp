@@ -2,7 +2,7 @@
 ;; bf16 residual stream: its one method casts x down at entry, so alone with f32 it
 ;; computes what its callers compute after that cast (its f32 island reads x through
 ;; `.float()`, which on cuda rounds the gradient only where x is bf16). `gate` is called
-;; with f32 and with bf16: its bf16 method is a method of its own on every target (the
+;; with f32 and with bf16: its bf16 body is a function of its own on every target (the
 ;; value stays f32 with f32 input and bf16 with bf16 input).
 (defmodel norm (&key (d 8))
   (defparam g (ones [d]))

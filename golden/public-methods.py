@@ -8,6 +8,22 @@ from sx2torch import runtime as sx
 __all__ = ["PublicMethods", "Norm", "Block"]
 
 
+# gate for x: f32
+def gate_f32(x):
+    return x * torch.sigmoid(x)
+
+
+# gate for x: bf16
+def gate_bf16(x):
+    x = x.to(torch.bfloat16)
+    return x * torch.sigmoid(x)
+
+
+# gate for x: bf16
+def gate_bf16_2(x):
+    return x * torch.sigmoid(x)
+
+
 class Norm(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
@@ -18,11 +34,10 @@ class Norm(nn.Module):
         x = x.to(torch.bfloat16)
         g_bf16 = self.g.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            x_f32 = x.float()
-            mul_x = x_f32 * torch.rsqrt(
-                torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
-            )
+        x_f32 = x.float()
+        mul_x = x_f32 * torch.rsqrt(
+            torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + 1e-06
+        )
         return x, g_bf16 * mul_x.to(torch.bfloat16)
 
 
@@ -37,11 +52,7 @@ class Block(nn.Module):
         x = x.to(torch.bfloat16)
         w_bf16 = self.w.to(torch.bfloat16)
         _, n = self.ln(x)
-        return x + self.gate(n @ w_bf16)
-
-    def gate(self, x):
-        x = x.to(torch.bfloat16)
-        return x * torch.sigmoid(x)
+        return x + gate_bf16(n @ w_bf16)
 
 
 class PublicMethods(nn.Module):
@@ -50,17 +61,9 @@ class PublicMethods(nn.Module):
         self.w_in = nn.Parameter(torch.normal(0.0, 0.1, size=(8, 8)))
         self.blocks = nn.ModuleList([Block(d=8) for _ in range(2)])
 
-    def gate(self, x):
-        return x * torch.sigmoid(x)
-
-    # a method of its own: (sigmoid x) is bf16 here, f32 in gate
-    # gate for x: bf16
-    def gate_bf16(self, x):
-        return x * torch.sigmoid(x)
-
     def forward(self, x):
         w_in_bf16 = self.w_in.to(torch.bfloat16)
         x_2 = x.to(torch.bfloat16) @ w_in_bf16
         for layer in self.blocks:
             x_2 = layer(x_2)
-        return self.gate(x).to(torch.bfloat16) + self.gate_bf16(x_2)
+        return gate_f32(x).to(torch.bfloat16) + gate_bf16_2(x_2)

@@ -19,10 +19,8 @@ class Routing(nn.Module):
         expert_bf16 = self.expert.to(torch.bfloat16)
         logits = F.linear(x.to(torch.bfloat16), router_bf16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            probs = torch.softmax(logits.float(), dim=-1)
-        chosen = torch.topk(probs, 2, dim=-1).indices
-        top = torch.gather(probs, -1, chosen)
+        probs = torch.softmax(logits.float(), dim=-1)
+        top, chosen = torch.topk(probs, 2, dim=-1)
         weights = top / torch.sum(top, dim=-1, keepdim=True)
         picked = torch.index_select(x, 0, tokens)
         out = torch.zeros_like(x, dtype=torch.bfloat16).index_add(

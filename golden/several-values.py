@@ -18,8 +18,7 @@ class Pooler(nn.Module):
         h = h.to(torch.bfloat16)
         dense_bf16 = self.dense.to(torch.bfloat16)
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            mean_h = torch.mean(h.float(), dim=1)
+        mean_h = torch.mean(h.float(), dim=1)
         return h, torch.tanh(mean_h.to(torch.bfloat16) @ dense_bf16)
 
 
@@ -34,9 +33,8 @@ class SeveralValues(nn.Module):
         w_in_bf16 = self.w_in.to(torch.bfloat16)
         h = x.to(torch.bfloat16) @ w_in_bf16
         # (with-numerics (:sensitivity :high) ...)
-        with torch.autocast("cuda", enabled=False):
-            h_f32 = h.float()
-            sum_h = torch.sum(h_f32 * h_f32, dim=-1)
+        h_f32 = h.float()
+        sum_h = torch.sum(h_f32 * h_f32, dim=-1)
         return h, sum_h
 
     def pooled(self, x):

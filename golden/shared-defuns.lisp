@@ -1,5 +1,6 @@
 ;; A top-level defun is seen by every model: a sub-model that calls one (or one it calls)
-;; gets it as a method of its own. It sees only its arguments and let locals.
+;; gets it as its own. It sees only its arguments and let locals, so it is written once, as
+;; a module-level function every class calls.
 (defun gelu-new (x)
   (* 0.5 x (+ 1.0 (tanh (* 0.7978845608 (+ x (* 0.044715 x x x)))))))
 

@@ -8,19 +8,21 @@ from sx2torch import runtime as sx
 __all__ = ["SharedDefuns", "Block"]
 
 
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+def twice(x):
+    return gelu_new(gelu_new(x))
+
+
 class Block(nn.Module):
     def __init__(self, *, d=4):
         super().__init__()
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(d, d)))
 
     def forward(self, x):
-        return self.twice(x @ self.w)
-
-    def twice(self, x):
-        return self.gelu_new(self.gelu_new(x))
-
-    def gelu_new(self, x):
-        return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+        return twice(x @ self.w)
 
 
 class SharedDefuns(nn.Module):
@@ -28,13 +30,7 @@ class SharedDefuns(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList([Block(d=4) for _ in range(2)])
 
-    def gelu_new(self, x):
-        return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
-
-    def twice(self, x):
-        return self.gelu_new(self.gelu_new(x))
-
     def forward(self, x):
         for layer in self.blocks:
             x = layer(x)
-        return self.gelu_new(x)
+        return gelu_new(x)

@@ -17,8 +17,7 @@ class SoftmaxDtype(nn.Module):
         w_bf16 = self.w.to(torch.bfloat16)
         scores = x.to(torch.bfloat16) @ w_bf16
         # (softmax scores)
-        with torch.autocast("cuda", enabled=False):
-            softmax_scores = torch.softmax(scores.float(), dim=-1)
+        softmax_scores = torch.softmax(scores.float(), dim=-1)
         return (
             softmax_scores.to(torch.bfloat16) @ w_bf16
             + torch.softmax(scores, dim=-1) @ w_bf16

@@ -25,16 +25,16 @@ class StackPad(nn.Module):
         conv_bf16 = self.conv.to(torch.bfloat16)
         w_bf16 = self.w.to(torch.bfloat16)
         h = F.conv1d(F.pad(x, (self.k - 1, 0)).to(torch.bfloat16), conv_bf16, groups=4)
-        swap_axes_h = h.transpose(1, 2)
+        transpose_h = h.transpose(1, 2)
         # (gradient (sum (forward x)) w)
         grad_stack_matmul = torch.ones_like(
-            torch.stack([swap_axes_h @ w_bf16, h.transpose(1, 2)], dim=1),
+            torch.stack([transpose_h @ w_bf16, h.transpose(1, 2)], dim=1),
             dtype=torch.float32,
         )
         # gradient of (matmul (swap-axes h 1 2) w)
-        grad_matmul_swap_axes = grad_stack_matmul[:, :1].squeeze(1)
+        grad_matmul_transpose = grad_stack_matmul[:, :1].squeeze(1)
         # gradient of w
         grad_w = (
-            swap_axes_h.transpose(-1, -2) @ grad_matmul_swap_axes.to(torch.bfloat16)
+            transpose_h.transpose(-1, -2) @ grad_matmul_transpose.to(torch.bfloat16)
         ).sum_to_size(self.w.shape)
         return grad_w

@@ -43,9 +43,9 @@ class Views(nn.Module):
         q = linear_x.reshape(
             linear_x.shape[0], linear_x.shape[1], self.heads, self.head_dim
         ).permute(0, 2, 1, 3)
-        linear_x = sx.store_bf16(F.linear(x_bf16, wk_bf16))
-        k = linear_x.reshape(
-            linear_x.shape[0], linear_x.shape[1], self.kv_heads, self.head_dim
+        linear_x_2 = sx.store_bf16(F.linear(x_bf16, wk_bf16))
+        k = linear_x_2.reshape(
+            linear_x_2.shape[0], linear_x_2.shape[1], self.kv_heads, self.head_dim
         ).permute(0, 2, 1, 3)
         k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
         scores = sx.store_bf16(
@@ -63,9 +63,9 @@ class Views(nn.Module):
         q = linear_x.reshape(
             linear_x.shape[0], linear_x.shape[1], self.heads, self.head_dim
         ).permute(0, 2, 1, 3)
-        linear_x = sx.store_bf16(F.linear(x_bf16, wk_bf16))
-        k = linear_x.reshape(
-            linear_x.shape[0], linear_x.shape[1], self.kv_heads, self.head_dim
+        linear_x_2 = sx.store_bf16(F.linear(x_bf16, wk_bf16))
+        k = linear_x_2.reshape(
+            linear_x_2.shape[0], linear_x_2.shape[1], self.kv_heads, self.head_dim
         ).permute(0, 2, 1, 3)
         k_2 = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
         even = q[..., ::2]
@@ -91,40 +91,40 @@ class Views(nn.Module):
         mul_odd_2 = sx.store_bf16(odd * cos_bf16)
         mul_even_2 = sx.store_bf16(even * sin_bf16)
         add_mul_odd_2 = sx.store_bf16(mul_odd_2 + mul_even_2)
-        swap_axes_sub_mul_even = torch.cat(
+        transpose_sub_mul_even = torch.cat(
             [sub_mul_even, add_mul_odd_2], dim=-1
         ).transpose(-1, -2)
-        scores = sx.store_bf16(concat_even @ swap_axes_sub_mul_even)
+        scores = sx.store_bf16(concat_even @ transpose_sub_mul_even)
         shifted = torch.roll(scores, 1, dims=-1)
-        transpose_shifted = shifted.permute(0, 2, 1, 3)
-        flatten_transpose_shifted = transpose_shifted.flatten(2)
-        unsqueeze_flatten_transpose_shifted = flatten_transpose_shifted.unsqueeze(0)
+        permute_shifted = shifted.permute(0, 2, 1, 3)
+        flatten_permute_shifted = permute_shifted.flatten(2)
+        unsqueeze_flatten_permute_shifted = flatten_permute_shifted.unsqueeze(0)
         # (gradient (sum (forward x cos sin)) wk)
         grad_squeeze_unsqueeze = torch.ones_like(
-            unsqueeze_flatten_transpose_shifted.squeeze(0), dtype=torch.float32
+            unsqueeze_flatten_permute_shifted.squeeze(0), dtype=torch.float32
         )
         # gradient of (unsqueeze (flatten (transpose shifted [0 2 1 3]) :start 2) :axis 0)
         grad_unsqueeze_flatten = grad_squeeze_unsqueeze.reshape(
-            unsqueeze_flatten_transpose_shifted.shape
+            unsqueeze_flatten_permute_shifted.shape
         )
         # gradient of (flatten (transpose shifted [0 2 1 3]) :start 2)
-        grad_flatten_transpose = grad_unsqueeze_flatten.reshape(
-            flatten_transpose_shifted.shape
+        grad_flatten_permute = grad_unsqueeze_flatten.reshape(
+            flatten_permute_shifted.shape
         )
         # gradient of (transpose shifted [0 2 1 3])
-        grad_transpose_shifted = grad_flatten_transpose.reshape(transpose_shifted.shape)
+        grad_permute_shifted = grad_flatten_permute.reshape(permute_shifted.shape)
         # gradient of (roll scores :shifts 1 :axis -1)
-        grad_shifted = grad_transpose_shifted.permute(0, 2, 1, 3)
+        grad_shifted = grad_permute_shifted.permute(0, 2, 1, 3)
         # gradient of (matmul (rotate-pairs q cos sin) (swap-axes (...) -1 -2))
         grad_scores = torch.roll(grad_shifted, -1, dims=-1)
         # gradient of (swap-axes (rotate-pairs k cos sin) -1 -2)
-        grad_swap_axes_concat = sx.store_bf16(
+        grad_transpose_concat = sx.store_bf16(
             sx.store_bf16(
                 concat_even.transpose(-1, -2) @ sx.round_to_bf16(grad_scores)
-            ).sum_to_size(swap_axes_sub_mul_even.shape)
+            ).sum_to_size(transpose_sub_mul_even.shape)
         )
         # gradient of (concat [(- (...) (...)) (+ (...) (...))] :axis -1)
-        grad_concat_sub = grad_swap_axes_concat.transpose(-1, -2)
+        grad_concat_sub = grad_transpose_concat.transpose(-1, -2)
         # gradient of (- (* even cos) (* odd sin))
         grad_sub_mul = sx.concat_part(
             grad_concat_sub, [sub_mul_even, add_mul_odd_2], 0, -1
@@ -169,7 +169,7 @@ class Views(nn.Module):
         # gradient of (reshape (linear x wk) [0 0 kv-heads head-dim])
         grad_reshape_linear = grad_k.permute(0, 2, 1, 3)
         # gradient of (linear x wk)
-        grad_linear_x = grad_reshape_linear.reshape(linear_x.shape)
+        grad_linear_x = grad_reshape_linear.reshape(linear_x_2.shape)
         # gradient of wk
         grad_wk = sx.store_bf16(
             sx.store_bf16(grad_linear_x.transpose(-1, -2) @ x_bf16).sum_to_size(

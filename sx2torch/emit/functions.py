@@ -1,7 +1,8 @@
-"""The library functions at module level: one `def` per group of specializations that one
-body serves (sx2torch/plan/sharing.py), written before the classes, called by name.
+"""The module-level functions: the library's, and the top-level defuns the models share
+(sx2torch/plan/functions.py); one `def` per group of specializations that one body serves
+(sx2torch/plan/sharing.py), written before the classes, called by name.
 
-A function is named after its op (`rms_norm`); where the program needs two bodies of it (a
+A function is named after its op or defun (`rms_norm`, `gelu_new`); where the program needs two bodies of it (a
 value that stays f32 with f32 input and bf16 with bf16 input), each is named with its
 dtypes (`rms_norm_f32`, `rms_norm_bf16`), a comment above it saying what it is for. A name
 a caller's local already has gets a trailing `_`, so no local shadows a function.
@@ -15,13 +16,12 @@ import libcst as cst
 
 from sx2torch.emit.names import Namespace
 from sx2torch.emit.naming import Locals, Naming, specialization_suffix
-from sx2torch.ir import LIBRARY
 from sx2torch.plan import Plans
 from sx2torch.syntax.names import mangle
 
 
 def name(plans: Plans, naming: Naming) -> None:
-    """Name the library specializations the methods call (the plan's `library`), in
+    """Name the functions the methods call (the plan's `library` and `functions`), in
     `naming.methods`; a function the program needs two bodies of is named with their
     dtypes (the plan's `specialized`)."""
     taken = set()
@@ -29,7 +29,7 @@ def name(plans: Plans, naming: Naming) -> None:
         taken |= _local_names(locals_)
     names = Namespace(taken | plans.imports)
     chosen = {}
-    for rep in plans.library:
+    for rep in (*plans.library, *plans.functions):
         base = mangle(rep.graph.name)
         if rep in plans.specialized:
             base = f"{base}_{specialization_suffix(rep)}"
@@ -44,7 +44,7 @@ def definitions(plans: Plans, naming: Naming, method: Callable) -> list:
     as a method, whose `self` is then left out."""
     written, found = set(), []
     for typed, function in naming.methods.items():
-        if typed.model != LIBRARY or function in written:
+        if not plans.function(typed) or function in written:
             continue
         written.add(function)
         definition = method(plans.plans[typed].code, function)

@@ -109,7 +109,7 @@ class MethodEmitter:
         )
         returned = cst.SimpleStatementLine([cst.Return(value)])
         statements.append((path, self._located(returned, output) if one else returned))
-        return _nest(statements, self.ctx.target.device)
+        return _nest(statements, self.ctx.target.device, self.layout.unblocked)
 
     def _block(self, nodes: list) -> list:
         """(path, statement) for the named nodes of one block, in order."""
@@ -164,7 +164,11 @@ class MethodEmitter:
         stores = [(name, self._output(node, index, k)) for k, name in enumerate(names)]
         reorder = (node, index) in self.spelled.reordered
         inner += [(path, s) for s in _stores(stores, reorder)]
-        return _nest([(p[len(path) :], s) for p, s in inner], self.ctx.target.device)
+        return _nest(
+            [(p[len(path) :], s) for p, s in inner],
+            self.ctx.target.device,
+            self.layout.unblocked,
+        )
 
     def _output(self, node: Node, region: int, index: int) -> b.Expr:
         """A region's output as its node stores it: cast to the node's dtype for it."""
@@ -231,7 +235,7 @@ class MethodEmitter:
             keys[k]: self.spelling.scalar(v) for k, v in node.attrs["keys"].items()
         }
         method = self.ctx.naming.methods[callee]
-        if node.kind is Kind.CALL and node.attrs.get("library"):
+        if node.kind is Kind.CALL and self.ctx.plans.function(callee):
             return b.call(b.name(method), *args, **kwargs)  # a module-level function
         if node.kind is Kind.CALL:
             return b.call(b.attr(b.name("self"), method), *args, **kwargs)
@@ -299,6 +303,10 @@ class MethodEmitter:
             if items == node.attrs.get("item", 0) + 1:
                 return _sequential(module.value, called, items) or called
             return called
+        if node in self.layout.topk_values:
+            # topk's values, where nothing else reads its indices
+            indices = self.expr(self.layout.topk_values[node])
+            return indices.with_changes(attr=cst.Name("values"))
         op = REGISTRY[node.op]
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         decided = self.typed.decided[node]
@@ -311,6 +319,9 @@ class MethodEmitter:
             tuple(map(rank_of, node.inputs)),
         )
         value = op.emit(operands, context)
+        if node in self.locals.unpacked:
+            # topk's indices assigned with its values: the call itself
+            value = value.value
         if node in self.spelled.stores:
             value = targets.store(value)
         gathered = self.spelled.gathered.get(node)
@@ -405,8 +416,9 @@ def _assign_all(target, value: b.Expr) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
 
 
-def _nest(statements: list, device: str) -> list:
-    """Statements with their block paths -> statements with nested `with` blocks."""
+def _nest(statements: list, device: str, unblocked: set) -> list:
+    """Statements with their block paths -> statements with nested `with` blocks (an
+    island in `unblocked`: its statements under its comment, no block)."""
     root: list = []
     open_blocks: list = [((), root)]
     for path, statement in statements:
@@ -418,18 +430,32 @@ def _nest(statements: list, device: str) -> list:
             open_blocks[-1][1].append((frame, body))
             open_blocks.append((open_blocks[-1][0] + (frame,), body))
         open_blocks[-1][1].append(statement)
-    return _render(root, device)
+    return _render(root, device, unblocked)
 
 
-def _render(items: list, device: str) -> list:
+def _render(items: list, device: str, unblocked: set) -> list:
     rendered = []
     for item in items:
         if isinstance(item, tuple):
             frame, body = item
-            rendered.append(_block(frame, _render(body, device), device))
+            inner = _render(body, device, unblocked)
+            if frame in unblocked:
+                rendered += _commented(inner, _comment(frame))
+            else:
+                rendered.append(_block(frame, inner, device))
         else:
             rendered.append(item)
     return rendered
+
+
+def _comment(frame) -> cst.EmptyLine:
+    return cst.EmptyLine(comment=cst.Comment("# " + frame.text))
+
+
+def _commented(statements: list, comment: cst.EmptyLine) -> list:
+    """The statements, the first with `comment` above any it has."""
+    first, *rest = statements
+    return [first.with_changes(leading_lines=[comment, *first.leading_lines]), *rest]
 
 
 def _block(frame, body: list, device: str) -> cst.With:
@@ -437,9 +463,8 @@ def _block(frame, body: list, device: str) -> cst.With:
         manager = b.call("torch.autocast", b.string(device), enabled=b.name("False"))
     else:
         manager = b.call("sx.bf16_region")
-    comment = cst.EmptyLine(comment=cst.Comment("# " + frame.text))
     return cst.With(
-        [cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[comment]
+        [cst.WithItem(manager)], cst.IndentedBlock(body), leading_lines=[_comment(frame)]
     )
 
 

@@ -153,7 +153,7 @@ def _class(
         methods = [
             (ctx.plans.plans[t].code, ctx.naming.methods[t])
             for t in ([plain] if plain is not None else []) + specs
-            if t in ctx.naming.methods
+            if t in ctx.naming.methods and not ctx.plans.function(t)
         ]
         public = next((m for m in methods if m[0] not in ctx.plans.specialized), None)
         for code, name in methods:

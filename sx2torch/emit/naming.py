@@ -168,6 +168,8 @@ def _method_names(program: Program, plans: Plans, namespaces: dict) -> dict:
                 chosen[plans.plans[plain].code] = plain_names[defun]
             for typed in plans.emitted.get((model.name, defun), []):
                 code = plans.plans[typed].code
+                if plans.function(typed):
+                    continue  # named at module level (sx2torch/emit/functions.py)
                 if code not in chosen:
                     chosen[code] = namespace.fresh(
                         f"{defun}_{specialization_suffix(typed)}"
@@ -180,8 +182,9 @@ def specialization_suffix(typed: Typed) -> str:
     """`bf16` where an argument is bf16, else `f32`; `island` or `region` for a call in a
     with-numerics form. Never the signature spelled out: two specializations of one
     dtype are numbered (`ln_bf16`, `ln_bf16_2`)."""
-    floats = {str(s) for s in typed.signature if not is_param(s)}
-    tags = ["bf16" if "bf16" in floats else "f32"]
+    kinds = {str(s) for s in typed.signature if not is_param(s)}
+    # the dtype that sets it apart: a bf16 argument's, else an f32 one's, else integers'
+    tags = [next((k for k in ("bf16", "f32", "int", "bool") if k in kinds), "f32")]
     if typed.ambient == ISLAND:
         tags.append("island")
     elif typed.ambient == REGION:
@@ -203,6 +206,12 @@ class _LocalNaming:
         )
         self.values = self.locals.values
         self.holder: dict = {name: node for node, name in self.values.items()}
+        # topk's indices -> the gather of its values that their statement assigns too
+        self.topk = {
+            indices: gather
+            for gather, indices in layout.topk_values.items()
+            if not layout.absorbs(gather)
+        }
         # the names the source gives, which no temporary named for its reader may take
         self.sources = {mangle(n.name) for n in walk(graph.nodes) if n.name} | set(
             args + keys
@@ -288,8 +297,17 @@ class _LocalNaming:
         if node.kind in CALLS and self.layout.typed.callee[node].graph.arity > 1:
             self._unpack(node, at)
             return
+        if node in self.topk:  # `top, chosen = torch.topk(...)`
+            gather = self.topk[node]
+            self.values[gather] = self._fresh(gather.name or "values", gather, at)
+            self.values[node] = self._fresh(node.name or "indices", node, at)
+            self.locals.unpacked[node] = [self.values[gather], self.values[node]]
+            return
         base = node.name or self._temporary_name(node)
-        self.values[node] = self._fresh(base, node, at)
+        # A value named after its op and input (`slice_qkv`) takes no dead value's name:
+        # two such are two computations, which one name would read as one value.
+        derived = node.name is None and node.kind is Kind.OP and base != self._role(node)
+        self.values[node] = self._fresh(base, node, at, reuse=not derived)
         if node.aliases:
             first = self.locals.targets[node] = self.values[node]
             # readers read the last alias, so the first name is free for a new value
@@ -309,12 +327,15 @@ class _LocalNaming:
             if item is not None:
                 self.values[item] = names[-1]
 
-    def _fresh(self, base: str, value, at: int) -> str:
-        """A local for `value`, first bound at statement `at`: a dead value's name is reused."""
+    def _fresh(self, base: str, value, at: int, reuse: bool = True) -> str:
+        """A local for `value`, first bound at statement `at`: a dead value's name is reused
+        (`reuse`)."""
 
         def reusable(name: str) -> bool:
             old = self.holder.get(name)
-            return old is not None and self.layout.last_read.get(old, -1) <= at
+            return (
+                reuse and old is not None and self.layout.last_read.get(old, -1) <= at
+            )
 
         name = self.names.fresh(base, reusable)
         self.holder[name] = value

@@ -47,6 +47,7 @@ register(
             "the cache (sx.cached_attention), in the dtype it computes in, a literal; "
             "with :softcap, transformers' eager attention over the cache's keys"
         ),
+        autocasts=True,
         rank=ATTENTION,
         # per head, as `attention`: each device keeps its own heads' keys and values
         shards=sharding.attention,
@@ -74,6 +75,7 @@ register(
             "literal, and read before the chunk's; causal (:padding (K - 1) x dilation, "
             "stride 1), which it checks when it runs"
         ),
+        autocasts=True,
         rank=conv.RANKS[1],
         sequence=convolved,
         state=True,

@@ -152,6 +152,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
             keys=CONV_KEYS,
             arity=(2, 3),
             grad=_conv_grad(_name, _spatial),
+            autocasts=True,
             rank=RANKS[_spatial],
             # conv1d along the sequence keeps its last inputs in a :generate run's cache
             # (conv2d, over images, is not followed: no decoder reads one)
@@ -177,6 +178,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
                 f, b.attr(a[2], "shape"), a[1], a[0], **conv_keys(ctx)
             ),
             keys=CONV_KEYS,
+            autocasts=True,
             rank=like(2, "x"),
             doc=f"the gradient of {_name}'s X: the transposed convolution of G by W",
             internal=True,
@@ -190,6 +192,7 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
                 f, a[0], b.attr(a[2], "shape"), a[1], **conv_keys(ctx)
             ),
             keys=CONV_KEYS,
+            autocasts=True,
             rank=like(2, "w"),
             doc=f"the gradient of {_name}'s W: X correlated with G",
             internal=True,
@@ -272,6 +275,7 @@ for _spatial in (1, 2):
             ),
             arity=(2, 3),
             grad=_transposed_grad(_spatial),
+            autocasts=True,
             rank=RankRule(
                 "X's, the channels W's second axis times :groups",
                 _transposed_shape(_spatial),

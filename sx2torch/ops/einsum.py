@@ -138,6 +138,7 @@ register(
         lambda a, ctx: b.call("torch.einsum", b.string(ctx.attrs["equation"]), *a),
         arity=(2, None),
         grad=_grad,
+        autocasts=True,
         rank=RankRule("the output's subscripts", _shape),
         mixes=True,
         doc=(

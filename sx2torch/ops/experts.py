@@ -27,6 +27,7 @@ register(
             "how many tokens each expert takes is known only when the module runs; "
             "loss.backward() differentiates it"
         ),
+        autocasts=True,
         rank=SAME,
         doc=(
             "each row of X [T H] through the K experts INDEX [T K] names, weighted by "

@@ -219,6 +219,7 @@ register(
             "the f32 accumulator and the sum rounded once (addmm), as :out :f32 accumulates "
             "and then stores in the dtype it computes in"
         ),
+        autocasts=True,
         rank=LINEAR,
     )
 )
@@ -333,6 +334,7 @@ register(
             "softmax in f32 rounded, times V. No derivative rule: "
             "differentiate causal-attention instead"
         ),
+        autocasts=True,
         rank=ATTENTION,
     )
 )

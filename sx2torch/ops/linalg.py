@@ -42,6 +42,7 @@ register(
         out_dtype=lambda attrs: DType.F32 if attrs["out"] == "f32" else None,
         grad=_matmul_grad,
         ones_from=_matmul_ones,
+        autocasts=True,
         rank=MATMUL,
         cached=sequence.product,
         doc="`:out :f32` on bf16 operands keeps the bf16 GEMM and stores its f32 accumulator",

@@ -62,6 +62,7 @@ register(
         _dropout,
         rank=SAME,
         draws=True,
+        module_state=True,
         no_grad=(
             "F.dropout keeps no mask for a written-out backward; loss.backward() "
             "differentiates it with its mask"

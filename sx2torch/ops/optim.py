@@ -32,6 +32,7 @@ register(
         (Arg("g"),),
         _newton_schulz_call,
         keys=(STEPS,),
+        autocasts=True,
         rank=SAME,
         exact=True,
         doc="the iteration of newton-schulz, in bf16, returning its input's dtype",
@@ -44,6 +45,7 @@ register(
         (Arg("g"),),
         expand=_newton_schulz,
         keys=(STEPS,),
+        autocasts=True,
         rank=SAME,
         doc=(
             "Muon's quintic Newton-Schulz iteration, (a, b, c) = (3.4445, -4.7750, 2.0315), "

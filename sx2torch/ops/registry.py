@@ -145,6 +145,18 @@ class Op:
     bf16_risk: str = ""
     # draws from torch's generator (dropout, randn-like): computing it again draws anew
     draws: bool = False
+    # its value is X's elements at INDEX along :axis (gather)
+    picks: bool = False
+    # indices of X's elements along :axis whose call gives those elements too (topk's
+    # `.indices`, whose `.values` a gather of X at them reads: sx2torch/plan/layout.py)
+    picked: bool = False
+    # its code calls what autocast runs in lower precision (a GEMM: matmul, linear,
+    # attention, a convolution): an f32 island around it keeps autocast disabled, which
+    # around other ops changes nothing, their inputs being f32 (sx2torch/plan/layout.py)
+    autocasts: bool = False
+    # reads the module's state (dropout's `self.training`): only a method computes it, so
+    # a defun with it is never a module-level function (sx2torch/plan/functions.py)
+    module_state: bool = False
     # emitted as `torch.ones_like(x, dtype=...)` (or zeros): a cast of it is the same fill
     # made in the dtype wanted (sx2torch/plan/targets.py)
     fills: bool = False
@@ -261,7 +273,11 @@ def along(key: str) -> Callable:
 
 REGISTRY: dict[str, Op] = {}
 SYMBOLIC = type("Symbolic", (), {"__repr__": lambda self: "SYMBOLIC"})()
+# An op's word where its name is not what the code writes: an operator's name, and the
+# method a view is written as (a temporary is named after what it is: `permute_q`).
 WORDS = {
+    "transpose": "permute",
+    "swap-axes": "transpose",
     "+": "add",
     "-": "sub",
     "*": "mul",

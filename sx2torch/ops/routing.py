@@ -86,8 +86,10 @@ register(
         doc=(
             "the K largest values along :axis and their indices, two values: "
             "`(let (([v i] (topk x 2))) ...)`, in torch.topk's order, ties broken as "
-            "torch breaks them; written `torch.topk(x, k, dim).indices` and a `gather` "
-            "of x at them, so the values are exact and differentiable. :sorted false is "
+            "torch breaks them; traced as its indices and a `gather` of x at them, "
+            "written as one `torch.topk(x, k, dim)` giving both (its values are those "
+            "elements: the same bits, the same gradient but for a -0 it keeps where "
+            "gather's backward adds it to +0). :sorted false is "
             "torch's sorted=False: the order its kernel leaves them in (a sum over them "
             "adds in that order, as DeepSeek's renormalisation does)"
         ),
@@ -100,6 +102,7 @@ register(
         _topk_indices,
         keys=(Key("k", "int"), *LAST, SORTED),
         result="int",
+        picked=True,
         internal=True,
         rank=TOPK,
     )
@@ -136,6 +139,7 @@ register(
         lambda a, ctx: b.call("torch.gather", a[0], _dim(ctx), a[1]),
         keys=LAST,
         result="keep",
+        picks=True,
         exact=True,
         grad=_read_grad("scatter-add"),
         rank=INDEX_SHAPE,

@@ -42,6 +42,8 @@ for _name, _runtime in (
             (Arg("a"), Arg("g")),
             _scan(_runtime),
             keys=(TIME_AXIS,),
+            # the matrix scan's runtime multiplies matrices (a GEMM)
+            autocasts=_name == "matrix-scan-adjoint",
             rank=like(1, "g"),
             doc="a scan run backwards",
             internal=True,
@@ -101,6 +103,7 @@ register(
         sensitive=True,
         mixes=True,
         grad=_scan_grad("matrix-scan-adjoint", "outer"),
+        autocasts=True,
         rank=MATRIX_SCAN,
         doc=(
             "h_t = A_t h_{t-1} + b_t along :axis, h_{-1} = 0; A [..., n, n], B [..., n], "

@@ -45,6 +45,8 @@ def _reshape(a, ctx):
     kept = _flattened_from(ctx.values["shape"], ctx.ranks[0])
     if kept is not None:
         return b.method(a[0], "flatten", b.number(kept))
+    if _appends_one(ctx.values["shape"], ctx.ranks[0]):
+        return b.method(a[0], "unsqueeze", b.number(-1))
     sizes = [
         b.subscript(b.attr(a[0], "shape"), b.number(i)) if value == 0 else expr
         for i, (expr, value) in enumerate(zip(ctx.attrs["shape"], ctx.values["shape"]))
@@ -61,6 +63,17 @@ def _flattened_from(values: tuple, rank) -> Optional[int]:
     return None
 
 
+def _appends_one(values: tuple, rank) -> bool:
+    """Whether a reshape keeps every axis of an input of a known rank (`0` at its place, or
+    one `-1`, which can only be the axis left) and appends one of size 1: exactly
+    `unsqueeze(-1)`, which reads no size. (Two or more appended stay `reshape(-1, 1, 1)`,
+    the usual spelling of a channel's broadcast.)"""
+    if rank is None or len(values) != rank + 1 or values[-1] != 1:
+        return False
+    kept = values[:rank]
+    return all(v in (0, -1) for v in kept) and list(kept).count(-1) <= 1
+
+
 def _reads_sizes(node) -> bool:
     """Whether a reshape's code reads its input's sizes, so that the input is a local."""
     values = tuple(
@@ -68,7 +81,10 @@ def _reads_sizes(node) -> bool:
     )
     if values[:1] == ("...",):
         return True
-    return _flattened_from(values, rank_of(node.inputs[0])) is None and 0 in values
+    rank = rank_of(node.inputs[0])
+    if _appends_one(values, rank):
+        return False
+    return _flattened_from(values, rank) is None and 0 in values
 
 
 def _reshape_grad(t, n, g):
@@ -91,7 +107,9 @@ register(
         "position, as ONNX Reshape does (torch's 0 is an empty axis): (reshape x [0 0 -1 "
         "hd]) splits the last axis of [B T D] into heads, written x.reshape(x.shape[0], "
         "x.shape[1], -1, hd); [0 0 -1] keeps two axes and flattens the rest, "
-        "x.flatten(2). A first `...` keeps every axis but the last: (reshape x [... -1 2]) "
+        "x.flatten(2), and [0 0 -1 1] of a rank-3 X, which appends an axis of size 1, "
+        "x.unsqueeze(-1) (where X's rank is known). A first `...` keeps every axis but "
+        "the last: (reshape x [... -1 2]) "
         "is x.reshape(*x.shape[:-1], -1, 2). A 0 past X's axes, beside `...`, or after "
         "another size where the rank changes (so that its place is not that axis's: "
         "[1 0 0 0 -1] meant as an unsqueeze) is a diagnostic",

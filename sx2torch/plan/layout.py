@@ -17,7 +17,7 @@ from typing import Optional
 
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
-from sx2torch.ir import Kind, Node, numbers_read, outputs, reads, walk
+from sx2torch.ir import ISLAND, Kind, Node, numbers_read, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 
@@ -59,7 +59,10 @@ class Layout:
         self.scope = self._scopes()
         self.readers = self._readers()
         self.casts = cast_reads(self.graph.nodes, self.conversions, self.scope)
+        # gather -> the topk-indices whose call's values it reads (see `_topk_values`)
+        self.topk_values = _topk_values(self)
         self.named = self._named()
+        self.unblocked = _unblocked(self)
         self.statement_of = self._statement_of()
         self.nodes_of = self._nodes_of()
         self.order = {
@@ -192,7 +195,15 @@ class Layout:
             ):
                 named.add(node)
                 depth[node] = 0
+        for gather, indices in self.topk_values.items():
+            # a gather at indices nothing else reads is topk's values; else the indices'
+            # statement assigns both, `top, chosen = torch.topk(...)`
+            named.discard(indices if self.absorbs(gather) else gather)
         return named
+
+    def absorbs(self, gather: Node) -> bool:
+        """Whether a gather of topk's values is the only reader of its indices."""
+        return self.readers[self.topk_values[gather]] == [(gather, 1)]
 
     def compound(self, node: Node, named: set) -> bool:
         """Whether a node is written as a compound statement: a FOR, or an IF whose
@@ -215,6 +226,9 @@ class Layout:
             elif self.readers.get(node):
                 reader = self.readers[node][0][0]
                 where[node] = self.written_in(reader, where)
+        for gather, indices in self.topk_values.items():
+            if not self.absorbs(gather):
+                where[gather] = indices  # assigned by the indices' statement
         return where
 
     def _nodes_of(self) -> dict:
@@ -242,6 +256,55 @@ class Layout:
                 blocks.append(frame)
                 mode = frame.mode
         return _without_repeats(tuple(blocks))
+
+
+def _topk_values(layout: Layout) -> dict:
+    """Each gather of a value at topk's indices of it along the same axis (REGISTRY's
+    `picks` and `picked`), both read uncast in one block: topk's own values are those
+    elements (the same bits, and the same gradient), so one torch.topk call gives both."""
+    found: dict = {}
+    for node in walk(layout.graph.nodes):
+        picks = node.kind is Kind.OP and REGISTRY[node.op].picks
+        indices = node.inputs[1] if picks else None
+        if (
+            isinstance(indices, Node)
+            and indices.kind is Kind.OP
+            and REGISTRY[indices.op].picked
+            and indices.inputs[0] is node.inputs[0]
+            and indices.attrs["axis"] == node.attrs["axis"]
+            and indices not in found.values()
+            and not node.aliases
+            and not indices.aliases
+            and layout.conversions.conversion(node, 0) is None
+            and layout.conversions.conversion(indices, 0) is None
+            and layout.scope[node] is layout.scope[indices]
+            and layout.path(node) == layout.path(indices)
+        ):
+            found[node] = indices
+    return found
+
+
+def _unblocked(layout: Layout) -> set:
+    """The f32 islands written without `torch.autocast(..., enabled=False)`: those an
+    enabled autocast would not change. Only the ops autocast runs in lower precision
+    (REGISTRY's `autocasts`: GEMMs) compute otherwise under it; its f32 ops take the
+    island's f32 inputs as they are, and every other op computes in its inputs' dtype.
+    A call keeps the block (the callee runs under it), as does a value computed in bf16
+    there (autocast's f32 ops would widen it)."""
+    islands, blocked = set(), set()
+    for node in walk(layout.graph.nodes):
+        frames = {f for f in node.frames if f.mode == ISLAND}
+        islands |= frames
+        if (
+            node.kind in (Kind.CALL, Kind.SUBMODEL, Kind.FOR)
+            or node.kind is Kind.OP
+            and (
+                REGISTRY[node.op].autocasts
+                or layout.typed.decision(node).compute == "bf16"
+            )
+        ):
+            blocked |= frames
+    return islands - blocked
 
 
 def _last_reads(layout: Layout) -> dict:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.ir import LIBRARY, Kind, Node, walk
+import sx2torch.plan.functions as shared_functions
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled, rounds
@@ -59,9 +60,16 @@ class Plans:
     emitted: dict
     specialized: frozenset  # the specializations named with their dtypes
     library: tuple  # the library's specializations the methods call, by function
+    # the top-level defuns' codes written as module-level functions (plan/functions.py)
+    functions: tuple
     read_consts: dict  # model -> the consts its methods read (stored as attributes)
     # the modules the code imports beyond the preamble's: {"math"} where it calls math's
     imports: frozenset = frozenset()
+
+    def function(self, typed: Typed) -> bool:
+        """Whether the code serving `typed` is a module-level function, called by name."""
+        code = self.plans[typed].code
+        return code.model == LIBRARY or code in self.functions
 
 
 def run(program: Program, lowered: Lowered, target: Target) -> Plans:
@@ -73,12 +81,12 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     deciding = layouts if judge is target else _deciding(lowered, by_defun)
     sharing = Sharing(lowered, judge, deciding)
     group = sharing.run(by_defun)  # Typed -> its Group
-    public, called = _publics(program, lowered, by_defun, group)
+    public, called, names = _publics(program, lowered, by_defun, group)
     optional = _optional(called)
     entry = {
         typed: _entry(lowered.natural[key], typed)
         for key, typed in public.items()
-        if typed is not lowered.natural[key]
+        if typed is not None and typed is not lowered.natural[key]
     }
     # A method serving bf16 arguments it reads only cast down casts them at entry.
     for rep in (g.rep for g in dict.fromkeys(group.values())):
@@ -104,12 +112,8 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     emitted = {
         key: [t for t in specs if t in called] for key, specs in by_defun.items()
     }
-    methods = [
-        typed
-        for model in program.all_models()
-        for defun in model.defuns
-        for typed in emitted.get((model.name, defun), [])
-    ]
+    methods = _methods(program, emitted)
+    plans, defined = shared_functions.pooled(plans, names, methods)
     library = _library(lowered, plans, methods)
     functions = tuple(rep for reps in library.values() for rep in reps)
     codes = [plans[t].code for t in methods]
@@ -118,11 +122,22 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         plans,
         public,
         emitted,
-        _specialized(methods, group, public, library),
+        _specialized(methods, group, public, library, defined),
         functions,
+        defined,
         _read_consts(codes),
         _imports(program, [*codes, *functions]),
     )
+
+
+def _methods(program: Program, emitted: dict) -> list:
+    """The specializations emitted, class by class, in the order of each model's defuns."""
+    return [
+        typed
+        for model in program.all_models()
+        for defun in model.defuns
+        for typed in emitted.get((model.name, defun), [])
+    ]
 
 
 def _down(
@@ -237,10 +252,12 @@ class Rounded:
 RETURNED, ROUNDED, PASSED = "returned", "rounded", "passed"
 
 
-def _specialized(methods: list, group: dict, public: dict, library: dict) -> frozenset:
+def _specialized(
+    methods: list, group: dict, public: dict, library: dict, functions: tuple
+) -> frozenset:
     """The specializations named with their dtypes: a method's that another serves than the
-    public one (and the one serving it), and a library function's where the methods call
-    two bodies of it."""
+    public one (and the one serving it), and a library function's or a module-level
+    function's (`functions`) where the methods call two bodies of it."""
     found = {
         t
         for typed in methods
@@ -249,7 +266,7 @@ def _specialized(methods: list, group: dict, public: dict, library: dict) -> fro
         or group[typed] is not group[public[typed.model, typed.graph.name]]
     }
     found |= {rep for reps in library.values() if len(reps) > 1 for rep in reps}
-    return frozenset(found)
+    return frozenset(found) | shared_functions.several(functions)
 
 
 def verify(plans: Plans, lowered: Lowered) -> None:
@@ -350,31 +367,42 @@ def _scalars(value):
 
 
 def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
-    """(model, defun) -> its public specialization, and the specializations emitted: those
-    the program runs, the public ones and what they call. A public method the program
-    does not run may call a natural specialization, which is then public itself."""
-    called = _called(program, lowered, group)
+    """(model, defun) -> its public specialization, the specializations emitted (those
+    the program runs, the public ones and what they call), and the top-level defuns
+    written as module-level functions. A public method the program does not run may call
+    a natural specialization, which is then public itself. The top model has none of a
+    module-level function's that it does not call."""
+    names = shared_functions.shared(program, lowered)
+    called = _called(program, lowered, group, names)
+    top = program.top.name
     while True:
         public = {
-            key: _public(natural, by_defun.get(key, []), called, group)
+            key: (
+                None
+                if key[0] == top
+                and key[1] in names
+                and not called.intersection(by_defun.get(key, []))
+                else _public(natural, by_defun.get(key, []), called, group)
+            )
             for key, natural in lowered.natural.items()
         }
         grown = _closure(called | {t for t in public.values() if t is not None}, group)
         if grown == called:
-            return public, called
+            return public, called, names
         called = grown
 
 
-def _called(program: Program, lowered: Lowered, group: dict) -> set:
+def _called(program: Program, lowered: Lowered, group: dict, names: frozenset) -> set:
     """The specializations the program runs: the top model's public methods (its forward
-    and the defuns it does not call itself) and what they call."""
+    and the defuns it does not call itself, but the module-level functions) and what they
+    call."""
     top = [t for t in lowered.specializations if t.model == program.top.name]
     inner = {c.graph.name for t in top for c in t.callee.values() if c.model == t.model}
     return _closure(
         {
             lowered.natural[program.top.name, defun]
             for defun in program.top.defuns
-            if defun == "forward" or defun not in inner
+            if defun == "forward" or defun not in inner | names
         }
         - {None},
         group,

@@ -40,11 +40,15 @@ class _Plan(printer.Notes):
     def node(self, node: Node) -> str:
         layout, spelled = self.layout, self.spelled
         notes = (
-            " statement" + _blocks(layout.path(node)) if node in layout.named else ""
+            " statement" + _blocks(layout, layout.path(node))
+            if node in layout.named
+            else ""
         )
         notes += "".join(self._read(node, i) for i in range(len(node.inputs)))
         if node.kind in CALLS:
             notes += f" calls {self.methods[self.typed.callee[node]]}"
+        if node in layout.topk_values:
+            notes += " topk's values"
         if node.kind is not Kind.OP:
             return notes
         if node in spelled.stores:
@@ -87,9 +91,12 @@ class _Plan(printer.Notes):
         """A return that computes one value is written in that value's blocks."""
         output = self.layout.graph.output
         if returns_expression(self.layout) and not isinstance(output, tuple):
-            return _blocks(self.layout.path(output))
+            return _blocks(self.layout, self.layout.path(output))
         return ""
 
 
-def _blocks(path: tuple) -> str:
-    return "".join(f" in [{frame.mode} {frame.text}]" for frame in path)
+def _blocks(layout: Layout, path: tuple) -> str:
+    return "".join(
+        f" in [{frame.mode} {frame.text}{' unblocked' * (frame in layout.unblocked)}]"
+        for frame in path
+    )

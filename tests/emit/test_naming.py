@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from torch.nn import functional as F
 
 from sx2torch import compiler
 from sx2torch.compiler import Options, Unit
 from sx2torch.ir import Kind, walk
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def names_of(source: str, precision: str = "bf16", target: str = "cuda"):
@@ -357,3 +362,41 @@ def test_a_temporary_made_for_one_operand_is_named_as_the_operand(build):
     logits = (ids.to(torch.bfloat16) @ model.w.to(torch.bfloat16)).float()
     wanted = torch.nn.functional.cross_entropy(logits.reshape(-1, 6), targets.reshape(-1))
     assert torch.equal(model.loss(ids, targets), wanted), code
+
+
+def test_two_values_an_op_makes_of_one_input_take_two_names(build):
+    """A temporary named after its op and input (`slice_qkv`) is a computation of its own:
+    a second one gets a name of its own, not the first's dead name, which would read as
+    one value; a transpose is written `.permute`, and named so."""
+    module, code = build("""
+(defun forward (qkv)
+  (let ((q (fused-rms-norm (slice qkv :axis -1 :end 2)))
+        (k (fused-rms-norm (slice qkv :axis -1 :start 2)))
+        (qt (transpose q [1 0])))
+    (+ (matmul qt k) (matmul qt q))))
+(defrun train :precision :f32)
+""")
+    assert "slice_qkv = qkv[..., :2]" in code
+    assert "slice_qkv_2 = qkv[..., 2:]" in code
+    assert "permute_q = q.permute(1, 0)" in code or "qt = q.permute(1, 0)" in code
+    qkv = torch.randn(4, 4)
+    q = F.rms_norm(qkv[:, :2], (2,))
+    k = F.rms_norm(qkv[:, 2:], (2,))
+    assert torch.equal(module.Model()(qkv), q.T @ k + q.T @ q)
+
+
+def test_a_transpose_is_named_as_the_permute_it_is_written(build):
+    _, code = build("""
+(defun forward (q)
+  (fused-rms-norm (transpose q [0 2 1])))
+(defrun train :precision :f32)
+""")
+    assert "transpose_q" not in code and "permute_q" in code
+
+
+def test_a_specialization_for_integer_arguments_is_named_int(build):
+    """T5's bucket is called with integer positions, and from outside with f32: the method
+    of its own takes integers, so it is named with them, not `_f32`."""
+    _, code = build((ROOT / "examples" / "t5.lisp").read_text(), "t5.lisp")
+    assert "def relative_position_bucket_int(" in code
+    assert "_f32(" not in code

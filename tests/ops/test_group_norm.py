@@ -33,7 +33,7 @@ def test_under_bf16_it_is_autocasts_group_norm_of_the_bf16_activations(build, ta
     """What a bf16 model's nn.GroupNorm computes under CUDA autocast: the bf16 activation
     and the f32 weight and bias into group_norm in f32, an f32 output."""
     module, code = build(SOURCE % ":bf16", target=target)
-    assert "F.group_norm(" in code and "enabled=False" in code
+    assert "F.group_norm(" in code  # in an island, with no block: it makes no GEMM
     model = module.Model()
     torch.manual_seed(0)
     x = torch.randn(2, 5, 4)

@@ -125,3 +125,57 @@ def test_integer_results_have_no_gradient():
     assert (
         "'argmax' has no gradient (integers carry no gradient)" in raised.value.message
     )
+
+
+TOPK_BOTH = """
+(defparam w (normal [4 8]))
+(defun forward (x)
+  (let ((probs (softmax (matmul x w)))
+        ([top chosen] (topk probs 3)))
+    [(/ top (sum top :axes [-1] :keepdims true)) chosen]))
+(defrun train :precision :bf16)
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_topk_values_are_topks_own_not_a_gather_at_its_indices(build, target):
+    """One torch.topk gives the values and the indices (its values are the elements a
+    gather at its indices reads: the same bits, the same gradient)."""
+    module, code = build(TOPK_BOTH, target=target)
+    assert "top, chosen = torch.topk(probs, 3, dim=-1)" in code
+    assert "gather" not in code
+    if target != "cuda":
+        return
+    torch.manual_seed(0)
+    model = module.Model()
+    x = torch.randn(5, 4, requires_grad=True)
+    weights, chosen = model(x)
+    ref = x.detach().clone().requires_grad_(True)
+    probs = torch.softmax((ref.to(BF16) @ model.w.to(BF16)).float(), dim=-1)
+    top, expected = torch.topk(probs, 3, dim=-1)
+    assert torch.equal(chosen, expected)
+    assert torch.equal(weights, top / top.sum(dim=-1, keepdim=True))
+    (weights * torch.arange(15.0).reshape(5, 3)).sum().backward()
+    (
+        top / top.sum(dim=-1, keepdim=True) * torch.arange(15.0).reshape(5, 3)
+    ).sum().backward()
+    assert torch.equal(x.grad, ref.grad)
+
+
+def test_topk_values_alone_are_written_as_its_values(build):
+    module, code = build("""
+(defun forward (x)
+  (let (([top _] (topk x 2)))
+    (* top 2.0)))
+(defrun train :precision :f32)
+""")
+    assert "torch.topk(x, 2, dim=-1).values" in code
+    assert "gather" not in code
+    x = torch.randn(3, 5, requires_grad=True)
+    out = module.Model()(x)
+    ref = x.detach().clone().requires_grad_(True)
+    expected = torch.topk(ref, 2, dim=-1).values * 2.0
+    assert torch.equal(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    assert torch.equal(x.grad, ref.grad)

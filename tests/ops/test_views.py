@@ -120,3 +120,29 @@ def test_an_ellipsis_elsewhere_is_located():
         compile_source(source, "model.lisp", Options())
     assert (raised.value.span.line, raised.value.span.col) == (2, 17)
     assert raised.value.message.startswith("`...` stands only first")
+
+
+UNSQUEEZED = """
+(defun heads (g)
+  [(reshape g [0 0 -1 1]) (reshape g [0 0 0 1 1]) (reshape g [0 0 4 1])])
+(defun forward (x)
+  (let (([one two checked] (heads (reshape x [0 0 -1])))) [one two checked]))
+(defrun train :precision :f32)
+"""
+
+
+def test_a_reshape_that_only_appends_ones_is_written_unsqueeze(build):
+    """[0 0 -1 1] of a value of rank 3 (as `forward` passes it) keeps its axes and appends
+    one: exactly `unsqueeze(-1)`; [0 0 4 1] stays a reshape, whose size 4 torch checks, and
+    [0 0 0 1 1] the reshape it reads as."""
+    module, code = build(UNSQUEEZED)
+    assert "g.unsqueeze(-1)," in code
+    assert "g.reshape(g.shape[0], g.shape[1], g.shape[2], 1, 1)," in code
+    assert "g.reshape(g.shape[0], g.shape[1], 4, 1)" in code
+    g = torch.randn(2, 3, 4)
+    one, two, checked = module.Model()(g.reshape(2, 3, 2, 2))
+    assert torch.equal(one, g.reshape(2, 3, 4, 1))
+    assert torch.equal(two, g.reshape(2, 3, 4, 1, 1))
+    assert torch.equal(checked, g.reshape(2, 3, 4, 1))
+    with pytest.raises(RuntimeError):
+        module.Model()(torch.randn(2, 3, 5, 1))
