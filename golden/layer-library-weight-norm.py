@@ -33,7 +33,7 @@ class Conv1d(nn.Module):
         self.weight = nn.Parameter(
             nn.init.kaiming_uniform_(
                 torch.empty(out_channels, in_channels // groups, kernel_size),
-                a=2.23606797749979,
+                a=math.sqrt(5),
             )
         )
         if bias:

@@ -3,7 +3,8 @@
 A node becomes a statement when the source names it (`let`), when several
 nodes read it, when an op must read it twice, or when it sits in another
 precision block than its reader; otherwise its expression is written inside its
-reader's. Casts are explicit: a parameter's cast down is written once at the
+reader's. A compile-time number the source names (`let`) becomes a statement at the
+top of the method where the method writes it more than once. Casts are explicit: a parameter's cast down is written once at the
 top of the method, a cast several readers share once before the first of them.
 The layout also knows, for liveness, the last statement that reads each value. It is
 the plan the names pass names and emission writes: which values are statements, in which
@@ -17,9 +18,10 @@ from typing import Optional
 
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
-from sx2torch.ir import Kind, Node, numbers_read, outputs, reads, walk
+from sx2torch.ir import Kind, Node, Scalar, numbers_read, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
+from sx2torch.syntax.scalars import LEAVES, ScalarOp
 
 RETURN = "return"
 TOP = "top"  # where a parameter's casts are written: before every statement
@@ -70,7 +72,10 @@ class Layout:
         }
         self.order[RETURN] = len(self.order)
         self.order[TOP] = -1
+        self.scalars = _scalar_locals(self.graph)
         self.last_read = _last_reads(self)
+        # a compile-time number kept as a local is assigned first and read to the end
+        self.last_read.update((scalar, self.order[RETURN]) for _, scalar in self.scalars)
         self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
         self.hoists.top(TOP)
         for statement in self._statements():
@@ -242,6 +247,63 @@ class Layout:
                 blocks.append(frame)
                 mode = frame.mode
         return _without_repeats(tuple(blocks))
+
+
+def _scalar_locals(graph) -> tuple:
+    """(name, Scalar) of the `let`-bound compile-time numbers kept as locals, in the
+    order they are bound: each that the method writes more than once, counting a
+    number written inside a kept one's definition once. They are assigned before every
+    statement, so only numbers of consts and &key arguments are (no loop's layer or
+    index, no run-time size)."""
+    written = list(_written_scalars(graph))
+    candidates: dict = {}  # Scalar -> the first name bound to it
+    for name, scalar in graph.lets:
+        if _at_the_top(scalar):
+            candidates.setdefault(scalar, name)
+    kept: dict = {}
+    for scalar in reversed(list(candidates)):  # a later number holds earlier ones
+        count = sum(_occurrences(w, scalar, kept) for w in written)
+        count += sum(_occurrences(k.args, scalar, kept) for k in kept)
+        if count > 1:
+            kept[scalar] = candidates[scalar]
+    return tuple((name, scalar) for scalar, name in candidates.items() if scalar in kept)
+
+
+def _written_scalars(graph):
+    """The compile-time numbers a method writes: operands, attributes (an op's, an IF's
+    condition, a call's keys), branch values and what it returns."""
+    for node in walk(graph.nodes):
+        yield from node.inputs
+        yield from node.attrs.values()
+        for region in node.regions:
+            yield from region.outputs
+    yield graph.output
+
+
+def _occurrences(value, target: Scalar, kept: dict) -> int:
+    """How often `target` is written in `value` (a Scalar, or a tuple, list or dict of
+    values), a kept number other than `target` written as its name."""
+    if isinstance(value, Scalar):
+        if value == target:
+            return 1
+        return 0 if value in kept else _occurrences(value.args, target, kept)
+    if isinstance(value, dict):
+        value = tuple(value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_occurrences(v, target, kept) for v in value)
+    return 0
+
+
+def _at_the_top(scalar: Scalar) -> bool:
+    """Whether a number can be computed before the method's first statement."""
+    if scalar.op in (ScalarOp.LAYER, ScalarOp.INDEX, ScalarOp.RUN):
+        return False
+    if scalar.op is ScalarOp.CONST:
+        return len(scalar.args) < 4  # not a const of a loop's layer
+    if scalar.op in LEAVES:
+        return True
+    parts = [a for arg in scalar.args for a in (arg if isinstance(arg, tuple) else (arg,))]
+    return all(_at_the_top(p) for p in parts if isinstance(p, Scalar))
 
 
 def _last_reads(layout: Layout) -> dict:
