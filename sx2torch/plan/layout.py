@@ -13,6 +13,7 @@ blocks, and which casts are hoisted before which statement (sx2torch/plan/casts.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
@@ -254,19 +255,59 @@ def _scalar_locals(graph) -> tuple:
     order they are bound: each that the method writes more than once, counting a
     number written inside a kept one's definition once. They are assigned before every
     statement, so only numbers of consts and &key arguments are (no loop's layer or
-    index, no run-time size)."""
-    written = list(_written_scalars(graph))
+    index, no run-time size). Each number is visited once (a let's number is read by
+    reference where it is written), so a long chain of lets costs its length."""
     candidates: dict = {}  # Scalar -> the first name bound to it
     for name, scalar in graph.lets:
         if _at_the_top(scalar):
             candidates.setdefault(scalar, name)
-    kept: dict = {}
-    for scalar in reversed(list(candidates)):  # a later number holds earlier ones
-        count = sum(_occurrences(w, scalar, kept) for w in written)
-        count += sum(_occurrences(k.args, scalar, kept) for k in kept)
-        if count > 1:
-            kept[scalar] = candidates[scalar]
-    return tuple((name, scalar) for scalar, name in candidates.items() if scalar in kept)
+    if not candidates:
+        return ()
+    by_id = {id(scalar): scalar for scalar in candidates}
+    below: dict = {}  # id(value) -> Counter of the candidates in it, none inside another
+
+    def count(value) -> Counter:
+        if isinstance(value, Scalar) and id(value) in by_id:
+            return Counter({id(value): 1})
+        return parts(value)
+
+    def parts(value) -> Counter:
+        """The candidates in `value`'s operands (a Scalar's args, a tuple's, a dict's)."""
+        if id(value) in below:
+            return below[id(value)]
+        if isinstance(value, Scalar):
+            inner = value.args
+        elif isinstance(value, dict):
+            inner = tuple(value.values())
+        elif isinstance(value, (tuple, list)):
+            inner = value
+        else:
+            return Counter()
+        found: Counter = Counter()
+        for item in inner:
+            found.update(count(item))
+        below[id(value)] = found
+        return found
+
+    written: Counter = Counter()
+    for value in _written_scalars(graph):
+        written.update(count(value))
+    # the candidates each definition holds: a later number holds earlier ones
+    holders: dict = {}
+    for scalar in candidates:
+        for inner, times in parts(scalar).items():
+            holders.setdefault(inner, []).append((id(scalar), times))
+    occurrences: dict = {}
+    kept: set = set()
+    for scalar in reversed(list(candidates)):
+        key = id(scalar)
+        occurrences[key] = written[key] + sum(
+            times * (1 if holder in kept else occurrences[holder])
+            for holder, times in holders.get(key, [])
+        )
+        if occurrences[key] > 1:
+            kept.add(key)
+    return tuple((name, s) for s, name in candidates.items() if id(s) in kept)
 
 
 def _written_scalars(graph):
@@ -278,20 +319,6 @@ def _written_scalars(graph):
         for region in node.regions:
             yield from region.outputs
     yield graph.output
-
-
-def _occurrences(value, target: Scalar, kept: dict) -> int:
-    """How often `target` is written in `value` (a Scalar, or a tuple, list or dict of
-    values), a kept number other than `target` written as its name."""
-    if isinstance(value, Scalar):
-        if value == target:
-            return 1
-        return 0 if value in kept else _occurrences(value.args, target, kept)
-    if isinstance(value, dict):
-        value = tuple(value.values())
-    if isinstance(value, (tuple, list)):
-        return sum(_occurrences(v, target, kept) for v in value)
-    return 0
 
 
 def _at_the_top(scalar: Scalar) -> bool:
