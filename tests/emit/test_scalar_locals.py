@@ -79,3 +79,19 @@ def test_a_function_of_literals_is_written_as_the_source_spells_it():
     x = torch.randn(2, 4)
     want = x @ w.T * 0.7978845608028654 * 0.6931471805599453 * 2
     assert torch.equal(model(x), want)
+
+
+def test_a_long_chain_of_lets_keeps_the_number_read_twice():
+    """300 lets, each of the one before (their numbers nest 300 deep): the one read twice
+    is the one local, the last, read once, is written in place of its name."""
+    binds = " ".join(
+        f"(a{i} ({'+' if i % 2 else '-'} {f'a{i - 1}' if i else 'n'} 2))"
+        for i in range(300)
+    )
+    text = f"(defconst n 3)\n(defun forward (x) (let ({binds}) (* x a299 a150)))\n"
+    code = compile_source(text, "model.lisp")
+    body = _body(code, "forward")
+    assert re.findall(r"^\s*(\w+) = ", body, re.M) == ["a150"]
+    x = torch.randn(3)
+    a150 = 3 - 2  # each even one n - 2, each odd one that + 2
+    assert torch.equal(load_module(code).Model()(x), x * (a150 + 2) * a150)
