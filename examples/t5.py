@@ -25,7 +25,14 @@ __all__ = [
 
 def gelu_new(x):
     x = x.to(torch.bfloat16)
-    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3.0)))
+    return (
+        0.5
+        * x
+        * (
+            1.0
+            + torch.tanh(math.sqrt(2.0 / 3.141592653589793) * (x + 0.044715 * x**3.0))
+        )
+    )
 
 
 class LinearLayer(nn.Module):
@@ -121,40 +128,27 @@ class T5Attention(nn.Module):
             )
 
     def relative_position_bucket(self, relative_position, *, bidirectional=True):
+        buckets = self.num_buckets // 2 if bidirectional else self.num_buckets
+        max_exact = buckets // 2
         relative_buckets = (
-            (relative_position > 0).long()
-            * (self.num_buckets // 2 if bidirectional else self.num_buckets)
-            if bidirectional
-            else 0
+            (relative_position > 0).long() * buckets if bidirectional else 0
         )
         relative_position = (
             torch.abs(relative_position)
             if bidirectional
             else -torch.clamp(relative_position, max=0)
         )
-        is_small = (
-            relative_position
-            < (self.num_buckets // 2 if bidirectional else self.num_buckets) // 2
-        )
+        is_small = relative_position < max_exact
         relative_position_if_large = (
-            self.num_buckets // 2 if bidirectional else self.num_buckets
-        ) // 2 + (
-            torch.log(
-                relative_position
-                / ((self.num_buckets // 2 if bidirectional else self.num_buckets) // 2)
-            )
-            / math.log(
-                self.max_distance
-                / ((self.num_buckets // 2 if bidirectional else self.num_buckets) // 2)
-            )
-            * (
-                (self.num_buckets // 2 if bidirectional else self.num_buckets)
-                - (self.num_buckets // 2 if bidirectional else self.num_buckets) // 2
-            )
-        ).long()
+            max_exact
+            + (
+                torch.log(relative_position / max_exact)
+                / math.log(self.max_distance / max_exact)
+                * (buckets - max_exact)
+            ).long()
+        )
         relative_position_if_large = torch.clamp(
-            relative_position_if_large,
-            max=(self.num_buckets // 2 if bidirectional else self.num_buckets) - 1,
+            relative_position_if_large, max=buckets - 1
         )
         return relative_buckets + torch.where(
             is_small, relative_position, relative_position_if_large
@@ -163,40 +157,27 @@ class T5Attention(nn.Module):
     # a method of its own: relative-position is int here, f32 in relative_position_bucket
     # relative-position-bucket for relative-position: int
     def relative_position_bucket_int(self, relative_position, *, bidirectional=True):
+        buckets = self.num_buckets // 2 if bidirectional else self.num_buckets
+        max_exact = buckets // 2
         relative_buckets = (
-            (relative_position > 0).long()
-            * (self.num_buckets // 2 if bidirectional else self.num_buckets)
-            if bidirectional
-            else 0
+            (relative_position > 0).long() * buckets if bidirectional else 0
         )
         relative_position = (
             torch.abs(relative_position)
             if bidirectional
             else -torch.clamp(relative_position, max=0)
         )
-        is_small = (
-            relative_position
-            < (self.num_buckets // 2 if bidirectional else self.num_buckets) // 2
-        )
+        is_small = relative_position < max_exact
         relative_position_if_large = (
-            self.num_buckets // 2 if bidirectional else self.num_buckets
-        ) // 2 + (
-            torch.log(
-                relative_position.float()
-                / ((self.num_buckets // 2 if bidirectional else self.num_buckets) // 2)
-            )
-            / math.log(
-                self.max_distance
-                / ((self.num_buckets // 2 if bidirectional else self.num_buckets) // 2)
-            )
-            * (
-                (self.num_buckets // 2 if bidirectional else self.num_buckets)
-                - (self.num_buckets // 2 if bidirectional else self.num_buckets) // 2
-            )
-        ).long()
+            max_exact
+            + (
+                torch.log(relative_position.float() / max_exact)
+                / math.log(self.max_distance / max_exact)
+                * (buckets - max_exact)
+            ).long()
+        )
         relative_position_if_large = torch.clamp(
-            relative_position_if_large,
-            max=(self.num_buckets // 2 if bidirectional else self.num_buckets) - 1,
+            relative_position_if_large, max=buckets - 1
         )
         return relative_buckets + torch.where(
             is_small, relative_position, relative_position_if_large

@@ -56,7 +56,7 @@ class Conv2d(nn.Module):
                 torch.empty(
                     out_channels, in_channels // groups, kernel_size, kernel_size
                 ),
-                a=2.23606797749979,
+                a=math.sqrt(5),
             )
         )
         if bias:
@@ -120,7 +120,7 @@ class ConvTranspose2d(nn.Module):
                 torch.empty(
                     in_channels, out_channels // groups, kernel_size, kernel_size
                 ),
-                a=2.23606797749979,
+                a=math.sqrt(5),
             )
         )
         if bias:

@@ -17,7 +17,7 @@ class Linear(nn.Module):
         self.has_bias = bias
         self.weight = nn.Parameter(
             nn.init.kaiming_uniform_(
-                torch.empty(out_features, in_features), a=2.23606797749979
+                torch.empty(out_features, in_features), a=math.sqrt(5)
             )
         )
         if bias:

@@ -136,6 +136,10 @@ class Graph:
     span: Optional[Span] = None
     # the library ops traced in place, for the functions pass to make calls of
     expansions: list = field(default_factory=list)
+    # [(name, Scalar)]: the compile-time numbers the body's `let`s bind that are more than
+    # a name (`(buckets (if bidirectional (// num-buckets 2) num-buckets))`), in order;
+    # the plan keeps one the method writes more than once as a local
+    lets: list = field(default_factory=list)
 
     @property
     def arity(self) -> int:

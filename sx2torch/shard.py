@@ -324,7 +324,16 @@ def _where(graph: Graph, node) -> str:
 
 
 def _ties(program: Program, groups: _Groups) -> None:
+    """A layer whose weight is tied, or weight-normed (torch's parametrization computes
+    it from two tensors a split does not know), stays whole."""
     for model in program.all_models():
+        for name, param in model.params.items():
+            for init in param.init.instances if param.is_module else ():
+                if init.weight_norm is not None:
+                    groups.pin(
+                        (model.name, name),
+                        f"{name}'s {init.weight_norm.name.name} is weight-normed",
+                    )
         for tie in model.ties:
             for name in (tie.name, tie.target):
                 steps = program.member(model, name.name)

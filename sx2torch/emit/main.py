@@ -65,8 +65,11 @@ def _optimizers(optimizer: Optimizer, params: list) -> list:
     ]
 
 
-def _params(program: Program, model: Model, attrs: dict, prefix: str = "") -> list:
-    """[(state_dict name pattern, inside a sub-model, ndim)] of the trainable parameters."""
+def _params(
+    program: Program, model: Model, attrs: dict, prefix: str = "", normed: str = ""
+) -> list:
+    """[(state_dict name pattern, inside a sub-model, ndim)] of the trainable parameters;
+    `normed`, the parameter a weight-norm holds as its g and v."""
     names = attrs[model.name]
     found = []
     for param in model.params.values():
@@ -75,7 +78,16 @@ def _params(program: Program, model: Model, attrs: dict, prefix: str = "") -> li
             sub = program.models[init.model]
             inner = f"{name}.*." if init.kind == "stack" else f"{name}."
             inner += f"{k}." if param.init.kind in LISTS else ""
-            found += _params(program, sub, attrs, inner)
-        if not param.is_module and param.trainable:
-            found.append((name, bool(prefix), len(initializers.sizes(param.init))))
+            norm = init.weight_norm.name.name if init.weight_norm else ""
+            found += _params(program, sub, attrs, inner, norm)
+        if param.is_module or not param.trainable:
+            continue
+        ndim = len(initializers.sizes(param.init))
+        if param.name == normed:
+            # g, one norm per slice along dim, counts as a vector: Muon would
+            # orthogonalize the [out, 1] norms of a Linear's
+            torch_name = f"{prefix}parametrizations.{names[param.name]}.original"
+            found += [(torch_name + "0", True, 1), (torch_name + "1", True, ndim)]
+        else:
+            found.append((name, bool(prefix), ndim))
     return found

@@ -75,6 +75,12 @@ class Spelling:
             return b.name(self.locals.loops[scalar.args[0]][0])
         if scalar.op is ScalarOp.RUN:  # `x.shape[1]`, or the local that holds it
             return self.ref(scalar.args[0])
+        if scalar in self.locals.scalars:  # a number the source names, kept as a local
+            return b.name(self.locals.scalars[scalar])
+        return self.computed(scalar)
+
+    def computed(self, scalar: Scalar) -> b.Expr:
+        """A compound number written out, the kept numbers it holds by their names."""
         return scalars.python(scalar.op, scalar.args, self.scalar)
 
 
@@ -96,7 +102,11 @@ class MethodEmitter:
 
     def body(self) -> list:
         """The method's statements, precision blocks nested."""
-        statements: list = self._hoists(TOP, ())
+        statements: list = [
+            ((), _assign(self.locals.scalars[scalar], self.spelling.computed(scalar)))
+            for _, scalar in self.layout.scalars
+        ]
+        statements += self._hoists(TOP, ())
         statements += self._block(self.graph.nodes)
         output = self.graph.output
         several = isinstance(output, tuple)

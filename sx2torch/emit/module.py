@@ -200,9 +200,11 @@ def _tp_heads(plan: Plan, naming: Naming) -> list:
             continue
         owner = entry.path.rpartition(".")[0]
         terms = [
-            s.value
-            if s.op is ScalarOp.LIT
-            else f"{owner}.{naming.attrs[entry.owner][s.args[0]]}".lstrip(".")
+            (
+                s.value
+                if s.op is ScalarOp.LIT
+                else f"{owner}.{naming.attrs[entry.owner][s.args[0]]}".lstrip(".")
+            )
             for s in entry.heads
         ]
         heads[entry.path] = terms[0] if len(terms) == 1 else terms
@@ -393,7 +395,18 @@ def _param(program, model: Model, param: Param, lowered: Lowered, ctx, names: di
                 argument(sub.consts[k], sub_names): scalar(v)
                 for k, (_, v) in init.args.items()
             }
-            return b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
+            built = b.call(b.name(ctx.naming.classes[init.model]), **kwargs)
+            norm = init.weight_norm
+            if norm is None:
+                return built
+            # torch's own parametrization: its keys, its g computed from the drawn v, and
+            # its forward, torch._weight_norm(v, g, dim), wherever the weight is read
+            return b.call(
+                "nn.utils.parametrizations.weight_norm",
+                built,
+                name=b.string(sub_names[norm.name.name]),
+                dim=scalar(norm.dim),
+            )
 
         def register(value):
             return _register(model, param, value, ctx)

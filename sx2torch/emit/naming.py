@@ -46,6 +46,8 @@ class Locals:
     aliases: dict = field(default_factory=dict)
     # a call giving several values -> the names its statement unpacks them into
     unpacked: dict = field(default_factory=dict)
+    # a `let`-bound compile-time number the layout keeps as a local -> its name
+    scalars: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -216,9 +218,12 @@ class _LocalNaming:
         self.sources = {mangle(n.name) for n in walk(graph.nodes) if n.name} | set(
             args + keys
         )
+        self.sources |= {mangle(name) for name, _ in layout.scalars}
 
     def run(self) -> Locals:
         layout = self.layout
+        for name, scalar in layout.scalars:  # assigned before every statement
+            self.locals.scalars[scalar] = self._fresh(mangle(name), scalar, -1)
         self._hoists(TOP)
         self._block(layout.graph.nodes)
         if returns_expression(layout):

@@ -25,10 +25,8 @@ MASK_CASTS = {
 def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
     """`value` cast as the plan spelled it; None: `value` as it is."""
     spelling = spelled and spelled.spelling
-    if spelling and spelling.startswith(OPTIONAL):  # an argument that may be None
-        inner = cast(value, Cast(spelling[len(OPTIONAL) :], spelled.want))
-        absent = cst.Comparison(value, [cst.ComparisonTarget(cst.Is(), b.name("None"))])
-        return cst.IfExp(absent, b.name("None"), inner)
+    if spelling and spelling.startswith(OPTIONAL):  # a value that may be None
+        return _optional(value, Cast(spelling[len(OPTIONAL) :], spelled.want))
     if spelling and spelling.startswith(MASK):  # a float mask cast, booleans as they are
         how = MASK_CASTS[spelling[len(MASK) :]]
         return b.call("sx.mask_as", value, b.dotted(how))
@@ -48,6 +46,23 @@ def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
     if spelling == "to-held":
         return b.call("sx.to_bf16", value)
     return b.call("sx.as_f32", value) if spelling == "as-f32" else value
+
+
+def _optional(value: b.Expr, inner: Cast) -> b.Expr:
+    """`value` cast by `inner` where it holds a tensor, None passed as it is: a choice's
+    branches each (`self.bias.to(torch.bfloat16) if self.has_bias else None`), a name
+    (an argument, a local) tested (`None if x is None else x.to(torch.bfloat16)`), and
+    any other expression, which makes a tensor, cast."""
+    if isinstance(value, cst.IfExp):
+        return value.with_changes(
+            body=_optional(value.body, inner), orelse=_optional(value.orelse, inner)
+        )
+    if not isinstance(value, cst.Name):
+        return cast(value, inner)
+    if value.value == "None":
+        return value
+    absent = cst.Comparison(value, [cst.ComparisonTarget(cst.Is(), b.name("None"))])
+    return cst.IfExp(absent, b.name("None"), cast(value, inner))
 
 
 def store(value: b.Expr) -> b.Expr:

@@ -132,6 +132,35 @@ class ParamValue:
         return self.tensor if self.tensor.dtype == dtype else self.tensor.to(dtype)
 
 
+class WeightNormed(ParamValue):
+    """A parameter under torch's weight-norm parametrization: its g and v as stored, read
+    as the weight `torch._weight_norm(v, g, dim)` computes from them at each read, as
+    torch's parametrization computes it."""
+
+    def __init__(self, param: Param, g: torch.Tensor, v: torch.Tensor, dim: int):
+        self.name, self.high, self.trainable, self.joined = (
+            param.name,
+            param.numerics_high,
+            True,
+            None,
+        )
+        self.g, self.v, self.dim = g, v, dim
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return torch._weight_norm(self.v, self.g, self.dim)
+
+    def stored(self, prefix: str) -> dict:
+        """g and v under torch's keys."""
+        return dict(zip(normed_keys(prefix, self.name), (self.g, self.v)))
+
+
+def normed_keys(prefix: str, name: str) -> tuple:
+    """A weight-normed parameter's g and v keys, torch's
+    `parametrizations.weight.original0` and `original1`."""
+    return tuple(f"{prefix}parametrizations.{key(name)}.original{i}" for i in (0, 1))
+
+
 @dataclass
 class Instance:
     program: Program
@@ -150,10 +179,11 @@ def build(
     env: dict,
     state: Optional[dict] = None,
     prefix: str = "",
+    normed: Optional[tuple] = None,
 ) -> Instance:
     """An instance with `env`'s const overrides; parameters from `state` (state_dict keys),
-    else drawn from torch's generator in source order, as the generated module draws them.
-    """
+    else drawn from torch's generator in source order, as the generated module draws them;
+    `normed`, (name, dim), the parameter its weight-norm holds."""
     consts = {}
     for const in model.consts.values():
         consts[const.name] = (
@@ -162,6 +192,9 @@ def build(
     instance = Instance(program, model, consts, prefix)
     for param in model.params.values():
         if param.when is not None and not scalar(param.when, consts):
+            continue
+        if normed is not None and param.name == normed[0]:
+            instance.params[param.name] = _weight_normed(instance, param, normed, state)
             continue
         instance.params[param.name] = _param(program, instance, param, state)
     for tie in model.ties:  # one ParamValue under both names
@@ -182,6 +215,25 @@ def _find(instance: Instance, parts: list):
     return instance
 
 
+def _weight_normed(instance: Instance, param: Param, normed: tuple, state):
+    """v drawn where the parameter is, g its norms over every axis but dim, as torch's
+    weight_norm computes them from the drawn weight; or both from `state`."""
+    dim = normed[1]
+    if state is None:
+        v = initial(param.init, instance.env)
+        return WeightNormed(param, torch.norm_except_dim(v, 2, dim), v, dim)
+    g, v = (state[k].detach().float() for k in normed_keys(instance.prefix, param.name))
+    return WeightNormed(param, g, v, dim)
+
+
+def _built(program: Program, init, env: dict, state, prefix: str) -> Instance:
+    """An instance `init` makes, its arguments computed with its owner's `env`."""
+    norm = init.weight_norm
+    normed = norm and (norm.name.name, scalar(norm.dim, env))
+    args = {k: scalar(v, env) for k, (_, v) in init.args.items()}
+    return build(program, program.model(init.model), args, state, prefix, normed)
+
+
 def _param(program: Program, instance: Instance, param: Param, state):
     init, env = param.init, instance.env
     name = instance.prefix + key(param.name)
@@ -190,26 +242,22 @@ def _param(program: Program, instance: Instance, param: Param, state):
     if init.kind in LISTS:  # items of different models, under `name.0.`, `name.1.`, ...
         kind = Sequential if init.kind == "sequential" else list
         return kind(
-            build(
-                program,
-                program.model(item.model),
-                {k: scalar(v, env) for k, (_, v) in item.args.items()},
-                state,
-                f"{name}.{k}.",
-            )
+            _built(program, item, env, state, f"{name}.{k}.")
             for k, item in enumerate(init.items)
         )
-    if init.kind in ("model", "stack"):
-        model = program.model(init.model)
-        if init.kind == "model":
-            args = {k: scalar(v, env) for k, (_, v) in init.args.items()}
-            return build(program, model, args, state, name + ".")
-        layers = []
-        for i in range(scalar(init.count, env)):
-            layer_env = {**env, init.index: i} if init.index else env
-            args = {k: scalar(v, layer_env) for k, (_, v) in init.args.items()}
-            layers.append(build(program, model, args, state, f"{name}.{i}."))
-        return layers
+    if init.kind == "model":
+        return _built(program, init, env, state, name + ".")
+    if init.kind == "stack":
+        return [
+            _built(
+                program,
+                init,
+                {**env, init.index: i} if init.index else env,
+                state,
+                f"{name}.{i}.",
+            )
+            for i in range(scalar(init.count, env))
+        ]
     tensor = initial(init, env) if state is None else state[name].detach().float()
     if param.dtype == "bf16":
         tensor = tensor.to(torch.bfloat16)
@@ -283,11 +331,13 @@ def instances(instance: Instance):
 
 def state_dict(instance: Instance) -> dict:
     """Every parameter's stored tensor by its state_dict key."""
-    found = {}
+    found, normed = {}, {}
     for name, value in instance.params.items():
         for part in value if isinstance(value, list) else [value]:
             if isinstance(part, Instance):
                 found.update(state_dict(part))
+            elif isinstance(part, WeightNormed):  # after the module's own, as torch's
+                normed.update(part.stored(instance.prefix))
             else:
                 found[instance.prefix + key(name)] = part.tensor
-    return found
+    return found | normed

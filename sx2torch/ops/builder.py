@@ -10,6 +10,7 @@ import itertools
 from contextlib import contextmanager
 from typing import Optional
 
+from sx2torch.syntax import scalars
 from sx2torch.syntax.echo import echo
 from sx2torch.ir import (
     ISLAND,
@@ -43,9 +44,20 @@ class Builder:
             False  # inside an op's expand: its own expansions are its nodes
         )
 
+    def _spelled(self, name: str, inputs: list) -> list:
+        """A function's literal operand as the form being traced spells it, `(sqrt (/
+        2.0 3.0))`'s division; where that form is another (a rule's), as it is."""
+        datum = self.datum
+        if not (scalars.head_is(datum, name) and len(datum.items) == 2):
+            return inputs
+        written = scalars.spelled(datum.items[1])
+        return [written] if written and written.value == inputs[0].value else inputs
+
     def op(self, name: str, inputs: list, **attrs) -> Operand:
         op = REGISTRY[name]
         if op.numbers and inputs and all(isinstance(i, Scalar) for i in inputs):
+            if op.spells:
+                inputs = self._spelled(name, inputs)
             return op.numbers(inputs, self.datum.span, **attrs)
         if op.python_arithmetic and all(map(is_number, inputs)):
             # a size known when the module runs, in arithmetic: a number, as Python's

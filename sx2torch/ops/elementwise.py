@@ -225,6 +225,7 @@ def _function(
         numbers=(
             partial(scalars.function, name) if name in scalars.FUNCTIONS else None
         ),
+        spells=name in scalars.WRITTEN,
     )
     _register(op)
 

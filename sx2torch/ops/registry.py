@@ -193,6 +193,9 @@ class Op:
     # the op on compile-time numbers, `numbers(operands, span, **attrs) -> Scalar`: where
     # every operand is one, it is folded when the file compiles and makes no node
     numbers: Optional[Callable] = None
+    # on a literal, its value is written as the source spells it (a function of
+    # syntax/scalars.py's WRITTEN: `math.sqrt(2.0 / 3.0)`, not the number it folds to)
+    spells: bool = False
     # Python's own operator on numbers: where its operands are numbers some of which are
     # known only when the module runs (`size`'s), it is their arithmetic as Python writes
     # it, `(- (size x :axis 1) 1)` being `x.shape[1] - 1` (a ScalarOp.RUN scalar, usable

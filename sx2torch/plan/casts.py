@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sx2torch.plan.targets import Target, or_bool
+from sx2torch.plan.targets import Target, or_bool, or_none
 from sx2torch.ir import DType, Kind, Node, Scalar, walk
 from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed
@@ -80,7 +80,11 @@ class Conversions:
         want = self.lowered.read_dtype(self.typed, node, index)
         conversion = self.conversion_of(node.inputs[index], want)
         if conversion and self.lowered.may_be_bool(self.typed, node, index):
-            return or_bool(conversion[0]), conversion[1]
+            conversion = or_bool(conversion[0]), conversion[1]
+        # `(if has-bias bias none)`: the cast passes None as it is (written inside the
+        # branch that reads the tensor)
+        if conversion and may_be_none(node.inputs[index], self.typed):
+            conversion = or_none(conversion[0]), conversion[1]
         return conversion
 
     def own_cast(self, node: Node) -> bool:
@@ -242,4 +246,28 @@ def is_local_param(operand) -> bool:
         isinstance(operand, Node)
         and operand.kind is Kind.PARAM
         and ("loop" in operand.attrs or "conditional" in operand.attrs)
+    )
+
+
+def may_be_none(operand, typed: Typed, found=frozenset()) -> bool:
+    """Whether `operand` may be None when the method runs: `none`, an `if` with a `none`
+    branch, an argument in `found` ((specialization, index) a caller may pass None), or
+    a loop's carried value that starts as one."""
+    if operand is None:
+        return True
+    if not isinstance(operand, Node):
+        return False
+    if operand.kind is Kind.IF:
+        outputs = [o for region in operand.regions for o in region.outputs]
+        return any(may_be_none(o, typed, found) for o in outputs)
+    inputs = typed.graph.inputs
+    if operand in inputs:
+        return (typed, inputs.index(operand)) in found
+    # a loop's carried value, as the first layer gets it: none where it starts so
+    return operand.kind is Kind.INPUT and any(
+        may_be_none(start, typed, found)
+        for loop in walk(typed.graph.nodes)
+        if loop.kind is Kind.FOR
+        for start, carried in zip(loop.inputs, loop.regions[0].inputs)
+        if carried is operand
     )

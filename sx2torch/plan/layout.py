@@ -3,7 +3,8 @@
 A node becomes a statement when the source names it (`let`), when several
 nodes read it, when an op must read it twice, or when it sits in another
 precision block than its reader; otherwise its expression is written inside its
-reader's. Casts are explicit: a parameter's cast down is written once at the
+reader's. A compile-time number the source names (`let`) becomes a statement at the
+top of the method where the method writes it more than once. Casts are explicit: a parameter's cast down is written once at the
 top of the method, a cast several readers share once before the first of them.
 The layout also knows, for liveness, the last statement that reads each value. It is
 the plan the names pass names and emission writes: which values are statements, in which
@@ -12,14 +13,16 @@ blocks, and which casts are hoisted before which statement (sx2torch/plan/casts.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
-from sx2torch.ir import ISLAND, Kind, Node, numbers_read, outputs, reads, walk
+from sx2torch.ir import ISLAND, Kind, Node, Scalar, numbers_read, outputs, reads, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
+from sx2torch.syntax.scalars import LEAVES, ScalarOp
 
 RETURN = "return"
 TOP = "top"  # where a parameter's casts are written: before every statement
@@ -73,7 +76,10 @@ class Layout:
         }
         self.order[RETURN] = len(self.order)
         self.order[TOP] = -1
+        self.scalars = _scalar_locals(self.graph)
         self.last_read = _last_reads(self)
+        # a compile-time number kept as a local is assigned first and read to the end
+        self.last_read.update((scalar, self.order[RETURN]) for _, scalar in self.scalars)
         self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
         self.hoists.top(TOP)
         for statement in self._statements():
@@ -305,6 +311,89 @@ def _unblocked(layout: Layout) -> set:
         ):
             blocked |= frames
     return islands - blocked
+
+
+def _scalar_locals(graph) -> tuple:
+    """(name, Scalar) of the `let`-bound compile-time numbers kept as locals, in the
+    order they are bound: each that the method writes more than once, counting a
+    number written inside a kept one's definition once. They are assigned before every
+    statement, so only numbers of consts and &key arguments are (no loop's layer or
+    index, no run-time size). Each number is visited once (a let's number is read by
+    reference where it is written), so a long chain of lets costs its length."""
+    candidates: dict = {}  # Scalar -> the first name bound to it
+    for name, scalar in graph.lets:
+        if _at_the_top(scalar):
+            candidates.setdefault(scalar, name)
+    if not candidates:
+        return ()
+    by_id = {id(scalar): scalar for scalar in candidates}
+    below: dict = {}  # id(value) -> Counter of the candidates in it, none inside another
+
+    def count(value) -> Counter:
+        if isinstance(value, Scalar) and id(value) in by_id:
+            return Counter({id(value): 1})
+        return parts(value)
+
+    def parts(value) -> Counter:
+        """The candidates in `value`'s operands (a Scalar's args, a tuple's, a dict's)."""
+        if id(value) in below:
+            return below[id(value)]
+        if isinstance(value, Scalar):
+            inner = value.args
+        elif isinstance(value, dict):
+            inner = tuple(value.values())
+        elif isinstance(value, (tuple, list)):
+            inner = value
+        else:
+            return Counter()
+        found: Counter = Counter()
+        for item in inner:
+            found.update(count(item))
+        below[id(value)] = found
+        return found
+
+    written: Counter = Counter()
+    for value in _written_scalars(graph):
+        written.update(count(value))
+    # the candidates each definition holds: a later number holds earlier ones
+    holders: dict = {}
+    for scalar in candidates:
+        for inner, times in parts(scalar).items():
+            holders.setdefault(inner, []).append((id(scalar), times))
+    occurrences: dict = {}
+    kept: set = set()
+    for scalar in reversed(list(candidates)):
+        key = id(scalar)
+        occurrences[key] = written[key] + sum(
+            times * (1 if holder in kept else occurrences[holder])
+            for holder, times in holders.get(key, [])
+        )
+        if occurrences[key] > 1:
+            kept.add(key)
+    return tuple((name, s) for s, name in candidates.items() if id(s) in kept)
+
+
+def _written_scalars(graph):
+    """The compile-time numbers a method writes: operands, attributes (an op's, an IF's
+    condition, a call's keys), branch values and what it returns."""
+    for node in walk(graph.nodes):
+        yield from node.inputs
+        yield from node.attrs.values()
+        for region in node.regions:
+            yield from region.outputs
+    yield graph.output
+
+
+def _at_the_top(scalar: Scalar) -> bool:
+    """Whether a number can be computed before the method's first statement."""
+    if scalar.op in (ScalarOp.LAYER, ScalarOp.INDEX, ScalarOp.RUN):
+        return False
+    if scalar.op is ScalarOp.CONST:
+        return len(scalar.args) < 4  # not a const of a loop's layer
+    if scalar.op in LEAVES:
+        return True
+    parts = [a for arg in scalar.args for a in (arg if isinstance(arg, tuple) else (arg,))]
+    return all(_at_the_top(p) for p in parts if isinstance(p, Scalar))
 
 
 def _last_reads(layout: Layout) -> dict:

@@ -22,6 +22,7 @@ from typing import Optional
 
 from sx2torch.ir import LIBRARY, Kind, Node, walk
 import sx2torch.plan.functions as shared_functions
+from sx2torch.plan.casts import may_be_none
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled, rounds
@@ -419,33 +420,12 @@ def _optional(called: set) -> set:
         for typed in called:
             for node, callee in typed.callee.items():
                 for index, operand in enumerate(node.inputs):
-                    if (callee, index) not in found and _may_be_none(
+                    if (callee, index) not in found and may_be_none(
                         operand, typed, found
                     ):
                         found.add((callee, index))
                         grown = True
     return found
-
-
-def _may_be_none(operand, typed, found: set) -> bool:
-    if operand is None:
-        return True
-    if not isinstance(operand, Node):
-        return False
-    if operand.kind is Kind.IF:
-        outputs = [o for region in operand.regions for o in region.outputs]
-        return any(_may_be_none(o, typed, found) for o in outputs)
-    inputs = typed.graph.inputs
-    if operand in inputs:
-        return (typed, inputs.index(operand)) in found
-    # a loop's carried value, as the first layer gets it: none where it starts so
-    return operand.kind is Kind.INPUT and any(
-        _may_be_none(start, typed, found)
-        for loop in walk(typed.graph.nodes)
-        if loop.kind is Kind.FOR
-        for start, carried in zip(loop.inputs, loop.regions[0].inputs)
-        if carried is operand
-    )
 
 
 def _closure(roots: set, group: dict) -> set:

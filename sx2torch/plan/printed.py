@@ -77,7 +77,8 @@ class _Plan(printer.Notes):
             statement = layout.yields.get(where)
         else:
             statement = {printer.TOP: TOP, printer.RETURN: RETURN}.get(where, where)
-        return [
+        kept = [f"number {name} kept as a local" for name, _ in layout.scalars]
+        return (kept if statement == TOP else []) + [
             f"cast {ids[hoist.operand]} to {hoist.conversion[1]}: "
             f"{self.spelled.hoists[hoist].spelling or 'as it is'}"
             for hoist in layout.hoists.at.get(statement, [])

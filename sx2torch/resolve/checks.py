@@ -36,6 +36,44 @@ def check_params(program: Program, model: Model) -> None:
                     + ("" if const.required else f" (its default is {shown})")
                     + f", got {scalars.text(Scalar.lit(value.value), None)}",
                 )
+        if init.weight_norm is not None:
+            _check_weight_norm(sub, init.weight_norm)
+
+
+def _check_weight_norm(sub: Model, norm) -> None:
+    """What torch's weight_norm needs of the instance: NAME one of its model's trained
+    tensor parameters, always made, an f32 master (its readers cast it), and DIM one of
+    its axes."""
+    param = sub.params.get(norm.name.name)
+    if param is None or param.is_module:
+        tensors = [p.name for p in sub.params.values() if not p.is_module]
+        raise SourceError(
+            norm.name.span,
+            f"weight-norm's :name must name a parameter of {sub.name}, got "
+            f"'{norm.name.name}' (its parameters: {', '.join(tensors) or 'none'})",
+        )
+    why = [
+        reason
+        for refused, reason in (
+            (not param.trainable, "a frozen buffer"),
+            (param.when is not None, "made only where its :when holds"),
+            (param.dtype == "bf16", "stored in bf16 (:dtype :bf16)"),
+        )
+        if refused
+    ]
+    if why:
+        raise SourceError(
+            norm.name.span,
+            "weight-norm takes a trained f32 parameter that every instance makes; "
+            f"{sub.name}'s '{param.name}' is {why[0]}",
+        )
+    rank = len(sizes(param.init))
+    if not -rank <= norm.dim.value < rank:
+        raise SourceError(
+            norm.span,
+            f"weight-norm's :dim must be an axis of {sub.name}'s '{param.name}' "
+            f"(rank {rank}), got {norm.dim.value}",
+        )
 
 
 def _named(sub: Model, init) -> dict:
@@ -201,6 +239,12 @@ def check_ties(program: Program, model: Model) -> None:
                     f"'{symbol.name}' cannot be tied: a tie joins trained parameters made "
                     "on every instance (no :when, no :trainable false)",
                 )
+            if len(steps) > 1 and _weight_normed(*steps[-2:]):
+                raise SourceError(
+                    symbol.span,
+                    f"'{symbol.name}' cannot be tied: it is weight-normed, computed "
+                    "from its parametrization's two tensors where it is read",
+                )
             found.append((symbol.name, last))
         (name, param), (target, other) = found
         if param.dtype != other.dtype or name == target:
@@ -220,6 +264,13 @@ def check_ties(program: Program, model: Model) -> None:
             )
         tied[name] = tie.name.span.line
         targets[target] = tie.target.span.line
+
+
+def _weight_normed(owner, member) -> bool:
+    """Whether the parameter `member` of the instance `owner` holds is weight-normed."""
+    (model, sub), (_, name) = owner, member
+    norm = model.params[sub].init.weight_norm
+    return norm is not None and norm.name.name == name
 
 
 def check_containment(program: Program) -> None:

@@ -4,6 +4,7 @@ its sizes checked against the limits with the consts at their defaults."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from sx2torch.errors import SourceError
@@ -25,7 +26,14 @@ from sx2torch.resolve.values import (
 )
 from sx2torch.syntax import scalars
 from sx2torch.syntax.forms import Part, Shape, match
-from sx2torch.syntax.program import LISTS, MODULE_KINDS, Const, Init, Model
+from sx2torch.syntax.program import (
+    LISTS,
+    MODULE_KINDS,
+    Const,
+    Init,
+    Model,
+    WeightNorm,
+)
 from sx2torch.syntax.read import Datum, Keyword, List, Number, Symbol, Vector, shown
 from sx2torch.syntax.scalars import Scalar, ScalarOp
 
@@ -56,6 +64,8 @@ def initializer(model: Model, datum: Datum) -> Init:
         return _list(model, datum)
     if head == "if" and not _instance_like(datum):
         return _choice(model, datum)
+    if head == "weight-norm" and not _instance_like(datum):
+        return _weight_norm(model, datum)
     instance = head in FORMULAS and _instance_like(datum)
     if head in COMPOSITE and not instance:
         return COMPOSITE[head](model, datum)
@@ -113,7 +123,13 @@ def _stack(model: Model, datum: List) -> Init:
             "stack takes a sub-model instance, such as (block :d d)",
         )
     return Init(
-        "stack", inner.args, inner.model, count, inner.span, index and index.name
+        "stack",
+        inner.args,
+        inner.model,
+        count,
+        inner.span,
+        index and index.name,
+        weight_norm=inner.weight_norm,
     )
 
 
@@ -152,6 +168,23 @@ def _choice(model: Model, datum: List) -> Init:
     # the condition as written, which a call of the choice traces as an `if`'s
     args = {"when": when, "condition": condition}
     return Init("choice", args, span=datum.span, items=items)
+
+
+def _weight_norm(model: Model, datum: List) -> Init:
+    """`(weight-norm (Conv1d ...) :name weight :dim 2)`: the instance with its parameter
+    NAME (weight by default) under torch's weight-norm parametrization, as
+    `nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)` makes
+    Wav2Vec2's positional convolution; :dim is torch's, 0 by default. resolve/checks.py
+    checks NAME and DIM against the instance's model once every model is read."""
+    form = match(datum)
+    instance = _instance(model, form.parts[0], "weight-norm")
+    if instance.weight_norm is not None:
+        raise SourceError(form.parts[0].span, "an instance takes one weight-norm")
+    name = form.keys.get("name") or Symbol("weight", span=datum.span)
+    dim = form.keys.get("dim")
+    value = Scalar.lit(0) if dim is None else evaluate(model, dim)
+    scalars.expect_int(value, (dim or datum).span, "weight-norm's :dim")
+    return replace(instance, weight_norm=WeightNorm(name, value, datum.span))
 
 
 def _with_index(model: Model, index: Optional[Symbol]) -> Model:

@@ -132,6 +132,21 @@ SOURCE = """
 """
 
 
+# torch.nn.utils.parametrizations.weight_norm, which wraps a layer rather than being one:
+# resolve reads the form (resolve/initializers.py), emit writes torch's own call, and this
+# is its row in the op table's layers (its usage, its parameters, what its forward reads)
+WEIGHT_NORM_ROW = (
+    "(weight-norm (LAYER ...) &key :name weight :dim 0)",
+    "LAYER's, its NAME stored as torch stores it, `parametrizations.NAME.original0` (g: "
+    "NAME's sizes, 1 on every axis but :dim) and `original1` (v), g the norms of the "
+    "drawn v",
+    "torch.nn.utils.parametrizations.weight_norm: LAYER's forward reads NAME as "
+    "torch._weight_norm(v, g, dim), g v / ‖v‖, in f32 from the f32 masters (under "
+    ":bf16 rounded where a bf16 op reads it, as bf16 autocast runs the layer); its "
+    "derivative torch's autograd",
+)
+
+
 @functools.cache
 def _data() -> dict:
     """Each layer's defmodel form, by name."""

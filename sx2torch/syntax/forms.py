@@ -205,6 +205,11 @@ DEFINITIONS = {
     "repeat": Shape((Part("N"), Part("INIT"))),
     "pow": Shape((Part("BASE"), Part("INIT"))),
     "tensor": Shape((Part("[VALUE ...]"),)),
+    "weight-norm": Shape(
+        (Part("(MODEL :k v ...)"),),
+        keys={"name": name("a parameter's name"), "dim": None},
+        example="(weight-norm (Conv1d d d k) :name weight :dim 2)",
+    ),
 }
 
 # The special forms, which trace's handlers trace (sx2torch/trace/forms.py): no defun may
@@ -227,7 +232,8 @@ SPECIAL = {
         example="(with-numerics (:precision :bf16) (matmul x w))",
     ),
     "cast": Shape(
-        (Part("X"), Part("DTYPE", choice("f32", "bf16", "i64", "i32", "bool"))), example="(cast x :bf16)"
+        (Part("X"), Part("DTYPE", choice("f32", "bf16", "i64", "i32", "bool"))),
+        example="(cast x :bf16)",
     ),
     "gradient": Shape(
         (
@@ -252,7 +258,10 @@ SPECIAL = {
     "in": Shape(
         (
             Part("X"),
-            Part("[A B ...]", Kind((Vector, Symbol), "a vector of choices, [A B ...], or a list")),
+            Part(
+                "[A B ...]",
+                Kind((Vector, Symbol), "a vector of choices, [A B ...], or a list"),
+            ),
         )
     ),
 }

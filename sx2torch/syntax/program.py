@@ -67,6 +67,9 @@ class Init:
     index: Optional[str] = None  # a stack's layer index, `i` of (stack (i n) ...)
     # a list's instances, or a choice's two (its condition is args["when"])
     items: tuple = ()
+    # `(weight-norm (MODEL ...) :name NAME :dim D)`: the instance's parameter NAME held as
+    # torch's weight-norm parametrization holds it
+    weight_norm: Optional["WeightNorm"] = None
 
     @property
     def instances(self) -> tuple:
@@ -79,6 +82,18 @@ class Init:
         if self.kind != "choice" or when is None:
             return self.instances
         return (self.items[0 if when else 1],)
+
+
+@dataclass(frozen=True)
+class WeightNorm:
+    """`torch.nn.utils.parametrizations.weight_norm(instance, name, dim)` of a sub-model
+    instance: its parameter `name` (a tensor parameter of its model) stored as
+    `parametrizations.NAME.original0` (g, the norms over every axis but `dim`) and
+    `original1` (v), and read as torch's `_weight_norm(v, g, dim)` computes it."""
+
+    name: Symbol
+    dim: Scalar
+    span: Span
 
 
 @dataclass

@@ -106,6 +106,9 @@ UNARY: dict[ScalarOp, Callable] = {
 }
 # The functions a defconst may apply to numbers: those a const's value can stay.
 CONST_FUNCTIONS = frozenset(("int", "floor", "ceil", "log", "exp", "sqrt"))
+# The functions whose value on a literal is written as the source wrote it,
+# `math.sqrt(5)` where the source has `(sqrt 5)`, not the 17 digits it folds to.
+WRITTEN = frozenset(("log", "exp", "sqrt"))
 # The source's words for them.
 ARITHMETIC: dict[str, ScalarOp] = {
     "+": ScalarOp.ADD,
@@ -360,8 +363,11 @@ def choose(condition: Scalar, then: Scalar, otherwise: Scalar, span) -> Scalar:
     return Scalar(ScalarOp.IF, (condition, then, otherwise), value)
 
 
-def fold(op: ScalarOp, left: Scalar, right: Scalar, span) -> Scalar:
-    """Arithmetic on two scalars, evaluated now with every const at its default."""
+def fold(
+    op: ScalarOp, left: Scalar, right: Scalar, span, literal: bool = True
+) -> Scalar:
+    """Arithmetic on two scalars, evaluated now with every const at its default; of two
+    literals, a literal (`literal`), else the operation with that value."""
     for operand in (left, right):
         if not _is_number(operand.value):
             raise SourceError(
@@ -393,9 +399,33 @@ def fold(op: ScalarOp, left: Scalar, right: Scalar, span) -> Scalar:
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"
         )
-    if left.op is right.op is ScalarOp.LIT:
+    if literal and left.op is right.op is ScalarOp.LIT:
         return Scalar.lit(value)
     return Scalar(op, _operands(op, left, right, span), value)
+
+
+def spelled(datum: Datum) -> Optional[Scalar]:
+    """Arithmetic of literals as the source spells it, `(/ 2.0 3.141592653589793)` the
+    division with the value it folds to, where a function WRITTEN reads it; None where
+    `datum` is no such arithmetic."""
+    if isinstance(datum, Number):
+        return Scalar.lit(datum.value)
+    if not (isinstance(datum, List) and datum.items and head_in(datum, ARITHMETIC)):
+        return None
+    parts = [spelled(item) for item in datum.items[1:]]
+    if len(parts) < 2 or None in parts:
+        return None
+    result = parts[0]
+    for part in parts[1:]:
+        result = fold(ARITHMETIC[datum.items[0].name], result, part, datum.span, False)
+    return result
+
+
+def _literal(scalar: Scalar) -> bool:
+    """Whether a number is made of literals alone."""
+    if scalar.op is ScalarOp.LIT:
+        return True
+    return scalar.op in BINARY and all(_literal(a) for a in scalar.args)
 
 
 def _operands(op: ScalarOp, left: Scalar, right: Scalar, span) -> tuple:
@@ -412,16 +442,17 @@ def _operands(op: ScalarOp, left: Scalar, right: Scalar, span) -> tuple:
 
 def function(name: str, operands: list, span) -> Scalar:
     """An op of the library applied to numbers alone: `(log 2.0)`, `(pow d 0.5)`, `(sqrt d)`,
-    `(int (* factor head-dim))`. A literal's is folded; a const's stays an operation (a
-    caller may change the const), computed where the module is built; a const's sqrt is a
-    power, as it was written before the functions of consts came.
+    `(int (* factor head-dim))`. A literal's is folded, but for the functions WRITTEN as
+    the source spells them; a const's stays an operation (a caller may change the const),
+    computed where the module is built; a const's sqrt is a power, as it was written
+    before the functions of consts came.
     """
     if name == "pow":
         return fold(ScalarOp.POW, *operands, span)
     (operand,) = operands
     if not _is_number(operand.value):
         raise SourceError(span, f"'{name}' needs a number, got {_shown(operand.value)}")
-    if operand.op is not ScalarOp.LIT and name == "sqrt":
+    if not _literal(operand) and name == "sqrt":
         return fold(ScalarOp.POW, operand, Scalar.lit(0.5), span)
     try:
         value = FUNCTIONS[name](operand.value)
@@ -439,7 +470,7 @@ def function(name: str, operands: list, span) -> Scalar:
         raise SourceError(
             span, "number out of range (with the consts at their defaults)"
         )
-    if operand.op is ScalarOp.LIT:
+    if _literal(operand) and name not in WRITTEN:
         return Scalar.lit(value)
     if name not in CONST_FUNCTIONS:
         raise SourceError(
@@ -514,6 +545,8 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
         if head == "if" and len(operands) == 3:
             return choose(*operands, datum.span)
         if head in CONST_FUNCTIONS and len(operands) == 1:
+            if head in WRITTEN:  # `math.sqrt(2.0 / 3.0)`, as the source spells it
+                operands = [spelled(datum.items[1]) or operands[0]]
             return function(head, operands, datum.span)
         if head in ("and", "or", "not") and operands:
             return logic(head, operands, datum.span)
@@ -525,6 +558,11 @@ def evaluate(datum: Datum, lookup: Lookup, known=None) -> Scalar:
         datum.span,
         "expected a number known at compile time (a literal, a const, or arithmetic on them)",
     )
+
+
+def head_in(datum: List, names) -> bool:
+    """Whether the list `datum`'s head is a symbol among `names`."""
+    return isinstance(datum.items[0], Symbol) and datum.items[0].name in names
 
 
 def head_is(datum: Datum, name: str) -> bool:

@@ -462,8 +462,16 @@ class _Rows:
         self.rows: list = []
 
     def visit(
-        self, model, prefix: str, env: dict, copies: int = 1, listed: int = 1
+        self,
+        model,
+        prefix: str,
+        env: dict,
+        copies: int = 1,
+        listed: int = 1,
+        normed=None,
     ) -> None:
+        """`normed`, (name, dim) of the instance's weight-norm: that parameter's g and v
+        come last, under torch's parametrization's keys."""
         names = attributes(model)[0]
         env = dict(env)
         for const in model.consts.values():
@@ -474,39 +482,62 @@ class _Rows:
             if p.when is None or scalars.compute(p.when, env)
         ]
         tensors = [p for p in params if not p.is_module]
+        normed_name = normed and normed[0]
         for param in [p for p in tensors if p.trainable] + [
             p for p in tensors if not p.trainable
         ]:
-            self.add(model, param, prefix + names[param.name], env, copies)
+            if param.name != normed_name:
+                self.add(model, param, prefix + names[param.name], env, copies)
         for param in [p for p in params if p.is_module]:
             for init, key in _built(param.init, prefix + names[param.name], env):
                 self._sub_model(init, key, env, copies, listed)
+        if normed is not None:
+            param = model.params[normed_name]
+            key = f"{prefix}parametrizations.{names[normed_name]}.original"
+            # g: one norm per slice along dim, v's other sizes 1 (torch's norm_except_dim)
+            self.add(model, param, key + "0", env, copies, normed[1])
+            self.add(model, param, key + "1", env, copies)
 
     def _sub_model(self, init, key: str, env: dict, copies: int, listed: int) -> None:
         """A sub-model's rows; a stack's instance by instance, while they are few enough."""
         sub = self.program.models[init.model]
         sub_env = {k: scalars.compute(v, env) for k, (_, v) in init.args.items()}
         count = scalars.compute(init.count, env) if init.kind == "stack" else None
+        norm = init.weight_norm
+        normed = norm and (norm.name.name, scalars.compute(norm.dim, env))
         if count is None:
-            self.visit(sub, key + ".", sub_env, copies, listed)
+            self.visit(sub, key + ".", sub_env, copies, listed, normed)
         elif listed * count <= MAX_LISTED:
             for i in range(count):
                 layer = {**env, init.index: i} if init.index else env
                 sub_env = {
                     k: scalars.compute(v, layer) for k, (_, v) in init.args.items()
                 }
-                self.visit(sub, f"{key}.{i}.", sub_env, copies, listed * count)
+                self.visit(
+                    sub, f"{key}.{i}.", sub_env, copies, listed * count, normed
+                )
         else:
             self.visit(
-                sub, f"{key}.{{0..{count - 1}}}.", sub_env, copies * count, listed
+                sub,
+                f"{key}.{{0..{count - 1}}}.",
+                sub_env,
+                copies * count,
+                listed,
+                normed,
             )
 
-    def add(self, model, param, key: str, env: dict, copies: int) -> None:
+    def add(
+        self, model, param, key: str, env: dict, copies: int, norms_along=None
+    ) -> None:
+        """A parameter's row; with `norms_along` (an axis), its weight-norm's g's."""
         sizes = initializers.sizes(param.init)
         shape = [scalars.compute(size, env) for size in sizes]
+        if norms_along is not None:
+            along = norms_along % len(shape)
+            shape = [n if i == along else 1 for i, n in enumerate(shape)]
         dtype = self.lowered.storage[model.name, param.name]
         count = math.prod(shape)
-        if dtype == "f32":
+        if dtype == "f32" and norms_along is None:  # the weight's elements are v's
             total, _ = self.elements.get((model.name, param.name), (0, None))
             # a 0-d parameter has no first axis, and is no table `take` reads rows of
             first = shape[0] if shape else 1

@@ -83,6 +83,8 @@ def markdown() -> str:
         "| --- | --- | --- |",
     ]
     lines += [_layer_row(defmodel(form)) for form in layers.forms()]
+    usage, params, forward = layers.WEIGHT_NORM_ROW
+    lines.append(f"| `{usage}` | {params} | {forward} |")
     return "\n".join(lines) + "\n"
 
 

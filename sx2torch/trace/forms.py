@@ -44,7 +44,10 @@ def let(t, datum: List, env: dict, tail=None) -> Operand:
                 operand.name = operand.name or symbol.name  # a call's values' names
                 env[symbol.name] = operand
             continue
-        _bind(env, target.name, t.expr(value, env))
+        operand = t.expr(value, env)
+        if isinstance(operand, Scalar) and operand.op not in scalars.LEAVES:
+            t.builder.graph.lets.append((target.name, operand))
+        _bind(env, target.name, operand)
     *forms, last = datum.items[2:]
     t.body(tuple(forms), env)
     return (tail or t.expr)(last, env)

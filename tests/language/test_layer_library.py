@@ -11,6 +11,8 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import weight_norm
 
 from conftest import load_module
 from sx2torch import interpret
@@ -63,6 +65,17 @@ LAYERS = {
         "(ConvTranspose2d 3 2 2 :stride 2)",
         lambda: nn.ConvTranspose2d(3, 2, 2, stride=2),
         [2, 3, 4, 4],
+    ),
+    # Wav2Vec2's positional convolution, and a Linear's default dim 0 (g [out, 1])
+    "weight-norm-conv1d": (
+        "(weight-norm (Conv1d 4 6 3 :padding 1 :groups 2) :name weight :dim 2)",
+        lambda: weight_norm(nn.Conv1d(4, 6, 3, padding=1, groups=2), name="weight", dim=2),
+        [2, 4, 7],
+    ),
+    "weight-norm-linear": (
+        "(weight-norm (Linear 8 6))",
+        lambda: weight_norm(nn.Linear(8, 6)),
+        [3, 8],
     ),
 }
 
@@ -148,6 +161,16 @@ def _group_norm(reference, x):
 BF16 = {"group-norm": _group_norm, "group-norm-plain": _group_norm}
 
 
+def _computed(reference):
+    """A weight-normed module as the plain one holding the weight torch computes from its
+    f32 g and v: a bf16 run reads that weight, rounded where it is read, as bf16
+    autocast runs the module (test_weight_norm_under_bf16_is_autocasts)."""
+    with torch.enable_grad():  # else torch leaves the weight a buffer
+        for name in list(getattr(reference, "parametrizations", {})):
+            parametrize.remove_parametrizations(reference, name)
+    return reference
+
+
 @pytest.mark.parametrize("name", LAYERS)
 def test_a_bf16_run_computes_what_torchs_bf16_module_does(name):
     model, reference, x = built(name, run="train")
@@ -160,7 +183,7 @@ def test_a_bf16_run_computes_what_torchs_bf16_module_does(name):
         if name in BF16:
             want = BF16[name](reference, x)
         else:
-            want = reference.to(torch.bfloat16)(x)
+            want = _computed(reference).to(torch.bfloat16)(x)
     assert got.dtype == want.dtype
     assert torch.equal(got, want)
     if float:
@@ -194,6 +217,7 @@ def test_a_held_target_computes_torchs_f32_module_on_rounded_values_rounded_once
         if name in BF16:
             want = BF16[name](reference, _rounded(x))
         else:
+            reference = _computed(reference)
             for param in reference.parameters():
                 param.copy_(_rounded(param))
             want = _rounded(reference(_rounded(x)))
@@ -245,6 +269,26 @@ def test_keys_by_name_and_a_computed_size():
         ("(Embedding 10 (/ 8 3))", "1:17", "has a size 2.6666666666666665"),
         ("(Conv2d 4 4 0)", "1:17", "parameter 'bias' has a fan-in of 0"),
         ("(Linear [1 2] 3)", "1:25", "Linear's :in-features is not a list, got [1 2]"),
+        # torch's weight_norm: NAME a parameter every instance makes, DIM one of its axes
+        (
+            "(weight-norm (Linear 4 4) :name w)",
+            "1:49",
+            "weight-norm's :name must name a parameter of Linear, got 'w' "
+            "(its parameters: weight, bias)",
+        ),
+        (
+            "(weight-norm (Linear 4 4) :name bias)",
+            "1:49",
+            "Linear's 'bias' is made only where its :when holds",
+        ),
+        (
+            "(weight-norm (Linear 4 4) :dim 2)",
+            "1:17",
+            "weight-norm's :dim must be an axis of Linear's 'weight' (rank 2), got 2",
+        ),
+        ("(weight-norm (Linear 4 4) :dim 0.5)", "1:48", "must be an integer"),
+        ("(weight-norm (weight-norm (Linear 4 4)))", "1:30", "takes one weight-norm"),
+        ("(weight-norm (stack 2 (Linear 4 4)))", "1:30", "takes sub-model instances"),
     ],
 )
 def test_bad_instances_are_located_diagnostics(instance, line_col, message):
@@ -325,3 +369,82 @@ def test_a_models_keys_are_passed_once_each(keys, line_col, message):
         compile_source(text, "model.lisp")
     assert message in str(caught.value)
     assert f"{caught.value.span.line}:{caught.value.span.col}" == line_col
+
+
+def test_weight_norm_under_bf16_is_autocasts():
+    """Under :bf16 the weight is computed in f32 from the f32 masters g and v (torch's
+    parametrization, which autocast leaves in f32) and rounded where the convolution
+    reads it: what torch's module computes under bf16 autocast."""
+    model, reference, x = built("weight-norm-conv1d", run="train")
+    x = x.bfloat16()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = reference(x)
+    with torch.no_grad():
+        assert torch.equal(model(x), want)
+    assert "self.weight.to(torch.bfloat16)" in compile_source(
+        source(LAYERS["weight-norm-conv1d"][0]), "model.lisp", Options(run="train")
+    )
+
+
+def test_weight_norm_loads_torchs_state_dict_strictly_and_reads_as_torch():
+    """A strict load of torch's weight-normed module's state_dict, at other values than
+    the fresh ones (g not the norms of v), then the same forward; the constructor is
+    torch's own call."""
+    model, reference, x = built("weight-norm-conv1d")
+    with torch.no_grad():
+        reference.parametrizations.weight.original0.mul_(1.5)
+    model.layer.load_state_dict(reference.state_dict(), strict=True)
+    with torch.no_grad():
+        assert torch.equal(model(x), reference(x))
+    state = {f"layer.{k}": v for k, v in reference.state_dict().items()}
+    interpreted = interpret.load(source(LAYERS["weight-norm-conv1d"][0]), state=state)
+    with torch.no_grad():
+        assert torch.equal(interpreted.evaluate("forward", [x]), reference(x))
+    code = compile_source(source(LAYERS["weight-norm-conv1d"][0]), "model.lisp")
+    assert "self.layer = nn.utils.parametrizations.weight_norm(\n" in code
+    assert 'name="weight",\n            dim=2,' in code
+
+
+def test_a_stack_of_weight_normed_layers_and_its_training_names():
+    """Each layer of a stack weight-normed, its keys torch's; a training script names g
+    and v (g with AdamW under Muon, as a vector of norms), and tensor parallelism keeps
+    a weight-normed Linear whole."""
+    text = (
+        "(defparam layers (stack 2 (weight-norm (Linear 4 4 :bias false))))\n"
+        "(defun forward (x) (chain layers x))\n"
+        "(defun loss (x y) (mean (* (forward x) y)))\n"
+        "(defrun train :loss loss :optimizer (muon :lr 0.01) :batch-size 2 "
+        ":seq-len 4 :steps 1)\n"
+    )
+    code = compile_source(text, "model.lisp")
+    module = load_module(code)
+    torch.manual_seed(0)
+    model = module.Model()
+    torch.manual_seed(0)
+    layers = nn.ModuleList([weight_norm(nn.Linear(4, 4, bias=False)) for _ in range(2)])
+    want = {f"layers.{k}": v for k, v in layers.state_dict().items()}
+    got = model.state_dict()
+    assert list(got) == list(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    x = example([3, 4])
+    with torch.no_grad():
+        assert torch.equal(model(x), layers[1](layers[0](x)))
+    muon, adamw = code.split('"name": "adamw"')
+    assert '"params": ["layers.*.parametrizations.weight.original1"]' in muon
+    assert '"layers.*.parametrizations.weight.original0",' in adamw
+    mlp = (
+        "(defparam up (weight-norm (Linear 8 32)))\n(defparam down (Linear 32 8))\n"
+        "(defun forward (x) (down (relu (up x))))\n"
+    )
+    assert "TP_PLAN" not in compile_source(mlp, "model.lisp")  # up and down whole
+
+
+def test_a_weight_normed_weight_is_not_tied():
+    text = (
+        "(defparam a (weight-norm (Linear 4 4)))\n(defparam b (Linear 4 4))\n"
+        "(tie b.weight a.weight)\n(defun forward (x) (b (a x)))\n"
+    )
+    with pytest.raises(SourceError) as caught:
+        compile_source(text, "model.lisp")
+    assert "'a.weight' cannot be tied: it is weight-normed" in str(caught.value)
+    assert (caught.value.span.line, caught.value.span.col) == (3, 15)

@@ -141,3 +141,39 @@ def test_a_none_start_is_refused_where_nothing_can_use_it(carried, message):
     with pytest.raises(SourceError, match=re.escape(message)) as raised:
         compile_source(source, "m.lisp")
     assert raised.value.span.line == 16
+
+
+NONE_BIAS = (
+    "(defconst has-bias true)\n"
+    "(defparam w (normal [4 4]))\n"
+    "(defparam bias (normal [4]) :when has-bias)\n"
+    "(defun forward (x) (linear x w (if has-bias bias none)))\n"
+    "(defrun train :precision :bf16)\n"
+)
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+@pytest.mark.parametrize("has_bias", [True, False])
+def test_a_bf16_read_of_a_parameter_or_none_casts_the_parameter_only(target, has_bias):
+    """`(if C param none)` read by a bf16 op: the cast is written inside the branch,
+    `self.bias.to(torch.bfloat16) if self.has_bias else None`, so the module runs with C
+    false too (it cast None, an AttributeError) and computes F.linear's bf16 value."""
+    code = compile_source(NONE_BIAS, "model.lisp", Options(target=target))
+    torch.manual_seed(0)
+    model = load_module(code).Model(has_bias=has_bias)
+    x = torch.randn(3, 4)
+    bias = model.bias.bfloat16() if has_bias else None
+    want = torch.nn.functional.linear(x.bfloat16(), model.w.bfloat16(), bias)
+    with torch.no_grad():
+        got = model(x)
+    if target == "cpu":  # held: the f32 kernel on the rounded values, rounded once
+        bias = bias.float() if has_bias else None
+        want = torch.nn.functional.linear(
+            x.bfloat16().float(), model.w.bfloat16().float(), bias
+        ).bfloat16()
+    assert torch.equal(got.bfloat16(), want)
+    interpreted = interpret.load(
+        NONE_BIAS, run="train", consts={"has-bias": has_bias}, state=model.state_dict()
+    )
+    with torch.no_grad():
+        assert torch.equal(interpreted.evaluate("forward", [x]).bfloat16(), want)

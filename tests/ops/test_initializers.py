@@ -99,7 +99,7 @@ def test_kaiming_and_fan_in_uniform_draw_torchs_default_weights_and_bias(build):
         "(defun forward (x) (linear x weight bias))\n"
     )
     module, code = build(source)
-    assert "nn.init.kaiming_uniform_(torch.empty(7, n), a=2.23606797749979)" in code
+    assert "nn.init.kaiming_uniform_(torch.empty(7, n), a=math.sqrt(5))" in code
     assert "nn.init.uniform_(torch.empty(7), -1 / math.sqrt(n), 1 / math.sqrt(n))" in code
     torch.manual_seed(0)
     model = module.Model()

@@ -60,6 +60,7 @@ CASES = [
     ("(defparam w (repeat 2))\n" + FORWARD, 1, 13, f"{WRONG} (repeat N INIT), got 1"),
     ("(defparam w (pow 2 (ones [2]) 3))\n" + FORWARD, 1, 13, f"{WRONG} (pow BASE INIT), got 3"),
     ("(defparam w (tensor))\n" + FORWARD, 1, 13, f"{WRONG} (tensor [VALUE ...]), got 0"),
+    ("(defparam w (weight-norm (Linear 2 2) :name 3))\n" + FORWARD, 1, 45, ":name must be a parameter's name, got 3"),
     # a tensor initializer's shape is made from its registry entry
     ("(defparam w (normal))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std), got 0"),
     ("(defparam w (normal :std 1 [2]))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std), got 0"),

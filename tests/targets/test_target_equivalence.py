@@ -335,6 +335,9 @@ SKIPPED: dict[str, str] = {
     "layer-library-conv": "as conv: F.conv2d and F.conv_transpose2d on the held targets "
     "run in f32 and round once; tests/language/test_layer_library.py checks each layer "
     "against torch's module and the interpreter",
+    "layer-library-weight-norm": "as conv: its F.conv1d on the held targets runs in f32 "
+    "and rounds once; tests/language/test_layer_library.py checks weight-norm on the cuda "
+    "and cpu targets against torch's weight_norm module and the interpreter",
     "convnet": "as conv: its F.conv2d on the held targets runs in f32 and rounds once; "
     "tests/models/test_convnet.py trains it on the cuda and cpu targets against a hand-written module",
     "convnext": "as vit: F.conv2d, F.layer_norm and F.linear on the held targets run in f32 "
