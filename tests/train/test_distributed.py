@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from sx2torch import cli
 from sx2torch.runtime.data import write_shard
-from train.test_script import chain, small_gpt
+from train.test_script import DRIVE, chain, joined, small_gpt
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(__file__).parent / "models"
@@ -73,15 +74,19 @@ def runs(tmp_path_factory) -> Path:
     (work / "tiny-gpt.lisp").write_text(small_gpt(), encoding="utf-8")
     for name in NAMES[1:]:
         (work / f"{name}.lisp").write_text((MODELS / f"{name}.lisp").read_text())
-    for name in NAMES:  # the command line a user runs
-        python(work, "-m", "sx2torch", f"{name}.lisp", "-o", f"{name}.py")
+    for name in NAMES:  # the command line a user runs (its main, in this process)
+        lisp, py = (str(work / f"{name}.{ext}") for ext in ("lisp", "py"))
+        assert cli.main([lisp, "-o", py]) == 0
     write_shard(work / "shard.bin", chain(6000))
-    drive = str(Path(__file__).parent / "drive.py")
-    common = ["--", "--data", "shard.bin", "--steps", STEPS, "--save-every", "4"]
-    scripts = [f"{n}.py" for n in NAMES]
-    python(work, drive, "out", *scripts, *common)
-    parallel = [f"{s}:{mode}" for s in scripts for mode in ("ddp", "fsdp2")]
-    python(work, *TORCHRUN, drive, "out", *parallel, *common)
+    common = ["--data", "shard.bin", "--steps", STEPS, "--save-every", "4"]
+    one = [[f"{n}.py", "--out", f"out/{n}", *common] for n in NAMES]
+    python(work, DRIVE, *joined(one))
+    two = [
+        [f"{n}.py", "--out", f"out/{n}-{mode}", "--parallel", mode, *common]
+        for n in NAMES
+        for mode in ("ddp", "fsdp2")
+    ]
+    python(work, *TORCHRUN, DRIVE, *joined(two))
     return work / "out"
 
 

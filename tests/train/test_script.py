@@ -21,6 +21,7 @@ from sx2torch.runtime.data import write_shard
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
 SHARDS = ("--data", "shard_*.bin")
+DRIVE = str(Path(__file__).with_name("drive.py"))
 
 
 def small_gpt(schedule: bool = True) -> str:
@@ -50,14 +51,38 @@ def chain(n: int, vocab: int = 64) -> torch.Tensor:
     return torch.tensor(ids)
 
 
+# rms-mlp trained on inputs the script draws (no data files)
+SYNTHETIC = (
+    "(defrun train :precision :bf16 :loss loss :steps 12\n"
+    "  :optimizer (adamw :lr 0.01) :inputs ((x [32 d-in]) (labels [32] :high n-class)))"
+)
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
+    """The scripts, their data, and the runs that start afresh, made in one launch of
+    tests/train/drive.py (each as `python SCRIPT ARGS` runs it, one Python start for all):
+    gpt.py's 30 steps (`one`), flat.py's 30 (`whole`) and its first 15 (`halves`), and
+    rms-mlp's 12 on synthetic inputs (`mlp`)."""
     folder = tmp_path_factory.mktemp("train")
     for name, schedule in (("gpt.py", True), ("flat.py", False)):
         code = compile_source(small_gpt(schedule), "tiny-gpt.lisp")
         (folder / name).write_text(code, encoding="utf-8")
+    source = (ROOT / "examples" / "rms-mlp.lisp").read_text(encoding="utf-8")
+    train_run = "(defrun train :precision :bf16)"
+    assert train_run in source
+    source = source.replace(train_run, SYNTHETIC)
+    (folder / "mlp.py").write_text(compile_source(source, "rms-mlp.lisp"))
     write_shard(folder / "shard_000.bin", chain(6000))
     write_shard(folder / "shard_001.bin", chain(3000))
+    runs = [
+        ["gpt.py", *SHARDS, "--out", "one"],
+        ["flat.py", *SHARDS, "--out", "whole"],
+        ["flat.py", *SHARDS, "--out", "halves", "--steps", "15"],
+        ["mlp.py", "--out", "mlp"],
+    ]
+    code, err = train(folder, DRIVE, *joined(runs))
+    assert code == 0, err
     return folder
 
 
@@ -77,6 +102,11 @@ def train(work: Path, script: str, *args: str, interrupt: int = 0) -> tuple:
     return done.returncode, done.stderr
 
 
+def joined(runs: list) -> list:
+    """tests/train/drive.py's arguments for these runs: each one's, separated by `;`."""
+    return [arg for i, run in enumerate(runs) for arg in ([";"] if i else []) + run]
+
+
 def losses(work: Path, out: str) -> list:
     lines = (work / out / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
@@ -86,8 +116,6 @@ def losses(work: Path, out: str) -> list:
 
 @pytest.fixture(scope="module")
 def reference(work) -> list:
-    code, err = train(work, "gpt.py", *SHARDS, "--out", "one")
-    assert code == 0, err
     return losses(work, "one")
 
 
@@ -107,8 +135,6 @@ def test_one_process_trains(work, reference):
 
 
 def test_resumed_run_equals_an_uninterrupted_one(work):
-    assert train(work, "flat.py", *SHARDS, "--out", "whole")[0] == 0
-    assert train(work, "flat.py", *SHARDS, "--out", "halves", "--steps", "15")[0] == 0
     assert losses(work, "halves") == losses(work, "whole")[:15]
     code, err = train(work, "flat.py", *SHARDS, "--out", "halves", "--resume")
     assert code == 0, err
@@ -128,17 +154,8 @@ def test_ctrl_c_saves_and_resume_finishes(work, reference):
     assert losses(work, "stopped") == reference
 
 
-def test_synthetic_inputs_train_with_adamw(tmp_path):
-    source = (ROOT / "examples" / "rms-mlp.lisp").read_text(encoding="utf-8")
-    source = source.replace(
-        "(defrun train :precision :bf16)",
-        "(defrun train :precision :bf16 :loss loss :steps 12\n"
-        "  :optimizer (adamw :lr 0.01) :inputs ((x [32 d-in]) (labels [32] :high n-class)))",
-    )
-    (tmp_path / "mlp.py").write_text(compile_source(source, "rms-mlp.lisp"))
-    code, err = train(tmp_path, "mlp.py", "--out", "run")
-    assert code == 0, err
-    first, *_, last = losses(tmp_path, "run")
+def test_synthetic_inputs_train_with_adamw(work):
+    first, *_, last = losses(work, "mlp")
     assert (
         last < 0.5 * first
     )  # a fresh batch each step, but of random labels: memorised
