@@ -24,17 +24,12 @@
   (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
   (defun forward (ids) (take weight ids)))
 
-(defmodel layer-norm-layer (&key (dim 768) (eps 1e-12))
-  (defparam weight (ones [dim]))
-  (defparam bias (zeros [dim]))
-  (defun forward (x) (fused-layer-norm x weight bias :eps eps)))
-
 (defmodel bert-embeddings (&key (vocab 30522) (dim 768) (max-positions 512) (types 2)
                                 (eps 1e-12) (p 0.1))
   (defparam word-embeddings (embedding :num-embeddings vocab :embedding-dim dim))
   (defparam position-embeddings (embedding :num-embeddings max-positions :embedding-dim dim))
   (defparam token-type-embeddings (embedding :num-embeddings types :embedding-dim dim))
-  (defparam LayerNorm (layer-norm-layer :dim dim :eps eps))
+  (defparam LayerNorm (LayerNorm dim :eps eps))
   (defun forward (input-ids token-type-ids)
     (let ((embeddings (+ (word-embeddings input-ids) (token-type-embeddings token-type-ids)))
           (embeddings (+ embeddings (position-embeddings (positions input-ids :axis 1)))))
@@ -52,7 +47,7 @@
 
 (defmodel bert-self-output (&key (dim 768) (eps 1e-12) (p 0.1))
   (defparam dense (linear-layer :in-features dim :out-features dim))
-  (defparam LayerNorm (layer-norm-layer :dim dim :eps eps))
+  (defparam LayerNorm (LayerNorm dim :eps eps))
   (defun forward (hidden-states input-tensor)
     (LayerNorm (+ (dropout (dense hidden-states) p) input-tensor))))
 
@@ -67,7 +62,7 @@
 
 (defmodel bert-output (&key (dim 768) (hidden 3072) (eps 1e-12) (p 0.1))
   (defparam dense (linear-layer :in-features hidden :out-features dim))
-  (defparam LayerNorm (layer-norm-layer :dim dim :eps eps))
+  (defparam LayerNorm (LayerNorm dim :eps eps))
   (defun forward (hidden-states input-tensor)
     (LayerNorm (+ (dropout (dense hidden-states) p) input-tensor))))
 

@@ -7,9 +7,9 @@ from sx2torch import runtime as sx
 
 __all__ = [
     "Bert",
+    "LayerNorm",
     "LinearLayer",
     "Embedding",
-    "LayerNormLayer",
     "BertEmbeddings",
     "BertSelfAttention",
     "BertSelfOutput",
@@ -20,6 +20,42 @@ __all__ = [
     "BertEncoder",
     "BertPooler",
 ]
+
+
+class LayerNorm(nn.Module):
+    """torch.nn.LayerNorm over the last axis"""
+
+    def __init__(
+        self, *, normalized_shape, eps=1e-05, elementwise_affine=True, bias=True
+    ):
+        super().__init__()
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.has_bias = bias
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(normalized_shape))
+        if elementwise_affine and bias:
+            self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        x = x.to(torch.bfloat16)
+        return (
+            F.layer_norm(
+                x,
+                self.weight.shape,
+                self.weight.to(torch.bfloat16),
+                self.bias.to(torch.bfloat16),
+                eps=self.eps,
+            )
+            if self.elementwise_affine and self.has_bias
+            else (
+                F.layer_norm(
+                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
+                )
+                if self.elementwise_affine
+                else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+            )
+        )
 
 
 class LinearLayer(nn.Module):
@@ -48,20 +84,6 @@ class Embedding(nn.Module):
         return self.weight[ids].to(torch.bfloat16)
 
 
-class LayerNormLayer(nn.Module):
-    def __init__(self, *, dim=768, eps=1e-12):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        x = x.to(torch.bfloat16)
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.layer_norm(x, weight_bf16.shape, weight_bf16, bias_bf16, eps=self.eps)
-
-
 class BertEmbeddings(nn.Module):
     def __init__(
         self, *, vocab=30522, dim=768, max_positions=512, types=2, eps=1e-12, p=0.1
@@ -73,7 +95,7 @@ class BertEmbeddings(nn.Module):
             num_embeddings=max_positions, embedding_dim=dim
         )
         self.token_type_embeddings = Embedding(num_embeddings=types, embedding_dim=dim)
-        self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
+        self.LayerNorm = LayerNorm(normalized_shape=dim, eps=eps)
 
     def forward(self, input_ids, token_type_ids):
         embeddings = self.word_embeddings(input_ids) + self.token_type_embeddings(
@@ -114,7 +136,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.p = p
         self.dense = LinearLayer(in_features=dim, out_features=dim)
-        self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
+        self.LayerNorm = LayerNorm(normalized_shape=dim, eps=eps)
 
     def forward(self, hidden_states, input_tensor):
         input_tensor = input_tensor.to(torch.bfloat16)
@@ -148,7 +170,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.p = p
         self.dense = LinearLayer(in_features=hidden, out_features=dim)
-        self.LayerNorm = LayerNormLayer(dim=dim, eps=eps)
+        self.LayerNorm = LayerNorm(normalized_shape=dim, eps=eps)
 
     def forward(self, hidden_states, input_tensor):
         input_tensor = input_tensor.to(torch.bfloat16)
