@@ -25,11 +25,6 @@
   (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
   (defun forward (ids) (take weight ids)))
 
-(defmodel nn-layer-norm (&key (dim 768) (eps 1e-5))
-  (defparam weight (ones [dim]))
-  (defparam bias (zeros [dim]))
-  (defun forward (x) (fused-layer-norm x weight bias :eps eps)))
-
 ;; NewGELUActivation (ACT2FN["gelu_new"]) as it is written, rounding after each op in bf16
 (defun gelu-new (x)
   (* 0.5 x (+ 1.0 (tanh (* (sqrt (/ 2.0 3.141592653589793))
@@ -53,9 +48,9 @@
   (defun forward (hidden-states) (c-proj (gelu-new (c-fc hidden-states)))))
 
 (defmodel gpt2-block (&key (hidden-size 768) (inner-dim 3072) (num-heads 12) (eps 1e-5))
-  (defparam ln-1 (nn-layer-norm :dim hidden-size :eps eps))
+  (defparam ln-1 (LayerNorm hidden-size :eps eps))
   (defparam attn (gpt2-attention :embed-dim hidden-size :num-heads num-heads))
-  (defparam ln-2 (nn-layer-norm :dim hidden-size :eps eps))
+  (defparam ln-2 (LayerNorm hidden-size :eps eps))
   (defparam mlp (gpt2-mlp :intermediate-size inner-dim :embed-dim hidden-size))
   (defun forward (hidden-states)
     (let ((hidden-states (+ (attn (ln-1 hidden-states)) hidden-states)))
@@ -67,7 +62,7 @@
   (defparam wpe (embedding :num-embeddings n-positions :embedding-dim n-embd))
   (defparam h (stack n-layer (gpt2-block :hidden-size n-embd :inner-dim n-inner
                                          :num-heads n-head :eps eps)))
-  (defparam ln-f (nn-layer-norm :dim n-embd :eps eps))
+  (defparam ln-f (LayerNorm n-embd :eps eps))
   (defun forward (input-ids)
     (let ((hidden-states (+ (wte input-ids) (wpe (positions input-ids :axis 1)))))
       (ln-f (chain h hidden-states)))))

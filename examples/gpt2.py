@@ -8,10 +8,10 @@ from sx2torch import runtime as sx
 
 __all__ = [
     "Gpt2",
+    "LayerNorm",
     "Conv1d",
     "LinearLayer",
     "Embedding",
-    "NnLayerNorm",
     "Gpt2Attention",
     "Gpt2Mlp",
     "Gpt2Block",
@@ -29,6 +29,42 @@ def gelu_new(x):
             + torch.tanh(math.sqrt(2.0 / 3.141592653589793) * (x + 0.044715 * x**3.0))
         )
     )
+
+
+class LayerNorm(nn.Module):
+    """torch.nn.LayerNorm over the last axis"""
+
+    def __init__(
+        self, *, normalized_shape, eps=1e-05, elementwise_affine=True, bias=True
+    ):
+        super().__init__()
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.has_bias = bias
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(normalized_shape))
+        if elementwise_affine and bias:
+            self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        x = x.to(torch.bfloat16)
+        return (
+            F.layer_norm(
+                x,
+                self.weight.shape,
+                self.weight.to(torch.bfloat16),
+                self.bias.to(torch.bfloat16),
+                eps=self.eps,
+            )
+            if self.elementwise_affine and self.has_bias
+            else (
+                F.layer_norm(
+                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
+                )
+                if self.elementwise_affine
+                else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+            )
+        )
 
 
 class Conv1d(nn.Module):
@@ -70,20 +106,6 @@ class Embedding(nn.Module):
         return self.weight[ids].to(torch.bfloat16)
 
 
-class NnLayerNorm(nn.Module):
-    def __init__(self, *, dim=768, eps=1e-05):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        x = x.to(torch.bfloat16)
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.layer_norm(x, weight_bf16.shape, weight_bf16, bias_bf16, eps=self.eps)
-
-
 class Gpt2Attention(nn.Module):
     def __init__(self, *, embed_dim=768, num_heads=12):
         super().__init__()
@@ -119,15 +141,14 @@ class Gpt2Mlp(nn.Module):
 class Gpt2Block(nn.Module):
     def __init__(self, *, hidden_size=768, inner_dim=3072, num_heads=12, eps=1e-05):
         super().__init__()
-        self.ln_1 = NnLayerNorm(dim=hidden_size, eps=eps)
+        self.ln_1 = LayerNorm(normalized_shape=hidden_size, eps=eps)
         self.attn = Gpt2Attention(embed_dim=hidden_size, num_heads=num_heads)
-        self.ln_2 = NnLayerNorm(dim=hidden_size, eps=eps)
+        self.ln_2 = LayerNorm(normalized_shape=hidden_size, eps=eps)
         self.mlp = Gpt2Mlp(intermediate_size=inner_dim, embed_dim=hidden_size)
 
     def forward(self, hidden_states):
-        hidden_states = self.attn(self.ln_1(hidden_states)) + hidden_states.to(
-            torch.bfloat16
-        )
+        hidden_states = hidden_states.to(torch.bfloat16)
+        hidden_states = self.attn(self.ln_1(hidden_states)) + hidden_states
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
 
@@ -154,7 +175,7 @@ class Gpt2Model(nn.Module):
                 for _ in sx.layers(n_layer)
             ]
         )
-        self.ln_f = NnLayerNorm(dim=n_embd, eps=eps)
+        self.ln_f = LayerNorm(normalized_shape=n_embd, eps=eps)
 
     def forward(self, input_ids):
         hidden_states = self.wte(input_ids) + self.wpe(
