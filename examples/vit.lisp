@@ -19,11 +19,6 @@
   (defparam bias (zeros [out-features]) :when with-bias)
   (defun forward (x) (if with-bias (linear x weight bias) (linear x weight))))
 
-(defmodel layer-norm (&key (dim 768) (eps 1e-12))
-  (defparam weight (ones [dim]))
-  (defparam bias (zeros [dim]))
-  (defun forward (x) (fused-layer-norm x weight bias :eps eps)))
-
 (defmodel conv-layer (&key (in-channels 3) (out-channels 768) (kernel-size 16))
   (defparam weight (normal [out-channels in-channels kernel-size kernel-size] :std 0.02))
   (defparam bias (zeros [out-channels]))
@@ -63,8 +58,8 @@
 
 (defmodel vit-layer (&key (dim 768) (hidden 3072) (heads 12) (bias true) (eps 1e-12))
   (defparam attention (vit-attention :dim dim :heads heads :bias bias))
-  (defparam layernorm-before (layer-norm :dim dim :eps eps))
-  (defparam layernorm-after (layer-norm :dim dim :eps eps))
+  (defparam layernorm-before (LayerNorm dim :eps eps))
+  (defparam layernorm-after (LayerNorm dim :eps eps))
   (defparam mlp (vit-mlp :dim dim :hidden hidden))
   (defun forward (x)
     (let ((x (+ (attention (layernorm-before x)) x)))
@@ -80,7 +75,7 @@
 (defparam layers (stack num-hidden-layers (vit-layer :dim hidden-size :hidden intermediate-size
                                                      :heads num-attention-heads :bias qkv-bias
                                                      :eps layer-norm-eps)))
-(defparam layernorm (layer-norm :dim hidden-size :eps layer-norm-eps))
+(defparam layernorm (LayerNorm hidden-size :eps layer-norm-eps))
 (defparam pooler (vit-pooler :dim hidden-size :out pooler-output-size))
 
 ;; BaseModelOutputWithPooling's two tensors: (last_hidden_state, pooler_output)

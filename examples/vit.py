@@ -7,8 +7,8 @@ from sx2torch import runtime as sx
 
 __all__ = [
     "Vit",
-    "LinearLayer",
     "LayerNorm",
+    "LinearLayer",
     "ConvLayer",
     "VitPatchEmbeddings",
     "VitEmbeddings",
@@ -17,6 +17,42 @@ __all__ = [
     "VitLayer",
     "VitPooler",
 ]
+
+
+class LayerNorm(nn.Module):
+    """torch.nn.LayerNorm over the last axis"""
+
+    def __init__(
+        self, *, normalized_shape, eps=1e-05, elementwise_affine=True, bias=True
+    ):
+        super().__init__()
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.has_bias = bias
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(normalized_shape))
+        if elementwise_affine and bias:
+            self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        x = x.to(torch.bfloat16)
+        return (
+            F.layer_norm(
+                x,
+                self.weight.shape,
+                self.weight.to(torch.bfloat16),
+                self.bias.to(torch.bfloat16),
+                eps=self.eps,
+            )
+            if self.elementwise_affine and self.has_bias
+            else (
+                F.layer_norm(
+                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
+                )
+                if self.elementwise_affine
+                else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+            )
+        )
 
 
 class LinearLayer(nn.Module):
@@ -36,20 +72,6 @@ class LinearLayer(nn.Module):
             if self.with_bias
             else F.linear(x.to(torch.bfloat16), weight_bf16)
         )
-
-
-class LayerNorm(nn.Module):
-    def __init__(self, *, dim=768, eps=1e-12):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        x = x.to(torch.bfloat16)
-        weight_bf16 = self.weight.to(torch.bfloat16)
-        bias_bf16 = self.bias.to(torch.bfloat16)
-        return F.layer_norm(x, weight_bf16.shape, weight_bf16, bias_bf16, eps=self.eps)
 
 
 class ConvLayer(nn.Module):
@@ -140,12 +162,13 @@ class VitLayer(nn.Module):
     def __init__(self, *, dim=768, hidden=3072, heads=12, bias=True, eps=1e-12):
         super().__init__()
         self.attention = VitAttention(dim=dim, heads=heads, bias=bias)
-        self.layernorm_before = LayerNorm(dim=dim, eps=eps)
-        self.layernorm_after = LayerNorm(dim=dim, eps=eps)
+        self.layernorm_before = LayerNorm(normalized_shape=dim, eps=eps)
+        self.layernorm_after = LayerNorm(normalized_shape=dim, eps=eps)
         self.mlp = VitMlp(dim=dim, hidden=hidden)
 
     def forward(self, x):
-        x = self.attention(self.layernorm_before(x)) + x.to(torch.bfloat16)
+        x = x.to(torch.bfloat16)
+        x = self.attention(self.layernorm_before(x)) + x
         return self.mlp(self.layernorm_after(x)) + x
 
 
@@ -197,7 +220,7 @@ class Vit(nn.Module):
                 for _ in sx.layers(num_hidden_layers)
             ]
         )
-        self.layernorm = LayerNorm(dim=hidden_size, eps=layer_norm_eps)
+        self.layernorm = LayerNorm(normalized_shape=hidden_size, eps=layer_norm_eps)
         self.pooler = VitPooler(dim=hidden_size, out=pooler_output_size)
 
     def forward(self, pixel_values):

@@ -25,7 +25,7 @@ def refused(text: str, filename: str = "m.lisp") -> SourceError:
     [
         # the encoders asked to generate: bidirectional attention
         ("bert", 44, "(attention (...) (...) (...) mask)"),
-        ("vit", 56, "(attention query key value)"),
+        ("vit", 51, "(attention query key value)"),
         # a scan carries its value along the sequence: its state is not cached yet
         ("scan", 12, "(linear-scan a b :axis 1)"),
     ],
