@@ -259,6 +259,9 @@ class _Policy:
         self.kinds = _Reaching(program, graphs)
         self.done: dict = {}
         self.order: list = []
+        # (model, defun) -> the signatures of its specializations in `order`, which
+        # `natural` reads for each defun: scanning `order` instead was quadratic
+        self.signatures: dict = {}
         # for `_outlined`: library uses; where first typed; decisions before `_finish`
         self.uses = {r.result for g in graphs.values() for r in g.expansions}
         self.position, self.raw = {}, {}
@@ -271,7 +274,8 @@ class _Policy:
         """
         try:
             signature = self.kinds.natural_signature(graph)
-            return self.specialize(graph, _callers_kinds(self.order, graph, signature))
+            called = self.signatures.get((graph.model, graph.name), [])
+            return self.specialize(graph, _callers_kinds(called, signature))
         except SourceError:
             return None
 
@@ -291,6 +295,7 @@ class _Policy:
         _finish(self, typed)
         self.done[key] = typed
         self.order.append(typed)
+        self.signatures.setdefault((graph.model, graph.name), []).append(signature)
         return typed
 
     def _block(self, typed: Typed, nodes: list) -> None:
@@ -615,15 +620,11 @@ def _present(graph: Graph) -> set:
     return found
 
 
-def _callers_kinds(order: list, graph: Graph, signature: tuple) -> tuple:
+def _callers_kinds(called: list, signature: tuple) -> tuple:
     """The natural signature, with a bool argument where every call made so far (the entry
-    points' and what they call, in `order`) passes a bool: a mask the public method would
-    otherwise take as a float and cast, making it additive (bert's attention)."""
-    called = [
-        t.signature
-        for t in order
-        if (t.model, t.graph.name) == (graph.model, graph.name)
-    ]
+    points' and what they call: `called`, their signatures) passes a bool: a mask the
+    public method would otherwise take as a float and cast, making it additive (bert's
+    attention)."""
     if not called:
         return signature
     return tuple(
@@ -894,6 +895,8 @@ def _drop_passed(policy: _Policy, typed: Typed, loop: Node, start: int) -> None:
     body = walk(loop.regions[0].nodes)
     kept = calling(typed.callee[n] for n in body if n in typed.callee)
     policy.order[start:] = [t for t in made if t in kept]
+    for dropped in (t for t in made if t not in kept):
+        policy.signatures[dropped.model, dropped.graph.name].remove(dropped.signature)
     for key in [k for k, t in policy.done.items() if t in made and t not in kept]:
         del policy.done[key]
 
