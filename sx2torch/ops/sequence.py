@@ -176,3 +176,52 @@ def scan(op: str, cached_op: str):
         return None
 
     return test
+
+
+def moved(verb: str, axes):
+    """An op that moves values along its axes (`axes(seen, k)`: operand k's, from 0 where
+    its rank is known, counted from the end where not, None where a const or &key argument
+    decides one) puts the chunk's values at other positions than the cache's where one is
+    the sequence's: a concat puts its other values before or after each chunk, a pad shifts
+    the chunk, a roll brings its last positions round to its first. Along the aligned axis
+    of an operand made from the input, or an axis that may be it, the cache cannot hold it;
+    along others it mixes no positions (the last of a value of unknown rank is taken for
+    another than the sequence's, as `mixes` takes it)."""
+
+    def test(seen: Seen):
+        for k, dims in enumerate(seen.shapes):
+            if not seen.made[k] or (dims is not None and LENGTH not in dims):
+                continue  # holds no positions
+            along, aligned = axes(seen, k), seen.aligned(k)
+            if dims is None and along == {-1}:
+                continue
+            if along is None or aligned is None:
+                return f"{verb} along an axis that may be the sequence's"
+            if aligned in along:
+                return (
+                    f"{verb} along the sequence, whose positions a cached step sees "
+                    "from the cache's end on"
+                )
+        return None
+
+    return test
+
+
+def one_axis(seen: Seen, k: int) -> Optional[set]:
+    """The :axis of concat or roll; roll without one moves the flattened elements, along
+    every axis."""
+    dims, axis = seen.shapes[k], known(seen.attrs["axis"])
+    if seen.attrs["axis"] is None:
+        return None if dims is None else set(range(len(dims)))
+    if axis is None or dims is None:
+        return {axis} if axis is not None and axis < 0 else None
+    return {axis % len(dims)} if -len(dims) <= axis < len(dims) else None
+
+
+def padded(seen: Seen, k: int) -> set:
+    """The axes F.pad changes: the pair i of PADDING is axis -1 - i's, unless both of the
+    pair are 0 (an amount a const or &key argument decides may be any)."""
+    dims, pads = seen.shapes[k], [known(p) for p in seen.attrs["padding"]]
+    pairs = zip(pads[0::2], pads[1::2])
+    axes = {-1 - i for i, pair in enumerate(pairs) if pair != (0, 0)}
+    return axes if dims is None else {a % len(dims) for a in axes}

@@ -4,6 +4,8 @@ diagnostic naming the form; a run without the key is left as it is."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cases import GENERATE_RUNS, lisp
@@ -175,8 +177,59 @@ def test_a_defun_reached_along_many_paths_is_followed_once_per_shapes():
 
 
 def test_a_size_made_from_the_sequences_length_is_not_a_known_one():
-    """Concatenated along the positions, the axis's size is twice the sequence's, which the
-    pass does not take for a known size: its size as a value is refused as before."""
-    body = "(* (attention x x x :causal true) (size (concat [x x] :axis 1) :axis 1))"
+    """Each position repeated, the axis's size is twice the sequence's, which the pass does
+    not take for a known size: its size as a value is refused as before."""
+    body = (
+        "(* (attention x x x :causal true)"
+        " (size (repeat-interleave x :repeats 2 :axis 1) :axis 1))"
+    )
     error = refused(f"(defun forward (x) {body})" + GENERATE)
     assert "sequence's size" in error.message and error.line == 1
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        # a prefix before the positions: a cached step would put it before each chunk
+        ("(concat [(take e ids) (take e ids)] :axis 1)", "concatenates along the"),
+        ("(concat [(take e ids) (take e ids)] :axis -2)", "concatenates along the"),
+        # [B, L, 8] padded by one before the first position, as a shift right
+        ("(pad (take e ids) [0 0 1 0])", "pads along the"),
+        ("(roll (take e ids) :shifts 1 :axis 1)", "rolls along the"),
+        # of the flattened elements: positions come round to others
+        ("(roll (take e ids) :shifts 1)", "rolls along the"),
+        # the axis a const decides, which the constructor can make the sequence's
+        ("(concat [(take e ids) (take e ids)] :axis k)", "along an axis that may be"),
+        # an amount a const decides: the constructor can make it any
+        ("(pad (take e ids) [0 0 k 0])", "pads along the sequence"),
+    ],
+)
+def test_a_concat_pad_or_roll_along_the_sequence_is_refused(body, why):
+    """Each moves the chunk's values to other positions than the cache's: refused at the
+    form, named, on its line."""
+    const = "(defconst k 2)\n" if re.search(r"\bk\b", body) else ""
+    source = (
+        TABLES
+        + const
+        + (
+            f"(defun forward (ids)\n  (let ((h {body})) (attention h h h :causal true)))"
+        )
+    )
+    error = refused(source + GENERATE)
+    assert why in error.message and error.line == source.count("\n") + 1
+    assert error.message.startswith(
+        f"a :generate run cannot cache ({body.split()[0][1:]} "
+    )
+
+
+def test_a_concat_pad_or_roll_along_other_axes_stays_as_it_is():
+    """Along the features, or of a value not made from the input, they mix no positions."""
+    body = """(let ((h (take e ids))
+         (f (concat [(slice h :axis 2 :end 4) (roll (slice h :axis 2 :start 4) :shifts 1 :axis 2)] :axis -1))
+         (g (pad f [1 -1])))
+     (attention (+ g (concat [(slice e :end 1) (slice e :start 1 :end 2)] :axis 0)) h h :causal true))"""
+    cached = compile_string(
+        TABLES + f"(defun forward (ids) {body})" + GENERATE, run="chat"
+    )
+    assert "sx.cached_attention(" in cached
+    assert "torch.cat(" in cached and "torch.roll(" in cached and "F.pad(" in cached
