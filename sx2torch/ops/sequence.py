@@ -68,9 +68,20 @@ def attention(seen: Seen):
 
 
 def positions(cached_op: str):
-    """Positions over the sequence axis start where the cache ends."""
+    """Positions over the sequence axis start where the cache ends: over the aligned axis
+    of a value made from the input (axis 1 of the ids, axis 2 of [batch, heads, length,
+    dim]). Over another axis of one (the heads), or any axis of a value not made from the
+    input (a parameter's), they are the plain op's; of a value whose axes are not known,
+    axis 1 is taken for the sequence's, as the ids hold it."""
 
     def test(seen: Seen):
+        axis, aligned = seen.axis(0, "axis"), seen.aligned(0)
+        if not seen.made[0]:
+            return None
+        if axis is not None and aligned is not None:
+            return (cached_op, seen.attrs) if axis == aligned else None
+        if seen.shapes[0] is not None and LENGTH not in seen.shapes[0]:
+            return None
         if known(seen.attrs["axis"]) == SEQUENCE:
             return cached_op, seen.attrs
         return None

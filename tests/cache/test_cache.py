@@ -233,3 +233,40 @@ def test_a_concat_pad_or_roll_along_other_axes_stays_as_it_is():
     )
     assert "sx.cached_attention(" in cached
     assert "torch.cat(" in cached and "torch.roll(" in cached and "F.pad(" in cached
+
+
+POSITIONED = """(defparam e (normal [16 8]))
+(defparam table (normal [3 8]))
+(defun forward (ids)
+  (let ((q (swap-axes (reshape (take e ids) [0 0 2 4]) 1 2))
+        ;; over the heads, axis 1 of [B, heads, L, 4]: not the sequence's
+        (q (+ q (unsqueeze (unsqueeze (cast (positions q :axis 1) :f32) :axis -1) :axis -1)))
+        ;; over the positions, axis 2 here
+        (q (+ q (unsqueeze (arange-of q :axis 2) :axis -1)))
+        (y (reshape (swap-axes (attention q q q :causal true) 1 2) [0 0 8])))
+    ;; over axis 1 of a parameter: its columns, whatever the cache holds
+    (linear (+ y (arange-of table :axis 1)) e)))
+(defrun chat :precision :f32 :generate true)
+"""
+
+
+def test_positions_start_where_the_cache_ends_exactly_on_the_sequences_axis():
+    """Positions over the axis that holds the sequence (axis 2 of the heads' layout) are
+    offset by the cache's length; over another axis 1 (the heads, a parameter's columns)
+    they are the plain op's. Before, every axis 1 was offset and no other: each cached
+    step's logits against the whole prefix run again without a cache, step by step."""
+    import torch
+
+    from conftest import load_module
+    from sx2torch.runtime import generate
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = load_module(compile_string(POSITIONED, run="chat")).Model()
+    tokens = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(1))
+    got, logits = generate(module, tokens, 6, return_logits=True)
+    with torch.no_grad():
+        for step, chosen in enumerate(logits):
+            prefix = got[:, : 3 + step]
+            want = module(prefix)[:, -1]
+            torch.testing.assert_close(chosen, want, rtol=1e-5, atol=1e-5)
