@@ -18,8 +18,9 @@ cache, so it is a located diagnostic: a non-causal attention or one given a mask
 two values made from the input (attention written out) that do not hold the positions on one
 batch axis, an op that combines values along an axis other than the last (a reduction, a scan,
 a softmax over it) that is not known to be another than the sequence's, a convolution or slice
-across the positions, a concat, pad or roll along them, the sequence's size used other than
-as a slice's end. Other runs are
+across the positions, a concat, pad, roll or repeat along them, a pooling, interpolation or
+transposed convolution across them, a broadcast of them against a fixed size, the sequence's
+size used other than as a slice's end. Other runs are
 left as they are.
 """
 

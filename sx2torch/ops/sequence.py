@@ -236,3 +236,46 @@ def padded(seen: Seen, k: int) -> set:
     pairs = zip(pads[0::2], pads[1::2])
     axes = {-1 - i for i, pair in enumerate(pairs) if pair != (0, 0)}
     return axes if dims is None else {a % len(dims) for a in axes}
+
+
+def spatial(verb: str, axes: Optional[int], channels: bool):
+    """An op over the last `axes` axes of [N, C, ...] (or unbatched [C, ...]; None: every
+    axis after [N, C]): a pooling, an interpolation, a transposed or 2-d convolution. Along those axes it mixes positions,
+    and along the channels too where `channels` (a convolution sums over them); along the
+    batch it mixes none."""
+
+    def test(seen: Seen):
+        dims = seen.shapes[0]
+        if not seen.made[0] or (dims is not None and LENGTH not in dims):
+            return None
+        aligned = seen.aligned(0)
+        if aligned is None:
+            return f"{verb} along an axis that may be the sequence's"
+        # the first spatial axis; the channels' before it
+        first = 2 if axes is None else len(dims) - axes
+        if aligned < first - 1 or (aligned == first - 1 and not channels):
+            return None
+        return f"{verb} along the sequence, whose positions a cached step sees one chunk of"
+
+    return test
+
+
+def broadcast(seen: Seen):
+    """An elementwise op that broadcasts the positions against a fixed size (a table of the
+    training length added whole): a cached step's chunk broadcasts against all of it, so
+    each position would get the whole table's values."""
+    for dims in seen.shapes:
+        if dims is None or list(dims).count(LENGTH) != 1:
+            continue
+        at = list(dims).index(LENGTH) - len(dims)  # counted from the end, as torch does
+        for other in seen.shapes:
+            if (
+                other is not None
+                and -at <= len(other)
+                and other[at] not in (None, 1, LENGTH)
+            ):
+                return (
+                    f"broadcasts the sequence against a fixed size, {other[at]}, which a "
+                    "cached step's chunk does not have"
+                )
+    return None

@@ -375,6 +375,7 @@ _view(
     "x.repeat_interleave(repeats, dim=axis): each slice along :axis :repeats times in a "
     "row (grouped-query attention's heads); without :axis, the flattened elements. Its "
     "derivative sums each run of :repeats gradients (one sum, rounded once, as torch's)",
+    cached=sequence.moved("repeats", sequence.one_axis),
 )
 _view(
     "roll",

@@ -27,7 +27,8 @@ def refused(text: str, filename: str = "m.lisp") -> SourceError:
     [
         # the encoders asked to generate: bidirectional attention
         ("bert", 49, "(attention (...) (...) (...) mask)"),
-        ("vit", 56, "(attention query key value)"),
+        # its pixels' axis 1, taken for the sequence's, are the channels a conv2d sums
+        ("vit", 30, "(conv2d x weight bias :stride kernel-size)"),
         # a scan carries its value along the sequence: its state is not cached yet
         ("scan", 12, "(linear-scan a b :axis 1)"),
     ],
@@ -177,12 +178,10 @@ def test_a_defun_reached_along_many_paths_is_followed_once_per_shapes():
 
 
 def test_a_size_made_from_the_sequences_length_is_not_a_known_one():
-    """Each position repeated, the axis's size is twice the sequence's, which the pass does
-    not take for a known size: its size as a value is refused as before."""
-    body = (
-        "(* (attention x x x :causal true)"
-        " (size (repeat-interleave x :repeats 2 :axis 1) :axis 1))"
-    )
+    """The positions flattened with the features, the axis's size is a multiple of the
+    sequence's, which the pass does not take for a known size: its size as a value is
+    refused as before."""
+    body = "(* (attention x x x :causal true) (size (flatten x :start 1) :axis 1))"
     error = refused(f"(defun forward (x) {body})" + GENERATE)
     assert "sequence's size" in error.message and error.line == 1
 
@@ -227,7 +226,7 @@ def test_a_concat_pad_or_roll_along_other_axes_stays_as_it_is():
     body = """(let ((h (take e ids))
          (f (concat [(slice h :axis 2 :end 4) (roll (slice h :axis 2 :start 4) :shifts 1 :axis 2)] :axis -1))
          (g (pad f [1 -1])))
-     (attention (+ g (concat [(slice e :end 1) (slice e :start 1 :end 2)] :axis 0)) h h :causal true))"""
+     (attention (+ g (concat [(slice (at e 0) :end 4) (slice (at e 1) :start 4)] :axis 0)) h h :causal true))"""
     cached = compile_string(
         TABLES + f"(defun forward (ids) {body})" + GENERATE, run="chat"
     )
@@ -270,3 +269,49 @@ def test_positions_start_where_the_cache_ends_exactly_on_the_sequences_axis():
             prefix = got[:, : 3 + step]
             want = module(prefix)[:, -1]
             torch.testing.assert_close(chosen, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        # the positions swapped last, [B, 8, L], as the 1-d ops take them
+        (
+            "(swap-axes (avg-pool1d (swap-axes (take e ids) 1 2) 2) 1 2)",
+            "pools along the",
+        ),
+        (
+            "(swap-axes (max-pool1d (swap-axes (take e ids) 1 2) 2) 1 2)",
+            "pools along the",
+        ),
+        (
+            "(swap-axes (interpolate (swap-axes (take e ids) 1 2) :scale-factor 2) 1 2)",
+            "interpolates along the",
+        ),
+        (
+            "(swap-axes (conv-transpose1d (swap-axes (take e ids) 1 2) w :groups 8) 1 2)",
+            "convolves along the",
+        ),
+        # [B, L, 8, 1] as [N, C, H, W]: the channels a conv2d sums are the positions
+        (
+            "(squeeze (conv2d (unsqueeze (take e ids) :axis -1) v) :axis -1)",
+            "convolves",
+        ),
+        ("(repeat-interleave (take e ids) :repeats 2 :axis 1)", "repeats along the"),
+        # a table of 16 positions added whole: a one-token chunk would get all 16
+        ("(+ (take e ids) e)", "broadcasts the sequence against a fixed size, 16"),
+    ],
+)
+def test_what_pools_resamples_repeats_or_broadcasts_the_positions_is_refused(body, why):
+    """Each computed a cached step's chunk from itself alone where the plain op reads the
+    positions before it (or, broadcast against a fixed table, gave every position all its
+    rows): refused at the form, named, on its line."""
+    source = (
+        TABLES
+        + "(defparam v (normal [8 16 1 1]))\n"
+        + (
+            f"(defun forward (ids)\n  (let ((h {body})) (attention h h h :causal true)))"
+        )
+    )
+    error = refused(source + GENERATE)
+    assert why in error.message and error.line == 5
+    assert error.message.startswith("a :generate run cannot cache (")
