@@ -8,7 +8,8 @@ kept in /tmp) and the compiled step after it.
 
 The op count is what dynamo hands its backend: the calls in the traced forward. Per
 block, it is the count of a two-layer model less a one-layer one's, so that what the
-embedding and the head add is not counted in.
+embedding and the head add is not counted in; the calls one block makes that the other's
+does not are listed by what they call (`square` where transformers calls `pow`, say).
 
 On one thread, counting the process's CPU time; variants interleaved, medians.
 Goals (issue 39): eager forward and forward + backward within 1.05x of transformers, the
@@ -20,6 +21,7 @@ Run: ``python -m benchmarks.models [--model NAME] [--length 128] [--repeat 10] [
 from __future__ import annotations
 
 import argparse
+import collections
 import resource
 import statistics
 import types
@@ -133,23 +135,23 @@ def medians(runs: dict, backward: bool, repeat: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def graph_ops(logits, ids) -> int:
-    """The calls in the forward graph dynamo traces (one graph: a break is an error)."""
-    counted = []
+def graph_ops(logits, ids) -> collections.Counter:
+    """The calls in the forward graph dynamo traces (one graph: a break is an error), by
+    what each calls."""
+    counted: collections.Counter = collections.Counter()
 
     def count(graph_module, example_inputs):
-        counted.append(
-            sum(
-                node.op in ("call_function", "call_method", "call_module")
-                for node in graph_module.graph.nodes
-            )
-        )
+        for node in graph_module.graph.nodes:
+            if node.op == "call_module":
+                counted[type(graph_module.get_submodule(node.target)).__name__] += 1
+            elif node.op in ("call_function", "call_method"):
+                counted[getattr(node.target, "__name__", str(node.target))] += 1
         return graph_module.forward
 
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(logits, backend=count, fullgraph=True)(ids)
-    return sum(counted)
+    return counted
 
 
 def compare(name: str, length: int, repeat: int, compiled: bool) -> None:
@@ -178,15 +180,24 @@ def compare(name: str, length: int, repeat: int, compiled: bool) -> None:
 
 
 def op_counts(name: str, ids) -> None:
+    """The ops of a block (two layers' graph less one layer's), each side's, and the
+    calls each block makes that the other's does not."""
     ops = {}
     for layers in (1, 2):
         one, _ = pair(name, layers)
-        ops[layers] = [graph_ops(one[who], ids) for who in ("sx2torch", "transformers")]
-    (port1, real1), (port2, real2) = ops[1], ops[2]
+        ops[layers] = {
+            who: graph_ops(one[who], ids) for who in ("sx2torch", "transformers")
+        }
+    block = {who: ops[2][who] - ops[1][who] for who in ("sx2torch", "transformers")}
+    port, real = block["sx2torch"], block["transformers"]
     print(
-        f"  forward graph ops, two layers: sx2torch {port2}, transformers {real2}; per "
-        f"block: sx2torch {port2 - port1}, transformers {real2 - real1}"
+        f"  forward graph ops, two layers: sx2torch {ops[2]['sx2torch'].total()}, "
+        f"transformers {ops[2]['transformers'].total()}; per block: sx2torch "
+        f"{port.total()}, transformers {real.total()}"
     )
+    for who, more in (("sx2torch", port - real), ("transformers", real - port)):
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(more.items()))
+        print(f"    only {who}'s block makes: {listed or 'nothing'}")
 
 
 def first_compiled_step(runs: dict, logits: dict, ids, repeat: int) -> None:

@@ -8,16 +8,19 @@ the ops' rank rules carry the length to the axis each value holds the positions 
 `(attention ... :causal true)` becomes `cached-attention`, which keeps its keys and values; a
 `conv1d` along the sequence becomes `cached-conv1d`, which keeps its last inputs, and a
 `linear-scan` along it `cached-linear-scan`, which keeps its last value (Mamba's conv and SSM
-states); each `arange-of` and `positions` over the sequence axis (axis 1) becomes its cached
-op, which starts where the cache ends. In `forward`, the value made by the last form that
-reaches one of those that keep a state goes through `last-position`, so the tokenwise work
+states); each `arange-of` and `positions` over the axis a value made from the input holds the
+positions on becomes its cached op, which starts where the cache ends. In `forward`, the
+value made by the last form that reaches one of those that keep a state goes through
+`last-position` along its positions' axis, so the tokenwise work
 after it (the final norm's reader, lm_head) runs on the last position only, transformers'
 `logits_to_keep=1`. Anything else that mixes positions would compute wrong numbers from a
 cache, so it is a located diagnostic: a non-causal attention or one given a mask, a product of
 two values made from the input (attention written out) that do not hold the positions on one
 batch axis, an op that combines values along an axis other than the last (a reduction, a scan,
 a softmax over it) that is not known to be another than the sequence's, a convolution or slice
-across the positions, the sequence's size used other than as a slice's end. Other runs are
+across the positions, a concat, pad, roll or repeat along them, a pooling, interpolation or
+transposed convolution across them, a broadcast of them against a fixed size, the sequence's
+size used other than as a slice's end. Other runs are
 left as they are.
 """
 
@@ -41,7 +44,7 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
         return
     entry = (program.top.name, "forward")
     reached = _reached(program, graphs, entry)
-    _Follow(program, graphs).run(entry, reached)
+    shapes = _Follow(program, graphs).run(entry, reached)
     holds = _holding(program, graphs, reached)
     if not holds[entry]:
         raise SourceError(
@@ -49,7 +52,7 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
             f"run '{chosen.name}' asks to generate, but forward calls no causal "
             "attention, convolution or scan along the sequence: there is nothing to cache",
         )
-    _keep_last(graphs[entry], program, holds)
+    _keep_last(graphs[entry], program, holds, shapes)
 
 
 def _reached(program: Program, graphs: dict, entry: tuple) -> list:
@@ -78,13 +81,15 @@ class _Follow(Analysis):
         self.became: dict = {}  # node -> the op it became where first followed
         self.lengths: set = set()  # the sizes of an aligned axis: the sequence's length
 
-    def run(self, entry: tuple, reached: list) -> None:
+    def run(self, entry: tuple, reached: list) -> dict:
+        """The entry's shapes, every reached graph followed."""
         graph = self.graphs[entry]
         ids = {x: (None, LENGTH) for x in graph.inputs[:1]}  # [batch, length]
-        self.follow(graph, {x: ids.get(x) for x in graph.inputs})
+        shapes = self.follow(graph, {x: ids.get(x) for x in graph.inputs})
         for key in reached:  # a call whose graph the shapes do not follow: its own
             if self.graphs[key] not in self.made:
                 self.follow(self.graphs[key], {})
+        return shapes
 
     def follow(self, graph: Graph, given: dict) -> dict:
         """The graph's shapes, its arguments `given`; followed once per distinct shapes (a
@@ -243,22 +248,25 @@ def _callee(node: Node, graph: Graph, program: Program) -> tuple:
     return (callee, "forward")
 
 
-def _keep_last(graph: Graph, program: Program, holds: dict) -> None:
+def _keep_last(graph: Graph, program: Program, holds: dict, shapes: dict) -> None:
     """Put `last-position` after the last top-level node of forward that reaches an
     attention (after each of its ITEMs where it gives several values): every later reader
-    of it reads the last position."""
+    of it reads the last position, along the axis that value holds the positions on (axis
+    1 where its shape does not say: the ids')."""
     last = [n for n in graph.nodes if _holds(n, graph, program, holds)][-1]
     items = [n for n in graph.nodes if n.kind is Kind.ITEM and n.inputs[0] is last]
     for value in items or [last]:
-        _slice_after(graph, value)
+        dims = ranked(shapes.get(value))
+        aligned = list(dims).index(LENGTH) if dims and dims.count(LENGTH) == 1 else None
+        _slice_after(graph, value, SEQUENCE if aligned is None else aligned)
 
 
-def _slice_after(graph: Graph, value: Node) -> None:
+def _slice_after(graph: Graph, value: Node, axis: int) -> None:
     kept = Node(
         Kind.OP,
         "last-position",
         (value,),
-        {"axis": Scalar.lit(SEQUENCE)},
+        {"axis": Scalar.lit(axis)},
         value.span,
         value.form,
         value.frames,

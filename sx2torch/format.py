@@ -8,13 +8,15 @@ black would: the statements too long for a line.
 Black's output depends on its input's tokens, comments, blank lines and magic trailing
 commas, not on where its lines break. The emitted module has one line per statement,
 spaced as black spaces them (sx2torch/build.py), with no trailing commas. The pass
-(`guess`) keeps each line that fits in black's width; has black format the others, one
-copy of each, all in one small module, at their depths; and adds the blank lines black
-requires (after the imports, before a method): so its tokens, comments and blank lines
-are black's own, and black leaves the result as it is. Each golden module, on every
-target and with `--source-lines`, is checked to be so (tests/format/test_format.py,
-tests/test_golden.py), and the fuzzer checks every module it makes. A module the guess
-cannot take (a string over several lines) is formatted by black whole.
+(`guess`) keeps each line that fits in black's width; writes black's split of a statement
+whose value is a long chain of one operator (`_operands`: the sums a long expression
+compiles to); has black format the others, one copy of each, all in one small module,
+at their depths; and adds the blank lines black requires (after the imports, before a
+method): so its tokens, comments and blank lines are black's own, and black leaves the
+result as it is. Each golden module, on every target and with `--source-lines`, is
+checked to be so (tests/format/test_format.py, tests/test_golden.py), and the fuzzer
+checks every module it makes. A module the guess cannot take (a string over several
+lines) is formatted by black whole.
 
 Black's result depends only on the text, black's version and its mode (always the
 default), so it is kept in a user-level cache by content hash, and compiling or `check`ing
@@ -103,13 +105,102 @@ def guess(code: str) -> Optional[str]:
         ):
             long.setdefault(line, []).append(index)
     if long:
-        split = _split(list(long))
-        if split is None:
-            return None
-        for line, written in zip(long, split):
-            for index in long[line]:
-                lines[index] = written
+        written = {line: _operands(line) for line in long}
+        rest = [line for line, text in written.items() if text is None]
+        if rest:
+            split = _split(rest)
+            if split is None:
+                return None
+            written.update(zip(rest, split))
+        for line, indices in long.items():
+            for index in indices:
+                lines[index] = written[line]
     return "\n".join(_blank_lines(lines))
+
+
+# Black's priorities of the binary operators the emitter writes spaced (black/brackets.py,
+# MATH_PRIORITIES): a line is split before each operator of the highest one.
+OPERATOR_PRIORITY = {"+": 5, "-": 5, "*": 4, "/": 4, "//": 4, "%": 4, "@": 4, "**": 2}
+OPERAND_STATEMENT = re.compile(
+    r"( *)((?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)* = )|return )(.+)"
+)
+# Black re-quotes a string holding one of the first two, keeps a comment where it stands,
+# and splits a bracket whose last item ends in a comma (a magic trailing comma).
+QUOTED = ("'", "\\", "#", ",)", ",]", ",}")
+OPERAND_CHARACTER = re.compile(
+    r"[\w.*~+-]"
+)  # in an operand, outside brackets and strings
+
+
+def _operands(line: str) -> Optional[str]:
+    """Black's formatting of `target = a + b - c ...` or `return a + b ...`, too long for a
+    line, where the value has two operators or more of its loosest kind outside brackets,
+    each operand fits a line and the line holds nothing black would write otherwise (a
+    comment, a quote, a comma, a keyword, a comparison); else None, and black formats it.
+
+    Black wraps such a value in parentheses and puts each operand on a line of its own, its
+    operator first (linegen.py: `right_hand_split` keeps the optional parentheses when
+    `can_omit_invisible_parens` finds several delimiters of the loosest priority, then
+    `delimiter_split` splits the body). A long sum is the one statement a long expression
+    compiles to, in chunks of a few dozen operands: black's own split of those took half
+    of such a compile."""
+    match = OPERAND_STATEMENT.fullmatch(line)
+    if match is None or not line.isascii() or any(c in line for c in QUOTED):
+        return None
+    indent, head, value = match.groups()
+    cuts = _operator_cuts(value)
+    if not cuts:
+        return None
+    loosest = max(priority for _, priority in cuts)
+    at = [index for index, priority in cuts if priority == loosest]
+    if len(at) < 2 or loosest < OPERATOR_PRIORITY["@"]:
+        # with one, black may split the value's last brackets instead; a hugged `**`
+        # (`x**2`) is a delimiter too, which the cuts do not count
+        return None
+    inner = indent + "    "
+    pieces = [value]  # the value alone fits its line: black keeps it whole
+    if len(inner + value) > LINE_LENGTH:
+        pieces = [value[: at[0]]]
+        pieces += [value[a + 1 : b] for a, b in zip(at, at[1:] + [len(value)])]
+    written = [indent + head + "(", *(inner + piece for piece in pieces), indent + ")"]
+    if any(len(text) > LINE_LENGTH for text in written):
+        return None  # black would split an operand further
+    return "\n".join(written)
+
+
+def _operator_cuts(value: str) -> Optional[list]:
+    """(index of the space before it, priority) of each binary operator in `value` outside
+    brackets and strings (none in a value that is one bracketed whole, whose parentheses
+    black would make its own); None where anything else stands there but operands."""
+    cuts = []
+    depth = 0
+    index = 0
+    while index < len(value):
+        char = value[index]
+        if char == '"':
+            quote = '"""' if value.startswith('"""', index) else '"'
+            end = value.find(quote, index + len(quote))
+            if end < 0:
+                return None
+            index = end + len(quote)
+            continue
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0:
+            if char == " ":
+                end = value.find(" ", index + 1)
+                operator = value[index + 1 : end] if end > 0 else ""
+                if operator not in OPERATOR_PRIORITY:
+                    return None  # a keyword, a comparison, a conditional
+                cuts.append((index, OPERATOR_PRIORITY[operator]))
+                index = end + 1
+                continue
+            if not OPERAND_CHARACTER.match(char):
+                return None  # a comma, a comparison, a colon, a comment
+        index += 1
+    return cuts if depth == 0 else None
 
 
 def _kept_string(line: str) -> bool:

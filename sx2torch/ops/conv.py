@@ -154,9 +154,13 @@ for _spatial, _name in ((1, "conv1d"), (2, "conv2d")):
             grad=_conv_grad(_name, _spatial),
             autocasts=True,
             rank=RANKS[_spatial],
-            # conv1d along the sequence keeps its last inputs in a :generate run's cache
-            # (conv2d, over images, is not followed: no decoder reads one)
-            cached=sequence.convolution if _spatial == 1 else None,
+            # conv1d along the sequence keeps its last inputs in a :generate run's cache;
+            # conv2d across it is refused
+            cached=(
+                sequence.convolution
+                if _spatial == 1
+                else sequence.spatial("convolves", 2, channels=True)
+            ),
             doc=(
                 f"F.{_name} of X {_layout} (or unbatched) by W {_kernel}, plus BIAS [O] if "
                 "given: :stride, :padding and :dilation are an integer or one per spatial "
@@ -280,6 +284,7 @@ for _spatial in (1, 2):
                 "X's, the channels W's second axis times :groups",
                 _transposed_shape(_spatial),
             ),
+            cached=sequence.spatial("convolves", _spatial, channels=True),
             doc=(
                 f"F.conv_transpose{_spatial}d of X {_layout} (or unbatched) by W "
                 f"{_kernel} (torch's layout: the input channels first), plus BIAS [O] "
@@ -334,6 +339,7 @@ for _spatial in (1, 2):
                 exact=_kind == "max",
                 no_grad=NO_GRAD,
                 rank=RankRule("same as X", _pool_shape(_spatial)),
+                cached=sequence.spatial("pools", _spatial, channels=False),
                 doc=(
                     f"F.{_kind}_pool{_spatial}d: {_what} of each KERNEL window of the last "
                     f"{_spatial} ax{'is' if _spatial == 1 else 'es'}; :stride defaults to "
@@ -384,6 +390,7 @@ register(
         ),
         no_grad=NO_GRAD,
         rank=RankRule("same as X", _interpolate_shape),
+        cached=sequence.spatial("interpolates", None, channels=False),
         doc=(
             "F.interpolate of X [N, C, ...] to :size (an integer or one per spatial axis) "
             "or by :scale-factor; :mode :nearest (the default: picks input elements) or "

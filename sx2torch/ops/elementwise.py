@@ -11,6 +11,7 @@ from functools import partial
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops import sharding
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.conv import given
@@ -23,7 +24,15 @@ HALF, ONE, TWO, ZERO = (Scalar.lit(v) for v in (0.5, 1.0, 2.0, 0.0))
 
 
 def _register(op: Op) -> Op:
-    return register(replace(op, rank=BROADCAST, shards=sharding.pointwise))
+    # in a :generate run, the positions broadcast against a fixed size are refused
+    return register(
+        replace(
+            op,
+            rank=BROADCAST,
+            shards=sharding.pointwise,
+            cached=op.cached or sequence.broadcast,
+        )
+    )
 
 
 def _binary(

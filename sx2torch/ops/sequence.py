@@ -68,9 +68,20 @@ def attention(seen: Seen):
 
 
 def positions(cached_op: str):
-    """Positions over the sequence axis start where the cache ends."""
+    """Positions over the sequence axis start where the cache ends: over the aligned axis
+    of a value made from the input (axis 1 of the ids, axis 2 of [batch, heads, length,
+    dim]). Over another axis of one (the heads), or any axis of a value not made from the
+    input (a parameter's), they are the plain op's; of a value whose axes are not known,
+    axis 1 is taken for the sequence's, as the ids hold it."""
 
     def test(seen: Seen):
+        axis, aligned = seen.axis(0, "axis"), seen.aligned(0)
+        if not seen.made[0]:
+            return None
+        if axis is not None and aligned is not None:
+            return (cached_op, seen.attrs) if axis == aligned else None
+        if seen.shapes[0] is not None and LENGTH not in seen.shapes[0]:
+            return None
         if known(seen.attrs["axis"]) == SEQUENCE:
             return cached_op, seen.attrs
         return None
@@ -176,3 +187,95 @@ def scan(op: str, cached_op: str):
         return None
 
     return test
+
+
+def moved(verb: str, axes):
+    """An op that moves values along its axes (`axes(seen, k)`: operand k's, from 0 where
+    its rank is known, counted from the end where not, None where a const or &key argument
+    decides one) puts the chunk's values at other positions than the cache's where one is
+    the sequence's: a concat puts its other values before or after each chunk, a pad shifts
+    the chunk, a roll brings its last positions round to its first. Along the aligned axis
+    of an operand made from the input, or an axis that may be it, the cache cannot hold it;
+    along others it mixes no positions (the last of a value of unknown rank is taken for
+    another than the sequence's, as `mixes` takes it)."""
+
+    def test(seen: Seen):
+        for k, dims in enumerate(seen.shapes):
+            if not seen.made[k] or (dims is not None and LENGTH not in dims):
+                continue  # holds no positions
+            along, aligned = axes(seen, k), seen.aligned(k)
+            if dims is None and along == {-1}:
+                continue
+            if along is None or aligned is None:
+                return f"{verb} along an axis that may be the sequence's"
+            if aligned in along:
+                return (
+                    f"{verb} along the sequence, whose positions a cached step sees "
+                    "from the cache's end on"
+                )
+        return None
+
+    return test
+
+
+def one_axis(seen: Seen, k: int) -> Optional[set]:
+    """The :axis of concat or roll; roll without one moves the flattened elements, along
+    every axis."""
+    dims, axis = seen.shapes[k], known(seen.attrs["axis"])
+    if seen.attrs["axis"] is None:
+        return None if dims is None else set(range(len(dims)))
+    if axis is None or dims is None:
+        return {axis} if axis is not None and axis < 0 else None
+    return {axis % len(dims)} if -len(dims) <= axis < len(dims) else None
+
+
+def padded(seen: Seen, k: int) -> set:
+    """The axes F.pad changes: the pair i of PADDING is axis -1 - i's, unless both of the
+    pair are 0 (an amount a const or &key argument decides may be any)."""
+    dims, pads = seen.shapes[k], [known(p) for p in seen.attrs["padding"]]
+    pairs = zip(pads[0::2], pads[1::2])
+    axes = {-1 - i for i, pair in enumerate(pairs) if pair != (0, 0)}
+    return axes if dims is None else {a % len(dims) for a in axes}
+
+
+def spatial(verb: str, axes: Optional[int], channels: bool):
+    """An op over the last `axes` axes of [N, C, ...] (or unbatched [C, ...]; None: every
+    axis after [N, C]): a pooling, an interpolation, a transposed or 2-d convolution. Along those axes it mixes positions,
+    and along the channels too where `channels` (a convolution sums over them); along the
+    batch it mixes none."""
+
+    def test(seen: Seen):
+        dims = seen.shapes[0]
+        if not seen.made[0] or (dims is not None and LENGTH not in dims):
+            return None
+        aligned = seen.aligned(0)
+        if aligned is None:
+            return f"{verb} along an axis that may be the sequence's"
+        # the first spatial axis; the channels' before it
+        first = 2 if axes is None else len(dims) - axes
+        if aligned < first - 1 or (aligned == first - 1 and not channels):
+            return None
+        return f"{verb} along the sequence, whose positions a cached step sees one chunk of"
+
+    return test
+
+
+def broadcast(seen: Seen):
+    """An elementwise op that broadcasts the positions against a fixed size (a table of the
+    training length added whole): a cached step's chunk broadcasts against all of it, so
+    each position would get the whole table's values."""
+    for dims in seen.shapes:
+        if dims is None or list(dims).count(LENGTH) != 1:
+            continue
+        at = list(dims).index(LENGTH) - len(dims)  # counted from the end, as torch does
+        for other in seen.shapes:
+            if (
+                other is not None
+                and -at <= len(other)
+                and other[at] not in (None, 1, LENGTH)
+            ):
+                return (
+                    f"broadcasts the sequence against a fixed size, {other[at]}, which a "
+                    "cached step's chunk does not have"
+                )
+    return None

@@ -162,6 +162,7 @@ register(
         lambda a, ctx: b.call("torch.cat", b.list_(a), dim=ctx.attrs["axis"]),
         keys=(Key("axis", "int", 0),),
         rank=CONCAT,
+        cached=sequence.moved("concatenates", sequence.one_axis),
         shards=sharding.along("axis"),
         result="keep",
         exact=True,
@@ -226,6 +227,7 @@ register(
         rank=PAD,
         result="keep",
         grad=_pad_grad,
+        cached=sequence.moved("pads", sequence.padded),
         doc="F.pad in constant mode: PADDING is [left right] for the last axis, then for "
         "the one before, ... (a negative amount trims), the new places :value (default "
         "0); under :bf16 a bf16 tensor holds :value rounded, as torch's does. Its "
@@ -283,7 +285,7 @@ def _reshape_back(t, n, g):
     return [t.op("reshape-as", [g, n.inputs[0]])]
 
 
-def _view(name: str, emit, keys: tuple, grad, rank, doc: str) -> None:
+def _view(name: str, emit, keys: tuple, grad, rank, doc: str, cached=None) -> None:
     """A view of X: it moves data, so it keeps X's dtype and bits (integers too)."""
     register(
         Op(
@@ -295,6 +297,7 @@ def _view(name: str, emit, keys: tuple, grad, rank, doc: str) -> None:
             exact=True,
             grad=grad,
             rank=rank,
+            cached=cached,
             doc=doc + "; a view",
         )
     )
@@ -372,6 +375,7 @@ _view(
     "x.repeat_interleave(repeats, dim=axis): each slice along :axis :repeats times in a "
     "row (grouped-query attention's heads); without :axis, the flattened elements. Its "
     "derivative sums each run of :repeats gradients (one sum, rounded once, as torch's)",
+    cached=sequence.moved("repeats", sequence.one_axis),
 )
 _view(
     "roll",
@@ -382,6 +386,7 @@ _view(
     "torch.roll(x, shifts, axis): the elements moved :shifts places along :axis, those "
     "past the end coming round to the start (Swin's shifted windows); without :axis, of "
     "the flattened elements. Its derivative rolls back",
+    cached=sequence.moved("rolls", sequence.one_axis),
 )
 register(
     Op(

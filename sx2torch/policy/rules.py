@@ -257,7 +257,7 @@ class _Policy:
         self.graphs = graphs
         self.precision = precision
         self.kinds = _Reaching(program, graphs)
-        self.done: dict = {}
+        self.done: dict = {}  # (model, defun) -> (signature, ambient) -> Typed
         self.order: list = []
         # for `_outlined`: library uses; where first typed; decisions before `_finish`
         self.uses = {r.result for g in graphs.values() for r in g.expansions}
@@ -271,7 +271,7 @@ class _Policy:
         """
         try:
             signature = self.kinds.natural_signature(graph)
-            return self.specialize(graph, _callers_kinds(self.order, graph, signature))
+            return self.specialize(graph, _callers_kinds(self.done, graph, signature))
         except SourceError:
             return None
 
@@ -279,9 +279,9 @@ class _Policy:
         self, graph: Graph, signature: tuple, ambient: Optional[str] = None
     ) -> Typed:
         """Nodes a call makes inside a with-numerics form carry its mark too (the callee's own forms win)."""
-        key = (graph.model, graph.name, signature, ambient)
-        if key in self.done:
-            return self.done[key]
+        made = self.done.setdefault((graph.model, graph.name), {})
+        if (signature, ambient) in made:
+            return made[signature, ambient]
         typed = Typed(graph, signature, ambient)
         for node, dtype in zip(graph.inputs, signature):
             typed.decided[node] = Decision(dtype)
@@ -289,7 +289,7 @@ class _Policy:
         if graph.expansions:  # kept for `outlined`
             self.raw[typed] = dict(typed.decided)
         _finish(self, typed)
-        self.done[key] = typed
+        made[signature, ambient] = typed
         self.order.append(typed)
         return typed
 
@@ -615,15 +615,12 @@ def _present(graph: Graph) -> set:
     return found
 
 
-def _callers_kinds(order: list, graph: Graph, signature: tuple) -> tuple:
+def _callers_kinds(done: dict, graph: Graph, signature: tuple) -> tuple:
     """The natural signature, with a bool argument where every call made so far (the entry
-    points' and what they call, in `order`) passes a bool: a mask the public method would
-    otherwise take as a float and cast, making it additive (bert's attention)."""
-    called = [
-        t.signature
-        for t in order
-        if (t.model, t.graph.name) == (graph.model, graph.name)
-    ]
+    points' and what they call, in `done`) passes a bool: a mask the public method would
+    otherwise take as a float and cast, making it additive (bert's attention). Looked up
+    by defun: scanning every specialization made, once per defun, was quadratic."""
+    called = [s for s, _ in done.get((graph.model, graph.name), {})]
     if not called:
         return signature
     return tuple(
@@ -894,8 +891,10 @@ def _drop_passed(policy: _Policy, typed: Typed, loop: Node, start: int) -> None:
     body = walk(loop.regions[0].nodes)
     kept = calling(typed.callee[n] for n in body if n in typed.callee)
     policy.order[start:] = [t for t in made if t in kept]
-    for key in [k for k, t in policy.done.items() if t in made and t not in kept]:
-        del policy.done[key]
+    for dropped in (t for t in made if t not in kept):
+        del policy.done[dropped.model, dropped.graph.name][
+            dropped.signature, dropped.ambient
+        ]
 
 
 def _carried(before, after, node: Node) -> list:

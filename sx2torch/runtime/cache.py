@@ -148,12 +148,8 @@ class Cache:
         """
         keys, values = self.keys[slot], self.values[slot]
         held, length, chunk = keys.shape[-2], self.length, k.shape[-2]
-        if length >= held and chunk == 1:
-            for buffer, new in ((keys, k), (values, v)):
-                rolled = buffer.roll(-1, dims=-2)
-                rolled[..., -1:, :] = new
-                buffer.copy_(rolled)
-            return keys, values, length - held + 1
+        if chunk == 1:
+            return self._slide_one(keys, values, k, v)
         if length + chunk <= held:
             keys.index_copy_(-2, self.position, k)
             values.index_copy_(-2, self.position, v)
@@ -166,9 +162,25 @@ class Cache:
         values.copy_(full_values[..., -held:, :])
         return full_keys, full_values, start
 
-    def positions(self, queries: int, start: int, keys: int, device) -> tuple:
-        """The chunk's queries' positions and those of the keys a slot gave from `start`."""
-        key_at = torch.arange(start, start + keys, device=device)
+    def _slide_one(self, keys: Tensor, values: Tensor, k: Tensor, v: Tensor) -> tuple:
+        """One token (each step the static cache compiles): once the slot is full it rolls
+        by one and the token goes last, before that the token goes at its position, as
+        StaticSlidingWindowLayer does; both decided on the position tensor, so the compiled
+        step reads no Python number that changes from step to step (a branch on the
+        length was a guard that compiled the step again at every token)."""
+        held = keys.shape[-2]
+        full = self.position >= held
+        at = self.position.clamp(max=held - 1)
+        for buffer, new in ((keys, k), (values, v)):
+            moved = torch.where(full, buffer.roll(-1, dims=-2), buffer)
+            moved.index_copy_(-2, at, new)
+            buffer.copy_(moved)
+        return keys, values, (self.position - (held - 1)).clamp(min=0)
+
+    def positions(self, queries: int, start, keys: int, device) -> tuple:
+        """The chunk's queries' positions and those of the keys a slot gave from `start`
+        (a number, or a one-element tensor in a static slot's step)."""
+        key_at = torch.arange(keys, device=device) + start
         if self.capacity:
             return self.position, key_at
         return torch.arange(self.length, self.length + queries, device=device), key_at

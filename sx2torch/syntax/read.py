@@ -8,6 +8,7 @@ string raising AttributeError) never reach the compiler.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Union
@@ -94,14 +95,8 @@ class _Positions:
         self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
     def span(self, offset: int) -> Span:
-        lo, hi = 0, len(self.starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return Span(lo + 1, offset - self.starts[lo] + 1)
+        line = max(bisect.bisect_right(self.starts, offset) - 1, 0)  # 0-based
+        return Span(line + 1, offset - self.starts[line] + 1)
 
 
 def decode(data: bytes) -> str:

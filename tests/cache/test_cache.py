@@ -4,6 +4,8 @@ diagnostic naming the form; a run without the key is left as it is."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cases import GENERATE_RUNS, lisp
@@ -25,7 +27,8 @@ def refused(text: str, filename: str = "m.lisp") -> SourceError:
     [
         # the encoders asked to generate: bidirectional attention
         ("bert", 44, "(attention (...) (...) (...) mask)"),
-        ("vit", 51, "(attention query key value)"),
+        # its pixels' axis 1, taken for the sequence's, are the channels a conv2d sums
+        ("vit", 25, "(conv2d x weight bias :stride kernel-size)"),
         # a scan carries its value along the sequence: its state is not cached yet
         ("scan", 12, "(linear-scan a b :axis 1)"),
     ],
@@ -175,8 +178,140 @@ def test_a_defun_reached_along_many_paths_is_followed_once_per_shapes():
 
 
 def test_a_size_made_from_the_sequences_length_is_not_a_known_one():
-    """Concatenated along the positions, the axis's size is twice the sequence's, which the
-    pass does not take for a known size: its size as a value is refused as before."""
-    body = "(* (attention x x x :causal true) (size (concat [x x] :axis 1) :axis 1))"
+    """The positions flattened with the features, the axis's size is a multiple of the
+    sequence's, which the pass does not take for a known size: its size as a value is
+    refused as before."""
+    body = "(* (attention x x x :causal true) (size (flatten x :start 1) :axis 1))"
     error = refused(f"(defun forward (x) {body})" + GENERATE)
     assert "sequence's size" in error.message and error.line == 1
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        # a prefix before the positions: a cached step would put it before each chunk
+        ("(concat [(take e ids) (take e ids)] :axis 1)", "concatenates along the"),
+        ("(concat [(take e ids) (take e ids)] :axis -2)", "concatenates along the"),
+        # [B, L, 8] padded by one before the first position, as a shift right
+        ("(pad (take e ids) [0 0 1 0])", "pads along the"),
+        ("(roll (take e ids) :shifts 1 :axis 1)", "rolls along the"),
+        # of the flattened elements: positions come round to others
+        ("(roll (take e ids) :shifts 1)", "rolls along the"),
+        # the axis a const decides, which the constructor can make the sequence's
+        ("(concat [(take e ids) (take e ids)] :axis k)", "along an axis that may be"),
+        # an amount a const decides: the constructor can make it any
+        ("(pad (take e ids) [0 0 k 0])", "pads along the sequence"),
+    ],
+)
+def test_a_concat_pad_or_roll_along_the_sequence_is_refused(body, why):
+    """Each moves the chunk's values to other positions than the cache's: refused at the
+    form, named, on its line."""
+    const = "(defconst k 2)\n" if re.search(r"\bk\b", body) else ""
+    source = (
+        TABLES
+        + const
+        + (
+            f"(defun forward (ids)\n  (let ((h {body})) (attention h h h :causal true)))"
+        )
+    )
+    error = refused(source + GENERATE)
+    assert why in error.message and error.line == source.count("\n") + 1
+    assert error.message.startswith(
+        f"a :generate run cannot cache ({body.split()[0][1:]} "
+    )
+
+
+def test_a_concat_pad_or_roll_along_other_axes_stays_as_it_is():
+    """Along the features, or of a value not made from the input, they mix no positions."""
+    body = """(let ((h (take e ids))
+         (f (concat [(slice h :axis 2 :end 4) (roll (slice h :axis 2 :start 4) :shifts 1 :axis 2)] :axis -1))
+         (g (pad f [1 -1])))
+     (attention (+ g (concat [(slice (at e 0) :end 4) (slice (at e 1) :start 4)] :axis 0)) h h :causal true))"""
+    cached = compile_string(
+        TABLES + f"(defun forward (ids) {body})" + GENERATE, run="chat"
+    )
+    assert "sx.cached_attention(" in cached
+    assert "torch.cat(" in cached and "torch.roll(" in cached and "F.pad(" in cached
+
+
+POSITIONED = """(defparam e (normal [16 8]))
+(defparam table (normal [3 8]))
+(defun forward (ids)
+  (let ((q (swap-axes (reshape (take e ids) [0 0 2 4]) 1 2))
+        ;; over the heads, axis 1 of [B, heads, L, 4]: not the sequence's
+        (q (+ q (unsqueeze (unsqueeze (cast (positions q :axis 1) :f32) :axis -1) :axis -1)))
+        ;; over the positions, axis 2 here
+        (q (+ q (unsqueeze (arange-of q :axis 2) :axis -1)))
+        (y (reshape (swap-axes (attention q q q :causal true) 1 2) [0 0 8])))
+    ;; over axis 1 of a parameter: its columns, whatever the cache holds
+    (linear (+ y (arange-of table :axis 1)) e)))
+(defrun chat :precision :f32 :generate true)
+"""
+
+
+def test_positions_start_where_the_cache_ends_exactly_on_the_sequences_axis():
+    """Positions over the axis that holds the sequence (axis 2 of the heads' layout) are
+    offset by the cache's length; over another axis 1 (the heads, a parameter's columns)
+    they are the plain op's. Before, every axis 1 was offset and no other: each cached
+    step's logits against the whole prefix run again without a cache, step by step."""
+    import torch
+
+    from conftest import load_module
+    from sx2torch.runtime import generate
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = load_module(compile_string(POSITIONED, run="chat")).Model()
+    tokens = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(1))
+    got, logits = generate(module, tokens, 6, return_logits=True)
+    with torch.no_grad():
+        for step, chosen in enumerate(logits):
+            prefix = got[:, : 3 + step]
+            want = module(prefix)[:, -1]
+            torch.testing.assert_close(chosen, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        # the positions swapped last, [B, 8, L], as the 1-d ops take them
+        (
+            "(swap-axes (avg-pool1d (swap-axes (take e ids) 1 2) 2) 1 2)",
+            "pools along the",
+        ),
+        (
+            "(swap-axes (max-pool1d (swap-axes (take e ids) 1 2) 2) 1 2)",
+            "pools along the",
+        ),
+        (
+            "(swap-axes (interpolate (swap-axes (take e ids) 1 2) :scale-factor 2) 1 2)",
+            "interpolates along the",
+        ),
+        (
+            "(swap-axes (conv-transpose1d (swap-axes (take e ids) 1 2) w :groups 8) 1 2)",
+            "convolves along the",
+        ),
+        # [B, L, 8, 1] as [N, C, H, W]: the channels a conv2d sums are the positions
+        (
+            "(squeeze (conv2d (unsqueeze (take e ids) :axis -1) v) :axis -1)",
+            "convolves",
+        ),
+        ("(repeat-interleave (take e ids) :repeats 2 :axis 1)", "repeats along the"),
+        # a table of 16 positions added whole: a one-token chunk would get all 16
+        ("(+ (take e ids) e)", "broadcasts the sequence against a fixed size, 16"),
+    ],
+)
+def test_what_pools_resamples_repeats_or_broadcasts_the_positions_is_refused(body, why):
+    """Each computed a cached step's chunk from itself alone where the plain op reads the
+    positions before it (or, broadcast against a fixed table, gave every position all its
+    rows): refused at the form, named, on its line."""
+    source = (
+        TABLES
+        + "(defparam v (normal [8 16 1 1]))\n"
+        + (
+            f"(defun forward (ids)\n  (let ((h {body})) (attention h h h :causal true)))"
+        )
+    )
+    error = refused(source + GENERATE)
+    assert why in error.message and error.line == 5
+    assert error.message.startswith("a :generate run cannot cache (")

@@ -217,3 +217,63 @@ def test_a_numbers_method_is_written_as_black_writes_it():
     code = compile_source(source, "m.lisp")
     assert "(1.5).expand_as(x) + (2).expand_as(x)" in code
     assert black.format_str(code, mode=black.Mode()) == code
+
+
+def _terms(template: str, op: str, count: int) -> str:
+    return f" {op} ".join(template.format(i) for i in range(count))
+
+
+# Statements too long for a line whose value is a chain of two operators or more of one
+# kind (a long expression compiles to such sums): the format pass writes black's split
+# itself. Beside them, the statements it leaves to black.
+SPLIT_HERE = [
+    "        add_x = " + _terms("torch.sin(x_{})", "+", 12),
+    "    return " + _terms("2.0 * x_{}", "-", 10) + " + f(a, [b, c], key=-1)",
+    "y = " + _terms("w_{}.t()", "@", 14),
+    "            y = "
+    + _terms("x_{0}**2 * scale_{0}", "+", 5),  # the value fits a line
+    '        self.y = x[1:2] + "a string" + g(h(x) + y, dim=-1) + '
+    + _terms("z{}", "+", 8),
+]
+BLACKS_HERE = [
+    "        y = x + torch.cat([" + _terms("tensor_number_{}", ",", 8) + "], dim=-1)",
+    "        y = " + _terms("torch.sin(x_{})", "+", 12) + "  # m.lisp:3",
+    "        y = "
+    + _terms("x_{}", "+", 12)
+    + " if flag else "
+    + _terms("y_{}", "+", 5),
+    "        y = " + _terms("x_{}", "+", 12) + " < " + _terms("y_{}", "+", 5),
+    "        y = x + "
+    + _terms("argument_{}", "*", 14),  # an operand longer than a line
+    "        y = f(x, 'a') + " + _terms("x_{}", "+", 12),
+    "        y = (" + _terms("x_{}", "+", 20) + ")",
+]
+
+
+def _black_at_depth(line: str) -> str:
+    """Black's formatting of one statement line, at its depth."""
+    depth = (len(line) - len(line.lstrip(" "))) // 4
+    code = "".join("    " * level + "if _:\n" for level in range(depth)) + line + "\n"
+    written = black.format_str(code, mode=black.Mode()).rstrip("\n").split("\n")
+    return "\n".join(written[depth:])
+
+
+@pytest.mark.parametrize("line", SPLIT_HERE + BLACKS_HERE)
+def test_a_long_chain_of_operators_is_split_as_black_splits_it(line):
+    written = format._operands(line)
+    assert (written is None) == (line in BLACKS_HERE)
+    assert len(line) > format.LINE_LENGTH
+    if written is not None:
+        assert written == _black_at_depth(line)
+
+
+def test_a_module_of_long_sums_does_not_run_black(monkeypatch):
+    code = "class A:\n    def f(self, x):\n" + "\n".join(SPLIT_HERE[:1] * 2) + "\n"
+    code += "        return " + _terms("add_x * {}.0", "+", 20) + "\n"
+    expected = black.format_str(code, mode=black.Mode())
+
+    def no_black(lines):
+        raise AssertionError(f"black was run on {lines}")
+
+    monkeypatch.setattr(format, "_split", no_black)
+    assert format.formatted(code) == expected

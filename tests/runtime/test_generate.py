@@ -44,7 +44,9 @@ def test_the_cached_steps_are_the_recomputed_prefix(static, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda module, **options: module)
     module = model("chat-exact")
     prompt = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(2))
-    tokens, logits = generate(module, prompt, 10, return_logits=True, static_cache=static)
+    tokens, logits = generate(
+        module, prompt, 10, return_logits=True, static_cache=static
+    )
     want_tokens, want_logits = recomputed(module, prompt, 10)
     assert torch.equal(tokens, want_tokens)
     for got, want in zip(logits, want_logits):
@@ -155,3 +157,40 @@ def test_the_static_decode_step_compiles_once_torch_compile():
     assert torch.equal(tokens, eager)
     assert counters["stats"]["unique_graphs"] == 1
     assert not counters["graph_break"]
+
+
+@pytest.mark.parametrize("length", [2, 5], ids=["fills-while-compiled", "full"])
+def test_the_windowed_static_decode_step_compiles_once(length, monkeypatch):
+    """The window's slot (3 keys, held as 4) rolls once full: before, the step branched on
+    the cache's length, a Python number, so every token compiled it again. Now one graph
+    serves every step, across the slot filling (prompt 2) and full from the first step
+    (prompt 5), counted by a backend that runs each graph as torch does; its tokens and
+    logits are the uncompiled static cache's, bit for bit."""
+    import functools
+
+    graphs = []
+
+    def counting(graph, inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch.set_num_threads(1)
+    module = model("chat-exact")
+    prompt = torch.randint(
+        0, 64, (2, length), generator=torch.Generator().manual_seed(2)
+    )
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
+    eager = generate(module, prompt, 12, static_cache=True, return_logits=True)
+    monkeypatch.setattr(torch, "compile", functools.partial(compile, backend=counting))
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            tokens, logits = generate(
+                module, prompt, 12, static_cache=True, return_logits=True
+            )
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == 1
+    assert torch.equal(tokens, eager[0])
+    assert all(torch.equal(a, b) for a, b in zip(logits, eager[1], strict=True))
