@@ -28,6 +28,7 @@ from typing import Optional
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, numbers_read, walk
 from sx2torch.ops import REGISTRY, ArgKind
+from sx2torch.ops.cache import LAST_POSITION
 from sx2torch.ops.sequence import LENGTH, SEQUENCE, Seen
 from sx2torch.ops.shapes import Analysis, ranked
 from sx2torch.syntax.scalars import ScalarOp
@@ -121,8 +122,8 @@ class _Follow(Analysis):
     def _cache(self, node: Node, found: dict) -> Seen:
         """The node's `cached` rule, from the op it was traced as (a graph called with other
         shapes is followed again); the op it becomes, the same at every call."""
-        name, attrs = self.traced.setdefault(node, (node.op, node.attrs))
-        op, made = REGISTRY[name], self.within[-1]
+        op, attrs = self.traced.setdefault(node, (node.op, node.attrs))
+        made = self.within[-1]
         lengths = frozenset(k for k, v in attrs.items() if _run_node(v) in self.lengths)
         seen = Seen(
             attrs,
@@ -148,7 +149,8 @@ class _Follow(Analysis):
             )
         if found is not None and op.python_number:
             self.lengths.add(node)
-        became = found or (name, attrs)
+        # the rule names the op the node becomes: its entry is looked up once, here
+        became = (REGISTRY[found[0]], found[1]) if found else (op, attrs)
         if self.became.setdefault(node, became[0]) != became[0]:
             raise SourceError(
                 node.span,
@@ -256,7 +258,7 @@ def _keep_last(graph: Graph, program: Program, holds: dict) -> None:
 def _slice_after(graph: Graph, value: Node) -> None:
     kept = Node(
         Kind.OP,
-        "last-position",
+        LAST_POSITION,
         (value,),
         {"axis": Scalar.lit(SEQUENCE)},
         value.span,

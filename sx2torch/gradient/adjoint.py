@@ -164,7 +164,7 @@ class _Copier:
         if node.kind is Kind.OP and REGISTRY[node.op].draws:
             raise SourceError(
                 node.span,
-                f"'{node.op}' draws random values, and the adjoint loop of this gradient "
+                f"'{node.op.name}' draws random values, and the adjoint loop of this gradient "
                 "would compute the layer's forward again and draw anew: draw before the "
                 "loop and pass the values in",
             )

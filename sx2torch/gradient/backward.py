@@ -161,7 +161,7 @@ class Backward:
             why = op.no_grad or "the compiler made it, and takes no second derivative"
             raise SourceError(
                 node.span,
-                f"'{node.op}' has no gradient ({why}), and (gradient ...) needs one here",
+                f"'{node.op.name}' has no gradient ({why}), and (gradient ...) needs one here",
             )
         with self.stamped(node):
             return list(zip(node.inputs, op.grad(self.t, node, g)))

@@ -938,11 +938,11 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
             "a number" if isinstance(operand, Scalar) else f"{_describe(dtype)} tensor"
         )
         raise SourceError(
-            node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
+            node.span, f"'{node.op.name}' needs an integer tensor of indices, got {got}"
         )
     if kind is ArgKind.BOOL_TENSOR and dtype != DType.BOOL:
         raise SourceError(
-            node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)"
+            node.span, f"'{node.op.name}' needs a boolean condition, such as (> x 0)"
         )
     if (
         kind is ArgKind.MATRIX
@@ -952,7 +952,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         got = (
             "a number" if isinstance(operand, Scalar) else f"{_describe(dtype)} tensor"
         )
-        raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
+        raise SourceError(node.span, f"'{node.op.name}' needs a float tensor, got {got}")
     if (
         kind is ArgKind.TENSOR
         and dtype in (DType.INT, DType.BOOL)
@@ -960,7 +960,7 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
     ):
         raise SourceError(
             node.span,
-            f"'{node.op}' needs a float tensor, got {_describe(dtype)} tensor",
+            f"'{node.op.name}' needs a float tensor, got {_describe(dtype)} tensor",
         )
 
 
