@@ -116,7 +116,7 @@ class _Follow(Analysis):
             return super()._node(node, model, found)
         seen = self._cache(node, found)
         dims = super()._node(node, model, found)
-        rule = REGISTRY[node.op].sequence
+        rule = node.op.sequence
         return rule(seen, ranked(dims)) if rule else dims
 
     def _cache(self, node: Node, found: dict) -> Seen:
@@ -193,7 +193,7 @@ def _from_input(graph: Graph) -> set:
     for node in walk(graph.nodes):
         for region in node.regions:
             made.update(region.inputs)
-        op = REGISTRY.get(node.op)
+        op = node.op
         if any(x in made and not _shape_only(op, k) for k, x in enumerate(node.inputs)):
             made.add(node)
     return made
@@ -227,7 +227,7 @@ def _holding(program: Program, graphs: dict, reached: list) -> dict:
 
 def _holds(node: Node, graph: Graph, program: Program, holds: dict) -> bool:
     if node.kind is Kind.OP:
-        return REGISTRY[node.op].caches or REGISTRY[node.op].state
+        return node.op.caches or node.op.state
     if node.kind in (Kind.CALL, Kind.SUBMODEL):
         return holds[_callee(node, graph, program)]
     return any(

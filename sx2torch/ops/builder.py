@@ -199,7 +199,7 @@ def is_python_number(operand) -> bool:
     return (
         isinstance(operand, Node)
         and operand.kind is Kind.OP
-        and REGISTRY[operand.op].python_number
+        and operand.op.python_number
     )
 
 
