@@ -121,7 +121,7 @@ def test_a_size_in_arithmetic_is_a_python_number_not_a_tensor(build):
 def test_len_reads_its_operand_for_its_size_alone(build):
     """`(len x)` reads x's first size alone, as `(size x :axis 0)` does: a parameter's is read
     as it is stored, with no cast made for it, and a product with the length of a value the
-    gradient runs through has torch's gradient (the length a number that carries none)."""
+    gradient runs through has torch's gradient (the length carries none)."""
     module, code = build(
         "(defparam w (normal [4 4]))\n"
         "(defun forward (x) (+ (matmul x w) (len w)))\n"
