@@ -19,11 +19,6 @@ def gate_bf16(x):
     return x * torch.sigmoid(x)
 
 
-# gate for x: bf16
-def gate_bf16_2(x):
-    return x * torch.sigmoid(x)
-
-
 class Norm(nn.Module):
     def __init__(self, *, d=8):
         super().__init__()
@@ -66,4 +61,4 @@ class PublicMethods(nn.Module):
         x_2 = x.to(torch.bfloat16) @ w_in_bf16
         for layer in self.blocks:
             x_2 = layer(x_2)
-        return gate_f32(x).to(torch.bfloat16) + gate_bf16_2(x_2)
+        return gate_f32(x).to(torch.bfloat16) + gate_bf16(x_2)

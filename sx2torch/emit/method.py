@@ -103,10 +103,7 @@ class MethodEmitter:
 
     def body(self) -> list:
         """The method's statements, precision blocks nested."""
-        statements: list = [
-            ((), _assign(self.locals.scalars[scalar], self.spelling.computed(scalar)))
-            for _, scalar in self.layout.scalars
-        ]
+        statements = _kept_numbers(self.layout, self.locals, self.spelling)
         statements += self._hoists(TOP, ())
         statements += self._block(self.graph.nodes)
         output = self.graph.output
@@ -425,6 +422,15 @@ def _assign(name: str, value: b.Expr) -> cst.SimpleStatementLine:
 
 def _assign_all(target, value: b.Expr) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
+
+
+def _kept_numbers(layout: Layout, locals_: Locals, spelling: Spelling) -> list:
+    """(path, statement) assigning each number the source names that the method keeps as
+    a local, before its first statement."""
+    return [
+        ((), _assign(locals_.scalars[scalar], spelling.computed(scalar)))
+        for _, scalar in layout.scalars
+    ]
 
 
 def _nest(statements: list, device: str, unblocked: set) -> list:

@@ -5,10 +5,12 @@ it sees only its arguments; each copy is traced and typed as a defun of its mode
 copy reads anything of its model (no op reading the module's state, dropout's
 `self.training`; calls only of library functions and of such defuns, never of a model's own
 defun of the name called), the defun is a function of its arguments: its specializations in
-every model whose code is the same (the same signature and ambient, the same printed plan,
-the same casts at entry) are served by one body, the first, which emission writes once at
-module level and every class calls by name, as it does the library's functions
-(sx2torch/emit/functions.py). The top model keeps no method of such a defun: where it calls
+every model whose code is the same (the same signature and ambient, the same printed plan)
+are served by one body, the first, which emission writes once at module level and every
+class calls by name, as it does the library's functions (sx2torch/emit/functions.py). Casts
+at entry do not set two bodies apart: a method casts down at entry only arguments every
+caller in the module passes in bf16 already (plan/methods.py), so for those callers the cast
+changes nothing, and a function is no model's public method. The top model keeps no method of such a defun: where it calls
 the defun it calls the function, and where it does not, the defun is no entry point of it.
 A run's loss stays a method: the training script calls it on the model.
 """
@@ -82,8 +84,7 @@ def pooled(plans: dict, names: frozenset, methods: list) -> tuple:
             stand_ins = {c: f"m{order[code(c)]}" for c in own.callee.values()}
             text = printed(plan.layout, stand_ins, plan.spelled)
             body = text.split("\n", 1)[1]  # the head names the model
-            entry = sorted((i, cast.spelling) for i, cast in plan.entry.items())
-            key = (own.graph.name, own.signature, own.ambient, body, tuple(entry))
+            key = (own.graph.name, own.signature, own.ambient, body)
             served[own] = first.setdefault(key, own)
         return served[own]
 

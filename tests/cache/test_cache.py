@@ -110,7 +110,7 @@ def test_mamba_caches_its_convolution_and_scan_states_in_their_dtypes():
     assert cached.count("sx.cached_conv1d(") == 2
     assert cached.count("dtype=torch.bfloat16,\n            )") == 2
     assert (
-        "sx.cached_linear_scan(\n                discrete_A, deltaB_u, dim=2, dtype=torch.float32\n"
+        "sx.cached_linear_scan(\n            discrete_A, deltaB_u, dim=2, dtype=torch.float32\n"
         in cached
     )
     assert "self.lm_head(sx.last_position(self.backbone(input_ids), 1))" in cached

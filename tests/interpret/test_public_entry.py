@@ -36,7 +36,7 @@ from sx2torch import interpret
 from sx2torch.compiler import Options, compile_source
 from sx2torch.interpret.model import method as method_name
 from sx2torch.errors import SourceError
-from targets.test_target_equivalence import INPUTS, Floats, Ids
+from targets.test_target_equivalence import FUNCTION, INPUTS, Floats, Ids
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parents[1]))  # tools/ is beside the package, not in it
@@ -124,7 +124,10 @@ def _entries(path: Path) -> tuple:
     return {}, {
         method: [spec.make(generator, "cuda") for spec in specs]
         for method, specs in GOLDEN[name].items()
-        if " with " not in method  # a specialization's own arguments: not from outside
+        # a specialization's own arguments are not from outside; a module-level function
+        # (`module:NAME`, a top-level defun the models share) is no model's method, and the
+        # interpreter's entry points are the models' public methods
+        if " with " not in method and not method.startswith(FUNCTION)
     }
 
 

@@ -262,7 +262,6 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "module:gate_f32": (Floats((2, 8)),),
         "module:gate_bf16": (Floats((2, 8)),),
         "module:gate_bf16 with bf16": (Bf16s((2, 8)),),
-        "module:gate_bf16_2": (Bf16s((2, 8)),),
         "blocks.0.forward": (Floats((2, 8)),),
         "blocks.0.ln.forward": (Floats((2, 8)),),
     },
