@@ -133,7 +133,7 @@ def _function(record: Expansion, graphs: dict, shapes: dict) -> Optional[Graph]:
     if any(_reads_names(value) for value in shaping.values()):
         return None  # a const in a key that shapes the code: written where it is read
     shape = (len(record.inputs), _shown(shaping))
-    if shapes.setdefault(op.name, shape) != shape:
+    if shapes.setdefault(op, shape) != shape:
         return None
     key = (LIBRARY, op.name)
     if key not in graphs:
