@@ -184,17 +184,32 @@ def _literals(node: ast.AST, constants: dict) -> list:
     return []
 
 
-def op_names_compared(source: str) -> list:
-    """(line, op name) for each registry op's name a comparison tests for. In `a in b`, the
-    strings b holds: `"at" in node.attrs` asks for a key, not an op."""
-    tree = ast.parse(source)
-    constants = {
+def _constants(tree: ast.Module) -> dict:
+    """The module-level names bound to strings: {name: the strings}."""
+    return {
         statement.targets[0].id: _literals(statement.value, {})
         for statement in tree.body
         if isinstance(statement, ast.Assign)
         and len(statement.targets) == 1
         and isinstance(statement.targets[0], ast.Name)
     }
+
+
+def _in_passes(finder) -> list:
+    """(path, line, what) for what `finder` sees in each module that knows ops by field."""
+    return [
+        (path.relative_to(PACKAGE), line, what)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
+        for line, what in finder(path.read_text(encoding="utf-8"))
+    ]
+
+
+def op_names_compared(source: str) -> list:
+    """(line, op name) for each registry op's name a comparison tests for. In `a in b`, the
+    strings b holds: `"at" in node.attrs` asks for a key, not an op."""
+    tree = ast.parse(source)
+    constants = _constants(tree)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
@@ -237,10 +252,8 @@ NOT_ONLY_OPS = {"stack"}
 
 def test_no_pass_names_an_op_in_a_comparison():
     named = {
-        f"{path.relative_to(PACKAGE)}:{line}: {name!r}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
-        for line, name in op_names_compared(path.read_text(encoding="utf-8"))
+        f"{path}:{line}: {name!r}"
+        for path, line, name in _in_passes(op_names_compared)
         if name not in NOT_ONLY_OPS
     }
     assert not named, sorted(named)
@@ -264,13 +277,7 @@ def op_names_looked_up(source: str) -> list:
     message prints `op.name`; what a pass makes, `t.op("+", [a, b])`, is named as source
     names it, and the builder looks the name up once."""
     tree = ast.parse(source)
-    constants = {
-        statement.targets[0].id: _literals(statement.value, {})
-        for statement in tree.body
-        if isinstance(statement, ast.Assign)
-        and len(statement.targets) == 1
-        and isinstance(statement.targets[0], ast.Name)
-    }
+    constants = _constants(tree)
 
     def names(node: ast.AST) -> list:
         return [s for s in _literals(node, constants) if s in REGISTRY]
@@ -329,9 +336,6 @@ g = t.op("+", [a, b]), REGISTRY[name], node.attrs["axis"], f"'{node.op.name}' ne
 
 def test_no_pass_finds_an_op_by_its_name():
     found = {
-        f"{path.relative_to(PACKAGE)}:{line}: {what}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
-        for line, what in op_names_looked_up(path.read_text(encoding="utf-8"))
+        f"{path}:{line}: {what}" for path, line, what in _in_passes(op_names_looked_up)
     }
     assert not found, sorted(found)
