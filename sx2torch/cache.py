@@ -31,6 +31,7 @@ from typing import Optional
 from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, numbers_read, walk
 from sx2torch.ops import REGISTRY, ArgKind
+from sx2torch.ops.cache import LAST_POSITION
 from sx2torch.ops.sequence import LENGTH, SEQUENCE, Seen
 from sx2torch.ops.shapes import Analysis, ranked
 from sx2torch.syntax.scalars import ScalarOp
@@ -120,14 +121,14 @@ class _Follow(Analysis):
             return super()._node(node, model, found)
         seen = self._cache(node, found)
         dims = super()._node(node, model, found)
-        rule = REGISTRY[node.op].sequence
+        rule = node.op.sequence
         return rule(seen, ranked(dims)) if rule else dims
 
     def _cache(self, node: Node, found: dict) -> Seen:
         """The node's `cached` rule, from the op it was traced as (a graph called with other
         shapes is followed again); the op it becomes, the same at every call."""
-        name, attrs = self.traced.setdefault(node, (node.op, node.attrs))
-        op, made = REGISTRY[name], self.within[-1]
+        op, attrs = self.traced.setdefault(node, (node.op, node.attrs))
+        made = self.within[-1]
         lengths = frozenset(k for k, v in attrs.items() if _run_node(v) in self.lengths)
         seen = Seen(
             attrs,
@@ -153,7 +154,8 @@ class _Follow(Analysis):
             )
         if found is not None and op.python_number:
             self.lengths.add(node)
-        became = found or (name, attrs)
+        # the rule names the op the node becomes: its entry is looked up once, here
+        became = (REGISTRY[found[0]], found[1]) if found else (op, attrs)
         if self.became.setdefault(node, became[0]) != became[0]:
             raise SourceError(
                 node.span,
@@ -196,7 +198,7 @@ def _from_input(graph: Graph) -> set:
     for node in walk(graph.nodes):
         for region in node.regions:
             made.update(region.inputs)
-        op = REGISTRY.get(node.op)
+        op = node.op
         if any(x in made and not _shape_only(op, k) for k, x in enumerate(node.inputs)):
             made.add(node)
     return made
@@ -230,7 +232,7 @@ def _holding(program: Program, graphs: dict, reached: list) -> dict:
 
 def _holds(node: Node, graph: Graph, program: Program, holds: dict) -> bool:
     if node.kind is Kind.OP:
-        return REGISTRY[node.op].caches or REGISTRY[node.op].state
+        return node.op.caches or node.op.state
     if node.kind in (Kind.CALL, Kind.SUBMODEL):
         return holds[_callee(node, graph, program)]
     return any(
@@ -264,7 +266,7 @@ def _keep_last(graph: Graph, program: Program, holds: dict, shapes: dict) -> Non
 def _slice_after(graph: Graph, value: Node, axis: int) -> None:
     kept = Node(
         Kind.OP,
-        "last-position",
+        LAST_POSITION,
         (value,),
         {"axis": Scalar.lit(axis)},
         value.span,

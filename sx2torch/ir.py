@@ -50,7 +50,7 @@ class Kind(Enum):
 
     INPUT = "input"  # an argument of the defun
     PARAM = "param"  # a read of a parameter (or of a sub-model's, where it is inlined)
-    OP = "op"  # an op of the registry, named by `op`
+    OP = "op"  # an op of the registry, its entry in `op`
     CALL = "call"  # a call of another defun of the model
     SUBMODEL = "submodel"  # a call of a sub-model's forward
     CAST = "cast"  # an explicit conversion, `(cast x :bf16)`
@@ -89,7 +89,9 @@ class Region:
 @dataclass(eq=False)
 class Node:
     kind: Kind
-    op: Optional[str]  # the registry op of an OP node, else None
+    # an OP node's registry entry (sx2torch/ops/registry.py's `Op`: its fields say what the
+    # op does, `op.name` names it), else None
+    op: Optional[object]
     inputs: tuple
     attrs: dict
     span: Span
@@ -112,7 +114,7 @@ class Node:
     @property
     def what(self) -> str:
         """The op, or the kind of a structural node: for dumps and messages."""
-        return self.op or self.kind.value
+        return self.op.name if self.op is not None else self.kind.value
 
     def __repr__(self) -> str:
         return f"<{self.what} {self.name or ''} @{self.span.line}:{self.span.col}>"
@@ -151,7 +153,7 @@ class Expansion:
     """A library op traced in place (its `expand`), as the functions pass may make it a call
     of the op's function: what it read, and the nodes it made, its result among them."""
 
-    op: str
+    op: object  # the op's registry entry, as a node's
     inputs: tuple
     attrs: dict
     nodes: list
@@ -240,7 +242,7 @@ def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
     branches: dict = {}  # (condition, branch) -> what the IFs so far made in it
     for node in nodes:
         assert (node.kind is Kind.OP) == (
-            node.op in known_ops
+            node.op is not None and known_ops.get(node.op.name) is node.op
         ), f"unknown op {node.what!r}"
         assert len(node.regions) == {Kind.IF: 2, Kind.FOR: 1}.get(node.kind, 0)
         for operand in (*node.inputs, *numbers_read(node)):

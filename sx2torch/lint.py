@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from sx2torch.errors import Span
 from sx2torch.ir import CALLS, ISLAND, Kind, Node, outputs, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.policy.rules import calling
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.read import Datum, List, Symbol, Vector
@@ -81,7 +80,7 @@ def _precision(typed, precision: str):
                 f"{typed.graph.name} returns a scalar computed in bf16, {form}: a loss "
                 f"keeps only 8 bits of precision; {_island_fix(node)}",
             )
-        risk = REGISTRY[node.op].bf16_risk
+        risk = node.op.bf16_risk
         if risk:
             yield Finding(node.span, f"{form} {risk}; {_island_fix(node)}")
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sx2torch.ir import LIBRARY, Graph, Kind, Node, callee_key, outputs, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.ops.sharding import PARTIAL, Heads, Refused
 from sx2torch.syntax.names import mangle
 from sx2torch.syntax.program import LISTS, Program
@@ -123,14 +122,14 @@ def _flows(nodes: list, states: dict) -> bool:
         if node in states:
             continue
         if any(states.get(i) is not None for i in node.inputs) and not (
-            node.kind is Kind.CAST or node.kind is Kind.OP and REGISTRY[node.op].shards
+            node.kind is Kind.CAST or node.kind is Kind.OP and node.op.shards
         ):
             return False
         if not all(_flows(region.nodes, states) for region in node.regions):
             return False
         if node.kind is Kind.CAST:
             states[node] = states.get(node.inputs[0])
-        elif node.kind is Kind.OP and REGISTRY[node.op].shards:
+        elif node.kind is Kind.OP and node.op.shards:
             try:
                 states[node], _ = _through(node, [states.get(i) for i in node.inputs])
             except Refused:
@@ -147,7 +146,7 @@ def _through(node: Node, axes: list) -> tuple:
     """The output's split axis, and each head's sizes where the op splits the features
     into heads (else None)."""
     shapes = [_dims(i) if isinstance(i, Node) else () for i in node.inputs]
-    found = REGISTRY[node.op].shards(axes, shapes, node.attrs)
+    found = node.op.shards(axes, shapes, node.attrs)
     if isinstance(found, Heads):
         return found.axis, found.sizes
     return found, None
@@ -252,7 +251,7 @@ class _Flow:
                 self.calls[key] = self.graph(self.graphs[key[0]], read)
             got = self.calls[key]
             return got[0] if len(got) == 1 else self._refuse(graph, node, got, group)
-        if node.kind is Kind.OP and REGISTRY[node.op].shards and group is not None:
+        if node.kind is Kind.OP and node.op.shards and group is not None:
             try:
                 axis, heads = _through(node, axes)
             except Refused as refused:

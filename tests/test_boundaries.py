@@ -184,17 +184,32 @@ def _literals(node: ast.AST, constants: dict) -> list:
     return []
 
 
-def op_names_compared(source: str) -> list:
-    """(line, op name) for each registry op's name a comparison tests for. In `a in b`, the
-    strings b holds: `"at" in node.attrs` asks for a key, not an op."""
-    tree = ast.parse(source)
-    constants = {
+def _constants(tree: ast.Module) -> dict:
+    """The module-level names bound to strings: {name: the strings}."""
+    return {
         statement.targets[0].id: _literals(statement.value, {})
         for statement in tree.body
         if isinstance(statement, ast.Assign)
         and len(statement.targets) == 1
         and isinstance(statement.targets[0], ast.Name)
     }
+
+
+def _in_passes(finder) -> list:
+    """(path, line, what) for what `finder` sees in each module that knows ops by field."""
+    return [
+        (path.relative_to(PACKAGE), line, what)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
+        for line, what in finder(path.read_text(encoding="utf-8"))
+    ]
+
+
+def op_names_compared(source: str) -> list:
+    """(line, op name) for each registry op's name a comparison tests for. In `a in b`, the
+    strings b holds: `"at" in node.attrs` asks for a key, not an op."""
+    tree = ast.parse(source)
+    constants = _constants(tree)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
@@ -237,10 +252,90 @@ NOT_ONLY_OPS = {"stack"}
 
 def test_no_pass_names_an_op_in_a_comparison():
     named = {
-        f"{path.relative_to(PACKAGE)}:{line}: {name!r}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in BY_FIELD
-        for line, name in op_names_compared(path.read_text(encoding="utf-8"))
+        f"{path}:{line}: {name!r}"
+        for path, line, name in _in_passes(op_names_compared)
         if name not in NOT_ONLY_OPS
     }
     assert not named, sorted(named)
+
+
+def _is_op_name(node: ast.AST) -> bool:
+    """`<value>.op.name`: a node's op by its name."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "name"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "op"
+    )
+
+
+def op_names_looked_up(source: str) -> list:
+    """(line, what) for each place an op is found by its name rather than held: a registry
+    op's name (a literal, or a module-level name bound to some) looked up in `REGISTRY`, a
+    node's `op.name` compared or used as a key (a table of the pass's own by op name), an
+    OP node made with a name (the builder makes one from a name and holds the entry). A
+    message prints `op.name`; what a pass makes, `t.op("+", [a, b])`, is named as source
+    names it, and the builder looks the name up once."""
+    tree = ast.parse(source)
+    constants = _constants(tree)
+
+    def names(node: ast.AST) -> list:
+        return [s for s in _literals(node, constants) if s in REGISTRY]
+
+    found = []
+    for node in ast.walk(tree):
+        keys = []
+        if isinstance(node, ast.Subscript):
+            keys, table = [node.slice], node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+        ):
+            keys, table = [node.args[0]], node.func.value
+        elif isinstance(node, ast.Compare):
+            if any(map(_is_op_name, [node.left, *node.comparators])):
+                found.append((node.lineno, "op.name compared"))
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "Node"
+            and len(node.args) > 1
+        ):
+            found.extend(
+                (node.lineno, f"{n!r} a node's op") for n in names(node.args[1])
+            )
+        for key in keys:
+            if _is_op_name(key):
+                found.append((node.lineno, "op.name a key"))
+            elif getattr(table, "id", None) == "REGISTRY":
+                found.extend((node.lineno, f"{n!r} looked up") for n in names(key))
+    return sorted(set(found))
+
+
+def test_the_finder_sees_an_op_found_by_its_name():
+    source = """
+TAKE = "take"
+a = REGISTRY["matmul"].rank
+b = REGISTRY.get(TAKE)
+c = SPECIAL[node.op.name]
+d = SPECIAL.get(n.op.name, None)
+e = node.op.name in FILLS or n.op.name != name
+f = Node(Kind.OP, "exp", (x,), {}, span, form)
+g = t.op("+", [a, b]), REGISTRY[name], node.attrs["axis"], f"'{node.op.name}' needs"
+"""
+    assert op_names_looked_up(source) == [
+        (3, "'matmul' looked up"),
+        (4, "'take' looked up"),
+        (5, "op.name a key"),
+        (6, "op.name a key"),
+        (7, "op.name compared"),
+        (8, "'exp' a node's op"),
+    ]
+
+
+def test_no_pass_finds_an_op_by_its_name():
+    found = {
+        f"{path}:{line}: {what}" for path, line, what in _in_passes(op_names_looked_up)
+    }
+    assert not found, sorted(found)

@@ -11,7 +11,8 @@ import sx2torch.build as b
 from sx2torch.emit import scalars, targets
 from sx2torch.emit.naming import Locals, Naming
 from sx2torch.ir import ISLAND, Kind, Node, Scalar
-from sx2torch.ops import REGISTRY, SYMBOLIC, EmitContext
+from sx2torch.ops import SYMBOLIC, EmitContext
+from sx2torch.ops.builder import is_number
 from sx2torch.ops.rank import rank_of
 from sx2torch.plan import Plans
 from sx2torch.plan.casts import Hoist
@@ -314,7 +315,7 @@ class MethodEmitter:
             # topk's values, where nothing else reads its indices
             indices = self.expr(self.layout.topk_values[node])
             return indices.with_changes(attr=cst.Name("values"))
-        op = REGISTRY[node.op]
+        op = node.op
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         decided = self.typed.decided[node]
         context = EmitContext(
@@ -322,7 +323,7 @@ class MethodEmitter:
             decided.compute,
             {k: self.spelling.attr(v) for k, v in node.attrs.items()},
             {k: _value(v) for k, v in node.attrs.items()},
-            tuple(map(_is_number, node.inputs)),
+            tuple(map(is_number, node.inputs)),
             tuple(map(rank_of, node.inputs)),
         )
         value = op.emit(operands, context)
@@ -492,11 +493,3 @@ def located(statement, span, source_lines: Optional[str]):
     return statement.with_changes(
         trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment)
     )
-
-
-def _is_number(operand) -> bool:
-    """A number in the emitted code: known when the file compiles, or a Python one."""
-    if isinstance(operand, Scalar):
-        return True
-    op = REGISTRY.get(getattr(operand, "op", None))
-    return op is not None and op.python_number

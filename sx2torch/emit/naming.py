@@ -17,7 +17,6 @@ from typing import Optional
 
 from sx2torch.emit.names import MODULE_ATTRIBUTES, Namespace, plain_attribute
 from sx2torch.ir import CALLS, ISLAND, REGION, Kind, Node, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.plan import Plans
 from sx2torch.plan.casts import Hoist
 from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
@@ -359,9 +358,7 @@ class _LocalNaming:
         role = self._role(node)
         if role is not None:
             return role
-        word = node.label or (
-            REGISTRY[node.op].word if node.kind is Kind.OP else node.what
-        )
+        word = node.label or (node.op.word if node.kind is Kind.OP else node.what)
         source = next(
             (self._label(i) for i in node.inputs if isinstance(i, Node)), None
         )
@@ -377,7 +374,7 @@ class _LocalNaming:
         if len(readers) != 1 or getattr(readers[0][0], "kind", None) is not Kind.OP:
             return None
         reader, index = readers[0]
-        args = REGISTRY[reader.op].args
+        args = reader.op.args
         arg = args[min(index, len(args) - 1)]
         name = mangle(arg.name)
         return name if arg.names and name not in self.sources else None

@@ -8,7 +8,6 @@ from sx2torch.errors import SourceError
 from sx2torch.gradient.dependence import read_in_regions, reads_around
 from sx2torch.gradient.labels import label
 from sx2torch.ir import Kind, Node, Operand, Region, Scalar, walk
-from sx2torch.ops import REGISTRY
 
 
 class Adjoint:
@@ -161,10 +160,10 @@ class _Copier:
             self.backward.t.add(self.node(node))
 
     def node(self, node: Node) -> Node:
-        if node.kind is Kind.OP and REGISTRY[node.op].draws:
+        if node.kind is Kind.OP and node.op.draws:
             raise SourceError(
                 node.span,
-                f"'{node.op}' draws random values, and the adjoint loop of this gradient "
+                f"'{node.op.name}' draws random values, and the adjoint loop of this gradient "
                 "would compute the layer's forward again and draw anew: draw before the "
                 "loop and pass the values in",
             )

@@ -13,7 +13,6 @@ from sx2torch.gradient.adjoint import Adjoint
 from sx2torch.gradient.dependence import Dependence, reads_around
 from sx2torch.gradient.labels import label, shown
 from sx2torch.ir import Kind, Node, Operand, Region
-from sx2torch.ops import REGISTRY
 from sx2torch.syntax.echo import echo
 from sx2torch.ops.builder import Builder
 
@@ -156,12 +155,12 @@ class Backward:
                 f"this call of '{node.attrs['target']}' was traced outside the gradient form, so its "
                 f"nodes cannot be differentiated: write it inside, as (gradient ({node.attrs['target']} ...) X)",
             )
-        op = REGISTRY[node.op]
+        op = node.op
         if op.grad is None:
             why = op.no_grad or "the compiler made it, and takes no second derivative"
             raise SourceError(
                 node.span,
-                f"'{node.op}' has no gradient ({why}), and (gradient ...) needs one here",
+                f"'{node.op.name}' has no gradient ({why}), and (gradient ...) needs one here",
             )
         with self.stamped(node):
             return list(zip(node.inputs, op.grad(self.t, node, g)))
@@ -245,7 +244,7 @@ class Backward:
 def _sums_all(node: Node) -> bool:
     return (
         node.kind is Kind.OP
-        and REGISTRY[node.op].totals(node.attrs)
+        and node.op.totals(node.attrs)
         and isinstance(node.inputs[0], Node)
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sx2torch.ir import Kind, Node, reads, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.ops.registry import ArgKind
 
 
@@ -62,7 +61,7 @@ def _valued(node: Node) -> list:
     """What a node reads for its values: not the tensors an op reads only for the shape."""
     if node.kind is not Kind.OP:
         return reads(node)
-    args = REGISTRY[node.op].args
+    args = node.op.args
     return [
         value
         for k, value in enumerate(node.inputs)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from sx2torch.ir import Kind, Node
-from sx2torch.ops import REGISTRY
 from sx2torch.syntax.echo import echo
 
 
@@ -40,4 +39,4 @@ def _word(node: Node) -> str:
         return _word(_given(node))
     if node.kind is Kind.ITEM:  # a value a loop gives: named by its form, chain or for
         return node.form.items[0].name
-    return REGISTRY[node.op].word if node.kind is Kind.OP else node.what
+    return node.op.word if node.kind is Kind.OP else node.what

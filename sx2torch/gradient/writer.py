@@ -71,11 +71,9 @@ class Writer(Builder):
         seed = inputs[0] if inputs else None
         if not (isinstance(seed, Node) and seed.kind is Kind.OP):
             return None
-        if not REGISTRY[seed.op].ones or (
-            seed.mode == REGION and _mode(self.frames) is None
-        ):
+        if not seed.op.ones or (seed.mode == REGION and _mode(self.frames) is None):
             return None
-        if seed.inputs[0].kind is Kind.OP and REGISTRY[seed.inputs[0].op].checks:
+        if seed.inputs[0].kind is Kind.OP and seed.inputs[0].op.checks:
             return None
         spread = REGISTRY[name].spread
         return spread(inputs, attrs) if spread else None
@@ -102,7 +100,7 @@ class Writer(Builder):
     def ones(self, value: Node) -> Node:
         """Ones of `value`'s shape, made without computing it: of a matmul by a matrix, from
         its operands' shapes (read before a cast, which the forward may not make)."""
-        ones_from = REGISTRY[value.op].ones_from if value.kind is Kind.OP else None
+        ones_from = value.op.ones_from if value.kind is Kind.OP else None
         fill = ones_from and ones_from([_uncast(i) for i in value.inputs], self._shape)
         if fill:
             return self.op(*fill)
@@ -115,7 +113,7 @@ class Writer(Builder):
         or a `ones-like` then reads no value computed only for the shape."""
         while _keeps_shape(value):
             first = value.inputs[0]
-            if value.kind is Kind.CAST or REGISTRY[value.op].rank is SAME:
+            if value.kind is Kind.CAST or value.op.rank is SAME:
                 if not isinstance(first, Node):
                     break
                 value = first
@@ -139,7 +137,7 @@ def _keeps_shape(value: Node) -> bool:
     """Whether a node's shape is its first input's (a cast, an op shaped as its first input)
     or the broadcast of its inputs'."""
     return value.kind is Kind.CAST or (
-        value.kind is Kind.OP and REGISTRY[value.op].rank in (BROADCAST, SAME)
+        value.kind is Kind.OP and value.op.rank in (BROADCAST, SAME)
     )
 
 
@@ -155,7 +153,7 @@ def _spans(value: Node, other: Node) -> bool:
         if node in seen or not _keeps_shape(node):
             continue
         seen.add(node)
-        same = node.kind is Kind.CAST or REGISTRY[node.op].rank is SAME
+        same = node.kind is Kind.CAST or node.op.rank is SAME
         inputs = node.inputs[:1] if same else node.inputs
         pending.extend(i for i in inputs if isinstance(i, Node))
     return False
@@ -168,7 +166,7 @@ def _shaped_like(value: Node, other: Node, depth: int = 64) -> bool:
         return True
     if depth == 0 or not _keeps_shape(value):
         return False
-    same = value.kind is Kind.CAST or REGISTRY[value.op].rank is SAME
+    same = value.kind is Kind.CAST or value.op.rank is SAME
     inputs = [
         i for i in (value.inputs[:1] if same else value.inputs) if isinstance(i, Node)
     ]
@@ -188,7 +186,7 @@ def _mode(frames: tuple) -> Optional[str]:
 def _reduced_from(other: Node, operand: Node) -> bool:
     """Whether `other` reduces `operand` (or a value shaped like it) keeping its axes, so
     broadcasts against it keeping its shape: (mean x :axes [-1] :keepdims true) of x."""
-    if other.kind is not Kind.OP or REGISTRY[other.op].rank is not REDUCED:
+    if other.kind is not Kind.OP or other.op.rank is not REDUCED:
         return False
     keep = other.attrs.get("keepdims")
     first = other.inputs[0]

@@ -24,7 +24,7 @@ from sx2torch.ir import (
     Region,
     Scalar,
 )
-from sx2torch.ops.registry import REGISTRY
+from sx2torch.ops.registry import REGISTRY, Op
 from sx2torch.errors import SourceError
 from sx2torch.syntax.read import Datum
 
@@ -77,14 +77,14 @@ class Builder:
         for spec in op.keys:
             attrs.setdefault(spec.name, default(spec.default))
         if op.expand:
-            return self._expanded(name, inputs, attrs)
+            return self._expanded(op, inputs, attrs)
         frames = self.frames + (
             (_mark(ISLAND, self.datum),) if op.is_sensitive(attrs) else ()
         )
         return self.add(
             Node(
                 Kind.OP,
-                name,
+                op,
                 tuple(inputs),
                 attrs,
                 self.datum.span,
@@ -94,9 +94,9 @@ class Builder:
             )
         )
 
-    def _expanded(self, name: str, inputs: list, attrs: dict) -> Operand:
+    def _expanded(self, op: Op, inputs: list, attrs: dict) -> Operand:
         """An op defined by other ops, traced in place; the outermost such is recorded."""
-        op, start, outer = REGISTRY[name], len(self.nodes), self.expanding
+        start, outer = len(self.nodes), self.expanding
         self.expanding = True
         try:
             result = op.expand(self, inputs, attrs)
@@ -106,7 +106,7 @@ class Builder:
             result.label = op.word
         made = self.nodes[start:]
         if not outer and isinstance(result, Node) and result in made:
-            record = Expansion(name, tuple(inputs), attrs, made, result, self.frames)
+            record = Expansion(op, tuple(inputs), attrs, made, result, self.frames)
             self.graph.expansions.append(record)
         return result
 
@@ -199,7 +199,7 @@ def is_python_number(operand) -> bool:
     return (
         isinstance(operand, Node)
         and operand.kind is Kind.OP
-        and REGISTRY[operand.op].python_number
+        and operand.op.python_number
     )
 
 

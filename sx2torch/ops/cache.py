@@ -142,7 +142,8 @@ def _last(shapes, attrs):
     return x[:axis] + (1,) + x[axis + 1 :]
 
 
-register(
+# the cache pass puts it after forward's last cached op (sx2torch/cache.py)
+LAST_POSITION = register(
     Op(
         "last-position",
         (Arg("x"),),

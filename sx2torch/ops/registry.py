@@ -109,8 +109,12 @@ class Key:
         object.__setattr__(self, "kind", ArgKind(self.kind))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Op:
+    """One op's entry. A graph's OP node holds its entry (`node.op`), so a pass reads the
+    op's fields, never its name: an entry is equal only to itself, and comparing one with
+    a string is an error, not False (`node.op.name` is the name, for messages)."""
+
     name: str
     args: tuple
     emit: Optional[Callable] = None
@@ -226,6 +230,19 @@ class Op:
     # parallelism (sx2torch/ops/sharding.py); None: it needs the whole value
     shards: Optional[Callable] = None
 
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            raise TypeError(
+                f"op {self.name!r} compared with the string {other!r}: test a field of "
+                "its entry (or compare `.name` in a message's test)"
+            )
+        return self is other
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<op {self.name}>"
+
     def is_sensitive(self, attrs: dict) -> bool:
         return self.sensitive(attrs) if callable(self.sensitive) else self.sensitive
 
@@ -274,7 +291,22 @@ def along(key: str) -> Callable:
     return test
 
 
-REGISTRY: dict[str, Op] = {}
+class Registry(dict):
+    """The entries by name. A lookup by an entry gives the entry (registered under its
+    name): code that still looks `node.op` up, as when `node.op` was a name, runs as it did.
+    """
+
+    def __getitem__(self, key) -> Op:
+        return super().__getitem__(key.name if isinstance(key, Op) else key)
+
+    def get(self, key, default=None):
+        return super().get(key.name if isinstance(key, Op) else key, default)
+
+    def __contains__(self, key) -> bool:
+        return super().__contains__(key.name if isinstance(key, Op) else key)
+
+
+REGISTRY: Registry = Registry()
 SYMBOLIC = type("Symbolic", (), {"__repr__": lambda self: "SYMBOLIC"})()
 # An op's word where its name is not what the code writes: an operator's name, and the
 # method a view is written as (a temporary is named after what it is: `permute_q`).

@@ -411,7 +411,7 @@ register(
 register(
     Op(
         "len",
-        (X,),
+        (Arg("x", "like"),),  # read for its first axis's size alone
         lambda a, ctx: b.call("len", a[0]),
         result="int",
         python_number=True,

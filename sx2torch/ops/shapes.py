@@ -14,7 +14,6 @@ from typing import Optional
 import sx2torch.ops.initializers as initializers
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, callee_key, reads, walk
 from sx2torch.ops.rank import Dims, ShapeError, Tail, known
-from sx2torch.ops.registry import REGISTRY
 from sx2torch.syntax.program import Program
 
 
@@ -124,7 +123,7 @@ class Analysis:
         if node.kind is Kind.IF:
             then, otherwise = (self._region(r, model, found)[0] for r in node.regions)
             return then if then == otherwise else None
-        rule = REGISTRY[node.op].rank
+        rule = node.op.rank
         if rule.tails:
             inputs = [Tail(()) if dims is None else dims for dims in inputs]
         else:

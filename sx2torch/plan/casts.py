@@ -12,7 +12,6 @@ from typing import Optional
 
 from sx2torch.plan.targets import Target, or_bool, or_none
 from sx2torch.ir import DType, Kind, Node, Scalar, walk
-from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import Why
 
@@ -66,7 +65,7 @@ class Conversions:
         A bf16-stored table read in f32 is widened first (and a held target's always: it
         makes no bf16 tensor): the cast's backward then rounds the summed f32 gradient once,
         where a widening after the gather would sum repeated ids' rows in bf16."""
-        if node.kind is not Kind.OP or not REGISTRY[node.op].gathers:
+        if node.kind is not Kind.OP or not node.op.gathers:
             return None
         if node.inputs[0].kind is not Kind.PARAM:
             return None

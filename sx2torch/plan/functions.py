@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sx2torch.ir import LIBRARY, Kind, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.plan.printed import printed
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.program import Program
@@ -53,7 +52,7 @@ def shared(program: Program, lowered: Lowered) -> frozenset:
 def _alone(program: Program, typed: Typed, names: set) -> bool:
     """Whether a copy computes from its arguments alone, its callees functions too."""
     if any(
-        node.kind is Kind.OP and REGISTRY[node.op].module_state
+        node.kind is Kind.OP and node.op.module_state
         for node in walk(typed.graph.nodes)
     ):
         return False

@@ -20,7 +20,6 @@ from typing import Optional
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, numbers_read, outputs, reads, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.policy import Lowered, Typed
 from sx2torch.syntax.scalars import LEAVES, ScalarOp
 
@@ -190,7 +189,7 @@ class Layout:
                     r != RETURN
                     and not isinstance(r, Yield)
                     and r.kind is Kind.OP
-                    and REGISTRY[r.op].names_inputs(r)
+                    and r.op.names_inputs(r)
                     for r, _ in readers
                 )
                 or self.region_of(readers[0][0]) is not self.scope[node]
@@ -265,17 +264,17 @@ class Layout:
 
 
 def _topk_values(layout: Layout) -> dict:
-    """Each gather of a value at topk's indices of it along the same axis (REGISTRY's
+    """Each gather of a value at topk's indices of it along the same axis (the entry's
     `picks` and `picked`), both read uncast in one block: topk's own values are those
     elements (the same bits, and the same gradient), so one torch.topk call gives both."""
     found: dict = {}
     for node in walk(layout.graph.nodes):
-        picks = node.kind is Kind.OP and REGISTRY[node.op].picks
+        picks = node.kind is Kind.OP and node.op.picks
         indices = node.inputs[1] if picks else None
         if (
             isinstance(indices, Node)
             and indices.kind is Kind.OP
-            and REGISTRY[indices.op].picked
+            and indices.op.picked
             and indices.inputs[0] is node.inputs[0]
             and indices.attrs["axis"] == node.attrs["axis"]
             and indices not in found.values()
@@ -293,7 +292,7 @@ def _topk_values(layout: Layout) -> dict:
 def _unblocked(layout: Layout) -> set:
     """The f32 islands written without `torch.autocast(..., enabled=False)`: those an
     enabled autocast would not change. Only the ops autocast runs in lower precision
-    (REGISTRY's `autocasts`: GEMMs) compute otherwise under it; its f32 ops take the
+    (the entry's `autocasts`: GEMMs) compute otherwise under it; its f32 ops take the
     island's f32 inputs as they are, and every other op computes in its inputs' dtype.
     A call keeps the block (the callee runs under it), as does a value computed in bf16
     there (autocast's f32 ops would widen it)."""
@@ -304,10 +303,7 @@ def _unblocked(layout: Layout) -> set:
         if (
             node.kind in (Kind.CALL, Kind.SUBMODEL, Kind.FOR)
             or node.kind is Kind.OP
-            and (
-                REGISTRY[node.op].autocasts
-                or layout.typed.decision(node).compute == "bf16"
-            )
+            and (node.op.autocasts or layout.typed.decision(node).compute == "bf16")
         ):
             blocked |= frames
     return islands - blocked

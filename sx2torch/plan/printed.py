@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sx2torch.printer as printer
 from sx2torch.ir import CALLS, Kind, Node
-from sx2torch.ops import REGISTRY
 from sx2torch.plan.casts import Hoist
 from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.plan.spelled import Spelled
@@ -55,7 +54,7 @@ class _Plan(printer.Notes):
             notes += " rounds"
         if node in spelled.gathered:
             notes += f" gathered {spelled.gathered[node].spelling}"
-        op = REGISTRY[node.op]
+        op = node.op
         if op.out_dtype is not None and op.out_dtype(node.attrs) is not None:
             notes += f" computes {self.typed.decided[node].compute}"
         return notes

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sx2torch.ir import Kind, Node, walk
-from sx2torch.ops import REGISTRY
 from sx2torch.plan.layout import Layout
 from sx2torch.policy import Typed
 from sx2torch.policy.rules import output_dtype
@@ -85,9 +84,7 @@ class Spelled:
 def rounds(typed: Typed, node: Node) -> bool:
     """Whether an op's result is a bf16 value its op can leave, which a held target rounds
     on store."""
-    return typed.decided[node].dtype == "bf16" and not REGISTRY[node.op].is_exact(
-        node.inputs
-    )
+    return typed.decided[node].dtype == "bf16" and not node.op.is_exact(node.inputs)
 
 
 def written(layout: Layout, operand) -> Optional[str]:
@@ -115,7 +112,7 @@ def stored(layout: Layout, node: Node) -> Optional[str]:
     """What an op's result is written as, before the cast of the rows it gathered."""
     if layout.target.held and rounds(layout.typed, node):
         return "rounding"
-    return "fill" if REGISTRY[node.op].fills else None
+    return "fill" if node.op.fills else None
 
 
 def read_written(layout: Layout, node: Node, index: int) -> Optional[str]:
@@ -138,6 +135,6 @@ def _may_draw(nodes: list) -> bool:
     """Whether a region's values may draw random numbers: a draw, or a call."""
     return any(
         node.kind in (Kind.CALL, Kind.SUBMODEL)
-        or (node.kind is Kind.OP and REGISTRY[node.op].draws)
+        or (node.kind is Kind.OP and node.op.draws)
         for node in walk(nodes)
     )

@@ -25,7 +25,6 @@ from sx2torch.ir import (
     reads,
     walk,
 )
-from sx2torch.ops import REGISTRY
 from sx2torch.ops.shapes import Analysis, agreed, ranked
 from sx2torch.ranks import valued
 from sx2torch.syntax.scalars import Scalar, ScalarOp
@@ -111,7 +110,7 @@ class _Separable:
 def _keys(record: Expansion) -> tuple:
     """(the number keys, the keys that shape the code) of a use."""
     numbers, shaping = {}, {}
-    for spec in REGISTRY[record.op].keys:
+    for spec in record.op.keys:
         value = record.attrs[spec.name]
         if (
             isinstance(value, Scalar)
@@ -129,12 +128,12 @@ def _function(record: Expansion, graphs: dict, shapes: dict) -> Optional[Graph]:
     inside (its code is one expression), this use's shaping keys differ from the first's,
     or one reads a const.
     """
-    op = REGISTRY[record.op]
+    op = record.op
     numbers, shaping = _keys(record)
     if any(_reads_names(value) for value in shaping.values()):
         return None  # a const in a key that shapes the code: written where it is read
     shape = (len(record.inputs), _shown(shaping))
-    if shapes.setdefault(op.name, shape) != shape:
+    if shapes.setdefault(op, shape) != shape:
         return None
     key = (LIBRARY, op.name)
     if key not in graphs:

@@ -116,7 +116,7 @@ class Lowered:
             return typed.decided[node].dtype[index]
         if node.kind is Kind.CAST:
             return node.attrs["dtype"]
-        if _kind(REGISTRY[node.op], index) in UNCAST:
+        if _kind(node.op, index) in UNCAST:
             return None  # read only for its shape
         return typed.decided[node].compute
 
@@ -128,7 +128,7 @@ class Lowered:
         input where the copy reads it.)"""
         if node.kind is not Kind.OP or not _origins(node.inputs[index], typed.graph):
             return False
-        op = REGISTRY[node.op]
+        op = node.op
         if _kind(op, index).takes_bool:
             return True
         copied = op.result is Result.KEEP and _kind(op, index) in DATA_KINDS
@@ -416,7 +416,7 @@ class _Policy:
         typed.decided[node] = Decision(callee.output_dtype)
 
     def _op(self, typed: Typed, node: Node) -> None:
-        op = REGISTRY[node.op]
+        op = node.op
         dtypes = [
             (
                 typed.decided[i].dtype
@@ -474,7 +474,7 @@ class _Policy:
             return DType.BF16, marked
         if self.precision == DType.F32:
             return DType.F32, Reason(Why.POLICY)
-        if REGISTRY[node.op].result is Result.RUN:
+        if node.op.result is Result.RUN:
             return DType.BF16, Reason(Why.POLICY)
         if any(d == DType.BF16 or is_param(d) for d in floats):
             return DType.BF16, Reason(Why.CONTAGION)
@@ -671,7 +671,7 @@ class _Reaching:
         if node.kind in CALLS:
             callee = _callee_graph(self.program, self.graphs, node, owner)
             return callee.inputs[index] in self.reaching(callee, kind)
-        return node.kind is Kind.OP and _kind(REGISTRY[node.op], index) is kind
+        return node.kind is Kind.OP and _kind(node.op, index) is kind
 
 
 def _gives_int(op, floats: list, dtypes: list) -> bool:
@@ -724,7 +724,7 @@ def _fills_as_read(typed: Typed) -> None:
         decision = typed.decided[node]
         if (
             node.kind is Kind.OP
-            and REGISTRY[node.op].constant
+            and node.op.constant
             and decision.reason.why is Why.NOT_YET
             and all(reads.get(node, [False]))
         ):
@@ -755,7 +755,7 @@ def _reads_bf16(typed: Typed, node: Node, index: int) -> bool:
         return typed.decided[node].dtype[index] == DType.BF16
     return (
         node.kind is Kind.OP
-        and _kind(REGISTRY[node.op], index) not in UNCAST
+        and _kind(node.op, index) not in UNCAST
         and typed.decided[node].compute == DType.BF16
     )
 
@@ -779,7 +779,7 @@ def _read_in(typed: Typed, node: Node, index: int):
         return typed.decided[node].dtype[index]
     if node.kind is Kind.CAST:
         return DType.F32  # a cast of a parameter reads it in f32 (its storage)
-    if _kind(REGISTRY[node.op], index) in UNCAST:
+    if _kind(node.op, index) in UNCAST:
         return None
     return typed.decided[node].compute
 
@@ -800,7 +800,7 @@ def _negate_after_cast(typed: Typed) -> None:
         decided = typed.decided[node]
         if (
             node.kind is Kind.OP
-            and REGISTRY[node.op].negates(node.inputs)
+            and node.op.negates(node.inputs)
             and decided.reason == NOT_YET
             and typed.decision(node.inputs[0]).dtype == DType.F32
             and node.shape.dims != ()
@@ -829,10 +829,7 @@ def _storage(program: Program, used: list) -> dict:
                 dtype = (
                     typed.decision(operand).dtype if isinstance(operand, Node) else None
                 )
-                if (
-                    node.kind is Kind.OP
-                    and _kind(REGISTRY[node.op], index) is ArgKind.LIKE
-                ):
+                if node.kind is Kind.OP and _kind(node.op, index) is ArgKind.LIKE:
                     continue  # its shape read: any storage has it (a gradient's ones)
                 if is_param(dtype):
                     decided = typed.decided[node]
@@ -915,7 +912,7 @@ def _carried(before, after, node: Node) -> list:
 def _promoted(typed: Typed, node: Node) -> list:
     """For each input of an op, whether it is a 0-d tensor that another data input with
     axes (or of a rank not known) decides the dtype beside."""
-    op = REGISTRY[node.op]
+    op = node.op
     data = [
         isinstance(i, Node) and _kind(op, index) not in UNCAST
         for index, i in enumerate(node.inputs)
@@ -937,11 +934,11 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
             "a number" if isinstance(operand, Scalar) else f"{_describe(dtype)} tensor"
         )
         raise SourceError(
-            node.span, f"'{node.op}' needs an integer tensor of indices, got {got}"
+            node.span, f"'{node.op.name}' needs an integer tensor of indices, got {got}"
         )
     if kind is ArgKind.BOOL_TENSOR and dtype != DType.BOOL:
         raise SourceError(
-            node.span, f"'{node.op}' needs a boolean condition, such as (> x 0)"
+            node.span, f"'{node.op.name}' needs a boolean condition, such as (> x 0)"
         )
     if (
         kind is ArgKind.MATRIX
@@ -951,15 +948,17 @@ def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
         got = (
             "a number" if isinstance(operand, Scalar) else f"{_describe(dtype)} tensor"
         )
-        raise SourceError(node.span, f"'{node.op}' needs a float tensor, got {got}")
+        raise SourceError(
+            node.span, f"'{node.op.name}' needs a float tensor, got {got}"
+        )
     if (
         kind is ArgKind.TENSOR
         and dtype in (DType.INT, DType.BOOL)
-        and REGISTRY[node.op].result is Result.FLOAT
+        and node.op.result is Result.FLOAT
     ):
         raise SourceError(
             node.span,
-            f"'{node.op}' needs a float tensor, got {_describe(dtype)} tensor",
+            f"'{node.op.name}' needs a float tensor, got {_describe(dtype)} tensor",
         )
 
 
@@ -977,7 +976,7 @@ def _fed(graph: Graph) -> set:
     found: set = set()
     for node in walk(graph.nodes):
         if node.kind is Kind.OP:
-            op = REGISTRY[node.op]
+            op = node.op
             for index, operand in enumerate(node.inputs):
                 if _kind(op, index).takes_bool:
                     found |= _copied(operand)
@@ -992,8 +991,8 @@ def _copied(operand) -> set:
         if not isinstance(node, Node) or node in found:
             continue
         found.add(node)
-        if node.kind is Kind.OP and REGISTRY[node.op].result is Result.KEEP:
-            op = REGISTRY[node.op]
+        if node.kind is Kind.OP and node.op.result is Result.KEEP:
+            op = node.op
             pending.extend(
                 i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS
             )

@@ -27,7 +27,6 @@ from sx2torch.emit.naming import attributes
 from sx2torch.ir import CALLS, ISLAND, LIBRARY, Kind, Node, Scalar, walk
 from sx2torch.ops import initializers
 from sx2torch.ops.rank import ShapeError, Tail
-from sx2torch.ops.registry import REGISTRY
 from sx2torch.policy.rules import Why, is_param
 from sx2torch.syntax import scalars
 from sx2torch.syntax.program import LISTS
@@ -192,7 +191,7 @@ class _Sizes:
             self._nodes(chosen.nodes, found, typed, env, model_env)
             (out,) = chosen.outputs
             return () if isinstance(out, Scalar) else found.get(out)
-        op = REGISTRY[node.op]
+        op = node.op
         if op.caches:
             self.met.append((typed.decided[node].dtype, (inputs[1], inputs[2])))
         attrs = {k: _valued(v, env) for k, v in node.attrs.items()}
@@ -267,9 +266,7 @@ def _cast_bytes(reached, elements: dict) -> dict:
                 key = typed.decided[operand].dtype
                 if (key.model, key.name) not in elements:
                     continue  # stored in bf16: read as it is
-                gathered = (
-                    node.kind is Kind.OP and REGISTRY[node.op].gathers and index == 0
-                )
+                gathered = node.kind is Kind.OP and node.op.gathers and index == 0
                 (rows if gathered else whole).add((key.model, key.name))
     tables = [elements[key] for key in rows - whole]
     return {

@@ -448,12 +448,12 @@ def _known(operand, span, run: bool = False) -> Scalar:
     if is_python_number(operand):
         if run:
             return Scalar.run(operand)
-        raise SourceError(span, _runs(f"({operand.op} ...)"))
+        raise SourceError(span, _runs(f"({operand.op.name} ...)"))
     if not isinstance(operand, Scalar):
         raise SourceError(span, "expected a number known at compile time, got a tensor")
     if not run and scalars.run_nodes(operand):
         first = scalars.run_nodes(operand)[0]
-        raise SourceError(span, _runs(f"a number computed from ({first.op} ...)"))
+        raise SourceError(span, _runs(f"a number computed from ({first.op.name} ...)"))
     return operand
 
 

@@ -1,7 +1,8 @@
 """The interpreter's precision kinds against the registry's. The interpreter declares its own
 (sx2torch/interpret/ops.py), from the rules rather than the compiler's tables, so that the
 difference test compares two readings of docs/LANGUAGE.md; this test ties the two readings
-together op by op, so that neither changes alone."""
+together op by op, so that neither changes alone: each op's kind, and which of its operands
+decide no dtype."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 import sx2torch.interpret as interpret
 import sx2torch.interpret.ops as interpreted
-from sx2torch.ops.registry import REGISTRY, Result
+from sx2torch.ops.registry import REGISTRY, ArgKind, Result
 
 # The interpreter's kind for each of the registry's results. An int result (positions, a
 # size, argmax) is the interpreter's KEEP: what it reads decides no float dtype, and its
@@ -53,6 +54,33 @@ def test_each_interpreted_op_has_the_registry_s_precision_kind():
     # the interpreter reads a keyword as ":input", the registry's attrs as "input"
     assert kind("softmax", {"dtype": "input"}) == interpreted.FLOAT
     assert interpreted.OPS["softmax"].kind_of({"dtype": ":input"}) == interpreted.FLOAT
+
+
+# The registry's argument kinds whose operands decide no dtype and are never cast: read for
+# their shape or as they are, integer ids, a condition, an additive or boolean mask, an
+# equation. The interpreter's `skip` names those positions.
+UNDECIDING = {
+    ArgKind.LIKE,
+    ArgKind.AS_IS,
+    ArgKind.IDS,
+    ArgKind.BOOL_TENSOR,
+    ArgKind.MASK,
+    ArgKind.EQUATION,
+}
+
+
+def test_each_interpreted_op_skips_the_operands_the_registry_says_decide_no_dtype():
+    """`len` read its tensor as a TENSOR in the registry (cast where the policy decided a
+    dtype, and refused by a gradient through it) and for its shape alone here."""
+    differ = {
+        name: (sorted(spec.skip), sorted(deciding_none))
+        for name, spec in interpreted.OPS.items()
+        for deciding_none in [
+            {i for i, a in enumerate(REGISTRY[name].args) if a.kind in UNDECIDING}
+        ]
+        if set(spec.skip) != deciding_none
+    }
+    assert differ == {}
 
 
 def test_integer_arithmetic_stays_integer():

@@ -116,3 +116,30 @@ def test_a_size_in_arithmetic_is_a_python_number_not_a_tensor(build):
     assert "return x * (x.shape[0] - 1)" in code
     x = torch.randn(4, 3)
     assert torch.equal(module.Model()(x), x * 3)
+
+
+def test_len_reads_its_operand_for_its_size_alone(build):
+    """`(len x)` reads x's first size alone, as `(size x :axis 0)` does: a parameter's is read
+    as it is stored, with no cast made for it, and a product with the length of a value the
+    gradient runs through has torch's gradient (the length carries none)."""
+    module, code = build(
+        "(defparam w (normal [4 4]))\n"
+        "(defun forward (x) (+ (matmul x w) (len w)))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    assert "len(self.w)" in code
+    model = module.Model()
+    x = torch.randn(3, 4)
+    want = x.to(torch.bfloat16) @ model.w.detach().to(torch.bfloat16) + 4
+    assert torch.equal(model(x), want)
+    module, _ = build(
+        "(defparam w (normal [4 4]))\n"
+        "(defun forward (x) (matmul x w))\n"
+        "(defun grad (x)\n"
+        "  (let ((y (matmul x w))) (gradient (sum (* y (len y))) w)))\n"
+    )
+    model = module.Model()
+    w = model.w.detach().clone().requires_grad_()
+    y = x @ w
+    (y * len(y)).sum().backward()
+    torch.testing.assert_close(model.grad(x), w.grad, rtol=1e-6, atol=1e-6)

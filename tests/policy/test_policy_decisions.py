@@ -44,7 +44,7 @@ def decisions(precision: str) -> dict:
                     decided.dtype,
                     decided.reason,
                 )
-            if node.kind is Kind.OP and node.op == "exp":
+            if node.kind is Kind.OP and node.op.name == "exp":
                 found[typed.graph.name, typed.ambient] = typed.decided[node].reason
     return found
 
@@ -154,7 +154,7 @@ def test_a_library_call_s_reader_is_typed_as_any_call_s_reader():
     """
     lowered = lower(OUTLINED, "bf16")
     (forward,) = [t for t in lowered.specializations if t.graph.name == "forward"]
-    (tanh,) = [n for n in walk(forward.graph.nodes) if n.op == "tanh"]
+    (tanh,) = [n for n in walk(forward.graph.nodes) if n.what == "tanh"]
     decided = forward.decided[tanh]
     assert (decided.dtype, decided.compute, decided.reason.why) == (
         "f32",

@@ -65,7 +65,7 @@ def test_recursion_under_gradient_stops_before_it_loops():
 
 def test_a_let_binding_named_as_a_defun_is_not_a_call():
     graphs = traced("(defun f (x) (let ((f (relu x))) f))\n(defun forward (x) (f x))")
-    assert [(n.kind, n.op) for n in graphs["net", "f"].nodes] == [(Kind.OP, "relu")]
+    assert [(n.kind, n.what) for n in graphs["net", "f"].nodes] == [(Kind.OP, "relu")]
     (call,) = graphs["net", "forward"].nodes
     assert (call.kind, call.attrs["target"]) == (Kind.CALL, "f")
 

@@ -8,6 +8,7 @@ from sx2torch import resolve, trace
 from sx2torch.syntax import read
 from sx2torch.errors import SourceError, Span
 from sx2torch.ir import ISLAND, REGION, Node, Scalar
+from sx2torch.ops import REGISTRY
 from sx2torch.syntax.names import FORMS
 from sx2torch.trace.forms import HANDLERS
 
@@ -48,7 +49,7 @@ def test_a_param_is_read_once():
 
 def test_scalars_fold_and_keep_their_consts():
     g = graph("(defun forward (x) (* x (// (* d 6) 3)))")
-    (param_free,) = [n for n in g.nodes if n.op == "*"]
+    (param_free,) = [n for n in g.nodes if n.what == "*"]
     scalar = param_free.inputs[1]
     assert isinstance(scalar, Scalar) and scalar.value == 8 and scalar.op == "//"
     assert graph("(defun forward (x) (+ 1 2))").output == Scalar.lit(
@@ -56,9 +57,21 @@ def test_scalars_fold_and_keep_their_consts():
     )  # literals fold to a literal
 
 
+def test_an_op_node_holds_its_registry_entry():
+    """A traced op's node holds the op's entry, whose fields the passes read. A lookup by
+    the entry gives it back (code written when `node.op` was a name still runs), and a
+    comparison of an entry with a name is an error, not a silent False."""
+    (relu,) = graph("(defun forward (x) (relu x))").nodes
+    assert relu.op is REGISTRY["relu"] and relu.op.name == "relu"
+    assert REGISTRY[relu.op] is REGISTRY.get(relu.op) is relu.op and relu.op in REGISTRY
+    assert relu.op != REGISTRY["exp"]
+    with pytest.raises(TypeError, match="compared with the string 'relu'"):
+        relu.op == "relu"
+
+
 def test_unused_nodes_are_dropped():
     g = graph("(defun forward (x) (let ((unused (exp x))) (relu x)))")
-    assert [n.op for n in g.nodes] == ["relu"]
+    assert [n.what for n in g.nodes] == ["relu"]
 
 
 def test_with_numerics_frames():
@@ -67,7 +80,7 @@ def test_with_numerics_frames():
         "  (with-numerics (:precision :bf16)\n"
         "    (+ (exp x) (with-numerics (:sensitivity :high) (tanh x)))))"
     )
-    modes = {n.op: [f.mode for f in n.frames] for n in g.nodes}
+    modes = {n.what: [f.mode for f in n.frames] for n in g.nodes}
     assert modes == {"exp": [REGION], "tanh": [REGION, ISLAND], "+": [REGION]}
 
 
