@@ -272,9 +272,10 @@ def _is_op_name(node: ast.AST) -> bool:
 def op_names_looked_up(source: str) -> list:
     """(line, what) for each place an op is found by its name rather than held: a registry
     op's name (a literal, or a module-level name bound to some) looked up in `REGISTRY`, a
-    node's `op.name` compared or used as a key (a table of the pass's own by op name), an
-    OP node made with a name (the builder makes one from a name and holds the entry). A
-    message prints `op.name`; what a pass makes, `t.op("+", [a, b])`, is named as source
+    node's `op.name` compared or used as a key (a table of the pass's own by op name), a
+    node's entry looked up again (`REGISTRY[node.op]`, which the registry answers for code
+    written before `Node.op` held the entry), an OP node made with a name (the builder
+    makes one from a name and holds the entry). A message prints `op.name`; what a pass makes, `t.op("+", [a, b])`, is named as source
     names it, and the builder looks the name up once."""
     tree = ast.parse(source)
     constants = _constants(tree)
@@ -309,6 +310,8 @@ def op_names_looked_up(source: str) -> list:
             if _is_op_name(key):
                 found.append((node.lineno, "op.name a key"))
             elif getattr(table, "id", None) == "REGISTRY":
+                if getattr(key, "attr", None) == "op":  # the entry itself, held
+                    found.append((node.lineno, "a held op looked up again"))
                 found.extend((node.lineno, f"{n!r} looked up") for n in names(key))
     return sorted(set(found))
 
@@ -323,6 +326,7 @@ d = SPECIAL.get(n.op.name, None)
 e = node.op.name in FILLS or n.op.name != name
 f = Node(Kind.OP, "exp", (x,), {}, span, form)
 g = t.op("+", [a, b]), REGISTRY[name], node.attrs["axis"], f"'{node.op.name}' needs"
+h = REGISTRY[node.op].rank
 """
     assert op_names_looked_up(source) == [
         (3, "'matmul' looked up"),
@@ -331,6 +335,7 @@ g = t.op("+", [a, b]), REGISTRY[name], node.attrs["axis"], f"'{node.op.name}' ne
         (6, "op.name a key"),
         (7, "op.name compared"),
         (8, "'exp' a node's op"),
+        (10, "a held op looked up again"),
     ]
 
 
