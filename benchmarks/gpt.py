@@ -194,14 +194,19 @@ class ReferenceGpt(nn.Module):
 def load_tiny_gpt(
     source: str | None = None, target: str = "cuda", name: str = "sx_tiny_gpt"
 ) -> types.ModuleType:
-    """Compile tiny-gpt (``examples/tiny-gpt.lisp`` by default) and import it from a file.
+    """Compile tiny-gpt (``examples/tiny-gpt.lisp`` by default) and import it from a file."""
+    if source is None:
+        source = TINY_GPT.read_text(encoding="utf-8")
+    code = compile_source(source, TINY_GPT.name, Options(target=target))
+    return import_generated(code, name)
+
+
+def import_generated(code: str, name: str) -> types.ModuleType:
+    """Import generated code from a file as module ``name``.
 
     A real file in ``sys.modules``: ``torch.compile`` looks the generated
     functions' globals up through it.
     """
-    if source is None:
-        source = TINY_GPT.read_text(encoding="utf-8")
-    code = compile_source(source, TINY_GPT.name, Options(target=target))
     # a stable path, so that inductor's caches recognize the code from run to run
     path = Path(tempfile.gettempdir()) / "sx2torch-benchmarks" / f"{name}.py"
     path.parent.mkdir(exist_ok=True)

@@ -24,7 +24,8 @@ skipped. ``--device cpu`` runs the same on small configurations, without torch.c
 and torchrun (``--compile`` and ``--torchrun`` force them), so the check is known to work
 before a GPU is at hand (tests/test_gpu_check.py).
 
-Run: ``python -m benchmarks.gpu [--device cuda|cpu] [--json PATH] [--budget S]``.
+Run: ``python -m benchmarks.gpu [--device cuda|cpu] [--json PATH] [--budget S]
+[--only SECTION ...]``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.gpt import ReferenceGpt, load_tiny_gpt
+from benchmarks.gpt import ReferenceGpt, import_generated, load_tiny_gpt
 from benchmarks.timing import Variant, measure, training_step
 from sx2torch import runtime as sx
 from sx2torch.compiler import Options, compile_source
@@ -238,11 +239,8 @@ def median_time(check: Check, fn: Callable, reps: int) -> float:
 
 
 def compiled_module(path: Path, **consts) -> torch.nn.Module:
-    import types
-
     code = compile_source(path.read_text(encoding="utf-8"), path.name, Options())
-    module = types.ModuleType(path.stem.replace("-", "_"))
-    exec(compile(code, path.name, "exec"), module.__dict__)
+    module = import_generated(code, "sx_" + path.stem.replace("-", "_"))
     torch.manual_seed(0)
     return getattr(module, module.__all__[0])(**consts)
 
@@ -461,6 +459,9 @@ def device_name(check: Check) -> str:
     return f"cpu ({torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads)"
 
 
+SECTIONS = ("targets", "matmul", "step", "script")
+
+
 def main(argv: list[str] | None = None) -> Check:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0]
@@ -480,16 +481,27 @@ def main(argv: list[str] | None = None) -> Check:
     parser.add_argument(
         "--torchrun", action="store_true", help="torchrun on the CPU too"
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        default=SECTIONS,
+        help="run these sections alone",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device (use --device cpu)")
     cuda = args.device == "cuda"
     check = Check(args.device, args.budget, args.compile or cuda, args.torchrun)
     small = not cuda
-    check.section("targets", 30, lambda: targets(check))
-    check.section("matmul", 10, lambda: matmul(check, 4096 if cuda else 128))
-    steps(check, small, reps=20 if cuda else 1)
-    check.section("script", 40, lambda: script(check))
+    if "targets" in args.only:
+        check.section("targets", 30, lambda: targets(check))
+    if "matmul" in args.only:
+        check.section("matmul", 10, lambda: matmul(check, 4096 if cuda else 128))
+    if "step" in args.only:
+        steps(check, small, reps=20 if cuda else 1)
+    if "script" in args.only:
+        check.section("script", 40, lambda: script(check))
     print(table(check))
     if args.json:
         device = device_name(check)
