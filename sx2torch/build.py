@@ -29,6 +29,7 @@ COMPARE = {
     "==": cst.Equal,
     "in": cst.In,
 }
+LINE_LENGTH = 88  # black's width in its default mode, the one used
 ATOM = 20
 NO_SPACE = cst.SimpleWhitespace("")
 SPACE = cst.SimpleWhitespace(" ")

@@ -36,7 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-LINE_LENGTH = 88  # black's default mode, the one used
+from sx2torch.build import LINE_LENGTH
+
 KEPT = 256  # entries kept; the oldest beyond that are removed when one is added
 
 
@@ -44,9 +45,7 @@ def run(code: str) -> str:
     folder = cache_dir()
     if folder is None:
         return formatted(code)
-    key = hashlib.sha256(
-        f"{black_version()}\0{code}".encode("utf-8", "surrogatepass")
-    )
+    key = hashlib.sha256(f"{black_version()}\0{code}".encode("utf-8", "surrogatepass"))
     entry = folder / f"{key.hexdigest()}.py"
     try:
         cached = entry.read_text(encoding="utf-8")
@@ -98,10 +97,7 @@ def guess(code: str) -> Optional[str]:
         # Black also re-quotes strings with quotes or escapes in them, and measures
         # width, not length: such a line is left to it too. It leaves comments be.
         if not line.lstrip(" ").startswith("#") and (
-            len(line) > LINE_LENGTH
-            or not line.isascii()
-            or "'" in line
-            or "\\" in line
+            len(line) > LINE_LENGTH or not line.isascii() or "'" in line or "\\" in line
         ):
             long.setdefault(line, []).append(index)
     if long:
