@@ -181,11 +181,10 @@ class ConvnextStage(nn.Module):
         )
 
     def forward(self, features):
-        x = (
-            self.downsampling_layer(features)
-            if not self.in_channels == self.out_channels or self.stride > 1
-            else features.to(torch.bfloat16)
-        )
+        if not self.in_channels == self.out_channels or self.stride > 1:
+            x = self.downsampling_layer(features)
+        else:
+            x = features.to(torch.bfloat16)
         for layer in self.layers:
             x = layer(x)
         return x

@@ -120,11 +120,12 @@ class DeepseekV3TopkRouter(nn.Module):
                 sorted=False,
             ).indices
             topk_weights = torch.gather(scores, -1, topk_indices)
-            weights = (
-                topk_weights / (torch.sum(topk_weights, dim=-1, keepdim=True) + 1e-20)
-                if self.norm
-                else topk_weights
-            )
+            if self.norm:
+                weights = topk_weights / (
+                    torch.sum(topk_weights, dim=-1, keepdim=True) + 1e-20
+                )
+            else:
+                weights = topk_weights
             mul_weights = weights * self.scaling
         return mul_weights, topk_indices
 

@@ -116,8 +116,8 @@ class Gemma2Attention(nn.Module):
         q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
         k = self.apply_rotary_pos_emb(self.split_heads(self.k_proj(x)), cos, sin)
         v = self.split_heads(self.v_proj(x))
-        y = (
-            sx.eager_attention(
+        if self.window > 0:
+            y = sx.eager_attention(
                 q,
                 k,
                 v,
@@ -127,8 +127,8 @@ class Gemma2Attention(nn.Module):
                 causal=True,
                 enable_gqa=True,
             )
-            if self.window > 0
-            else sx.eager_attention(
+        else:
+            y = sx.eager_attention(
                 q,
                 k,
                 v,
@@ -137,7 +137,6 @@ class Gemma2Attention(nn.Module):
                 causal=True,
                 enable_gqa=True,
             )
-        )
         return self.o_proj(y.permute(0, 2, 1, 3).flatten(2))
 
 

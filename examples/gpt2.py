@@ -48,23 +48,19 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
         x = x.to(torch.bfloat16)
-        return (
-            F.layer_norm(
+        if self.elementwise_affine and self.has_bias:
+            return F.layer_norm(
                 x,
                 self.weight.shape,
                 self.weight.to(torch.bfloat16),
                 self.bias.to(torch.bfloat16),
                 eps=self.eps,
             )
-            if self.elementwise_affine and self.has_bias
-            else (
-                F.layer_norm(
-                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
-                )
-                if self.elementwise_affine
-                else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+        if self.elementwise_affine:
+            return F.layer_norm(
+                x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
             )
-        )
+        return F.layer_norm(x, x.shape[-1:], eps=self.eps)
 
 
 class Conv1d(nn.Module):

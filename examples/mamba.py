@@ -46,11 +46,11 @@ class LinearLayer(nn.Module):
 
     def forward(self, x):
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return (
-            F.linear(x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16))
-            if self.with_bias
-            else F.linear(x.to(torch.bfloat16), weight_bf16)
-        )
+        if self.with_bias:
+            return F.linear(
+                x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16)
+            )
+        return F.linear(x.to(torch.bfloat16), weight_bf16)
 
 
 class Conv1dLayer(nn.Module):

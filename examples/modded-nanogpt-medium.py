@@ -101,13 +101,10 @@ class CausalSelfAttention(nn.Module):
         k = self.rotary(F.rms_norm(slice_qkv_2, (slice_qkv_2.size(-1),)), cos, sin)
         k = self.offset_keys(k) if key_offset else k
         v = qkv[:, :, 2 * self.num_heads :]
-        v = (
-            v
-            + self.heads(2 * torch.sigmoid(self.value_embed_gate(x[..., :16])))
-            * ve.reshape(v.shape).to(torch.bfloat16)
-            if self.layer_idx in (0, 1, 2, 3, 4, 11, 12, 13, 14, 15)
-            else v
-        )
+        if self.layer_idx in (0, 1, 2, 3, 4, 11, 12, 13, 14, 15):
+            v = v + self.heads(
+                2 * torch.sigmoid(self.value_embed_gate(x[..., :16]))
+            ) * ve.reshape(v.shape).to(torch.bfloat16)
         permute_q = q.permute(0, 2, 1, 3)
         permute_k = k.permute(0, 2, 1, 3)
         permute_v = v.permute(0, 2, 1, 3)
@@ -246,11 +243,10 @@ class ModdedNanogptMedium(nn.Module):
         ).reshape(1, -1, 1, self.head_dim // 2)
 
     def forward(self, input_seq):
-        x = (
-            self.embed(input_seq)
-            if self.split_embed
-            else self.lm_head.weight[input_seq]
-        )
+        if self.split_embed:
+            x = self.embed(input_seq)
+        else:
+            x = self.lm_head.weight[input_seq]
         smear_gate_out = self.scalars[3 * self.num_layers] * torch.sigmoid(
             self.smear_gate(x[:, 1:][..., :16])
         )
@@ -268,31 +264,30 @@ class ModdedNanogptMedium(nn.Module):
         x_backout = x0
         for i, block in enumerate(self.blocks):
             skip = skip_6 if i == 9 else skip_4 if i == 10 else skip_2
-            x = (
-                x
-                + torch.sigmoid(self.scalars[3 * self.num_layers + 2 + (i - 9)])
-                * 2
-                * torch.sigmoid(self.skip_gates[i - 9](x0[..., :16]))
-                * skip
-                if i in (9, 10, 11)
-                else x
-            )
-            x = (
-                (self.scalars[0] + self.x0_lambdas[0]) * x + self.x0_lambdas[1] * x02
-                if i == 0
-                else self.scalars[i] * x
-                + self.x0_lambdas[2 * i] * x0
-                + self.x0_lambdas[2 * i + 1] * x02
-            )
-            ve = (
-                self.value_embeds[i](input_seq)
-                if i < 5
-                else (
-                    self.value_embeds[i - (self.num_layers - 5)](input_seq)
-                    if i >= self.num_layers - 5
-                    else None
+            if i in (9, 10, 11):
+                x = (
+                    x
+                    + torch.sigmoid(self.scalars[3 * self.num_layers + 2 + (i - 9)])
+                    * 2
+                    * torch.sigmoid(self.skip_gates[i - 9](x0[..., :16]))
+                    * skip
                 )
-            )
+            if i == 0:
+                x = (self.scalars[0] + self.x0_lambdas[0]) * x + self.x0_lambdas[
+                    1
+                ] * x02
+            else:
+                x = (
+                    self.scalars[i] * x
+                    + self.x0_lambdas[2 * i] * x0
+                    + self.x0_lambdas[2 * i + 1] * x02
+                )
+            if i < 5:
+                ve = self.value_embeds[i](input_seq)
+            elif i >= self.num_layers - 5:
+                ve = self.value_embeds[i - (self.num_layers - 5)](input_seq)
+            else:
+                ve = None
             x = block(
                 x,
                 ve,

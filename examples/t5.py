@@ -130,14 +130,14 @@ class T5Attention(nn.Module):
     def relative_position_bucket(self, relative_position, *, bidirectional=True):
         buckets = self.num_buckets // 2 if bidirectional else self.num_buckets
         max_exact = buckets // 2
-        relative_buckets = (
-            (relative_position > 0).long() * buckets if bidirectional else 0
-        )
-        relative_position = (
-            torch.abs(relative_position)
-            if bidirectional
-            else -torch.clamp(relative_position, max=0)
-        )
+        if bidirectional:
+            relative_buckets = (relative_position > 0).long() * buckets
+        else:
+            relative_buckets = 0
+        if bidirectional:
+            relative_position = torch.abs(relative_position)
+        else:
+            relative_position = -torch.clamp(relative_position, max=0)
         is_small = relative_position < max_exact
         relative_position_if_large = (
             max_exact
@@ -159,14 +159,14 @@ class T5Attention(nn.Module):
     def relative_position_bucket_int(self, relative_position, *, bidirectional=True):
         buckets = self.num_buckets // 2 if bidirectional else self.num_buckets
         max_exact = buckets // 2
-        relative_buckets = (
-            (relative_position > 0).long() * buckets if bidirectional else 0
-        )
-        relative_position = (
-            torch.abs(relative_position)
-            if bidirectional
-            else -torch.clamp(relative_position, max=0)
-        )
+        if bidirectional:
+            relative_buckets = (relative_position > 0).long() * buckets
+        else:
+            relative_buckets = 0
+        if bidirectional:
+            relative_position = torch.abs(relative_position)
+        else:
+            relative_position = -torch.clamp(relative_position, max=0)
         is_small = relative_position < max_exact
         relative_position_if_large = (
             max_exact
@@ -203,15 +203,14 @@ class T5Attention(nn.Module):
         key_states = self.split_heads(self.k(key_value_states))
         value_states = self.split_heads(self.v(key_value_states))
         scores = query_states @ key_states.permute(0, 1, 3, 2)
-        position_bias = (
-            self.compute_bias(hidden_states, key_value_states)
-            if self.has_relative_attention_bias
-            else (
+        if self.has_relative_attention_bias:
+            position_bias = self.compute_bias(hidden_states, key_value_states)
+        else:
+            position_bias = (
                 torch.zeros_like(scores[:1], dtype=torch.float32)
                 if self.cross_attention
                 else position_bias
             ).to(torch.bfloat16)
-        )
         attn_weights = scores + position_bias
         attn_weights = torch.softmax(
             sx.causal_mask(attn_weights) if is_causal else attn_weights, dim=-1
@@ -248,9 +247,8 @@ class T5LayerSelfAttention(nn.Module):
 
     def forward(self, hidden_states, position_bias):
         hidden_states = hidden_states.to(torch.bfloat16)
-        position_bias = (
-            None if position_bias is None else position_bias.to(torch.bfloat16)
-        )
+        if position_bias is not None:
+            position_bias = position_bias.to(torch.bfloat16)
         normed_hidden_states = self.layer_norm(hidden_states)
         attention_output, position_bias = self.SelfAttention(
             normed_hidden_states,
@@ -276,9 +274,8 @@ class T5LayerCrossAttention(nn.Module):
     def forward(self, hidden_states, key_value_states, position_bias):
         hidden_states = hidden_states.to(torch.bfloat16)
         key_value_states = key_value_states.to(torch.bfloat16)
-        position_bias = (
-            None if position_bias is None else position_bias.to(torch.bfloat16)
-        )
+        if position_bias is not None:
+            position_bias = position_bias.to(torch.bfloat16)
         normed_hidden_states = self.layer_norm(hidden_states)
         attention_output, position_bias = self.EncDecAttention(
             normed_hidden_states, key_value_states, position_bias
@@ -317,9 +314,8 @@ class T5EncoderBlock(nn.Module):
 
     def forward(self, hidden_states, position_bias):
         hidden_states = hidden_states.to(torch.bfloat16)
-        position_bias = (
-            None if position_bias is None else position_bias.to(torch.bfloat16)
-        )
+        if position_bias is not None:
+            position_bias = position_bias.to(torch.bfloat16)
         hidden_states, position_bias = self.layer[0](hidden_states, position_bias)
         return self.layer[1](hidden_states), position_bias
 
@@ -365,15 +361,13 @@ class T5DecoderBlock(nn.Module):
         encoder_decoder_position_bias,
     ):
         hidden_states = hidden_states.to(torch.bfloat16)
-        position_bias = (
-            None if position_bias is None else position_bias.to(torch.bfloat16)
-        )
+        if position_bias is not None:
+            position_bias = position_bias.to(torch.bfloat16)
         encoder_hidden_states = encoder_hidden_states.to(torch.bfloat16)
-        encoder_decoder_position_bias = (
-            None
-            if encoder_decoder_position_bias is None
-            else encoder_decoder_position_bias.to(torch.bfloat16)
-        )
+        if encoder_decoder_position_bias is not None:
+            encoder_decoder_position_bias = encoder_decoder_position_bias.to(
+                torch.bfloat16
+            )
         hidden_states, self_attn_position_bias = self.layer[0](
             hidden_states, position_bias
         )

@@ -36,23 +36,19 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
         x = x.to(torch.bfloat16)
-        return (
-            F.layer_norm(
+        if self.elementwise_affine and self.has_bias:
+            return F.layer_norm(
                 x,
                 self.weight.shape,
                 self.weight.to(torch.bfloat16),
                 self.bias.to(torch.bfloat16),
                 eps=self.eps,
             )
-            if self.elementwise_affine and self.has_bias
-            else (
-                F.layer_norm(
-                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
-                )
-                if self.elementwise_affine
-                else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+        if self.elementwise_affine:
+            return F.layer_norm(
+                x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
             )
-        )
+        return F.layer_norm(x, x.shape[-1:], eps=self.eps)
 
 
 class LinearLayer(nn.Module):
@@ -67,11 +63,11 @@ class LinearLayer(nn.Module):
 
     def forward(self, x):
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return (
-            F.linear(x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16))
-            if self.with_bias
-            else F.linear(x.to(torch.bfloat16), weight_bf16)
-        )
+        if self.with_bias:
+            return F.linear(
+                x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16)
+            )
+        return F.linear(x.to(torch.bfloat16), weight_bf16)
 
 
 class ConvLayer(nn.Module):

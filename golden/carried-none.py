@@ -19,11 +19,10 @@ class Layer(nn.Module):
     def forward(self, x, shared):
         x = x.to(torch.bfloat16)
         w_bf16 = self.w.to(torch.bfloat16)
-        shared = (
-            self.table.to(torch.bfloat16) * 2.0
-            if self.first
-            else shared.to(torch.bfloat16)
-        )
+        if self.first:
+            shared = self.table.to(torch.bfloat16) * 2.0
+        else:
+            shared = shared.to(torch.bfloat16)
         return x + (x @ w_bf16) * shared, shared
 
 

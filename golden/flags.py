@@ -18,9 +18,8 @@ class Flags(nn.Module):
 
     def forward(self, ids):
         out_bf16 = self.out.to(torch.bfloat16)
-        x = (
-            self.embed[ids].to(torch.bfloat16)
-            if self.split
-            else self.shared[ids].to(torch.bfloat16)
-        )
+        if self.split:
+            x = self.embed[ids].to(torch.bfloat16)
+        else:
+            x = self.shared[ids].to(torch.bfloat16)
         return F.linear(torch.tanh(x), out_bf16)

@@ -33,11 +33,10 @@ class GenerateCache(nn.Module):
         q = self.split_heads(F.linear(x, w[: self.dim]))
         k = self.split_heads(F.linear(x, w[self.dim : 2 * self.dim]))
         v = self.split_heads(F.linear(x, w[2 * self.dim :]))
-        y = (
-            sx.cached_attention(q, k, v, dtype=torch.float32, window=window)
-            if window > 0
-            else sx.cached_attention(q, k, v, dtype=torch.float32)
-        )
+        if window > 0:
+            y = sx.cached_attention(q, k, v, dtype=torch.float32, window=window)
+        else:
+            y = sx.cached_attention(q, k, v, dtype=torch.float32)
         return x + y.permute(0, 2, 1, 3).flatten(2)
 
     # a method of its own: (slice w :axis 0 :end dim) is bf16 here, f32 in attend
@@ -47,11 +46,10 @@ class GenerateCache(nn.Module):
         q = self.split_heads(F.linear(x, w_bf16[: self.dim]))
         k = self.split_heads(F.linear(x, w_bf16[self.dim : 2 * self.dim]))
         v = self.split_heads(F.linear(x, w_bf16[2 * self.dim :]))
-        y = (
-            sx.cached_attention(q, k, v, dtype=torch.bfloat16, window=window)
-            if window > 0
-            else sx.cached_attention(q, k, v, dtype=torch.bfloat16)
-        )
+        if window > 0:
+            y = sx.cached_attention(q, k, v, dtype=torch.bfloat16, window=window)
+        else:
+            y = sx.cached_attention(q, k, v, dtype=torch.bfloat16)
         return x + y.permute(0, 2, 1, 3).flatten(2)
 
     def forward(self, ids):

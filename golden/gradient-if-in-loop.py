@@ -37,9 +37,8 @@ class GradientIfInLoop(nn.Module):
             else:
                 permute_w = layer.w.permute(1, 0)
                 mul_x = x @ permute_w
-            grad_x = (
-                grad_x * x + grad_x * x
-                if layer.d == 4
-                else grad_x @ permute_w.transpose(-1, -2)
-            )
+            if layer.d == 4:
+                grad_x = grad_x * x + grad_x * x
+            else:
+                grad_x = grad_x @ permute_w.transpose(-1, -2)
         return grad_x

@@ -88,11 +88,10 @@ class GradientRegions(nn.Module):
                 )
             )
             # gradient of (+ x (* scale (relu (matmul x w))))
-            grad_y = (
-                sx.store_bf16(sx.store_bf16(grad_y * gate_bf16).sum_to_size(y.shape))
-                if i == 1
-                else grad_y
-            )
+            if i == 1:
+                grad_y = sx.store_bf16(
+                    sx.store_bf16(grad_y * gate_bf16).sum_to_size(y.shape)
+                )
             # gradient of (* scale (relu (matmul x w)))
             grad_mul_relu = sx.store_bf16(grad_y.sum_to_size(matmul_x.shape))
             # gradient of (relu (matmul x w))
@@ -103,11 +102,8 @@ class GradientRegions(nn.Module):
                 sx.store_bf16(grad_y.sum_to_size(x.shape))
                 + sx.store_bf16(grad_matmul_x @ w_bf16.transpose(-1, -2))
             )
-            grad_backout = (
-                torch.zeros_like(backout, dtype=torch.float32)
-                if i == self.backout_layer
-                else grad_backout
-            )
+            if i == self.backout_layer:
+                grad_backout = torch.zeros_like(backout, dtype=torch.float32)
         # gradient of x0
         grad_x0 = sx.store_bf16(grad_x + grad_backout)
         return grad_x0

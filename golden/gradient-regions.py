@@ -85,11 +85,8 @@ class GradientRegions(nn.Module):
             grad_x = grad_y.sum_to_size(x.shape) + grad_matmul_x @ w_bf16.transpose(
                 -1, -2
             )
-            grad_backout = (
-                torch.zeros_like(backout, dtype=torch.bfloat16)
-                if i == self.backout_layer
-                else grad_backout
-            )
+            if i == self.backout_layer:
+                grad_backout = torch.zeros_like(backout, dtype=torch.bfloat16)
         # gradient of x0
         grad_x0 = grad_x + grad_backout
         return grad_x0

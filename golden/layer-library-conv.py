@@ -70,8 +70,8 @@ class Conv2d(nn.Module):
 
     def forward(self, x):
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return (
-            F.conv2d(
+        if self.has_bias:
+            return F.conv2d(
                 x.to(torch.bfloat16),
                 weight_bf16,
                 self.bias.to(torch.bfloat16),
@@ -80,15 +80,13 @@ class Conv2d(nn.Module):
                 dilation=self.dilation,
                 groups=self.groups,
             )
-            if self.has_bias
-            else F.conv2d(
-                x.to(torch.bfloat16),
-                weight_bf16,
-                stride=self.stride,
-                padding=self.padding,
-                dilation=self.dilation,
-                groups=self.groups,
-            )
+        return F.conv2d(
+            x.to(torch.bfloat16),
+            weight_bf16,
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            groups=self.groups,
         )
 
 
@@ -134,8 +132,8 @@ class ConvTranspose2d(nn.Module):
 
     def forward(self, x):
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return (
-            F.conv_transpose2d(
+        if self.has_bias:
+            return F.conv_transpose2d(
                 x.to(torch.bfloat16),
                 weight_bf16,
                 self.bias.to(torch.bfloat16),
@@ -145,16 +143,14 @@ class ConvTranspose2d(nn.Module):
                 groups=self.groups,
                 output_padding=self.output_padding,
             )
-            if self.has_bias
-            else F.conv_transpose2d(
-                x.to(torch.bfloat16),
-                weight_bf16,
-                stride=self.stride,
-                padding=self.padding,
-                dilation=self.dilation,
-                groups=self.groups,
-                output_padding=self.output_padding,
-            )
+        return F.conv_transpose2d(
+            x.to(torch.bfloat16),
+            weight_bf16,
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            groups=self.groups,
+            output_padding=self.output_padding,
         )
 
 

@@ -47,8 +47,8 @@ class Conv1d(nn.Module):
 
     def forward(self, x):
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return (
-            F.conv1d(
+        if self.has_bias:
+            return F.conv1d(
                 x.to(torch.bfloat16),
                 weight_bf16,
                 self.bias.to(torch.bfloat16),
@@ -57,15 +57,13 @@ class Conv1d(nn.Module):
                 dilation=self.dilation,
                 groups=self.groups,
             )
-            if self.has_bias
-            else F.conv1d(
-                x.to(torch.bfloat16),
-                weight_bf16,
-                stride=self.stride,
-                padding=self.padding,
-                dilation=self.dilation,
-                groups=self.groups,
-            )
+        return F.conv1d(
+            x.to(torch.bfloat16),
+            weight_bf16,
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            groups=self.groups,
         )
 
 

@@ -31,11 +31,11 @@ class Linear(nn.Module):
 
     def forward(self, x):
         weight_bf16 = self.weight.to(torch.bfloat16)
-        return (
-            F.linear(x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16))
-            if self.has_bias
-            else F.linear(x.to(torch.bfloat16), weight_bf16)
-        )
+        if self.has_bias:
+            return F.linear(
+                x.to(torch.bfloat16), weight_bf16, self.bias.to(torch.bfloat16)
+            )
+        return F.linear(x.to(torch.bfloat16), weight_bf16)
 
 
 class Embedding(nn.Module):
@@ -68,23 +68,19 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
         x = x.to(torch.bfloat16)
-        return (
-            F.layer_norm(
+        if self.elementwise_affine and self.has_bias:
+            return F.layer_norm(
                 x,
                 self.weight.shape,
                 self.weight.to(torch.bfloat16),
                 self.bias.to(torch.bfloat16),
                 eps=self.eps,
             )
-            if self.elementwise_affine and self.has_bias
-            else (
-                F.layer_norm(
-                    x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
-                )
-                if self.elementwise_affine
-                else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+        if self.elementwise_affine:
+            return F.layer_norm(
+                x, self.weight.shape, self.weight.to(torch.bfloat16), eps=self.eps
             )
-        )
+        return F.layer_norm(x, x.shape[-1:], eps=self.eps)
 
 
 class RMSNorm(nn.Module):
@@ -101,13 +97,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         x = x.to(torch.bfloat16)
-        return (
-            F.rms_norm(
+        if self.elementwise_affine:
+            return F.rms_norm(
                 x, (x.size(-1),), weight=self.weight.to(torch.bfloat16), eps=self.eps
             )
-            if self.elementwise_affine
-            else F.rms_norm(x, (x.size(-1),), eps=self.eps)
-        )
+        return F.rms_norm(x, (x.size(-1),), eps=self.eps)
 
 
 class LayerLibrary(nn.Module):

@@ -10,7 +10,7 @@ from typing import Optional
 import libcst as cst
 
 import sx2torch.build as b
-from sx2torch.emit import functions, main, targets
+from sx2torch.emit import conditionals, functions, main, targets
 from sx2torch.emit.method import ClassContext, MethodEmitter, located
 from sx2torch.syntax.names import mangle
 from sx2torch.emit.naming import Naming, argument, store as store_of
@@ -66,7 +66,7 @@ def run(
     comments = [
         cst.EmptyLine(comment=cst.Comment("# " + line)) for line in header.splitlines()
     ]
-    return cst.Module(body=body, header=comments)
+    return conditionals.statements(cst.Module(body=body, header=comments))
 
 
 def _preamble(program: Program, classes: dict) -> list:

@@ -230,8 +230,10 @@ def test_a_branch_sums_a_value_s_contributions_in_the_marks_its_readers_share(bu
         "(defparam sub (blk))\n"
         "(defun forward (x) (gradient (mean (with-numerics (:precision :bf16) (sub x))) x))\n"
     )
-    # the zeros are made where the `if` is, so it stays an expression: no zeros_like_x copy
-    assert "grad_x = (\n" in code and "zeros_like_x" not in code
+    # the zeros are made where the `if` is, in its branch (an `if` statement, the
+    # conditional being too long for its line): no zeros_like_x copy
+    zeros = "    grad_x = torch.zeros_like(x, dtype=torch.bfloat16)\n"
+    assert zeros in code and "zeros_like_x" not in code
     x = torch.tensor([[0.5, -1.25, 1 + 2**-7, 0.75], [-0.5, 1.5, 0.25, -1 - 2**-6]])
     got = module.Model()(x)
     g = torch.full((2, 4), 1 / 8, dtype=torch.bfloat16)

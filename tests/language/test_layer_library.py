@@ -231,7 +231,11 @@ def test_the_generated_classes_read_as_torchs():
     assert "def __init__(self, *, in_features, out_features, bias=True):" in code
     assert "        if bias:\n            self.bias = nn.Parameter(\n" in code
     assert "-1 / math.sqrt(in_features)," in code
-    assert "F.linear(x, self.weight, self.bias)\n            if self.has_bias" in code
+    assert (
+        "        if self.has_bias:\n"
+        "            return F.linear(x, self.weight, self.bias)\n"
+        "        return F.linear(x, self.weight)\n"
+    ) in code
 
 
 def test_a_model_of_the_sources_own_takes_the_name():
