@@ -161,7 +161,10 @@ def test_each_stack_starts_the_bias_as_none_and_block_0_computes_it():
     path = lisp("t5")
     code = compile_source(path.read_text(), path.name)
     assert code.count("        position_bias = None\n") == 2
-    assert "None if position_bias is None else position_bias.to(torch.bfloat16)" in code
+    assert (
+        "        if position_bias is not None:\n"
+        "            position_bias = position_bias.to(torch.bfloat16)\n"
+    ) in code
     torch.manual_seed(0)
     model = load_module(code).T5(**SIZES)
     layer = model.encoder.block[0].layer[0]

@@ -128,9 +128,12 @@ def test_an_if_of_integer_tensors_keeps_them_integers(build, target, precision):
 (defrun train :precision :{precision})
 """
     module, code = build(source, target=target)
-    assert "torch.abs(relative) if bidirectional else -torch.clamp(relative, max=0)" in (
-        code
-    )
+    assert (
+        "        if bidirectional:\n"
+        "            distance = torch.abs(relative)\n"
+        "        else:\n"
+        "            distance = -torch.clamp(relative, max=0)\n"
+    ) in code
     model = module.Model()
     x = torch.zeros(2, 12)
     relative = torch.arange(12)[None, :] - torch.arange(12)[:, None]
