@@ -8,11 +8,12 @@ its answer depend on what it ran before.
 Every golden, example and difftest-corpus program runs its entry points in the compiled
 module (cuda's code, on the CPU) with every method call inside recorded; then each public
 method called there, and each entry point, is called again alone, with the recorded
-arguments' floats as f32 (booleans and integers as the callers pass them), on the module and
-on the interpreter: the same dtypes and shapes, and for a golden or an example the same bits
-(the interpreter makes the torch calls the module makes, in the same order) but where
-OWN_ORDER says why not; for a corpus program the same bits where the interpreter's f64
-evaluation shows no rounding (its other values are test_difftest's, within its bounds).
+arguments' floats as f32 (a bf16 one nudged off bf16's grid, which a cast at entry undoes;
+booleans and integers as the callers pass them), on the module and on the interpreter: the
+same dtypes and shapes, and for a golden or an example the same bits (the interpreter makes
+the torch calls the module makes, in the same order) but where OWN_ORDER says why not; for
+a corpus program the same bits where the interpreter's f64 evaluation shows no rounding
+(its other values are test_difftest's, within its bounds).
 
 A module-level function (a top-level defun the models share, written once) is no model's
 method, so its calls are recorded too, and each function is called alone as a public
@@ -144,8 +145,14 @@ def _float(value) -> bool:
 
 
 def _alone(value):
-    """An argument as a caller from outside passes it: floats as f32."""
-    return value.detach().float() if _float(value) else value
+    """An argument as a caller from outside passes it: floats as f32. A bf16 value is
+    moved off bf16's grid by less than half a unit in its last place: a cast down at
+    entry gives back the callers' value, and a missing one shows in the numbers."""
+    if not _float(value):
+        return value
+    if value.dtype == torch.bfloat16:
+        return value.detach().float() * (1 + 2**-10)
+    return value.detach().float()
 
 
 def _leaves(value) -> list:
