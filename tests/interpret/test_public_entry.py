@@ -177,9 +177,8 @@ def test_public_methods_alone_with_f32_agree(source, run):
         type(m) for m in top.modules() if type(m).__module__ == type(top).__module__
     }
     recorder = Recorder(top, classes)
-    namespace = type(top).forward.__globals__
     functions = _functions(unit, model)
-    called = _record_functions(namespace, functions)
+    called = _record_functions(type(top).forward.__globals__, functions)
     named = dict(top.named_modules())  # get_submodule("type") finds the builtin
     paths = {id(m): at for at, m in named.items()}
     calls = {}  # (sub-model path, public method) -> arguments, the first call's
@@ -202,33 +201,15 @@ def test_public_methods_alone_with_f32_agree(source, run):
                 (paths[id(instance)], specialized.get(method, method)), args
             )
     for (at, method), args in calls.items():
-        defun = _defun(model, at, method)
         _agree(
-            partial(model.evaluate, defun, keys={}),
+            partial(model.evaluate, _defun(model, at, method), keys={}),
             getattr(named[at], method),
             args,
             f"{source.stem} {run}: {at or type(top).__name__}.{method}",
             (source.stem, method) in OWN_ORDER,
             in_corpus,
         )
-    uncalled = sorted(set(functions) - set(called))
-    assert (
-        not uncalled
-    ), f"{source.stem} {run}: functions no entry point calls: {uncalled}"
-    for name, (args, keys) in called.items():
-        function = functions[name]
-        _agree(
-            partial(
-                model.evaluate,
-                function.defun,
-                keys={function.keys[k]: v for k, v in keys.items()},
-            ),
-            partial(namespace[name].original, **keys),
-            args,
-            f"{source.stem} {run}: the module's function {name}",
-            (source.stem, name) in OWN_ORDER,
-            in_corpus,
-        )
+    _functions_agree(model, functions, called, source, run)
 
 
 def _agree(interpreted, method, args: list, where: str, loose: bool, in_corpus: bool):
@@ -287,19 +268,39 @@ def _functions(unit, model) -> dict:
 
 def _record_functions(namespace: dict, functions: dict) -> dict:
     """Wraps each module-level function in the module's namespace, where its callers find
-    it, to keep its first call's arguments and keys; each wrapper holds the function as
-    `original`."""
+    it, to keep its first call: name -> (the function, its arguments, its keys)."""
     first: dict = {}
     for name in functions:
-        original = namespace[name]
 
-        def recorded(*args, _name=name, _original=original, **keys):
-            first.setdefault(_name, (args, keys))
+        def recorded(*args, _name=name, _original=namespace[name], **keys):
+            first.setdefault(_name, (_original, args, keys))
             return _original(*args, **keys)
 
-        recorded.original = original
         namespace[name] = recorded
     return first
+
+
+def _functions_agree(model, functions: dict, called: dict, source: Path, run):
+    """Each module-level function, called alone as a public method is with its first
+    call's arguments and keys, computes what the interpreter does of the defun it
+    serves."""
+    case = f"{source.stem} {run}"
+    uncalled = sorted(set(functions) - set(called))
+    assert not uncalled, f"{case}: functions no entry point calls: {uncalled}"
+    for name, (original, args, keys) in called.items():
+        function = functions[name]
+        _agree(
+            partial(
+                model.evaluate,
+                function.defun,
+                keys={function.keys[k]: v for k, v in keys.items()},
+            ),
+            partial(original, **keys),
+            args,
+            f"{case}: the module's function {name}",
+            (source.stem, name) in OWN_ORDER,
+            source in CORPUS,
+        )
 
 
 def _defun(model, at: str, method: str) -> str:
