@@ -89,7 +89,9 @@ def variants(theirs, ours, new_tokens: int, compiled: bool) -> dict:
     """{name: a call that generates `new_tokens` greedy tokens from a prompt}."""
     from transformers import CompileConfig
 
-    compile_config = CompileConfig(fullgraph=True, mode="default")
+    # CUDA graphs on a GPU (transformers' default there), as sx2torch's static decode
+    mode = "reduce-overhead" if theirs.device.type == "cuda" else "default"
+    compile_config = CompileConfig(fullgraph=True, mode=mode)
     # transformers compiles its static generate on accelerators only, unless this is set
     compile_config._compile_all_devices = True
     static = dict(cache_implementation="static", compile_config=compile_config)

@@ -18,6 +18,10 @@
 4. ``script``: the generated tiny-gpt training script: one process, then torchrun with one
    process under DDP and FSDP2 (nccl on CUDA, gloo on the CPU), and two processes where
    two GPUs exist.
+5. ``generate``: benchmarks.generate's Llama (its default size on a GPU, the suite's on the
+   CPU), f32 and bf16: tokens per second of sx2torch's and transformers' generate, eager
+   and with the static cache compiled (on a GPU both as CUDA graphs), the tokens checked
+   against transformers' eager ones, and on a GPU the graphs inductor could not capture.
 
 Every section checks the time left first (``--budget``, default 480 s) and says what it
 skipped. ``--device cpu`` runs the same on small configurations, without torch.compile
@@ -329,9 +333,15 @@ def step_model(check: Check, name: str, make, small: bool, reps: int) -> None:
     if not check.compile:
         check.skipped.append(f"step {name}: torch.compile (pass --compile)")
     medians = {}
+    pairs = (
+        ("generated", generated, reference),
+        ("hand-written", reference, generated),
+    )
     for mode in modes:
-        for who, model in (("generated", generated), ("hand-written", reference)):
-            model.to(check.device)
+        for who, model, other in pairs:
+            # a variant's peak: its weights, gradients, AdamW state and activations
+            other.to("cpu")
+            model.to(check.device).zero_grad(set_to_none=True)
             fn = (lambda m: lambda i, t: loss(m, i, t))(model)
             if mode == "compiled":
                 fn = torch.compile(fn)
@@ -435,6 +445,42 @@ def train_script(check, work: Path, label: str, procs: int, parallel) -> tuple:
     )
 
 
+# --- 5. generation -------------------------------------------------------------------
+
+
+def generation(check: Check, new_tokens: int) -> None:
+    from torch._dynamo.utils import counters
+
+    from benchmarks import generate as bench
+
+    sizes = bench.SIZES["default" if check.cuda else "ci"]
+    if not check.compile:
+        check.skipped.append("generate: the compiled static cache (pass --compile)")
+    ids = torch.randint(
+        0, sizes["vocab_size"], (1, 16), generator=torch.Generator().manual_seed(0)
+    ).to(check.device)
+    for precision in bench.PRECISIONS:
+        section = f"generate {precision}"
+        theirs, ours = bench.models(precision, sizes, check.device.type)
+        runs = bench.variants(theirs, ours, new_tokens, compiled=check.compile)
+        counters.clear()
+        try:
+            medians = bench.measure(runs, ids, repeat=3 if check.cuda else 1)
+        except SystemExit as differs:  # its tokens are not transformers' eager ones
+            check.add(section, "tokens", "DIFFERS", str(differs))
+            continue
+        for name, seconds in medians.items():
+            check.add(section, f"{name} (tok/s)", f"{new_tokens / seconds:.1f}")
+        if check.compile:
+            compiled = medians["sx2torch compiled"]
+            for other in ("sx2torch eager", "transformers compiled"):
+                speed = medians[other] / compiled
+                check.add(section, f"sx2torch compiled, x {other}", f"{speed:.2f}")
+        if check.cuda:  # inductor counts each graph it could not capture
+            skips = counters["inductor"]["cudagraph_skips"]
+            check.add(section, "CUDA graph skips", "FAILED" if skips else "none")
+
+
 # --- the table ------------------------------------------------------------------------
 
 
@@ -459,7 +505,7 @@ def device_name(check: Check) -> str:
     return f"cpu ({torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads)"
 
 
-SECTIONS = ("targets", "matmul", "step", "script")
+SECTIONS = ("targets", "matmul", "step", "script", "generate")
 
 
 def main(argv: list[str] | None = None) -> Check:
@@ -502,6 +548,8 @@ def main(argv: list[str] | None = None) -> Check:
         steps(check, small, reps=20 if cuda else 1)
     if "script" in args.only:
         check.section("script", 40, lambda: script(check))
+    if "generate" in args.only:
+        check.section("generate", 60, lambda: generation(check, 32))
     print(table(check))
     if args.json:
         device = device_name(check)

@@ -10,7 +10,7 @@ def test_the_gpu_check_runs_on_the_cpu(tmp_path, capsys):
     check = gpu.main(["--device", "cpu", "--json", str(path)])
     assert check.failures() == []
     sections = {row["section"] for row in check.rows}
-    assert {"targets", "matmul", "script"} <= sections
+    assert {"targets", "matmul", "script", "generate f32", "generate bf16"} <= sections
     assert {f"step {name}" for name in gpu.MODELS} <= sections
     written = json.loads(path.read_text())
     assert written["rows"] == check.rows and written["skipped"] == check.skipped

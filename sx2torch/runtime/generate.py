@@ -37,7 +37,7 @@ def generate(
     transformers' `sequences`; with `return_logits`, `(tokens, logits)`, one f32 `[batch,
     vocab]` tensor per step (`output_logits`). `model` is compiled from a source with
     `(defrun NAME ... :generate true)`. `static_cache` preallocates the cache and compiles
-    the steps after the prompt (fullgraph, one graph). `attention_mask` (1 a token, 0 a pad)
+    the steps after the prompt (fullgraph, one graph; on a GPU a CUDA graph). `attention_mask` (1 a token, 0 a pad)
     takes prompts padded on the left, positions counted per row as transformers does.
     `eos_token_id` (an int or a list) ends a row, padded after with the first of them;
     `streamer` gets the prompt, each token (`put`) and the end (`end`).
@@ -52,7 +52,7 @@ def generate(
         top_p=top_p,
         generator=generator,
     )
-    step = torch.compile(model, fullgraph=True) if static_cache else model
+    step = _compiled_step(model, input_ids.device) if static_cache else model
     tokens, logits = input_ids, []
     if streamer is not None:
         streamer.put(input_ids.cpu())
@@ -76,6 +76,13 @@ def generate(
     if streamer is not None:
         streamer.end()
     return (tokens, tuple(logits)) if return_logits else tokens
+
+
+def _compiled_step(model, device: torch.device):
+    """The decode step compiled whole; on a GPU replayed as a CUDA graph, as transformers'
+    static generate does there: a step at this size is mostly kernel launches."""
+    mode = "reduce-overhead" if device.type == "cuda" else "default"
+    return torch.compile(model, fullgraph=True, mode=mode)
 
 
 def _last_logits(out: Tensor, cache: Cache) -> Tensor:
