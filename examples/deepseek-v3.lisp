@@ -150,12 +150,12 @@
                                  :topk-group topk-group :norm norm-topk :scaling scaling)))
   (defparam norm (deepseek-v3-rms-norm :dim dim :eps eps))
   ;; DeepseekV3RotaryEmbedding over the rotary dims: cos and sin of the first half of its
-  ;; table, what the interleaved rotary reads, rounded to x's dtype where they meet q and k
+  ;; table, what the interleaved rotary reads, computed in f32 and rounded once to x's dtype
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
           (inv-freq (/ 1.0 (pow theta (/ (arange x 0 rope-dim 2) rope-dim))))
           (freqs (outer (arange-of x :axis 1) inv-freq)))
-      (norm (chain layers x (cos freqs) (sin freqs))))))
+      (norm (chain layers x (cast-run (cos freqs)) (cast-run (sin freqs)))))))
 
 (defparam model
   (deepseek-v3-model :vocab vocab-size :dim hidden-size :hidden intermediate-size

@@ -223,13 +223,11 @@ class DeepseekV3Attention(nn.Module):
 
     def rotate(self, x, cos, sin):
         x = x.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
         x1 = x[..., ::2]
         x2 = x[..., 1::2]
-        cos_bf16 = cos.to(torch.bfloat16)
-        sin_bf16 = sin.to(torch.bfloat16)
-        return torch.cat(
-            [x1 * cos_bf16 - x2 * sin_bf16, x2 * cos_bf16 + x1 * sin_bf16], dim=-1
-        )
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
     def forward(self, x, cos, sin):
         q = self.split_heads(self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))))
@@ -306,6 +304,8 @@ class DeepseekV3DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin):
         x = x.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         post_attention_layernorm = self.post_attention_layernorm(x)
         return x + self.mlp(post_attention_layernorm)
@@ -378,8 +378,8 @@ class DeepseekV3Model(nn.Module):
         freqs = torch.arange(
             x.shape[1], dtype=torch.float32, device=x.device
         ).unsqueeze(-1) * inv_freq.unsqueeze(-2)
-        cos_freqs = torch.cos(freqs)
-        sin_freqs = torch.sin(freqs)
+        cos_freqs = torch.cos(freqs).to(torch.bfloat16)
+        sin_freqs = torch.sin(freqs).to(torch.bfloat16)
         for layer in self.layers:
             x = layer(x, cos_freqs, sin_freqs)
         return self.norm(x)

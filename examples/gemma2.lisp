@@ -94,13 +94,13 @@
                                  :head-dim head-dim :eps eps :scalar scalar :softcap softcap
                                  :window (if (= (mod i 2) 0) window 0))))
   (defparam norm (gemma2-rms-norm :dim dim :eps eps))
-  ;; Gemma2RotaryEmbedding: cos and sin in f32, rounded to x's dtype where they meet q and k
+  ;; Gemma2RotaryEmbedding: cos and sin computed in f32, rounded once to x's dtype
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
           (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
           (freqs (outer (arange-of x :axis 1) inv-freq))
           (emb (concat [freqs freqs] :axis -1)))
-      (norm (chain layers x (cos emb) (sin emb))))))
+      (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))
 
 (defparam model (gemma2-model :vocab vocab-size :dim hidden-size :hidden intermediate-size
                               :depth num-hidden-layers :heads num-attention-heads

@@ -107,7 +107,9 @@ class Gemma2Attention(nn.Module):
 
     def apply_rotary_pos_emb(self, x, cos, sin):
         x = x.to(torch.bfloat16)
-        return x * cos.to(torch.bfloat16) + self.rotate_half(x) * sin.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
+        return x * cos + self.rotate_half(x) * sin
 
     def split_heads(self, x):
         return x.reshape(x.shape[0], x.shape[1], -1, self.head_dim).permute(0, 2, 1, 3)
@@ -173,6 +175,8 @@ class Gemma2DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin):
         x = x.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
         x = x + self.post_attention_layernorm(
             self.self_attn(self.input_layernorm(x), cos, sin)
         )
@@ -230,8 +234,8 @@ class Gemma2Model(nn.Module):
             x.shape[1], dtype=torch.float32, device=x.device
         ).unsqueeze(-1) * inv_freq.unsqueeze(-2)
         emb = torch.cat([freqs, freqs], dim=-1)
-        cos_emb = torch.cos(emb)
-        sin_emb = torch.sin(emb)
+        cos_emb = torch.cos(emb).to(torch.bfloat16)
+        sin_emb = torch.sin(emb).to(torch.bfloat16)
         for layer in self.layers:
             x = layer(x, cos_emb, sin_emb)
         return self.norm(x)

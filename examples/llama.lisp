@@ -65,13 +65,13 @@
   (defparam layers (stack depth (llama-decoder-layer :dim dim :hidden hidden :eps eps :heads heads
                                                      :kv-heads kv-heads :head-dim head-dim)))
   (defparam norm (llama-rms-norm :dim dim :eps eps))
-  ;; LlamaRotaryEmbedding: cos and sin in f32, rounded to x's dtype where they meet q and k
+  ;; LlamaRotaryEmbedding: cos and sin computed in f32, rounded once to x's dtype
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
           (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
           (freqs (* (unsqueeze (arange-of input-ids :axis 1) :axis -1) inv-freq))
           (emb (unsqueeze (concat [freqs freqs] :axis -1) :axis -3)))
-      (norm (chain layers x (cos emb) (sin emb))))))
+      (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))
 
 (defparam model (llama-model :vocab vocab-size :dim hidden-size :hidden intermediate-size
                              :depth num-hidden-layers :heads num-attention-heads :eps rms-norm-eps

@@ -77,7 +77,9 @@ class LlamaAttention(nn.Module):
 
     def apply_rotary_pos_emb(self, x, cos, sin):
         x = x.to(torch.bfloat16)
-        return x * cos.to(torch.bfloat16) + self.rotate_half(x) * sin.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
+        return x * cos + self.rotate_half(x) * sin
 
     def forward(self, x, cos, sin):
         q = self.apply_rotary_pos_emb(self.split_heads(self.q_proj(x)), cos, sin)
@@ -113,6 +115,8 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin):
         x = x.to(torch.bfloat16)
+        cos = cos.to(torch.bfloat16)
+        sin = sin.to(torch.bfloat16)
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -163,8 +167,8 @@ class LlamaModel(nn.Module):
             * inv_freq
         )
         emb = torch.cat([freqs, freqs], dim=-1).unsqueeze(-3)
-        cos_emb = torch.cos(emb)
-        sin_emb = torch.sin(emb)
+        cos_emb = torch.cos(emb).to(torch.bfloat16)
+        sin_emb = torch.sin(emb).to(torch.bfloat16)
         for layer in self.layers:
             x = layer(x, cos_emb, sin_emb)
         return self.norm(x)

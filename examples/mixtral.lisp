@@ -91,13 +91,13 @@
                                                      :kv-heads kv-heads :head-dim head-dim
                                                      :num-experts num-experts :top-k top-k)))
   (defparam norm (mixtral-rms-norm :dim dim :eps eps))
-  ;; LlamaRotaryEmbedding: cos and sin in f32, rounded to x's dtype where they meet q and k
+  ;; LlamaRotaryEmbedding: cos and sin computed in f32, rounded once to x's dtype
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
           (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
           (freqs (outer (arange-of x :axis 1) inv-freq))
           (emb (concat [freqs freqs] :axis -1)))
-      (norm (chain layers x (cos emb) (sin emb))))))
+      (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))
 
 (defparam model (mixtral-model :vocab vocab-size :dim hidden-size :hidden intermediate-size
                              :depth num-hidden-layers :heads num-attention-heads :eps rms-norm-eps

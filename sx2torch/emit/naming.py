@@ -310,7 +310,9 @@ class _LocalNaming:
         base = node.name or self._temporary_name(node)
         # A value named after its op and input (`slice_qkv`) takes no dead value's name:
         # two such are two computations, which one name would read as one value.
-        derived = node.name is None and node.kind is Kind.OP and base != self._role(node)
+        derived = (
+            node.name is None and node.kind is Kind.OP and base != self._role(node)
+        )
         self.values[node] = self._fresh(base, node, at, reuse=not derived)
         if node.aliases:
             first = self.locals.targets[node] = self.values[node]
@@ -358,6 +360,9 @@ class _LocalNaming:
         role = self._role(node)
         if role is not None:
             return role
+        operand = next((i for i in node.inputs if isinstance(i, Node)), None)
+        if _converts(node) and operand.name is None and operand not in self.values:
+            return self._temporary_name(operand)
         word = node.label or (node.op.word if node.kind is Kind.OP else node.what)
         source = next(
             (self._label(i) for i in node.inputs if isinstance(i, Node)), None
@@ -369,7 +374,8 @@ class _LocalNaming:
 
     def _role(self, node: Node) -> Optional[str]:
         """The name of the one operand that reads `node`, where that name says what the
-        value is (cross-entropy's `logits`, `labels`) and the source gives it to nothing."""
+        value is (cross-entropy's `logits`, `labels`) and the source gives it to nothing.
+        """
         readers = self.layout.readers.get(node, [])
         if len(readers) != 1 or getattr(readers[0][0], "kind", None) is not Kind.OP:
             return None
@@ -401,3 +407,8 @@ class _LocalNaming:
         if node is None:
             return None
         return self.values.get(node) or node.name
+
+
+def _converts(node: Node) -> bool:
+    """Whether `node`'s value is its operand's in another dtype."""
+    return node.kind is Kind.CAST or (node.kind is Kind.OP and node.op.converts)

@@ -37,6 +37,7 @@ register(
         (Arg("x", "matrix"),),
         lambda a, ctx: a[0],
         result="run",
+        converts=True,
         exact=True,
         grad=lambda t, n, g: [g],
         doc=(

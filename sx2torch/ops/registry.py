@@ -208,6 +208,9 @@ class Op:
     # the output dtype its keys choose over the policy's, `out_dtype(attrs)`, None where the
     # policy decides: the f32-out matmul's `:out :f32`
     out_dtype: Optional[Callable] = None
+    # its value is its operand's in another dtype (cast-run): a temporary is named as the
+    # operand would be, `cos_emb = torch.cos(emb).to(torch.bfloat16)`
+    converts: bool = False
     # combines values along an axis (a reduction, a softmax, a scan): True, or a test of the
     # attrs (`along`); a :generate run refuses one whose axis may be the sequence's, which a
     # cached step sees one position of (sx2torch/cache.py)

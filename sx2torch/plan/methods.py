@@ -82,7 +82,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     deciding = layouts if judge is target else _deciding(lowered, by_defun)
     sharing = Sharing(lowered, judge, deciding)
     group = sharing.run(by_defun)  # Typed -> its Group
-    public, called, names = _publics(program, lowered, by_defun, group)
+    public, called, names = _publics(program, lowered, by_defun, group, sharing)
     optional = _optional(called)
     entry = {
         typed: _entry(lowered.natural[key], typed)
@@ -367,7 +367,9 @@ def _scalars(value):
             pending.extend([value.args, value.count])
 
 
-def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
+def _publics(
+    program: Program, lowered: Lowered, by_defun: dict, group: dict, sharing: Sharing
+):
     """(model, defun) -> its public specialization, the specializations emitted (those
     the program runs, the public ones and what they call), and the top-level defuns
     written as module-level functions. A public method the program does not run may call
@@ -383,7 +385,7 @@ def _publics(program: Program, lowered: Lowered, by_defun: dict, group: dict):
                 if key[0] == top
                 and key[1] in names
                 and not called.intersection(by_defun.get(key, []))
-                else _public(natural, by_defun.get(key, []), called, group)
+                else _public(natural, by_defun.get(key, []), called, group, sharing)
             )
             for key, natural in lowered.natural.items()
         }
@@ -434,21 +436,23 @@ def _closure(roots: set, group: dict) -> set:
     return calling(roots, lambda typed: group[typed].rep.callee.values())
 
 
-def _public(natural, specs: list, called: set, group: dict):
+def _public(natural, specs: list, called: set, group: dict, sharing: Sharing):
     """The specialization named as the source names the defun: the natural one, unless
     the program calls the defun only with bf16 where the natural one takes f32 and other
     code: then the first of those, which casts its f32 arguments down at entry (None
-    left as it is where a caller may pass it), serves callers from outside too."""
+    left as it is where a caller may pass it), serves callers from outside too. Its
+    method may serve callers that pass more arguments in bf16, where it casts those at
+    entry for the callers that pass them f32 (`Sharing.entry`)."""
     if natural is None or any(group[t] == group[natural] for t in specs if t in called):
         return natural
     for typed in specs:
         mates = [t for t in specs if group[t] == group[typed] and t in called]
         casts = _entry(natural, typed)
-        if (
-            typed in called
-            and group[typed].rep is typed
-            and casts is not None
-            and all(_entry(natural, t) == casts for t in mates)
+        if not mates or group[typed].rep is not typed or casts is None:
+            continue
+        served = set(casts) | set(sharing.entry(group[typed]))
+        if all(_entry(natural, t) is not None for t in mates) and all(
+            set(_entry(natural, t)) <= served for t in mates
         ):
             return typed
     return natural

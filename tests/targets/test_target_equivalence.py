@@ -265,6 +265,11 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "blocks.0.forward": (Floats((2, 8)),),
         "blocks.0.ln.forward": (Floats((2, 8)),),
     },
+    "entry-through-calls": {
+        "forward": (Floats((2, 8)), Floats((2, 8))),
+        "block.forward": (Floats((2, 8)), Floats((2, 8))),
+        "block.mix": (Floats((2, 8)), Floats((2, 8))),
+    },
     "specializations": {
         "gate": (Floats((4, 8)),),
         "gate_bf16": (Bf16s((4, 8)),),
