@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from cases import GEMMA2, LLAMA, MIXTRAL, lisp
-from sx2torch import interpret
-from sx2torch.compiler import Options, compile_source
+from sx2torch import compiler, interpret
+from sx2torch.compiler import Options, Unit
 
 
 def _ids(vocab):
@@ -78,12 +78,13 @@ def runs(path: Path) -> list:
 
 
 def compiled_and_interpreted(path: Path, run, consts: dict) -> tuple:
-    """(the code, its top module built with `consts` and its parameters moved off their
-    initial values, the interpreter with the same parameters), both in eval mode."""
+    """(the compiled unit: its code, plans and names; its top module built with `consts`
+    and its parameters moved off their initial values, the interpreter with the same
+    parameters), both in eval mode."""
     source = path.read_text()
-    code = compile_source(source, path.name, Options(run=run))
+    unit = compiler.run(Unit(source, path.name, Options(run=run)))
     namespace: dict = {}
-    exec(compile(code, path.stem, "exec"), namespace)
+    exec(compile(unit.code, path.stem, "exec"), namespace)
     torch.manual_seed(0)
     module = namespace[namespace["__all__"][0]](**consts).eval()
     with torch.no_grad():  # norms' ones and biases' zeros would hide arithmetic
@@ -96,7 +97,7 @@ def compiled_and_interpreted(path: Path, run, consts: dict) -> tuple:
         consts={k.replace("_", "-"): v for k, v in consts.items()},
         state=module.state_dict(),
     ).eval()
-    return code, module, model
+    return unit, module, model
 
 
 @pytest.mark.parametrize(

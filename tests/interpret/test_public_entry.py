@@ -8,17 +8,26 @@ its answer depend on what it ran before.
 Every golden, example and difftest-corpus program runs its entry points in the compiled
 module (cuda's code, on the CPU) with every method call inside recorded; then each public
 method called there, and each entry point, is called again alone, with the recorded
-arguments' floats as f32 (booleans and integers as the callers pass them), on the module and
-on the interpreter: the same dtypes and shapes, and for a golden or an example the same bits
-(the interpreter makes the torch calls the module makes, in the same order) but where
-OWN_ORDER says why not; for a corpus program the same bits where the interpreter's f64
-evaluation shows no rounding (its other values are test_difftest's, within its bounds).
+arguments' floats as f32 (a bf16 one nudged off bf16's grid, which a cast at entry undoes;
+booleans and integers as the callers pass them), on the module and on the interpreter: the
+same dtypes and shapes, and for a golden or an example the same bits (the interpreter makes
+the torch calls the module makes, in the same order) but where OWN_ORDER says why not; for
+a corpus program the same bits where the interpreter's f64 evaluation shows no rounding
+(its other values are test_difftest's, within its bounds).
+
+A module-level function (a top-level defun the models share, written once) is no model's
+method, so its calls are recorded too, and each function is called alone as a public
+method is, with its first call's arguments (floats as f32) and keys, against the
+interpreter's evaluation of a defun the function serves as its model's public method
+(found in the compiler's plan): that method casts at entry what the function casts.
 """
 
 from __future__ import annotations
 
 import random
 import sys
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -34,7 +43,7 @@ from interpret.test_interpret_examples import (
 from models.test_public_methods import _SPECIALIZATION, EXAMPLES, ENTRIES, Recorder
 from sx2torch import interpret
 from sx2torch.compiler import Options, compile_source
-from sx2torch.interpret.model import method as method_name
+from sx2torch.interpret.model import instances, method as method_name
 from sx2torch.errors import SourceError
 from targets.test_target_equivalence import FUNCTION, INPUTS, Floats, Ids
 
@@ -125,8 +134,8 @@ def _entries(path: Path) -> tuple:
         method: [spec.make(generator, "cuda") for spec in specs]
         for method, specs in GOLDEN[name].items()
         # a specialization's own arguments are not from outside; a module-level function
-        # (`module:NAME`, a top-level defun the models share) is no model's method, and the
-        # interpreter's entry points are the models' public methods
+        # (`module:NAME`, a top-level defun the models share) is called with its callers'
+        # arguments, recorded as the entry points run (_record_functions)
         if " with " not in method and not method.startswith(FUNCTION)
     }
 
@@ -136,8 +145,14 @@ def _float(value) -> bool:
 
 
 def _alone(value):
-    """An argument as a caller from outside passes it: floats as f32."""
-    return value.detach().float() if _float(value) else value
+    """An argument as a caller from outside passes it: floats as f32. A bf16 value is
+    moved off bf16's grid by less than half a unit in its last place: a cast down at
+    entry gives back the callers' value, and a missing one shows in the numbers."""
+    if not _float(value):
+        return value
+    if value.dtype == torch.bfloat16:
+        return value.detach().float() * (1 + 2**-10)
+    return value.detach().float()
 
 
 def _leaves(value) -> list:
@@ -153,15 +168,17 @@ def test_public_methods_alone_with_f32_agree(source, run):
     consts, entries = _entries(source)
     in_corpus = source in CORPUS
     try:
-        code, top, model = compiled_and_interpreted(source, run, consts)
+        unit, top, model = compiled_and_interpreted(source, run, consts)
     except SourceError:  # a corpus case the compiler refuses (test_front_end: alike)
         assert in_corpus
         return
-    specialized = {method: of for of, method in _SPECIALIZATION.findall(code)}
+    specialized = {method: of for of, method in _SPECIALIZATION.findall(unit.code)}
     classes = {
         type(m) for m in top.modules() if type(m).__module__ == type(top).__module__
     }
     recorder = Recorder(top, classes)
+    functions = _functions(unit, model)
+    called = _record_functions(type(top).forward.__globals__, functions)
     named = dict(top.named_modules())  # get_submodule("type") finds the builtin
     paths = {id(m): at for at, m in named.items()}
     calls = {}  # (sub-model path, public method) -> arguments, the first call's
@@ -184,24 +201,106 @@ def test_public_methods_alone_with_f32_agree(source, run):
                 (paths[id(instance)], specialized.get(method, method)), args
             )
     for (at, method), args in calls.items():
-        alone = [_alone(a) for a in args]
-        torch.manual_seed(1)  # dropout's and randn-like's draws alike
-        with torch.no_grad():
-            want = getattr(named[at], method)(*[_clone(a) for a in alone])
-        torch.manual_seed(1)
-        defun = _defun(model, at, method)
-        got = model(defun, *alone)
-        where = f"{source.stem} {run}: {at or type(top).__name__}.{method}"
-        for g, w in zip(_leaves(got), _leaves(want), strict=True):
-            assert (g.dtype, g.shape) == (w.dtype, w.shape), where
-        if in_corpus and not _exact(model, defun, alone, got):
-            continue  # its values are the difference test's (test_difftest), in bounds
-        for g, w in zip(_leaves(got), _leaves(want)):
-            if (source.stem, method) in OWN_ORDER and w.dtype in APART:
-                bound = APART[w.dtype] * w.abs().max().item()
-                assert (g - w).abs().max() <= bound, where
-            else:
-                torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+        _agree(
+            partial(model.evaluate, _defun(model, at, method), keys={}),
+            getattr(named[at], method),
+            args,
+            f"{source.stem} {run}: {at or type(top).__name__}.{method}",
+            (source.stem, method) in OWN_ORDER,
+            in_corpus,
+        )
+    _functions_agree(model, functions, called, source, run)
+
+
+def _agree(interpreted, method, args: list, where: str, loose: bool, in_corpus: bool):
+    """`method` called alone with `args`' floats as f32 computes what the interpreter
+    does (`interpreted(args)`): the same dtypes and shapes, the same bits but where
+    `loose` (OWN_ORDER says why not); in the corpus, where the f64 evaluation is exact.
+    """
+    alone = [_alone(a) for a in args]
+    torch.manual_seed(1)  # dropout's and randn-like's draws alike
+    with torch.no_grad():
+        want = method(*[_clone(a) for a in alone])
+    torch.manual_seed(1)
+    got = interpreted(alone)
+    for g, w in zip(_leaves(got), _leaves(want), strict=True):
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), where
+    if in_corpus and not _exact(interpreted, alone, got):
+        return  # its values are the difference test's (test_difftest), in bounds
+    for g, w in zip(_leaves(got), _leaves(want)):
+        if loose and w.dtype in APART:
+            bound = APART[w.dtype] * w.abs().max().item()
+            assert (g - w).abs().max() <= bound, where
+        else:
+            torch.testing.assert_close(
+                g, w, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{where}: {m}"
+            )
+
+
+@dataclass(frozen=True)
+class Function:
+    """A module-level function (a top-level defun the models share, written once by
+    sx2torch/plan/functions.py) as the interpreter evaluates it."""
+
+    # the interpreter's name for a defun the function serves as its model's public
+    # method, at an instance of the model: the plan casts at entry what the function
+    # casts, so both are called alone as the public methods are
+    defun: str
+    keys: dict  # its Python keyword -> the source's &key
+
+
+def _functions(unit, model) -> dict:
+    """The module's functions by name."""
+    plans, names = unit.plans, unit.names
+    prefixes = {}  # model -> the state_dict prefix of its first instance
+    for instance in instances(model.instance):
+        prefixes.setdefault(instance.model.name, instance.prefix)
+    found = {}
+    for (of, defun), public in plans.public.items():
+        code = public and plans.plans[public].code
+        if code in plans.functions and of in prefixes:
+            keys = {python: key for key, python in names.locals[code].keys.items()}
+            found.setdefault(names.methods[code], Function(prefixes[of] + defun, keys))
+    unserved = {names.methods[code] for code in plans.functions} - set(found)
+    assert not unserved, f"functions serving no public method: {sorted(unserved)}"
+    return found
+
+
+def _record_functions(namespace: dict, functions: dict) -> dict:
+    """Wraps each module-level function in the module's namespace, where its callers find
+    it, to keep its first call: name -> (the function, its arguments, its keys)."""
+    first: dict = {}
+    for name in functions:
+
+        def recorded(*args, _name=name, _original=namespace[name], **keys):
+            first.setdefault(_name, (_original, args, keys))
+            return _original(*args, **keys)
+
+        namespace[name] = recorded
+    return first
+
+
+def _functions_agree(model, functions: dict, called: dict, source: Path, run):
+    """Each module-level function, called alone as a public method is with its first
+    call's arguments and keys, computes what the interpreter does of the defun it
+    serves."""
+    case = f"{source.stem} {run}"
+    uncalled = sorted(set(functions) - set(called))
+    assert not uncalled, f"{case}: functions no entry point calls: {uncalled}"
+    for name, (original, args, keys) in called.items():
+        function = functions[name]
+        _agree(
+            partial(
+                model.evaluate,
+                function.defun,
+                keys={function.keys[k]: v for k, v in keys.items()},
+            ),
+            partial(original, **keys),
+            args,
+            f"{case}: the module's function {name}",
+            (source.stem, name) in OWN_ORDER,
+            source in CORPUS,
+        )
 
 
 def _defun(model, at: str, method: str) -> str:
@@ -210,13 +309,9 @@ def _defun(model, at: str, method: str) -> str:
     return ".".join([*filter(None, [at]), defuns[method]])
 
 
-def _exact(model, defun: str, args: list, got) -> bool:
+def _exact(interpreted, args: list, got) -> bool:
     """The interpreter's f64 evaluation gives its value: no rounding happened."""
-    wide = model.evaluate(
-        defun,
-        [a.double() if _float(a) else a for a in args],
-        precision="f64",
-    )
+    wide = interpreted([a.double() if _float(a) else a for a in args], precision="f64")
     return all(
         torch.equal(g.double(), w.double())
         for g, w in zip(_leaves(got), _leaves(wide), strict=True)
