@@ -32,7 +32,7 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, numbers_read, walk
 from sx2torch.ops import REGISTRY, ArgKind
 from sx2torch.ops.cache import LAST_POSITION
-from sx2torch.ops.sequence import LENGTH, SEQUENCE, Seen
+from sx2torch.ops.sequence import LENGTH, MARKS, SEQUENCE, Seen, open_keys
 from sx2torch.ops.shapes import Analysis, ranked
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.syntax.echo import echo
@@ -54,6 +54,11 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
             "attention, convolution or scan along the sequence: there is nothing to cache",
         )
     _keep_last(graphs[entry], program, holds, shapes)
+    for key in reached:  # a library op the pass rewrote inside is written out in place
+        graph = graphs[key]
+        graph.expansions = [
+            e for e in graph.expansions if not any(n.op.internal for n in e.nodes)
+        ]
 
 
 def _reached(program: Program, graphs: dict, entry: tuple) -> list:
@@ -139,6 +144,11 @@ class _Follow(Analysis):
         found = op.cached(seen) if op.cached else None
         if found is None and node in made and op.mixes_along(attrs):
             found = "combines values along an axis that may be the sequence's"
+        if op.mixes and open_keys(seen, _mixed_axes(attrs)):
+            found = (
+                "combines keys no causal mask covers: a cached step has only those up to "
+                "its own; mask the scores with (causal-mask ...) first"
+            )
         if isinstance(found, str):
             raise SourceError(
                 node.span, f"a :generate run cannot cache {echo(node.form)}: it {found}"
@@ -166,6 +176,16 @@ class _Follow(Analysis):
         return seen
 
 
+def _mixed_axes(attrs: dict):
+    """The axes an op that mixes values combines along (None: every axis)."""
+    axes = attrs.get("axis", attrs.get("axes"))
+    return (
+        None
+        if axes is None
+        else tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
+    )
+
+
 def _operands(node: Node, found: dict) -> tuple:
     """The shapes of a node's operands (a number's is ()); a size the rank rules computed
     from the sequence's length (2 x LENGTH, of a concat) unknown, as it is."""
@@ -178,7 +198,7 @@ def _operands(node: Node, found: dict) -> tuple:
 def _unmarked(dims):
     if dims is None:
         return None
-    return tuple(None if d != LENGTH and (d or 0) >= _DERIVED else d for d in dims)
+    return tuple(None if d not in MARKS and (d or 0) >= _DERIVED else d for d in dims)
 
 
 _DERIVED = 2**40  # a size this large is LENGTH's arithmetic

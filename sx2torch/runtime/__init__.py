@@ -10,8 +10,10 @@ from sx2torch.runtime.attention import (
 from sx2torch.runtime.cache import (
     cache_positions,
     cached_attention,
+    cached_causal_mask,
     cached_conv1d,
     cached_linear_scan,
+    cached_matmul,
     last_position,
 )
 from sx2torch.runtime.checks import expect_scalar
@@ -45,8 +47,10 @@ __all__ = [
     "as_f32",
     "cache_positions",
     "cached_attention",
+    "cached_causal_mask",
     "cached_conv1d",
     "cached_linear_scan",
+    "cached_matmul",
     "bf16_region",
     "causal_mask",
     "concat_part",

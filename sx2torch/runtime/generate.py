@@ -87,7 +87,7 @@ def _compiled_step(model, device: torch.device):
 
 def _last_logits(out: Tensor, cache: Cache) -> Tensor:
     """The last position's logits in f32, transformers' `output_logits`."""
-    if not cache.keys and not cache.states:
+    if not cache.keys and not cache.states and not cache.kept:
         raise TypeError(
             "the model keeps no cache: compile it from a source with "
             "(defrun NAME ... :generate true)"

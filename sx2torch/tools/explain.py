@@ -119,19 +119,26 @@ def _cache(unit) -> Optional[dict]:
         else:
             each = 2 if dtype == "bf16" and not unit.target.held else 4
             total += sum(math.prod(d) for d in dims) * each
-    return {"attentions": len(sizes.met), "bytes_per_token": total, "unknown": unknown}
+    return {
+        "attentions": sizes.attentions,
+        "bytes_per_token": total,
+        "unknown": unknown,
+    }
 
 
 class _Sizes:
     """The shape of each value of forward called on one token ([1, 1] ids) in the module
     built with its defaults, by the ops' rank rules, through the specializations the run
     computes: each model with the values its parent passes it, each call with its keys.
-    `met` gets each cached attention reached: the dtype it stores in, the shapes of its
-    keys and values."""
+    `met` gets each cached attention reached, and each product of attention written out:
+    the dtype it stores in, the shapes of its keys and values."""
 
     def __init__(self, program):
         self.program = program
-        self.met: list = []  # (dtype, (K's shape, V's shape))
+        self.met: list = (
+            []
+        )  # (dtype, (K's shape, V's shape)), or one of them, a product's
+        self.attentions = 0  # the attentions among them: a product's scores count one
 
     def consts(self, model, passed: dict) -> dict:
         env = dict(passed)
@@ -192,9 +199,11 @@ class _Sizes:
             (out,) = chosen.outputs
             return () if isinstance(out, Scalar) else found.get(out)
         op = node.op
-        if op.caches:
-            self.met.append((typed.decided[node].dtype, (inputs[1], inputs[2])))
+        if op.caches:  # an attention's K and V, or one product's Kᵀ or V
+            self.met.append((typed.decided[node].dtype, tuple(inputs[1:])))
         attrs = {k: _valued(v, env) for k, v in node.attrs.items()}
+        if op.caches and attrs.get("keys", Scalar.lit(-1)).value == -1:
+            self.attentions += 1
         if op.rank.tails:
             inputs = [Tail(()) if dims is None else dims for dims in inputs]
         try:
@@ -510,9 +519,7 @@ class _Rows:
                 sub_env = {
                     k: scalars.compute(v, layer) for k, (_, v) in init.args.items()
                 }
-                self.visit(
-                    sub, f"{key}.{i}.", sub_env, copies, listed * count, normed
-                )
+                self.visit(sub, f"{key}.{i}.", sub_env, copies, listed * count, normed)
         else:
             self.visit(
                 sub,
