@@ -125,7 +125,8 @@ def product(seen: Seen):
         return "matmul", seen.attrs
     if len(ranks) == 2 and a == ranks[0] - 2 and b is not None and b >= ranks[1] - 2:
         keys = b - ranks[1]
-        if keys == -2 and seen.shapes[0][-1] != KEYS:
+        # a mask decided when the module runs (an `if` of a flag) is checked then
+        if keys == -2 and seen.shapes[0][-1] not in (KEYS, None):
             return (
                 "reads values at every position with weights no causal mask covers: "
                 "mask the scores with (causal-mask ...) before the softmax"
@@ -142,19 +143,20 @@ def product(seen: Seen):
 
 
 def causal_mask(seen: Seen):
-    """A causal mask over scores [..., LENGTH, keys] is aligned bottom-right in a cached
-    step: the chunk's i-th query sees the keys up to its own position."""
+    """A causal mask over scores [..., LENGTH, keys] keeps, in a cached step, the keys up to
+    each of the chunk's queries' own position: aligned bottom-right over every key stored
+    and the chunk's, as the whole sequence's mask keeps them over keys that are not the
+    sequence's (an encoder's, in a cross-attention whose flag asks for no mask)."""
     dims = seen.shapes[0]
-    if (
-        seen.made[0]
-        and dims is not None
-        and dims[-2:]
-        in (
-            (LENGTH, OPEN_KEYS),
-            (LENGTH, KEYS),
-        )
-    ):
+    if not seen.made[0]:
+        return None
+    if dims is not None and len(dims) >= 2 and dims[-2] == LENGTH != dims[-1]:
         return "cached-causal-mask", seen.attrs
+    if dims is None or any(d in MARKS for d in dims[-2:]):
+        return (
+            "masks values whose queries and keys it cannot tell apart: a cached step "
+            "has the chunk's queries and every key stored"
+        )
     return None
 
 

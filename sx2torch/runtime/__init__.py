@@ -15,6 +15,7 @@ from sx2torch.runtime.cache import (
     cached_linear_scan,
     cached_matmul,
     last_position,
+    once,
 )
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
@@ -68,6 +69,7 @@ __all__ = [
     "matrix_scan",
     "matrix_scan_adjoint",
     "newton_schulz",
+    "once",
     "previous",
     "round_to_bf16",
     "slice_backward",

@@ -42,6 +42,7 @@ __all__ = [
     "cache_positions",
     "generating",
     "last_position",
+    "once",
 ]
 
 _ACTIVE: list = [None]  # the cache of the generation running, else None
@@ -81,10 +82,14 @@ class Cache:
         # the keys, and the values, of attention written out: one per product that reads them
         self.kept: list = []
         self.kept_slot = 0
+        # what the calls of the prompt alone gave (an encoder's output): one per call
+        self.prompt: list = []
+        self.prompt_slot = 0
 
     def begin(self, length: int, position: Optional[Tensor] = None) -> None:
         """Before each forward: `length` tokens are stored, the chunk comes after them."""
-        self.length, self.slot, self.state_slot, self.kept_slot = length, 0, 0, 0
+        self.length, self.slot, self.state_slot = length, 0, 0
+        self.kept_slot, self.prompt_slot = 0, 0
         if position is not None:
             self.position = position
 
@@ -297,6 +302,24 @@ def cached_attention(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
     )
+
+
+def once(function, *args, **keys):
+    """`function(*args, **keys)`, a call of the prompt's values alone (an encoder, the keys
+    and values of a cross-attention). Without a generation running, the call. While one
+    runs, the call of the first forward, made as the plain module makes it (its own
+    attentions keep nothing), and kept: each later forward reads it again."""
+    cache = _ACTIVE[0]
+    if cache is None:
+        return function(*args, **keys)
+    slot, cache.prompt_slot = cache.prompt_slot, cache.prompt_slot + 1
+    if slot == len(cache.prompt):
+        _ACTIVE[0] = None
+        try:
+            cache.prompt.append(function(*args, **keys))
+        finally:
+            _ACTIVE[0] = cache
+    return cache.prompt[slot]
 
 
 def cached_matmul(a: Tensor, b: Tensor, *, keys: int, dtype: torch.dtype) -> Tensor:

@@ -64,9 +64,16 @@ def test_a_forward_without_causal_attention_has_nothing_to_cache():
     assert error.line == 2 and "forward calls no causal attention" in error.message
 
 
-def test_generate_is_true_or_false():
-    with pytest.raises(SourceError, match=":generate must be true or false"):
+def test_generate_is_true_false_or_an_argument_of_forward():
+    with pytest.raises(
+        SourceError,
+        match=":generate must be true, false, or the argument of forward that grows",
+    ):
         compile_string("(defun forward (x) x)\n(defrun chat :generate 1)")
+    error = refused("(defun forward (x y) x)\n(defrun chat :generate ids)")
+    assert error.line == 2 and error.message == (
+        "run 'chat' generates 'ids', which is not an argument of forward (x y)"
+    )
 
 
 def test_a_run_without_generate_keeps_the_plain_ops():
