@@ -77,7 +77,8 @@ def test_a_cached_compile_imports_only_the_compiler(tmp_path):
     version module, and of the package no tool, interpreter or runtime; no torch,
     transformers or black. bert's module has lines too long to fit, which the first
     compile has black format."""
-    bert = Path(__file__).resolve().parents[2] / "examples" / "bert.lisp"
+    root = Path(__file__).resolve().parents[2]
+    bert = root / "examples" / "bert.lisp"
     probe = (
         "import sys\n"
         "before = set(sys.modules)\n"
@@ -89,6 +90,7 @@ def test_a_cached_compile_imports_only_the_compiler(tmp_path):
         "    ['sx2torch', 'tools'], ['sx2torch', 'interpret'], ['sx2torch', 'runtime'])))\n"
     )
     env = {**os.environ, "SX2TORCH_CACHE_DIR": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = str(root)  # this checkout's compiler, not an installed one
     env.pop("SX2TORCH_NO_CACHE", None)
     runs = [
         subprocess.run(
