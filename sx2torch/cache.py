@@ -226,14 +226,16 @@ class _Follow(Analysis):
             owner, node.attrs["target"], node.attrs.get("item")
         )
         original = self.program.models[init.model]
-        name = _fresh(self.program, f"{original.name}-{node.attrs['target']}")
+        target = node.attrs["target"]
+        name = _fresh(self.program, f"{original.name}-{target}")
         copies = {}
         for defun in original.defuns:
             copies[defun] = _copy(self.graphs[original.name, defun], name, self.traced)
             self.graphs[name, defun] = copies[defun]
         models = list(self.program.models.items())  # the copy's class after its own
         at = [n for n, _ in models].index(original.name) + 1
-        models.insert(at, (name, replace(original, name=name)))
+        copied = replace(original, name=name, copy_of=(original.name, target))
+        models.insert(at, (name, copied))
         self.program.models = dict(models)
         init.model = name
         copy = copies["forward"]

@@ -159,6 +159,9 @@ class Model:
     defuns: dict = field(default_factory=dict)
     is_top: bool = False
     ties: list = field(default_factory=list)  # [Tie], in source order
+    # a :generate run's copy of a model for one instance (sx2torch/cache.py): (the model,
+    # the instance's parameter)
+    copy_of: Optional[tuple] = None
     # state_dict key -> the parameter that has it, as resolve reads them: a name that
     # meets another's key is found without comparing it with every parameter
     keys: dict = field(default_factory=dict, repr=False, compare=False)

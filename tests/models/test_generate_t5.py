@@ -62,7 +62,7 @@ def test_the_encoder_and_the_cross_attentions_keys_are_calls_made_once():
     assert "sx.once(self.encoder, input_ids)" in text
     # the decoder's cross-attention: its own class, the keys of the prompt made once and
     # its products the plain ones; the self-attentions keep their keys and values
-    cross = text.split("class T5AttentionEncDecAttention(nn.Module):")[1]
+    cross = text.split("class T5AttentionEncDecAttention(T5Attention):")[1]
     cross = cross.split("\nclass ")[0]
     assert "self.split_heads(sx.once(self.k, key_value_states))" in cross
     assert "self.split_heads(sx.once(self.v, key_value_states))" in cross
@@ -70,6 +70,9 @@ def test_the_encoder_and_the_cross_attentions_keys_are_calls_made_once():
     own = text.split("class T5Attention(nn.Module):")[1].split("\nclass ")[0]
     assert own.count("sx.cached_matmul(") == 2
     assert "self.EncDecAttention = T5AttentionEncDecAttention(" in text
+    # a subclass that writes only the method it computes otherwise
+    assert "class T5AttentionEncDecAttention(T5Attention):" in text
+    assert cross.count("    def ") == 1 and "    def forward(" in cross
 
 
 @pytest.mark.parametrize("run", DTYPES)
