@@ -111,7 +111,10 @@ def _cache(unit) -> Optional[dict]:
     sizes = _Sizes(unit.program)
     top = unit.program.top
     entry = unit.lowered.natural[top.name, "forward"]
-    sizes.graph(entry, [(1, 1)], sizes.consts(top, {}), {})
+    # one token of the ids (an encoder-decoder's prompt, one token too: its keys are
+    # made once, their size counts nothing per token)
+    ids = [(1, 1)] * len(entry.graph.inputs)
+    sizes.graph(entry, ids, sizes.consts(top, {}), {})
     total, unknown = 0, 0
     for dtype, dims in sizes.met:
         if any(d is None or None in d for d in dims):
@@ -139,6 +142,7 @@ class _Sizes:
             []
         )  # (dtype, (K's shape, V's shape)), or one of them, a product's
         self.attentions = 0  # the attentions among them: a product's scores count one
+        self.outside = False  # within a call made once per prompt, which keeps nothing
 
     def consts(self, model, passed: dict) -> dict:
         env = dict(passed)
@@ -158,6 +162,12 @@ class _Sizes:
             found[node] = self._node(node, found, typed, env, model_env)
 
     def _node(self, node: Node, found: dict, typed, env: dict, model_env: dict):
+        if node.attrs.get("once") and not self.outside:  # the plain module's: no cache
+            self.outside = True
+            try:
+                return self._node(node, found, typed, env, model_env)
+            finally:
+                self.outside = False
         inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
         model = typed.graph.model
         # the nodes that read a model's members (a library function's graph has none)
@@ -175,7 +185,9 @@ class _Sizes:
             keys = {k: scalars.compute(v, env) for k, v in node.attrs["keys"].items()}
             return self.graph(typed.callee[node], inputs, model_env, keys)
         if node.kind is Kind.SUBMODEL:
-            init = owner.params[node.attrs["target"]].init
+            init = self.program.instance(
+                owner, node.attrs["target"], node.attrs.get("item")
+            )
             layer = env
             if init.index and node.attrs.get("loop") is not None:
                 layer = {**env, init.index: env[node.attrs["loop"]]}
@@ -199,10 +211,16 @@ class _Sizes:
             (out,) = chosen.outputs
             return () if isinstance(out, Scalar) else found.get(out)
         op = node.op
-        if op.caches:  # an attention's K and V, or one product's Kᵀ or V
+        if (
+            op.caches and not self.outside
+        ):  # an attention's K and V, or a product's Kᵀ or V
             self.met.append((typed.decided[node].dtype, tuple(inputs[1:])))
         attrs = {k: _valued(v, env) for k, v in node.attrs.items()}
-        if op.caches and attrs.get("keys", Scalar.lit(-1)).value == -1:
+        if (
+            op.caches
+            and not self.outside
+            and attrs.get("keys", Scalar.lit(-1)).value == -1
+        ):
             self.attentions += 1
         if op.rank.tails:
             inputs = [Tail(()) if dims is None else dims for dims in inputs]
