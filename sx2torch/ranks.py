@@ -20,8 +20,7 @@ def run(program: Program, graphs: dict) -> None:
     arguments have the shapes every call in the file passes them, where they agree; else
     unknown (a 0-d value, an element of a vector or a full reduction, is known as such).
     """
-    check(program, graphs)
-    found = Analysis(program, graphs).as_called()
+    found = check(program, graphs).as_called()
     for graph in graphs.values():
         for node in valued(graph):
             node.shape = Shape(ranked(found.get(node)))
@@ -36,8 +35,9 @@ def valued(graph: Graph):
             yield from region.inputs
 
 
-def check(program: Program, graphs: dict) -> None:
-    """Raise the first provable shape mismatch in the source, if any."""
+def check(program: Program, graphs: dict) -> Analysis:
+    """Raise the first provable shape mismatch in the source, if any; else the analysis,
+    each graph's shapes with its arguments unknown found."""
     analysis = Analysis(program, graphs)
     for graph in graphs.values():
         analysis.alone(graph)
@@ -46,3 +46,4 @@ def check(program: Program, graphs: dict) -> None:
             analysis.problems, key=lambda p: (p[0].span.line, p[0].span.col)
         )
         raise SourceError(node.span, message)
+    return analysis

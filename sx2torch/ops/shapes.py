@@ -62,11 +62,14 @@ class Analysis:
         found: dict = {}
         for graph in self._callers_first():
             calls = passed.get(graph)
-            given = {
-                node: agreed([call[k] for call in calls]) if calls else None
-                for k, node in enumerate(graph.inputs)
-            }
-            shapes = self.nodes(graph.model, graph.nodes, given)
+            if calls:
+                given = {
+                    node: agreed([call[k] for call in calls])
+                    for k, node in enumerate(graph.inputs)
+                }
+                shapes = self.nodes(graph.model, graph.nodes, given)
+            else:  # no call shapes its arguments: its shapes alone
+                shapes = self.alone(graph)
             found.update(shapes)
             for node in walk(graph.nodes):
                 callee = self._callee(node, graph.model)
