@@ -362,11 +362,14 @@ class _Policy:
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' (a none start as f32, which any
-        join absorbs) and join with what an iteration gives, until they stay the same."""
+        join absorbs) and join with what an iteration gives, until they stay the same.
+        """
         (body,) = node.regions
         carried = [self._data_dtype(typed, init) for init in node.inputs]
         forward, start = node.attrs.get("reverse"), len(self.order)
-        if forward is not None:  # an adjoint loop: the forward's carried values, recorded
+        if (
+            forward is not None
+        ):  # an adjoint loop: the forward's carried values, recorded
             recorded = body.inputs[len(carried) :]
             for value, dtype in zip(recorded, typed.decided[forward].dtype):
                 typed.decided[value] = Decision(dtype)
@@ -581,9 +584,12 @@ def _finish(policy: _Policy, typed: Typed) -> None:
     """The rules that read the whole graph's decisions: an `if` of parameter reads
     settled, fills made as read, negations after the cast."""
     policy._settle(typed)
+    # found once: a fill made in bf16 reads its operands for their shapes only (a
+    # constant op's are LIKE), so how each value is read stays as it was
+    reads = _reads_in_bf16(typed)
     if policy.precision == DType.BF16:
-        _fills_as_read(typed)
-    _negate_after_cast(typed)
+        _fills_as_read(typed, reads)
+    _negate_after_cast(typed, reads)
 
 
 def _after_out_f32(typed: Typed, node: Node) -> bool:
@@ -714,12 +720,11 @@ def _decide_if(typed: Typed, node: Node, joined) -> None:
             typed.decided[zeros] = Decision(joined, joined, typed.decided[zeros].reason)
 
 
-def _fills_as_read(typed: Typed) -> None:
+def _fills_as_read(typed: Typed, reads: dict) -> None:
     """A fill of ones or zeros that no parameter or bf16 value reached, read only by ops
     that read it in bf16 (and loops that carry it so), is made in bf16 (which holds it
     exactly), not in f32 and cast down: a gradient's seed under the bf16 policy. Its
-    readers compute as they did."""
-    reads = _reads_in_bf16(typed)
+    readers compute as they did. `reads`: `_reads_in_bf16`'s."""
     for node in walk(typed.graph.nodes):
         decision = typed.decided[node]
         if (
@@ -788,14 +793,14 @@ NOT_YET = Reason(Why.NOT_YET)
 AFTER_OUT_F32 = Reason(Why.AFTER_OUT_F32)
 
 
-def _negate_after_cast(typed: Typed) -> None:
+def _negate_after_cast(typed: Typed, reads: dict) -> None:
     """A negation of an f32 value that every reader reads in bf16 computes in bf16, on its
     operand cast down: the cast is written before the negation, not after it, which is
     the code a bf16 operand gives, so the two specializations can share one method.
     The bits are the same on every target: rounding to nearest even is symmetric, so
     round(-x) is -round(x), and the gradient of a negation is a negation, exact in bf16.
-    A 0-d one read beside a tensor is converted by the reader's kernel: it stays."""
-    reads = _reads_in_bf16(typed)
+    A 0-d one read beside a tensor is converted by the reader's kernel: it stays.
+    `reads`: `_reads_in_bf16`'s."""
     for node in reversed(list(walk(typed.graph.nodes))):
         decided = typed.decided[node]
         if (

@@ -9,6 +9,7 @@ import sx2torch.build as b
 from sx2torch.ir import DType
 from sx2torch.ops import REGISTRY, Arg, ArgKind, EmitContext, Op, Result, register
 from sx2torch.ops.rank import SAME, RankRule
+from sx2torch.ops.registry import UNCAST
 from sx2torch.syntax import scalars
 from sx2torch.syntax.scalars import Scalar
 from sx2torch.tools.ops_table import markdown
@@ -59,6 +60,16 @@ def test_an_op_said_to_fill_is_emitted_as_a_fill_in_its_compute_dtype():
             code = b.code(op.emit([b.name("x")], EmitContext("cuda", "bf16")))
             assert fill.fullmatch(code), name
     assert {n for n, op in REGISTRY.items() if op.fills} == {"ones-like", "zeros-like"}
+
+
+def test_a_constant_op_reads_its_operands_for_their_shapes_only():
+    """The policy makes a constant op in the dtype its readers read it in and keeps how it
+    reads its own operands as found before (sx2torch/policy/rules.py, `_finish`): so it
+    must read none of them as data."""
+    constant = [op for op in REGISTRY.values() if op.constant]
+    assert constant
+    for op in constant:
+        assert all(arg.kind in UNCAST for arg in op.args), op.name
 
 
 def test_an_entry_with_an_unknown_kind_or_result_is_refused():
