@@ -118,6 +118,11 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     library = _library(lowered, plans, methods)
     functions = tuple(rep for reps in library.values() for rep in reps)
     codes = [plans[t].code for t in methods]
+    # the numbers each code written writes, found once for both questions asked of them
+    numbers = {
+        typed: list(_scalars(_graph_parts(typed.graph)))
+        for typed in dict.fromkeys([*codes, *functions])
+    }
     return Plans(
         target,
         plans,
@@ -126,8 +131,8 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         _specialized(methods, group, public, library, defined),
         functions,
         defined,
-        _read_consts(codes),
-        _imports(program, [*codes, *functions]),
+        _read_consts(codes, numbers),
+        _imports(program, [*codes, *functions], numbers),
     )
 
 
@@ -315,24 +320,27 @@ def _library(lowered: Lowered, plans: dict, methods: list) -> dict:
     return found
 
 
-def _read_consts(emitted) -> dict:
-    """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`)."""
+def _read_consts(emitted, numbers: dict) -> dict:
+    """model -> the consts the emitted methods read (a sub-model's through it, `layer.d`);
+    `numbers`: each one's written numbers."""
     found: dict = {}
     for typed in emitted:
-        for value in _scalars(_graph_parts(typed.graph)):
+        for value in numbers[typed]:
             if value.op is ScalarOp.CONST:
                 owner = value.args[2] if len(value.args) > 2 else typed.model
                 found.setdefault(owner, set()).add(value.args[0])
     return found
 
 
-def _imports(program: Program, written: list) -> frozenset:
+def _imports(program: Program, written: list, numbers: dict) -> frozenset:
     """{"math"} where a number the module writes calls a function of math: a const's value,
     a parameter's initializer or condition, a sub-model's arguments or a stack's count (the
     constructors write every model's), or a number of a method or library function
-    written (`written`), its &key defaults included."""
-    parts: list = [_graph_parts(typed.graph) for typed in written]
-    parts += [[default for _, default in typed.graph.keys] for typed in written]
+    written (`written`; `numbers`: the numbers of each one's graph), its &key defaults
+    included."""
+    if any(value.op in MATH for typed in written for value in numbers[typed]):
+        return frozenset({"math"})
+    parts: list = [[default for _, default in typed.graph.keys] for typed in written]
     for model in program.all_models():
         parts.append([const.value for const in model.consts.values()])
         parts.append([[param.init, param.when] for param in model.params.values()])
