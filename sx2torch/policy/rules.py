@@ -54,6 +54,9 @@ class Typed:
     )
     decided: dict = field(default_factory=dict)  # node -> Decision
     callee: dict = field(default_factory=dict)  # call node -> Typed
+    # op node -> for each input, whether torch's promotion converts it (`_promoted`),
+    # found as the op is typed, for the plan's casts to read
+    promoted: dict = field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -138,7 +141,7 @@ class Lowered:
         """For each input, whether it is a 0-d tensor beside a tensor with axes, which
         torch converts to the dtype of the op as it loads it: cuda reads it as it is."""
         if node.kind is Kind.OP:
-            return _promoted(typed, node)
+            return typed.promoted[node]
         return [False] * len(node.inputs)
 
 
@@ -431,7 +434,8 @@ class _Policy:
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         # a 0-d value decides a dtype only where no tensor with axes does
-        dtypes = [None if p else d for p, d in zip(_promoted(typed, node), dtypes)]
+        typed.promoted[node] = _promoted(node)
+        dtypes = [None if p else d for p, d in zip(typed.promoted[node], dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed, floats)
         if reason.why is Why.NOT_YET and _after_out_f32(typed, node):
@@ -914,7 +918,7 @@ def _carried(before, after, node: Node) -> list:
     return [before, after]
 
 
-def _promoted(typed: Typed, node: Node) -> list:
+def _promoted(node: Node) -> list:
     """For each input of an op, whether it is a 0-d tensor that another data input with
     axes (or of a rank not known) decides the dtype beside."""
     op = node.op
