@@ -78,7 +78,9 @@ class Layout:
         self.scalars = _scalar_locals(self.graph)
         self.last_read = _last_reads(self)
         # a compile-time number kept as a local is assigned first and read to the end
-        self.last_read.update((scalar, self.order[RETURN]) for _, scalar in self.scalars)
+        self.last_read.update(
+            (scalar, self.order[RETURN]) for _, scalar in self.scalars
+        )
         self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
         self.hoists.top(TOP)
         for statement in self._statements():
@@ -138,12 +140,16 @@ class Layout:
         return found + [RETURN] if returns_expression(self) else found
 
     def _readers(self) -> dict:
+        """Each value -> (reader, input index) of its reads; `numbers`, each node -> the
+        run-time numbers it reads (`numbers_read`), kept for liveness."""
         readers: dict = {node: [] for node in self.scope}
+        self.numbers: dict = {}
         for node in walk(self.graph.nodes):
             for index, operand in enumerate(node.inputs):
                 if isinstance(operand, Node):
                     readers[operand].append((node, index))
-            for number in numbers_read(node):  # a size in a bound: read, never cast
+            self.numbers[node] = numbers_read(node)
+            for number in self.numbers[node]:  # a size in a bound: read, never cast
                 readers[number].append((node, None))
             for r, region in enumerate(node.regions):
                 for index, out in enumerate(region.outputs):
@@ -266,7 +272,8 @@ class Layout:
 def _topk_values(layout: Layout) -> dict:
     """Each gather of a value at topk's indices of it along the same axis (the entry's
     `picks` and `picked`), both read uncast in one block: topk's own values are those
-    elements (the same bits, and the same gradient), so one torch.topk call gives both."""
+    elements (the same bits, and the same gradient), so one torch.topk call gives both.
+    """
     found: dict = {}
     for node in walk(layout.graph.nodes):
         picks = node.kind is Kind.OP and node.op.picks
@@ -323,7 +330,9 @@ def _scalar_locals(graph) -> tuple:
     if not candidates:
         return ()
     by_id = {id(scalar): scalar for scalar in candidates}
-    below: dict = {}  # id(value) -> Counter of the candidates in it, none inside another
+    below: dict = (
+        {}
+    )  # id(value) -> Counter of the candidates in it, none inside another
 
     def count(value) -> Counter:
         if isinstance(value, Scalar) and id(value) in by_id:
@@ -388,7 +397,9 @@ def _at_the_top(scalar: Scalar) -> bool:
         return len(scalar.args) < 4  # not a const of a loop's layer
     if scalar.op in LEAVES:
         return True
-    parts = [a for arg in scalar.args for a in (arg if isinstance(arg, tuple) else (arg,))]
+    parts = [
+        a for arg in scalar.args for a in (arg if isinstance(arg, tuple) else (arg,))
+    ]
     return all(_at_the_top(p) for p in parts if isinstance(p, Scalar))
 
 
@@ -408,7 +419,7 @@ def _last_reads(layout: Layout) -> dict:
             conversion = layout.conversions.conversion(node, index)
             for value in (operand, (operand, conversion and conversion[1])):
                 note(value, at)
-        for number in numbers_read(node):
+        for number in layout.numbers[node]:
             note(number, at)
         for r, region in enumerate(node.regions):
             end = layout.written_in(layout.end(node, r), layout.statement_of)
