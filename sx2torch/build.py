@@ -21,6 +21,8 @@ BINARY = {
     "@": (cst.MatrixMultiply, 13),
     "**": (cst.Power, 15),
 }
+# a binary operator's class -> its level: `precedence` looks one up per operand written
+LEVEL = {kind: level for kind, level in BINARY.values()}
 COMPARE = {
     "<": cst.LessThan,
     "<=": cst.LessThanEqual,
@@ -41,7 +43,7 @@ NOT, AND, OR, CONDITIONAL = 4, 3, 2, 1
 
 def precedence(node: Expr) -> int:
     if isinstance(node, cst.BinaryOperation) and not node.lpar:
-        return next(p for kind, p in BINARY.values() if isinstance(node.operator, kind))
+        return LEVEL[type(node.operator)]
     if isinstance(node, cst.UnaryOperation) and not node.lpar:
         return NOT if isinstance(node.operator, cst.Not) else UNARY
     if isinstance(node, cst.BooleanOperation) and not node.lpar:
