@@ -181,11 +181,13 @@ def walk(nodes: list):
             yield from walk(region.nodes)
 
 
-def reads(node: Node) -> list:
+def reads(node: Node, numbers: Optional[list] = None) -> list:
     """The values a node reads: its inputs, what its regions give it, and the run-time
-    numbers its scalars read (`x.shape[1]` in a slice's bound)."""
+    numbers its scalars read (`x.shape[1]` in a slice's bound; `numbers`, where its
+    `numbers_read` was found already)."""
     given = [out for region in node.regions for out in region.outputs]
-    return [*node.inputs, *given, *numbers_read(node)]
+    numbers = numbers_read(node) if numbers is None else numbers
+    return [*node.inputs, *given, *numbers]
 
 
 def numbers_read(node: Node) -> list:

@@ -176,7 +176,11 @@ class Layout:
                 continue
             readers = self.readers[node]
             depth[node] = 1 + max(
-                (depth.get(i, 0) for i in reads(node) if isinstance(i, Node)),
+                (
+                    depth.get(i, 0)
+                    for i in reads(node, self.numbers[node])
+                    if isinstance(i, Node)
+                ),
                 default=0,
             )
             if (
