@@ -121,3 +121,36 @@ def test_tiny_gpts_causal_attention_generates_the_tokens_of_re_running_the_prefi
             torch.testing.assert_close(logits[step], last, rtol=0, atol=1e-5)
             prefix = torch.cat([prefix, last.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(tokens, prefix)
+
+
+def test_the_static_decode_of_attention_written_out_compiles_once(monkeypatch):
+    """Its keys and values written in place at the step's position, its mask from the
+    position tensor: one graph serves every step (error_on_recompile), counted by a backend
+    that runs it as torch does, fullgraph (no break); tokens and logits the uncompiled
+    static cache's, bit for bit."""
+    import functools
+
+    graphs = []
+
+    def counting(graph, inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch.set_num_threads(1)
+    model = load_module(written_gpt2("generate-exact")).Gpt2(**SIZES).eval()
+    prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(2))
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
+    eager = generate(model, prompt, 12, static_cache=True, return_logits=True)
+    monkeypatch.setattr(torch, "compile", functools.partial(compile, backend=counting))
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            tokens, logits = generate(
+                model, prompt, 12, static_cache=True, return_logits=True
+            )
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == 1
+    assert torch.equal(tokens, eager[0])
+    assert all(torch.equal(a, b) for a, b in zip(logits, eager[1], strict=True))
