@@ -55,7 +55,8 @@ class Typed:
     decided: dict = field(default_factory=dict)  # node -> Decision
     callee: dict = field(default_factory=dict)  # call node -> Typed
     # op node -> for each input, whether torch's promotion converts it (`_promoted`),
-    # found as the op is typed, for the plan's casts to read
+    # found as the op is typed, for the plan's casts to read; only an op that promotes
+    # one (a long expression keeps no list per node)
     promoted: dict = field(default_factory=dict)
 
     @property
@@ -140,9 +141,7 @@ class Lowered:
     def promoted(self, typed: Typed, node: Node) -> list:
         """For each input, whether it is a 0-d tensor beside a tensor with axes, which
         torch converts to the dtype of the op as it loads it: cuda reads it as it is."""
-        if node.kind is Kind.OP:
-            return typed.promoted[node]
-        return [False] * len(node.inputs)
+        return typed.promoted.get(node) or [False] * len(node.inputs)
 
 
 def output_dtype(typed: Typed, node: Node, index: int) -> Optional[str]:
@@ -434,8 +433,10 @@ class _Policy:
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         # a 0-d value decides a dtype only where no tensor with axes does
-        typed.promoted[node] = _promoted(node)
-        dtypes = [None if p else d for p, d in zip(typed.promoted[node], dtypes)]
+        promoted = _promoted(node)
+        if any(promoted):
+            typed.promoted[node] = promoted
+        dtypes = [None if p else d for p, d in zip(promoted, dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed, floats)
         if reason.why is Why.NOT_YET and _after_out_f32(typed, node):
