@@ -140,16 +140,19 @@ class Layout:
         return found + [RETURN] if returns_expression(self) else found
 
     def _readers(self) -> dict:
-        """Each value -> (reader, input index) of its reads; `numbers`, each node -> the
-        run-time numbers it reads (`numbers_read`), kept for liveness."""
+        """Each value -> (reader, input index) of its reads; `numbers`, each node that
+        reads run-time numbers -> those (`numbers_read`), kept for liveness (few nodes
+        read any: a long expression's keep no empty list each)."""
         readers: dict = {node: [] for node in self.scope}
         self.numbers: dict = {}
         for node in walk(self.graph.nodes):
             for index, operand in enumerate(node.inputs):
                 if isinstance(operand, Node):
                     readers[operand].append((node, index))
-            self.numbers[node] = numbers_read(node)
-            for number in self.numbers[node]:  # a size in a bound: read, never cast
+            numbers = numbers_read(node)
+            if numbers:
+                self.numbers[node] = numbers
+            for number in numbers:  # a size in a bound: read, never cast
                 readers[number].append((node, None))
             for r, region in enumerate(node.regions):
                 for index, out in enumerate(region.outputs):
@@ -178,7 +181,7 @@ class Layout:
             depth[node] = 1 + max(
                 (
                     depth.get(i, 0)
-                    for i in reads(node, self.numbers[node])
+                    for i in reads(node, self.numbers.get(node, ()))
                     if isinstance(i, Node)
                 ),
                 default=0,
@@ -423,7 +426,7 @@ def _last_reads(layout: Layout) -> dict:
             conversion = layout.conversions.conversion(node, index)
             for value in (operand, (operand, conversion and conversion[1])):
                 note(value, at)
-        for number in layout.numbers[node]:
+        for number in layout.numbers.get(node, ()):
             note(number, at)
         for r, region in enumerate(node.regions):
             end = layout.written_in(layout.end(node, r), layout.statement_of)
