@@ -13,6 +13,7 @@ from sx2torch.compiler import Options, Unit
 import sx2torch.build as b
 from sx2torch.emit import method, module, naming
 from sx2torch.emit.method import ClassContext
+from sx2torch.ir import Kind
 from sx2torch.plan.casts import Conversions
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.methods import DECIDING, Plan, defuns
@@ -140,3 +141,35 @@ def test_names_and_emit_read_the_plan_deciding_nothing(monkeypatch):
 
 def _refuse(*args, **kwargs):
     raise AssertionError("decided after the plan pass")
+
+
+def test_each_op_s_promotion_and_reads_in_bf16_are_found_once(monkeypatch):
+    """The policy finds each op's 0-d promotion as it types it and keeps it for the
+    plan's casts, and how each value is read in bf16 once per specialization for both
+    whole-graph rules that ask: neither is found again per layout or per rule."""
+    import sx2torch.policy.rules as rules
+
+    counted: dict = {"promoted": [], "reads": []}
+    promoted, reads_in_bf16 = rules._promoted, rules._reads_in_bf16
+
+    def promoted_counted(*args):
+        counted["promoted"].append(args[-1])  # the op node
+        return promoted(*args)
+
+    def reads_counted(typed):
+        counted["reads"].append(typed)
+        return reads_in_bf16(typed)
+
+    monkeypatch.setattr(rules, "_promoted", promoted_counted)
+    monkeypatch.setattr(rules, "_reads_in_bf16", reads_counted)
+    source = (
+        "(defun forward (x)\n  (+ x (* (sum x) x) (sin x)))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    unit = compiler.run(Unit(source, "m.lisp", Options(run="train")), until="plan")
+    (forward,) = unit.lowered.specializations
+    ops = [n for n in forward.graph.nodes if n.kind is Kind.OP]
+    assert sorted(map(id, counted["promoted"])) == sorted(map(id, ops))
+    assert counted["reads"] == [forward]
+    # the 0-d sum beside x is converted by the product's kernel: kept for the plan
+    assert list(forward.promoted.values()) == [[True, False]]

@@ -609,3 +609,27 @@ def test_a_size_index_or_rank_known_when_compiling_is_checked(
     )
     with pytest.raises((RuntimeError, IndexError)):
         in_torch()
+
+
+def test_a_graph_no_call_shapes_is_analysed_once(monkeypatch):
+    """The check's shapes of a graph with its arguments unknown are the shapes as called
+    where no call passes it any: each node's rule runs once, not again for `as_called`
+    (a long expression's ranks pass was twice its analysis)."""
+    program, graphs, _ = traced("""
+(defun scaled (x) (* 2.0 x))
+(defun forward (x) (+ (sin x) (scaled x) x))
+""")
+    counted: list = []
+    node_shape = analysis.Analysis._node
+
+    def counting(self, node, model, found):
+        counted.append(node)
+        return node_shape(self, node, model, found)
+
+    monkeypatch.setattr(analysis.Analysis, "_node", counting)
+    ranks.run(program, graphs)
+    forward = graphs[program.top.name, "forward"]
+    scaled = graphs[program.top.name, "scaled"]
+    assert all(counted.count(n) == 1 for n in forward.nodes)
+    # the called graph: alone for the check, then with the shapes its call passes
+    assert all(counted.count(n) == 2 for n in scaled.nodes)
