@@ -118,11 +118,6 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
     library = _library(lowered, plans, methods)
     functions = tuple(rep for reps in library.values() for rep in reps)
     codes = [plans[t].code for t in methods]
-    # the numbers each code written writes, found once for both questions asked of them
-    numbers = {
-        typed: list(_scalars(_graph_parts(typed.graph)))
-        for typed in dict.fromkeys([*codes, *functions])
-    }
     return Plans(
         target,
         plans,
@@ -131,8 +126,7 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         _specialized(methods, group, public, library, defined),
         functions,
         defined,
-        _read_consts(codes, numbers),
-        _imports(program, [*codes, *functions], numbers),
+        *_consts_and_imports(program, codes, functions),
     )
 
 
@@ -318,6 +312,17 @@ def _library(lowered: Lowered, plans: dict, methods: list) -> dict:
         if typed in reached:
             found.setdefault(typed.graph.name, []).append(typed)
     return found
+
+
+def _consts_and_imports(program: Program, codes: list, functions: tuple) -> tuple:
+    """The consts the methods' codes read and the modules the code imports, from the
+    numbers each code written writes, found once for both."""
+    numbers = {
+        typed: list(_scalars(_graph_parts(typed.graph)))
+        for typed in dict.fromkeys([*codes, *functions])
+    }
+    written = [*codes, *functions]
+    return _read_consts(codes, numbers), _imports(program, written, numbers)
 
 
 def _read_consts(emitted, numbers: dict) -> dict:

@@ -364,14 +364,11 @@ class _Policy:
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' (a none start as f32, which any
-        join absorbs) and join with what an iteration gives, until they stay the same.
-        """
+        join absorbs) and join with what an iteration gives, until they stay the same."""
         (body,) = node.regions
         carried = [self._data_dtype(typed, init) for init in node.inputs]
         forward, start = node.attrs.get("reverse"), len(self.order)
-        if (
-            forward is not None
-        ):  # an adjoint loop: the forward's carried values, recorded
+        if forward is not None:  # an adjoint loop: the forward's carried values, recorded
             recorded = body.inputs[len(carried) :]
             for value, dtype in zip(recorded, typed.decided[forward].dtype):
                 typed.decided[value] = Decision(dtype)
@@ -433,10 +430,7 @@ class _Policy:
         for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
             _check_kind(node, _kind(op, index), operand, dtype)
         # a 0-d value decides a dtype only where no tensor with axes does
-        promoted = _promoted(node)
-        if any(promoted):
-            typed.promoted[node] = promoted
-        dtypes = [None if p else d for p, d in zip(promoted, dtypes)]
+        dtypes = [None if p else d for p, d in zip(_promoted(typed, node), dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed, floats)
         if reason.why is Why.NOT_YET and _after_out_f32(typed, node):
@@ -919,9 +913,10 @@ def _carried(before, after, node: Node) -> list:
     return [before, after]
 
 
-def _promoted(node: Node) -> list:
+def _promoted(typed: Typed, node: Node) -> list:
     """For each input of an op, whether it is a 0-d tensor that another data input with
-    axes (or of a rank not known) decides the dtype beside."""
+    axes (or of a rank not known) decides the dtype beside; kept in `typed.promoted`
+    where one is, for the plan's casts."""
     op = node.op
     data = [
         isinstance(i, Node) and _kind(op, index) not in UNCAST
@@ -931,7 +926,10 @@ def _promoted(node: Node) -> list:
     # reads a tensor with axes
     zero = [d and i.shape.dims == () for d, i in zip(data, node.inputs)]
     axes = any(d and not z for d, z in zip(data, zero))
-    return [axes and z for z in zero]
+    promoted = [axes and z for z in zero]
+    if any(promoted):
+        typed.promoted[node] = promoted
+    return promoted
 
 
 def _kind(op, index: int) -> str:
