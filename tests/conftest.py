@@ -107,6 +107,14 @@ def method_code(code: str, name: str) -> str:
     return code.split(f"    def {name}(")[1].split("\n    def ")[0]
 
 
+def seed_cpu(value: int) -> None:
+    """`torch.manual_seed(value)` for the CPU's generator, the one the suite draws from:
+    torch.manual_seed also queues the seed for CUDA, XPU and MTIA until they start, formatting
+    the Python stack for each (about 1 ms a call under pytest's stack), and the target
+    comparisons and the interpreter's public-entry checks seed 5,000 times."""
+    torch.default_generator.manual_seed(value)
+
+
 def seeded_model(source: str):
     """(the compiled source's Model, drawn from seed 0, and its code)."""
     code = compile_source(source, "model.lisp")
