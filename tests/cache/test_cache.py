@@ -374,3 +374,49 @@ def test_positions_over_the_scores_keys_are_every_key_the_cache_holds():
     assert "p = sx.cache_positions(s, 2)" in code
     assert "k = torch.arange(s.shape[3]" in code
     assert "sx.cached_causal_mask(s + b.to(torch.bfloat16))" in code
+
+
+PROMPTED = """(defparam e (normal [16 8]))
+(defparam w (normal [8 8]))
+(defmodel mix () (defun forward (a b) (+ a b)))
+(defparam m (mix))
+(defparam n (mix))
+(defun encode (prompt) (mean (matmul (take e prompt) w) :axes [1] :keepdims true))
+(defun forward (prompt ids)
+  (let ((h (take e ids))
+        (h (m h h))
+        (h (n h (encode prompt))))
+    (matmul (attention h h h :causal true) (transpose e [1 0]))))
+(defrun chat :precision :f32 :generate ids)
+"""
+
+
+def test_a_call_of_the_prompt_alone_is_made_once_and_one_class_serves_both_roles():
+    """`(encode prompt)` reads no value of the sequence: made once per prompt (its mean
+    over the prompt's positions is no sequence's). `mix` is reached through the sequence
+    twice and through the prompt once, rewritten alike: one class. The tokens and each
+    step's logits are those of the whole forward run again on the prefix."""
+    import torch
+    from conftest import load_module
+    from sx2torch.runtime import generate
+
+    code = compile_string(PROMPTED, "m.lisp", run="chat")
+    assert "h = self.n(h, sx.once(self.encode, prompt))" in code
+    assert code.count("class ") == 2  # Mix and the top model's
+    model = load_module(code).M()
+    calls = []
+    encode = model.encode
+    model.encode = lambda prompt: calls.append(1) or encode(prompt)
+    prompt = torch.randint(0, 16, (2, 6), generator=torch.Generator().manual_seed(0))
+    start = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(1))
+    tokens, logits = generate(
+        lambda ids: model(prompt, ids), start, 6, return_logits=True
+    )
+    assert len(calls) == 1
+    prefix = start
+    with torch.no_grad():
+        for step in range(6):
+            last = model(prompt, prefix)[:, -1]
+            torch.testing.assert_close(logits[step], last, rtol=0, atol=1e-5)
+            prefix = torch.cat([prefix, last.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(tokens, prefix)

@@ -9,24 +9,14 @@ import pytest
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from cases import lisp
-from conftest import load_module
+from cases import T5, lisp
+from conftest import assert_generated, greedy, load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
 
-# tests/models/test_t5.py's tiny config, as many decoder layers as encoder ones (transformers'
-# generate sizes its cache by num_layers)
-SIZES = dict(
-    vocab_size=64,
-    d_model=16,
-    d_kv=4,
-    d_ff=24,
-    num_layers=3,
-    num_decoder_layers=3,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    relative_attention_max_distance=12,
-)
+# test_t5.py's tiny config, as many decoder layers as encoder ones (transformers' generate
+# sizes its cache by num_layers)
+SIZES = dict(T5, num_layers=3)
 EAGER = dict(attn_implementation="eager")
 RUNS = (
     "\n(defrun generate :precision :bf16 :generate decoder-input-ids)"
@@ -84,15 +74,7 @@ def test_t5_generates_transformers_tokens_and_logits_bit_for_bit(
     model = load_module(code(run)).T5(**SIZES)
     model.load_state_dict(reference.state_dict(), strict=True)
     prompt = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
-    want = reference.generate(
-        prompt,
-        do_sample=False,
-        max_new_tokens=32,
-        output_logits=True,
-        return_dict_in_generate=True,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-    )
+    want = greedy(reference, prompt, decoder_start_token_id=0)
     calls = {"encoder": 0, "k": 0}
 
     def counted(name):
@@ -109,11 +91,8 @@ def test_t5_generates_transformers_tokens_and_logits_bit_for_bit(
         model, prompt, 32, return_logits=True, decoder_start_token_id=0
     )
     assert calls == {"encoder": 1, "k": 1}
-    assert tokens.shape == (2, 33) and torch.equal(tokens, want.sequences)
-    assert len(logits) == len(want.logits) == 32
-    for step, (got, expected) in enumerate(zip(logits, want.logits)):
-        assert got.dtype == torch.float32 and got.shape == (2, 64)
-        assert torch.equal(got, expected), f"step {step}"
+    assert tokens.shape == (2, 33) and len(logits) == 32
+    assert_generated(tokens, logits, want)
     with torch.no_grad():  # without a generation, every position, as before
         full = model(prompt, tokens)
         expected = reference(

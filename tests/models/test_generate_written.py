@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cases import GENERATE_RUNS, GPT2, f32_and_bf16, lisp
-from conftest import load_module
+from conftest import assert_generated, compiled_once, greedy, load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
 
@@ -69,23 +69,13 @@ def test_written_out_attention_generates_transformers_eager_tokens_and_logits(
     model = load_module(written_gpt2(run)).Gpt2(**SIZES)
     model.load_state_dict(reference.state_dict(), strict=True)
     prompt = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(1))
-    want = reference.generate(
-        prompt,
-        do_sample=False,
-        max_new_tokens=32,
-        output_logits=True,
-        return_dict_in_generate=True,
-        pad_token_id=0,
-        cache_implementation="static" if static else None,
-    )
+    want = greedy(reference, prompt, cache_implementation="static" if static else None)
     monkeypatch.setattr(torch, "compile", lambda module, **options: module)
     tokens, logits = generate(
         model, prompt, 32, return_logits=True, static_cache=static
     )
-    assert torch.equal(tokens, want.sequences)
     assert len(logits) == 32
-    for step, (got, expected) in enumerate(zip(logits, want.logits)):
-        assert torch.equal(got, expected), f"step {step}"
+    assert_generated(tokens, logits, want)
     with torch.no_grad():  # without a generation, every position, as before
         full = model(prompt)
     assert full.dtype == RUNS[run]
@@ -121,3 +111,20 @@ def test_tiny_gpts_causal_attention_generates_the_tokens_of_re_running_the_prefi
             torch.testing.assert_close(logits[step], last, rtol=0, atol=1e-5)
             prefix = torch.cat([prefix, last.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(tokens, prefix)
+
+
+def test_the_static_decode_of_attention_written_out_compiles_once(monkeypatch):
+    """Its keys and values written in place at the step's position, its mask from the
+    position tensor: one graph serves every step (error_on_recompile), counted by a backend
+    that runs it as torch does, fullgraph (no break); tokens and logits the uncompiled
+    static cache's, bit for bit."""
+    torch.set_num_threads(1)
+    model = load_module(written_gpt2("generate-exact")).Gpt2(**SIZES).eval()
+    prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(2))
+    eager, (tokens, logits), graphs = compiled_once(
+        monkeypatch,
+        lambda: generate(model, prompt, 12, static_cache=True, return_logits=True),
+    )
+    assert len(graphs) == 1
+    assert torch.equal(tokens, eager[0])
+    assert all(torch.equal(a, b) for a, b in zip(logits, eager[1], strict=True))
