@@ -243,12 +243,7 @@ class MethodEmitter:
             keys[k]: self.spelling.scalar(v) for k, v in node.attrs["keys"].items()
         }
         method = self.ctx.naming.methods[callee]
-        if node.kind is Kind.CALL and self.ctx.plans.function(callee):
-            function = b.name(method)  # a module-level function
-        elif node.kind is Kind.CALL:
-            function = b.attr(b.name("self"), method)
-        else:
-            function = module if method == "forward" else b.attr(module, method)
+        function = _called(node, module, method, self.ctx.plans.function(callee))
         if node.attrs.get("once"):  # a :generate run's call of the prompt alone
             return b.call("sx.once", function, *args, **kwargs)
         return b.call(function, *args, **kwargs)
@@ -497,3 +492,11 @@ def located(statement, span, source_lines: Optional[str]):
     return statement.with_changes(
         trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment)
     )
+
+
+def _called(node: Node, module: b.Expr, method: str, function: bool) -> b.Expr:
+    """What a call node calls: a module-level function, a method of the model's own, or a
+    sub-model (its forward, or the method of a specialization)."""
+    if node.kind is Kind.CALL:
+        return b.name(method) if function else b.attr(b.name("self"), method)
+    return module if method == "forward" else b.attr(module, method)

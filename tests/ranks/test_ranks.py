@@ -248,6 +248,9 @@ INTERNAL = [
         {"padding": 3, "groups": 3},
     ),
     ("cached-linear-scan", {"a": [2, 5, 1], "b": [2, 5, 3]}, {"axis": 1}),
+    ("cached-matmul", {"a": [2, 4, 5, 8], "b": [2, 4, 8, 5]}, {"keys": -1}),
+    ("cached-matmul", {"a": [2, 4, 5, 5], "b": [2, 4, 5, 8]}, {"keys": -2}),
+    ("cached-causal-mask", {"x": [2, 4, 5, 5]}, {}),
     ("last-position", {"x": [2, 1, 3]}, {}),
     (
         "group-norm-backward",
