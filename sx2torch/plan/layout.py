@@ -21,7 +21,7 @@ from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, numbers_read, outputs, reads, walk
 from sx2torch.policy import Lowered, Typed
-from sx2torch.syntax.scalars import LEAVES, ScalarOp
+from sx2torch.syntax.scalars import ScalarOp, operands_of, walk_up
 
 RETURN = "return"
 TOP = "top"  # where a parameter's casts are written: before every statement
@@ -78,7 +78,9 @@ class Layout:
         self.scalars = _scalar_locals(self.graph)
         self.last_read = _last_reads(self)
         # a compile-time number kept as a local is assigned first and read to the end
-        self.last_read.update((scalar, self.order[RETURN]) for _, scalar in self.scalars)
+        self.last_read.update(
+            (scalar, self.order[RETURN]) for _, scalar in self.scalars
+        )
         self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
         self.hoists.top(TOP)
         for statement in self._statements():
@@ -266,7 +268,8 @@ class Layout:
 def _topk_values(layout: Layout) -> dict:
     """Each gather of a value at topk's indices of it along the same axis (the entry's
     `picks` and `picked`), both read uncast in one block: topk's own values are those
-    elements (the same bits, and the same gradient), so one torch.topk call gives both."""
+    elements (the same bits, and the same gradient), so one torch.topk call gives both.
+    """
     found: dict = {}
     for node in walk(layout.graph.nodes):
         picks = node.kind is Kind.OP and node.op.picks
@@ -317,13 +320,15 @@ def _scalar_locals(graph) -> tuple:
     index, no run-time size). Each number is visited once (a let's number is read by
     reference where it is written), so a long chain of lets costs its length."""
     candidates: dict = {}  # Scalar -> the first name bound to it
+    top: dict = {}  # id -> whether it is computed first, shared by the lets' walks
     for name, scalar in graph.lets:
-        if _at_the_top(scalar):
+        if walk_up(scalar, _computed_first, done=top):
             candidates.setdefault(scalar, name)
     if not candidates:
         return ()
     by_id = {id(scalar): scalar for scalar in candidates}
-    below: dict = {}  # id(value) -> Counter of the candidates in it, none inside another
+    # id(value) -> Counter of the candidates in it, none inside another
+    below: dict = {}
 
     def count(value) -> Counter:
         if isinstance(value, Scalar) and id(value) in by_id:
@@ -380,16 +385,13 @@ def _written_scalars(graph):
     yield graph.output
 
 
-def _at_the_top(scalar: Scalar) -> bool:
+def _computed_first(scalar: Scalar, of) -> bool:
     """Whether a number can be computed before the method's first statement."""
     if scalar.op in (ScalarOp.LAYER, ScalarOp.INDEX, ScalarOp.RUN):
         return False
     if scalar.op is ScalarOp.CONST:
         return len(scalar.args) < 4  # not a const of a loop's layer
-    if scalar.op in LEAVES:
-        return True
-    parts = [a for arg in scalar.args for a in (arg if isinstance(arg, tuple) else (arg,))]
-    return all(_at_the_top(p) for p in parts if isinstance(p, Scalar))
+    return all(of(operand) for operand in operands_of(scalar))
 
 
 def _last_reads(layout: Layout) -> dict:

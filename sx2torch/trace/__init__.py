@@ -420,20 +420,15 @@ class Tracer:
 def _on_consts(scalar: Scalar) -> bool:
     """Whether `scalar` reads a const of its model and nothing else but literals (not a
     defun's key or a layer index, which the instance does not set)."""
+    return scalars.walk_up(scalar, _reads_consts)
+
+
+def _reads_consts(scalar: Scalar, of) -> bool:
     if scalar.op is ScalarOp.CONST:
         return len(scalar.args) == 1
-    if scalar.op is ScalarOp.LIT:
-        return False
-    if scalar.op in scalars.LEAVES:
-        return False
-    operands = [
-        a
-        for arg in scalar.args
-        for a in (arg if isinstance(arg, tuple) else (arg,))
-        if isinstance(a, Scalar)
-    ]
-    return any(_on_consts(a) for a in operands) and all(
-        a.op is ScalarOp.LIT or _on_consts(a) for a in operands
+    operands = scalars.operands_of(scalar)  # none of a leaf
+    return any(of(a) for a in operands) and all(
+        a.op is ScalarOp.LIT or of(a) for a in operands
     )
 
 

@@ -95,3 +95,30 @@ def test_a_long_chain_of_lets_keeps_the_number_read_twice():
     x = torch.randn(3)
     a150 = 3 - 2  # each even one n - 2, each odd one that + 2
     assert torch.equal(load_module(code).Model()(x), x * (a150 + 2) * a150)
+
+
+@pytest.mark.parametrize("read", ["factor", "bound", "key"])
+def test_a_thousand_lets_of_consts_compile(read):
+    """1,000 lets, each of the one before (their numbers nest 1,000 deep): read as a
+    factor, as a slice's bound (checked for each instance's consts), or from a key, the
+    module computes the chain with the const, or key, each instance or call gives."""
+    start = "k" if read == "key" else "n"
+    binds = " ".join(
+        f"(a{i} ({'+' if i % 2 else '-'} {f'a{i - 1}' if i else start} 2))"
+        for i in range(1000)
+    )
+    value = {
+        "factor": "(* x a999 a500)",
+        "bound": "(slice x :axis -1 :end a999)",
+        "key": "(slice x :axis -1 :end a999)",
+    }[read]
+    text = (
+        "(defconst n 3)\n" f"(defun forward (x &key (k 5)) (let ({binds}) {value}))\n"
+    )
+    module = load_module(compile_source(text, "model.lisp"))
+    x = torch.randn(2, 8)
+    for n in (3, 6):  # each odd let is the start, each even one the start - 2
+        model = module.Model(n=n) if read != "key" else module.Model()
+        got = model(x, k=n) if read == "key" else model(x)
+        want = x * n * (n - 2) if read == "factor" else x[..., :n]
+        assert torch.equal(got, want)
