@@ -167,6 +167,7 @@ class Scalar:
         # numbers passes by the operands that read none (a chain of a const's lets)
         runs = self.op is ScalarOp.RUN or any(a.runs for a in operands_of(self))
         object.__setattr__(self, "runs", runs)
+        object.__setattr__(self, "bound", False)  # see `bound`
 
     def __hash__(self) -> int:
         return self._hash
@@ -201,6 +202,15 @@ class Scalar:
     def run(node) -> "Scalar":
         """The Python number `node` gives when the module runs (ScalarOp.RUN)."""
         return Scalar(ScalarOp.RUN, (node,), RUN_VALUE)
+
+
+def bound(scalar: Scalar) -> Scalar:
+    """The number a `let` binds: an equal copy that a fold reads as one operand (`(+ a 2)`
+    of a let's `a = (+ n 1)` is a + 2, not n + 1 + 2), so that the plan may write it by
+    its name, and a chain of lets nests where the plan can cut it."""
+    copy = Scalar(scalar.op, scalar.args, scalar.value)
+    object.__setattr__(copy, "bound", True)
+    return copy
 
 
 def operands_of(scalar: Scalar) -> tuple:
@@ -255,11 +265,14 @@ def walk_up(root: Scalar, result: Callable, needs: Callable = _every, done=None)
 
 
 def scalars_in(value) -> list:
-    """The scalars in a value: itself, or the items of a tuple, however nested."""
+    """The scalars in a value: itself, or the items of a tuple or list, or the values of
+    a dict (a call's keys), however nested."""
     found, pending = [], [value]
     while pending:
         item = pending.pop()
-        if isinstance(item, tuple):
+        if isinstance(item, dict):
+            item = tuple(item.values())
+        if isinstance(item, (tuple, list)):
             pending.extend(reversed(item))
         elif isinstance(item, Scalar):
             found.append(item)
@@ -544,8 +557,8 @@ def _of_literals(scalar: Scalar, of) -> bool:
 
 def _operands(op: ScalarOp, left: Scalar, right: Scalar, span) -> tuple:
     """A left fold `(+ k 1 1 ...)` is one flat Scalar(ADD, (k, 1, 1, ...)), so that nothing
-    that reads scalars recurses once per operand."""
-    if left.op is not op:
+    that reads scalars recurses once per operand; a let's number stays one operand."""
+    if left.op is not op or left.bound:
         return left, right
     if len(left.args) >= MAX_OPERANDS:
         raise SourceError(

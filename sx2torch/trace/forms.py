@@ -49,6 +49,7 @@ def let(t, datum: List, env: dict, tail=None) -> Operand:
             if scalars.run_nodes(operand):
                 operand = _run_number(t, value, operand, target.name)
             else:
+                operand = scalars.bound(operand)
                 t.builder.graph.lets.append((target.name, operand))
         _bind(env, target.name, operand)
     *forms, last = datum.items[2:]
