@@ -21,13 +21,20 @@ cache (SX2TORCH_NO_CACHE), but for the cache's figure: the compile again with th
 filled, as `sx2torch check` on an unchanged model or a second compile of it runs.
 
 Start-up compares the whole-process compile of a typical source (`examples/bert.lisp`,
-109 lines) with `python -m black --fast` on its output, each in a fresh process; goal
-<= 1.5.
+104 lines) with `python -m black --fast` on its output, each in a fresh process and each
+with its cache cold (the compile without the format cache, black with `--no-cache`: from
+its cache, black reads the file, finds its hash and formats nothing); goal <= 1.5. Both
+again with their caches filled, as `sx2torch check` on an unchanged model runs, and where
+the cold compile's time goes, each part measured in a fresh process of its own: Python,
+importing libcst, importing the package's own modules (the command line's import less
+libcst's), importing black (which a compile does only to format a line too long to fit),
+and the rest (the passes, black's formatting, writing the file).
 
 Every time is CPU time (user and system, a subprocess's from its rusage), so that other
 work on a loaded machine weighs less on the figures.
 
-Run: ``python -m benchmarks.transpile [--scale 1] [--reps 3] [--shape NAME]``.
+Run: ``python -m benchmarks.transpile [--scale 1] [--reps 3] [--shape NAME]
+[--start-up]`` (`--start-up`: that part alone).
 """
 
 from __future__ import annotations
@@ -37,7 +44,6 @@ import math
 import os
 import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -160,14 +166,20 @@ sys.exit(code)
 """
 
 
+def bytecode_env() -> dict:
+    """The environment, with Python writing bytecode: with PYTHONDONTWRITEBYTECODE set (as
+    on this project's CI machine) every process compiled sx2torch's sources again, a fifth
+    of a small compile's start-up that no installed package pays: pip writes the bytecode,
+    and so does a checkout's first run."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def whole_process(path: Path, out: Path, cache: Path | None = None) -> tuple:
     """Seconds and peak RSS (MiB) of a compile of `path` in a fresh process, with the
     format cache in `cache` or without one."""
-    env = dict(os.environ)
-    # With PYTHONDONTWRITEBYTECODE set (as on this project's CI machine) every process
-    # compiled sx2torch's sources again, a fifth of a small compile's start-up that no
-    # installed package pays: pip writes the bytecode, and so does a checkout's first run.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = bytecode_env()
     if cache is not None:
         env.pop("SX2TORCH_NO_CACHE", None)
         env["SX2TORCH_CACHE_DIR"] = str(cache)
@@ -187,11 +199,17 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply base sizes")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--shape", choices=SHAPES, action="append")
+    parser.add_argument(
+        "--start-up", action="store_true", help="measure the start-up alone"
+    )
     args = parser.parse_args()
     os.environ["SX2TORCH_NO_CACHE"] = (
         "1"  # every compile formats; the cache has its figure
     )
     work = Path(tempfile.mkdtemp(prefix="transpile-"))
+    if args.start_up:
+        start_up(args.reps, work)
+        return
     print(
         f"{'shape':>10} {'size':>5} {'lines':>6} | {'ms/kline in-proc':>16} "
         f"{'whole':>7} | {'peak MiB':>8} {'MiB/kline':>9}"
@@ -206,9 +224,7 @@ def main() -> None:
             lines = text.count("\n")
             path = work / f"{shape}-{size}.lisp"
             path.write_text(text)
-            seconds, code = median(
-                lambda: compile_source(text, path.name), args.reps
-            )
+            seconds, code = median(lambda: compile_source(text, path.name), args.reps)
             whole, peak = whole_process(path, work / f"{shape}-{size}.py")
             per = 1000 / lines
             rows.append((seconds, whole * per, peak, lines))
@@ -251,22 +267,45 @@ def main() -> None:
 
 
 def start_up(reps: int, work: Path) -> None:
-    """A typical source's whole-process compile against `black --fast` on its output."""
+    """A typical source's whole-process compile against `black --fast` on its output, cold
+    and with their caches filled, and where the cold compile's time goes."""
     source = Path(__file__).resolve().parent.parent / "examples" / "bert.lisp"
-    compiles, blacks = [], []
-    whole_process(source, work / "bert.py")  # writes the bytecode
+    out, cache = work / "bert.py", work / "format-cache"
+    black = [sys.executable, "-m", "black", "--fast", "-q", str(out), "--no-cache"]
+    black_cached = [*black[:-1], "--cache-dir", str(work / "black")]
+    python = [sys.executable, "-c"]
+    steps = {
+        "compile": lambda: whole_process(source, out)[0],
+        "compile cached": lambda: whole_process(source, out, cache)[0],
+        "black": lambda: child_cpu(black)[0],
+        "black cached": lambda: child_cpu(black_cached)[0],
+        "python": lambda: child_cpu([*python, "pass"])[0],
+        "libcst": lambda: child_cpu([*python, "import libcst"])[0],
+        "cli": lambda: child_cpu([*python, "import sx2torch.cli"], bytecode_env())[0],
+        "cli, black": lambda: child_cpu(
+            [*python, "import sx2torch.cli, black"], bytecode_env()
+        )[0],
+    }
+    for step in ("compile", "compile cached", "black cached"):
+        steps[step]()  # the bytecode written, the caches filled
+    times: dict = {name: [] for name in steps}
     for _ in range(reps):  # interleaved
-        compiles.append(whole_process(source, work / "bert.py")[0])
-        shutil.copy(work / "bert.py", work / "bert-black.py")
-        seconds, _ = child_cpu(
-            [sys.executable, "-m", "black", "--fast", "-q", str(work / "bert-black.py")]
-        )
-        blacks.append(seconds)
-    compiled, formatted = statistics.median(compiles), statistics.median(blacks)
+        for name, step in steps.items():
+            times[name].append(step())
+    t = {name: statistics.median(seconds) for name, seconds in times.items()}
     print(
-        f"start-up ({source.name}, medians of {reps}): whole-process compile "
-        f"{compiled:.2f} s, black --fast on its output {formatted:.2f} s, ratio "
-        f"{compiled / formatted:.2f} (goal <= 1.5)"
+        f"start-up ({source.name}, {source.read_text().count(chr(10))} lines, medians of "
+        f"{reps}): whole-process compile {t['compile']:.2f} s, black --fast on its output "
+        f"{t['black']:.2f} s, ratio {t['compile'] / t['black']:.2f} (goal <= 1.5); with "
+        f"their caches filled {t['compile cached']:.2f} s and {t['black cached']:.2f} s"
+    )
+    own = t["cli"] - t["libcst"]
+    black_import = t["cli, black"] - t["cli"]
+    print(
+        f"start-up, the compile's parts: Python {t['python']:.2f} s, importing libcst "
+        f"{t['libcst'] - t['python']:.2f}, the package's modules {own:.2f}, black "
+        f"{black_import:.2f}; the passes, black's formatting and the write "
+        f"{t['compile'] - t['cli'] - black_import:.2f}"
     )
 
 

@@ -1,7 +1,8 @@
 ;; Hugging Face transformers' T5ForConditionalGeneration (models/t5/modeling_t5.py, Apache
 ;; licence 2.0) with feed_forward_proj="gated-gelu" (T5 v1.1), with its state_dict: a
 ;; checkpoint loads with strict=True. The constructor takes T5Config's names; the eager
-;; attention, no padding masks, no KV cache, no dropout (the model in eval mode).
+;; attention, no padding masks, no dropout (the model in eval mode). A run with
+;; `:generate decoder-input-ids` generates with a KV cache.
 
 (defconst vocab-size 32128)
 (defconst d-model 512)
@@ -79,10 +80,10 @@
                               :i64)))
           (relative-position-if-large (minimum relative-position-if-large (- buckets 1))))
       (+ relative-buckets (where is-small relative-position relative-position-if-large))))
-  ;; compute_bias: [1, heads, query length, key length]
-  (defun compute-bias (query key)
-    (let ((context-position (unsqueeze (positions query :axis 1) :axis 1))
-          (memory-position (unsqueeze (positions key :axis 1) :axis 0))
+  ;; compute_bias: [1, heads, query length, key length], the lengths the scores'
+  (defun compute-bias (scores)
+    (let ((context-position (unsqueeze (positions scores :axis 2) :axis 1))
+          (memory-position (unsqueeze (positions scores :axis 3) :axis 0))
           (bucket (relative-position-bucket (- memory-position context-position)
                                             :bidirectional (not is-decoder))))
       (unsqueeze (transpose (relative-attention-bias bucket) [2 0 1]) :axis 0)))
@@ -96,7 +97,7 @@
           (value-states (split-heads (v key-value-states)))
           (scores (matmul query-states (transpose key-states [0 1 3 2])))
           (position-bias (if has-relative-attention-bias
-                             (compute-bias hidden-states key-value-states)
+                             (compute-bias scores)
                              (if cross-attention
                                  (zeros-like (slice scores :axis 0 :end 1))
                                  position-bias)))

@@ -183,11 +183,13 @@ class T5Attention(nn.Module):
             is_small, relative_position, relative_position_if_large
         )
 
-    def compute_bias(self, query, key):
-        context_position = torch.arange(query.shape[1], device=query.device).unsqueeze(
-            1
+    def compute_bias(self, scores):
+        context_position = torch.arange(
+            scores.shape[2], device=scores.device
+        ).unsqueeze(1)
+        memory_position = torch.arange(scores.shape[3], device=scores.device).unsqueeze(
+            0
         )
-        memory_position = torch.arange(key.shape[1], device=key.device).unsqueeze(0)
         bucket = self.relative_position_bucket_int(
             memory_position - context_position, bidirectional=not self.is_decoder
         )
@@ -204,7 +206,7 @@ class T5Attention(nn.Module):
         value_states = self.split_heads(self.v(key_value_states))
         scores = query_states @ key_states.permute(0, 1, 3, 2)
         if self.has_relative_attention_bias:
-            position_bias = self.compute_bias(hidden_states, key_value_states)
+            position_bias = self.compute_bias(scores)
         else:
             position_bias = (
                 torch.zeros_like(scores[:1], dtype=torch.float32)

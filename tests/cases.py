@@ -30,6 +30,17 @@ LLAMA = dict(
     num_key_value_heads=2,
 )
 GPT2 = dict(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4)
+T5 = dict(
+    vocab_size=64,
+    d_model=16,
+    d_kv=4,
+    d_ff=24,
+    num_layers=2,
+    num_decoder_layers=3,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=12,
+)
 GEMMA2 = dict(
     vocab_size=256,
     hidden_size=48,

@@ -121,3 +121,50 @@ def adamw_losses(model, ids, targets, steps: int, lr: float = 3e-3) -> list:
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+def greedy(reference, prompt, steps: int = 32, **options):
+    """transformers' greedy `generate` of `steps` tokens, with each step's logits."""
+    return reference.generate(
+        prompt,
+        do_sample=False,
+        max_new_tokens=steps,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+        **options,
+    )
+
+
+def assert_generated(tokens, logits, want) -> None:
+    """sx2torch's generate gave `want`'s tokens, and its logits bit for bit at every step,
+    in f32 as transformers' `output_logits`."""
+    assert torch.equal(tokens, want.sequences)
+    assert len(logits) == len(want.logits)
+    for step, (got, expected) in enumerate(zip(logits, want.logits)):
+        assert got.dtype == torch.float32 and got.shape == expected.shape
+        assert torch.equal(got, expected), f"step {step}"
+
+
+def compiled_once(monkeypatch, call) -> tuple:
+    """(`call()` with torch.compile left out, `call()` compiled by a backend that runs each
+    graph as torch does, the graphs it compiled): a recompile is an error."""
+    import functools
+
+    graphs = []
+
+    def counting(graph, inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
+    eager = call()
+    monkeypatch.setattr(torch, "compile", functools.partial(compile, backend=counting))
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            compiled = call()
+    finally:
+        torch._dynamo.reset()
+    return eager, compiled, graphs

@@ -36,6 +36,8 @@ def block(
             | ({"high": i.high} if i.high is not None else {})
             for i in run.inputs
         }
+    if isinstance(run.generate, str):  # its `generate` command starts a decoder
+        settings["encoder_decoder"] = True
     settings["optimizers"] = _optimizers(
         run.optimizer or Optimizer("adamw", {}), _params(program, program.top, attrs)
     )

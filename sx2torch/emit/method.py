@@ -252,12 +252,14 @@ class MethodEmitter:
         }
         method = self.ctx.naming.methods[callee]
         if node.kind is Kind.CALL and self.ctx.plans.function(callee):
-            return b.call(b.name(method), *args, **kwargs)  # a module-level function
-        if node.kind is Kind.CALL:
-            return b.call(b.attr(b.name("self"), method), *args, **kwargs)
-        return b.call(
-            module if method == "forward" else b.attr(module, method), *args, **kwargs
-        )
+            function = b.name(method)  # a module-level function
+        elif node.kind is Kind.CALL:
+            function = b.attr(b.name("self"), method)
+        else:
+            function = module if method == "forward" else b.attr(module, method)
+        if node.attrs.get("once"):  # a :generate run's call of the prompt alone
+            return b.call("sx.once", function, *args, **kwargs)
+        return b.call(function, *args, **kwargs)
 
     def ref(self, operand) -> b.Expr:
         """An operand as it is, without a cast."""

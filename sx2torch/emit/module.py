@@ -54,11 +54,18 @@ def run(
     bare = ClassContext(target, plans, naming, {}, source_lines)
     body += functions.definitions(plans, naming, lambda t, name: _method(t, name, bare))
     by_defun = defuns(lowered)  # once: a scan per class grows with classes x methods
+    written: dict = {}
     for model in program.all_models():
         top = _tp_plan(plan, naming) if model.is_top and plan and plan.styles else []
-        body.append(
-            _class(program, model, lowered, by_defun, contexts[model.name], top)
+        written[model.name] = _class(
+            program, model, lowered, by_defun, contexts[model.name], top
         )
+        if model.copy_of is not None:
+            original, instance = model.copy_of
+            written[model.name] = _subclass(
+                written[model.name], written[original], instance
+            )
+        body.append(written[model.name])
     if chosen is not None and chosen.loss is not None:
         body.append(_main(program, plans, naming, chosen))
     if "math" in plans.imports:
@@ -166,6 +173,28 @@ def _class(
         cst.IndentedBlock(body),
         bases=[cst.Arg(base)],
         leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
+    )
+
+
+def _subclass(copy: cst.ClassDef, original: cst.ClassDef, instance: str):
+    """A :generate run's copy of a model for one instance, as a subclass of the model's
+    class that writes only the methods the copy computes otherwise (the constructor and
+    the others are the same)."""
+    code = cst.Module([]).code_for_node
+    theirs = {
+        s.name.value: code(s)
+        for s in original.body.body
+        if isinstance(s, cst.FunctionDef)
+    }
+    own = [
+        s
+        for s in copy.body.body
+        if isinstance(s, cst.FunctionDef) and theirs.get(s.name.value) != code(s)
+    ]
+    doc = f"{original.name.value} as {instance} runs it while generating."
+    return copy.with_changes(
+        body=cst.IndentedBlock([_docstring(doc), *own]),
+        bases=[cst.Arg(cst.Name(original.name.value))],
     )
 
 

@@ -11,9 +11,18 @@ its last position.
 import sx2torch.build as b
 import sx2torch.ops.conv as conv
 import sx2torch.ops.sharding as sharding
-from sx2torch.ops.sequence import SEQUENCE
+import sx2torch.ops.sequence as sequence
+from sx2torch.ops.sequence import LENGTH, OPEN_KEYS, SEQUENCE
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import ATTENTION, BROADCAST, RankRule
+from sx2torch.ops.rank import (
+    ATTENTION,
+    BROADCAST,
+    MATMUL,
+    SAME,
+    RankRule,
+    Tail,
+    known,
+)
 from sx2torch.ops.construct import ARANGE_OF, LIKE
 from sx2torch.ops.sequence import convolved
 from sx2torch.ops.fused import held_rounding
@@ -52,6 +61,63 @@ register(
         # per head, as `attention`: each device keeps its own heads' keys and values
         shards=sharding.attention,
         caches=True,
+        internal=True,
+    )
+)
+
+
+def _kept_keys(shapes, attrs):
+    """torch.matmul's, where B's axis :keys holds the positions the cache keeps (in the
+    cache pass's shapes, sx2torch/ops/sequence.py): Kᵀ's columns are every key stored and
+    the chunk's, not yet masked; V's rows are the keys of the scores that read them."""
+    a, kept = shapes
+    keys = known(attrs["keys"])
+    if a and kept and not isinstance(kept, Tail) and kept[keys] == LENGTH:
+        key = OPEN_KEYS if keys == -1 else (a[-1] if not isinstance(a, Tail) else None)
+        kept = kept[:keys] + (key,) + (kept[keys + 1 :] if keys == -2 else ())
+    return MATMUL.shape((a, kept), attrs)
+
+
+register(
+    Op(
+        "cached-matmul",
+        (Arg("a", "matrix"), Arg("b", "matrix")),
+        lambda a, ctx: b.call(
+            "sx.cached_matmul",
+            *a,
+            keys=ctx.attrs["keys"],
+            dtype=b.dotted(ctx.tensor_dtype),
+        ),
+        keys=(Key("keys", "int"),),
+        doc=(
+            "`matmul` of attention written out in a :generate run (sx.cached_matmul): B's "
+            "positions (:keys, -1 of Kᵀ, -2 of V) kept in the cache as [..., positions, "
+            "dim], in the dtype it computes in, a literal, and read before the chunk's"
+        ),
+        autocasts=True,
+        rank=RankRule("torch.matmul's", _kept_keys, tails=True),
+        caches=True,
+        internal=True,
+    )
+)
+register(
+    Op(
+        "cached-causal-mask",
+        (Arg("x"),),
+        lambda a, ctx: b.call(
+            "sx.cached_causal_mask",
+            a[0],
+            **({} if ctx.attrs["fill"] is None else {"fill": ctx.attrs["fill"]}),
+        ),
+        keys=(Key("fill", "number"),),
+        exact=True,
+        rank=SAME,
+        sequence=sequence.masked,
+        doc=(
+            "`causal-mask` of the scores of attention written out in a :generate run "
+            "(sx.cached_causal_mask): aligned bottom-right, the chunk's query i sees the "
+            "keys up to its own position"
+        ),
         internal=True,
     )
 )

@@ -2,6 +2,7 @@
 
 import sx2torch.build as b
 from sx2torch.ir import Scalar
+import sx2torch.ops.sequence as sequence
 from sx2torch.ops.registry import Arg, Key, Op, along, register
 from sx2torch.ops.rank import (
     ATTENTION,
@@ -341,6 +342,7 @@ register(
         exact=True,
         grad=_causal_mask_grad,
         rank=SAME,
+        cached=sequence.causal_mask,
         doc=(
             "X with the entries above the diagonal of its last two axes set to :fill "
             "(default -inf): row i keeps columns j <= i"

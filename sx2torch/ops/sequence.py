@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from sx2torch.ir import Scalar
 from sx2torch.ops.rank import known
 
 # The sequence axis: axis 1 of the [batch, length] ids a generating forward takes, and of
@@ -27,6 +28,12 @@ SEQUENCE = 1
 # The sequence's length in the cache pass's shapes: no source writes a size this large, so
 # an axis of this size holds the positions.
 LENGTH = 2**61 - 1
+# The cached keys' length: an axis of a product that holds every position stored and the
+# chunk's (the scores of attention written out, [..., LENGTH, KEYS]); OPEN until a causal
+# mask covers it, so that no position is combined with keys that come after it.
+KEYS = 2**61 - 2
+OPEN_KEYS = 2**61 - 3
+MARKS = (LENGTH, KEYS, OPEN_KEYS)
 
 
 @dataclass(frozen=True)
@@ -104,19 +111,73 @@ def size(seen: Seen):
 
 
 def product(seen: Seen):
-    """A product of two activations may mix positions (attention written out), unless both
-    hold the positions on the same batch axis (Mamba's states read by C, position by
-    position)."""
+    """A product of two activations may mix positions. Both holding the positions on the
+    same batch axis, it mixes none (Mamba's states read by C, position by position). The
+    chunk's queries on A's rows times keys that hold the positions on one of B's last two
+    axes is attention written out: B's positions are kept in the cache (`cached-matmul`),
+    Kᵀ's along its last axis, V's along its rows, read by scores a causal mask covers.
+    """
     if not (seen.made[0] and seen.made[1]):
         return None
     a, b = seen.aligned(0), seen.aligned(1)
     ranks = [len(dims) for dims in seen.shapes if dims is not None]
     if a is not None and len(set(ranks)) == 1 and a == b and a < ranks[0] - 2:
         return "matmul", seen.attrs
+    if len(ranks) == 2 and a == ranks[0] - 2 and b is not None and b >= ranks[1] - 2:
+        keys = b - ranks[1]
+        # a mask decided when the module runs (an `if` of a flag) is checked then
+        if keys == -2 and seen.shapes[0][-1] not in (KEYS, None):
+            return (
+                "reads values at every position with weights no causal mask covers: "
+                "mask the scores with (causal-mask ...) before the softmax"
+            )
+        if seen.attrs["out"] is not None:
+            return (
+                "keeps the keys of an :out :f32 product, which the cache does not hold"
+            )
+        return "cached-matmul", {"keys": Scalar.lit(keys)}
     return (
         "multiplies two values made from the input, which may mix positions; "
         "write it as (attention ... :causal true)"
     )
+
+
+def causal_mask(seen: Seen):
+    """A causal mask over scores [..., LENGTH, keys] keeps, in a cached step, the keys up to
+    each of the chunk's queries' own position: aligned bottom-right over every key stored
+    and the chunk's, as the whole sequence's mask keeps them over keys that are not the
+    sequence's (an encoder's, in a cross-attention whose flag asks for no mask)."""
+    dims = seen.shapes[0]
+    if not seen.made[0]:
+        return None
+    if dims is not None and len(dims) >= 2 and dims[-2] == LENGTH != dims[-1]:
+        return "cached-causal-mask", seen.attrs
+    if dims is None or any(d in MARKS for d in dims[-2:]):
+        return (
+            "masks values whose queries and keys it cannot tell apart: a cached step "
+            "has the chunk's queries and every key stored"
+        )
+    return None
+
+
+def masked(seen: Seen, dims):
+    """The scores a causal mask covers: their keys are those each query may see."""
+    if dims is not None and dims[-1:] == (OPEN_KEYS,):
+        return dims[:-1] + (KEYS,)
+    return dims
+
+
+def open_keys(seen: Seen, axes: Optional[tuple]) -> bool:
+    """Whether an op that combines values along `axes` of its operands (every axis: None)
+    combines keys no causal mask covers yet: a cached step has only the keys up to the
+    chunk's, where the whole sequence's forward had every key."""
+    for dims in seen.shapes:
+        if dims is None or OPEN_KEYS not in dims:
+            continue
+        at = dims.index(OPEN_KEYS)
+        if axes is None or any(known(a) in (at, at - len(dims)) for a in axes):
+            return True
+    return False
 
 
 def slice_(seen: Seen):
@@ -263,7 +324,17 @@ def spatial(verb: str, axes: Optional[int], channels: bool):
 def broadcast(seen: Seen):
     """An elementwise op that broadcasts the positions against a fixed size (a table of the
     training length added whole): a cached step's chunk broadcasts against all of it, so
-    each position would get the whole table's values."""
+    each position would get the whole table's values. The chunk's positions against the
+    cached keys' (a bias made from the chunk's positions alone added to the scores) give
+    each query the bias of other keys."""
+    known_dims = [dims for dims in seen.shapes if dims is not None]
+    for at in range(-1, -max(map(len, known_dims), default=0) - 1, -1):
+        sizes = {dims[at] for dims in known_dims if -at <= len(dims)} - {None, 1}
+        if len(sizes & set(MARKS)) > 1:
+            return (
+                "combines the chunk's positions with the cached keys': take the keys' "
+                "positions from the scores' last axis"
+            )
     for dims in seen.shapes:
         if dims is None or list(dims).count(LENGTH) != 1:
             continue
@@ -272,7 +343,7 @@ def broadcast(seen: Seen):
             if (
                 other is not None
                 and -at <= len(other)
-                and other[at] not in (None, 1, LENGTH)
+                and other[at] not in (None, 1, *MARKS)
             ):
                 return (
                     f"broadcasts the sequence against a fixed size, {other[at]}, which a "

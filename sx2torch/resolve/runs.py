@@ -10,7 +10,7 @@ from sx2torch.resolve.values import expect_symbol, read_keywords
 from sx2torch.syntax.forms import match
 from sx2torch.syntax import scalars
 from sx2torch.syntax.program import OPTIMIZER_KEYS, Input, Model, Optimizer, Run
-from sx2torch.syntax.read import Boolean, Datum, List, Number, Vector, shown
+from sx2torch.syntax.read import Boolean, Datum, List, Number, Symbol, Vector, shown
 
 
 def defrun(datum: List, runs: list) -> Run:
@@ -34,11 +34,14 @@ def defrun(datum: List, runs: list) -> Run:
     if "inputs" in options:
         run.inputs = _inputs(options["inputs"])
     if "generate" in options:
-        run.generate = options["generate"].value
+        given = options["generate"]
+        run.generate = given.name if isinstance(given, Symbol) else given.value
     if "tp-reduce" in options:
         run.tp_reduce = options["tp-reduce"].name
     if run.loss is None:
-        for key in [k for k in options if k not in ("precision", "generate", "tp-reduce")]:
+        for key in [
+            k for k in options if k not in ("precision", "generate", "tp-reduce")
+        ]:
             raise SourceError(
                 options[key].span, f"defrun :{key} needs :loss (the defun to train)"
             )

@@ -10,9 +10,12 @@ from sx2torch.runtime.attention import (
 from sx2torch.runtime.cache import (
     cache_positions,
     cached_attention,
+    cached_causal_mask,
     cached_conv1d,
     cached_linear_scan,
+    cached_matmul,
     last_position,
+    once,
 )
 from sx2torch.runtime.checks import expect_scalar
 from sx2torch.runtime.compiling import prepare_compiling
@@ -45,8 +48,10 @@ __all__ = [
     "as_f32",
     "cache_positions",
     "cached_attention",
+    "cached_causal_mask",
     "cached_conv1d",
     "cached_linear_scan",
+    "cached_matmul",
     "bf16_region",
     "causal_mask",
     "concat_part",
@@ -64,6 +69,7 @@ __all__ = [
     "matrix_scan",
     "matrix_scan_adjoint",
     "newton_schulz",
+    "once",
     "previous",
     "round_to_bf16",
     "slice_backward",

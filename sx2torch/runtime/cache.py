@@ -23,17 +23,26 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from sx2torch.runtime.attention import eager_attention, seen, softcapped, window_mask
+from sx2torch.runtime.attention import (
+    causal_mask,
+    eager_attention,
+    seen,
+    softcapped,
+    window_mask,
+)
 from sx2torch.runtime.scan import linear_scan
 
 __all__ = [
     "Cache",
     "cached_attention",
+    "cached_causal_mask",
     "cached_conv1d",
     "cached_linear_scan",
+    "cached_matmul",
     "cache_positions",
     "generating",
     "last_position",
+    "once",
 ]
 
 _ACTIVE: list = [None]  # the cache of the generation running, else None
@@ -70,10 +79,17 @@ class Cache:
         # a convolution's last inputs, a scan's last value: one per op a forward calls
         self.states: list = []
         self.state_slot = 0
+        # the keys, and the values, of attention written out: one per product that reads them
+        self.kept: list = []
+        self.kept_slot = 0
+        # what the calls of the prompt alone gave (an encoder's output): one per call
+        self.prompt: list = []
+        self.prompt_slot = 0
 
     def begin(self, length: int, position: Optional[Tensor] = None) -> None:
         """Before each forward: `length` tokens are stored, the chunk comes after them."""
         self.length, self.slot, self.state_slot = length, 0, 0
+        self.kept_slot, self.prompt_slot = 0, 0
         if position is not None:
             self.position = position
 
@@ -102,6 +118,32 @@ class Cache:
             self.states[slot].copy_(value)
         else:
             self.states[slot] = value.clone()
+
+    def extend(self, x: Tensor, dtype: torch.dtype) -> Tensor:
+        """The keys (or values) of attention written out that a product reads: those stored,
+        then the chunk's `x`, [..., positions, dim]. Dynamic, concatenated as transformers'
+        DynamicCache does (the prompt's made contiguous, as its concatenation to an empty
+        tensor makes them: the product's bits depend on the layout); static, written in
+        place at the chunk's positions, the keys to come zeros that a causal mask hides.
+        """
+        if x.dtype != dtype:
+            raise TypeError(f"the cache holds {dtype}, the product read {x.dtype}")
+        if self.keep is not None:
+            raise ValueError(
+                "left-padded prompts need a mask on the pads, which this model's attention "
+                "(written out as matmuls) does not take: give prompts of one length"
+            )
+        slot, self.kept_slot = self.kept_slot, self.kept_slot + 1
+        if slot == len(self.kept):
+            if not self.capacity:
+                self.kept.append(x.contiguous())
+                return self.kept[slot]
+            self.kept.append(self._empty(x, self.capacity))
+        if self.capacity:
+            self.kept[slot].index_copy_(-2, self.position, x)
+        else:
+            self.kept[slot] = torch.cat([self.kept[slot], x], dim=-2)
+        return self.kept[slot]
 
     def store(self, k: Tensor, v: Tensor, dtype: torch.dtype, window=None) -> tuple:
         """The keys and values this slot attends over, the chunk's among them, and the
@@ -195,7 +237,8 @@ class Cache:
     def bytes_per_token(self) -> int:
         """What one more token costs the cache, every slot's keys and values."""
         return sum(
-            t.element_size() * t[..., 0, :].numel() for t in [*self.keys, *self.values]
+            t.element_size() * t[..., 0, :].numel()
+            for t in [*self.keys, *self.values, *self.kept]
         )
 
 
@@ -259,6 +302,51 @@ def cached_attention(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=enable_gqa, **extra
     )
+
+
+def once(function, *args, **keys):
+    """`function(*args, **keys)`, a call of the prompt's values alone (an encoder, the keys
+    and values of a cross-attention). Without a generation running, the call. While one
+    runs, the call of the first forward, made as the plain module makes it (its own
+    attentions keep nothing), and kept: each later forward reads it again."""
+    cache = _ACTIVE[0]
+    if cache is None:
+        return function(*args, **keys)
+    slot, cache.prompt_slot = cache.prompt_slot, cache.prompt_slot + 1
+    if slot == len(cache.prompt):
+        _ACTIVE[0] = None
+        try:
+            cache.prompt.append(function(*args, **keys))
+        finally:
+            _ACTIVE[0] = cache
+    return cache.prompt[slot]
+
+
+def cached_matmul(a: Tensor, b: Tensor, *, keys: int, dtype: torch.dtype) -> Tensor:
+    """`a @ b` of attention written out, B's positions on its axis `keys`: Kᵀ's on its
+    last (the scores' columns), V's on its rows. Without a generation running, the plain
+    product. While one runs, B is every key stored and the chunk's: kept as [..., positions,
+    dim] in `dtype` (a copy), as transformers keeps its keys, and read back in B's layout.
+    """
+    cache = _ACTIVE[0]
+    if cache is None:
+        return a @ b
+    if keys == -1:
+        return a @ cache.extend(b.mT, dtype).mT
+    return a @ cache.extend(b, dtype)
+
+
+def cached_causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
+    """`sx.causal_mask` of the scores of attention written out. Without a generation
+    running, the plain op. While one runs, the scores' columns are every key stored and
+    the chunk's: the mask is aligned bottom-right, query i of the chunk sees the keys up
+    to its own position (in a static cache, none of those to come)."""
+    cache = _ACTIVE[0]
+    if cache is None:
+        return causal_mask(scores, fill)
+    queries, keys = scores.shape[-2], scores.shape[-1]
+    query_at, key_at = cache.positions(queries, 0, keys, scores.device)
+    return scores.masked_fill(key_at > query_at[:, None], fill)
 
 
 def _plain(q, k, v, scale, window, enable_gqa, softcap, round) -> Tensor:

@@ -6,6 +6,7 @@ then one token per forward; the last position's logits in f32; the processors of
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -32,6 +33,7 @@ def generate(
     eos_token_id=None,
     streamer=None,
     return_logits: bool = False,
+    decoder_start_token_id: Optional[int] = None,
 ):
     """The prompt `input_ids` [batch, length] and up to `max_new_tokens` tokens after it,
     transformers' `sequences`; with `return_logits`, `(tokens, logits)`, one f32 `[batch,
@@ -41,7 +43,21 @@ def generate(
     takes prompts padded on the left, positions counted per row as transformers does.
     `eos_token_id` (an int or a list) ends a row, padded after with the first of them;
     `streamer` gets the prompt, each token (`put`) and the end (`end`).
+
+    An encoder-decoder (compiled from `(defrun NAME ... :generate decoder-input-ids)`,
+    forward taking the prompt and then the decoder's ids) is given `decoder_start_token_id`:
+    `input_ids` is then the encoder's prompt, run once, and the tokens are the decoder's,
+    that token first, as transformers' `sequences` of an encoder-decoder.
     """
+    if decoder_start_token_id is not None:
+        if static_cache or attention_mask is not None:
+            raise ValueError(
+                "an encoder-decoder generates with a dynamic cache and prompts of one "
+                "length: give neither static_cache nor attention_mask"
+            )
+        prompt = input_ids
+        input_ids = torch.full_like(prompt[:, :1], decoder_start_token_id)
+        model = functools.partial(model, prompt)
     cache = _new_cache(input_ids, max_new_tokens, attention_mask, static_cache)
     ends = _ends(eos_token_id, input_ids.device)
     unfinished = None if ends is None else torch.ones_like(input_ids[:, 0])
@@ -87,7 +103,7 @@ def _compiled_step(model, device: torch.device):
 
 def _last_logits(out: Tensor, cache: Cache) -> Tensor:
     """The last position's logits in f32, transformers' `output_logits`."""
-    if not cache.keys and not cache.states:
+    if not cache.keys and not cache.states and not cache.kept:
         raise TypeError(
             "the model keeps no cache: compile it from a source with "
             "(defrun NAME ... :generate true)"

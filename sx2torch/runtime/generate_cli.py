@@ -2,6 +2,7 @@
 
     python model.py generate --checkpoint DIR --prompt-ids 1,2,3 [--max-new-tokens N]
         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-token-id ID]
+        [--decoder-start-token-id ID]
 
 `--checkpoint` is a run's folder (its newest checkpoint that verifies, as `--resume` takes
 it), one checkpoint (`DIR/checkpoints/step-N`) or the final weights (`DIR/model.pt`). The
@@ -9,7 +10,9 @@ tokens, prompt included, are printed as one line of comma-separated ids; a gener
 lasts more than a second shows a progress bar on stderr. Decoding is greedy unless one of
 `--temperature`, `--top-k`, `--top-p` is given. The decoding itself is
 `sx2torch.runtime.generate.generate`: the file must be compiled from a run with
-`:generate true`, whose module keeps a KV cache.
+`:generate true`, whose module keeps a KV cache. An encoder-decoder's (`:generate NAME`)
+takes `--decoder-start-token-id`: the prompt is then the encoder's, and the tokens printed
+the decoder's, that token first.
 """
 
 from __future__ import annotations
@@ -85,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         "--eos-token-id", type=int, metavar="ID", help="stop when this token is made"
     )
     parser.add_argument(
+        "--decoder-start-token-id",
+        type=int,
+        metavar="ID",
+        help="an encoder-decoder's: the decoder's first token (the prompt is the encoder's)",
+    )
+    parser.add_argument(
         "--traceback", action="store_true", help="show the traceback of an error"
     )
     return parser
@@ -102,8 +111,14 @@ def _token_ids(text: str) -> list:
     return ids
 
 
-def run(model_class: type, args: argparse.Namespace) -> int:
+def run(model_class: type, args: argparse.Namespace, encoder_decoder: bool) -> int:
     """Load the checkpoint into a new `model_class()`, generate and print the tokens."""
+    start = args.decoder_start_token_id
+    if encoder_decoder != (start is not None):
+        raise DataError(
+            "--decoder-start-token-id: an encoder-decoder's decoder starts from it, "
+            + ("give it" if encoder_decoder else "and this model is not one")
+        )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = model_class()
     load(model, Path(args.checkpoint))
@@ -126,6 +141,7 @@ def run(model_class: type, args: argparse.Namespace) -> int:
             generator=torch.Generator(device).manual_seed(args.seed),
             eos_token_id=args.eos_token_id,
             streamer=progress,
+            decoder_start_token_id=start,
         )
     except IndexError as error:  # an id past the embedding's rows
         raise DataError(f"--prompt-ids: {error}") from None

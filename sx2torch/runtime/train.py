@@ -60,7 +60,11 @@ def main(model_class: type, settings: dict, argv=None) -> None:
         from sx2torch.runtime import generate_cli
 
         args = generate_cli.arguments(argv[1:])
-        command, stopped = functools.partial(generate_cli.run, model_class, args), ""
+        encoder_decoder = settings.get("encoder_decoder", False)
+        command = functools.partial(
+            generate_cli.run, model_class, args, encoder_decoder
+        )
+        stopped = ""
     else:
         names = loss_arguments(model_class, settings["loss"])
         args = _arguments(settings, names, argv)

@@ -151,7 +151,11 @@ DEFINITIONS = {
     "defconst": CONST,
     "defflag": CONST,
     "defparam": Shape(
-        (named("NAME", "a parameter name"), Part("INIT"), Part("DOC", DOC, optional=True)),
+        (
+            named("NAME", "a parameter name"),
+            Part("INIT"),
+            Part("DOC", DOC, optional=True),
+        ),
         keys={
             "numerics": choice("high"),
             "trainable": FLAG,
@@ -190,7 +194,9 @@ DEFINITIONS = {
             **dict.fromkeys(RUN_KEYS),
             "precision": choice(*PRECISIONS),
             "loss": name("the name of the loss defun"),
-            "generate": FLAG,
+            "generate": Kind(
+                (Boolean, Symbol), "true, false, or the argument of forward that grows"
+            ),
             "tp-reduce": choice(*PRECISIONS),
         },
     ),

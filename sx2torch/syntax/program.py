@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from sx2torch.errors import Span
 from sx2torch.syntax.scalars import Scalar, ScalarOp
@@ -159,6 +159,9 @@ class Model:
     defuns: dict = field(default_factory=dict)
     is_top: bool = False
     ties: list = field(default_factory=list)  # [Tie], in source order
+    # a :generate run's copy of a model for one instance (sx2torch/cache.py): (the model,
+    # the instance's parameter)
+    copy_of: Optional[tuple] = None
     # state_dict key -> the parameter that has it, as resolve reads them: a name that
     # meets another's key is found without comparing it with every parameter
     keys: dict = field(default_factory=dict, repr=False, compare=False)
@@ -205,8 +208,9 @@ class Run:
     cooldown: float = 0.0
     grad_clip: Optional[float] = None
     inputs: Optional[list] = None  # [Input]: synthetic batches instead of token data
-    # `:generate true`: the module keeps a KV cache for sx2torch.runtime.generate
-    generate: bool = False
+    # `:generate true`: the module keeps a KV cache for sx2torch.runtime.generate; a name:
+    # the argument of forward that grows (an encoder-decoder's decoder ids), else the first
+    generate: Union[bool, str] = False
     keys: dict = field(default_factory=dict)  # key -> its datum, for later diagnostics
     # a row-parallel layer's reduction under tensor parallelism (LANGUAGE.md): "f32"
     # partial sums rounded once, or "bf16", the partial products rounded and summed in bf16
@@ -225,8 +229,12 @@ class Program:
     def submodel(self, model: Model, target: str, item: Optional[int] = None) -> str:
         """The model whose forward a SUBMODEL node of `model` runs: the instance's, the
         stack's, or a list's or a choice's item `item`."""
+        return self.instance(model, target, item).model
+
+    def instance(self, model: Model, target: str, item: Optional[int] = None) -> Init:
+        """The initializer of the instance a SUBMODEL node of `model` runs."""
         init = model.params[target].init
-        return init.model if item is None else init.items[item].model
+        return init if item is None else init.items[item]
 
     def all_models(self) -> list:
         return list(self.models.values()) + [self.top]

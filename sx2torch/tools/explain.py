@@ -111,7 +111,10 @@ def _cache(unit) -> Optional[dict]:
     sizes = _Sizes(unit.program)
     top = unit.program.top
     entry = unit.lowered.natural[top.name, "forward"]
-    sizes.graph(entry, [(1, 1)], sizes.consts(top, {}), {})
+    # one token of the ids (an encoder-decoder's prompt, one token too: its keys are
+    # made once, their size counts nothing per token)
+    ids = [(1, 1)] * len(entry.graph.inputs)
+    sizes.graph(entry, ids, sizes.consts(top, {}), {})
     total, unknown = 0, 0
     for dtype, dims in sizes.met:
         if any(d is None or None in d for d in dims):
@@ -119,19 +122,27 @@ def _cache(unit) -> Optional[dict]:
         else:
             each = 2 if dtype == "bf16" and not unit.target.held else 4
             total += sum(math.prod(d) for d in dims) * each
-    return {"attentions": len(sizes.met), "bytes_per_token": total, "unknown": unknown}
+    return {
+        "attentions": sizes.attentions,
+        "bytes_per_token": total,
+        "unknown": unknown,
+    }
 
 
 class _Sizes:
     """The shape of each value of forward called on one token ([1, 1] ids) in the module
     built with its defaults, by the ops' rank rules, through the specializations the run
     computes: each model with the values its parent passes it, each call with its keys.
-    `met` gets each cached attention reached: the dtype it stores in, the shapes of its
-    keys and values."""
+    `met` gets each cached attention reached, and each product of attention written out:
+    the dtype it stores in, the shapes of its keys and values."""
 
     def __init__(self, program):
         self.program = program
-        self.met: list = []  # (dtype, (K's shape, V's shape))
+        self.met: list = (
+            []
+        )  # (dtype, (K's shape, V's shape)), or one of them, a product's
+        self.attentions = 0  # the attentions among them: a product's scores count one
+        self.outside = False  # within a call made once per prompt, which keeps nothing
 
     def consts(self, model, passed: dict) -> dict:
         env = dict(passed)
@@ -151,6 +162,12 @@ class _Sizes:
             found[node] = self._node(node, found, typed, env, model_env)
 
     def _node(self, node: Node, found: dict, typed, env: dict, model_env: dict):
+        if node.attrs.get("once") and not self.outside:  # the plain module's: no cache
+            self.outside = True
+            try:
+                return self._node(node, found, typed, env, model_env)
+            finally:
+                self.outside = False
         inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
         model = typed.graph.model
         # the nodes that read a model's members (a library function's graph has none)
@@ -168,7 +185,9 @@ class _Sizes:
             keys = {k: scalars.compute(v, env) for k, v in node.attrs["keys"].items()}
             return self.graph(typed.callee[node], inputs, model_env, keys)
         if node.kind is Kind.SUBMODEL:
-            init = owner.params[node.attrs["target"]].init
+            init = self.program.instance(
+                owner, node.attrs["target"], node.attrs.get("item")
+            )
             layer = env
             if init.index and node.attrs.get("loop") is not None:
                 layer = {**env, init.index: env[node.attrs["loop"]]}
@@ -192,9 +211,17 @@ class _Sizes:
             (out,) = chosen.outputs
             return () if isinstance(out, Scalar) else found.get(out)
         op = node.op
-        if op.caches:
-            self.met.append((typed.decided[node].dtype, (inputs[1], inputs[2])))
+        if (
+            op.caches and not self.outside
+        ):  # an attention's K and V, or a product's Kᵀ or V
+            self.met.append((typed.decided[node].dtype, tuple(inputs[1:])))
         attrs = {k: _valued(v, env) for k, v in node.attrs.items()}
+        if (
+            op.caches
+            and not self.outside
+            and attrs.get("keys", Scalar.lit(-1)).value == -1
+        ):
+            self.attentions += 1
         if op.rank.tails:
             inputs = [Tail(()) if dims is None else dims for dims in inputs]
         try:
@@ -510,9 +537,7 @@ class _Rows:
                 sub_env = {
                     k: scalars.compute(v, layer) for k, (_, v) in init.args.items()
                 }
-                self.visit(
-                    sub, f"{key}.{i}.", sub_env, copies, listed * count, normed
-                )
+                self.visit(sub, f"{key}.{i}.", sub_env, copies, listed * count, normed)
         else:
             self.visit(
                 sub,

@@ -64,9 +64,16 @@ def test_a_forward_without_causal_attention_has_nothing_to_cache():
     assert error.line == 2 and "forward calls no causal attention" in error.message
 
 
-def test_generate_is_true_or_false():
-    with pytest.raises(SourceError, match=":generate must be true or false"):
+def test_generate_is_true_false_or_an_argument_of_forward():
+    with pytest.raises(
+        SourceError,
+        match=":generate must be true, false, or the argument of forward that grows",
+    ):
         compile_string("(defun forward (x) x)\n(defrun chat :generate 1)")
+    error = refused("(defun forward (x y) x)\n(defrun chat :generate ids)")
+    assert error.line == 2 and error.message == (
+        "run 'chat' generates 'ids', which is not an argument of forward (x y)"
+    )
 
 
 def test_a_run_without_generate_keeps_the_plain_ops():
@@ -315,3 +322,101 @@ def test_what_pools_resamples_repeats_or_broadcasts_the_positions_is_refused(bod
     error = refused(source + GENERATE)
     assert why in error.message and error.line == 5
     assert error.message.startswith("a :generate run cannot cache (")
+
+
+HEADS = (
+    "(defparam e (normal [16 8]))\n"
+    "(defun heads (x) (transpose (reshape x [0 0 2 4]) [0 2 1 3]))\n"
+)
+SCORES = "(h (heads (take e ids))) (s (matmul h (swap-axes h -1 -2)))"
+
+
+@pytest.mark.parametrize(
+    "bindings, result, why",
+    [
+        # the softmax would see every key in the whole sequence's forward
+        ("", "(matmul (softmax s :axis -1) h)", "combines keys no causal mask covers"),
+        (
+            "",
+            "(matmul (causal-mask (softmax s :axis -1)) h)",
+            "combines keys no causal mask covers",
+        ),
+        # a bias [length, length] from the chunk's positions against [length, keys]
+        (
+            "(p (positions h :axis 2))"
+            " (b (cast (- (unsqueeze p :axis 0) (unsqueeze p :axis 1)) :f32))",
+            "(matmul (softmax (causal-mask (+ s b)) :axis -1) h)",
+            "combines the chunk's positions with the cached keys'",
+        ),
+    ],
+)
+def test_attention_written_out_without_a_causal_mask_or_with_the_chunks_bias_is_refused(
+    bindings, result, why
+):
+    error = refused(
+        HEADS + f"(defun forward (ids) (let ({SCORES} {bindings}) {result}))" + GENERATE
+    )
+    assert why in error.message and error.line == 3
+
+
+def test_positions_over_the_scores_keys_are_every_key_the_cache_holds():
+    """T5's relative position bias, its queries' positions from the chunk's and its keys'
+    over the scores' last axis: the plain op's there, every key stored and the chunk's.
+    """
+    code = compile_string(
+        HEADS + f"(defun forward (ids) (let ({SCORES} (p (positions s :axis 2))"
+        " (k (positions s :axis 3))"
+        " (b (cast (- (unsqueeze k :axis 0) (unsqueeze p :axis 1)) :f32)))"
+        " (matmul (softmax (causal-mask (+ s b)) :axis -1) h)))" + GENERATE,
+        "m.lisp",
+        run="chat",
+    )
+    assert "p = sx.cache_positions(s, 2)" in code
+    assert "k = torch.arange(s.shape[3]" in code
+    assert "sx.cached_causal_mask(s + b.to(torch.bfloat16))" in code
+
+
+PROMPTED = """(defparam e (normal [16 8]))
+(defparam w (normal [8 8]))
+(defmodel mix () (defun forward (a b) (+ a b)))
+(defparam m (mix))
+(defparam n (mix))
+(defun encode (prompt) (mean (matmul (take e prompt) w) :axes [1] :keepdims true))
+(defun forward (prompt ids)
+  (let ((h (take e ids))
+        (h (m h h))
+        (h (n h (encode prompt))))
+    (matmul (attention h h h :causal true) (transpose e [1 0]))))
+(defrun chat :precision :f32 :generate ids)
+"""
+
+
+def test_a_call_of_the_prompt_alone_is_made_once_and_one_class_serves_both_roles():
+    """`(encode prompt)` reads no value of the sequence: made once per prompt (its mean
+    over the prompt's positions is no sequence's). `mix` is reached through the sequence
+    twice and through the prompt once, rewritten alike: one class. The tokens and each
+    step's logits are those of the whole forward run again on the prefix."""
+    import torch
+    from conftest import load_module
+    from sx2torch.runtime import generate
+
+    code = compile_string(PROMPTED, "m.lisp", run="chat")
+    assert "h = self.n(h, sx.once(self.encode, prompt))" in code
+    assert code.count("class ") == 2  # Mix and the top model's
+    model = load_module(code).M()
+    calls = []
+    encode = model.encode
+    model.encode = lambda prompt: calls.append(1) or encode(prompt)
+    prompt = torch.randint(0, 16, (2, 6), generator=torch.Generator().manual_seed(0))
+    start = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(1))
+    tokens, logits = generate(
+        lambda ids: model(prompt, ids), start, 6, return_logits=True
+    )
+    assert len(calls) == 1
+    prefix = start
+    with torch.no_grad():
+        for step in range(6):
+            last = model(prompt, prefix)[:, -1]
+            torch.testing.assert_close(logits[step], last, rtol=0, atol=1e-5)
+            prefix = torch.cat([prefix, last.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(tokens, prefix)

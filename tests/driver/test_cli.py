@@ -71,6 +71,41 @@ def test_a_compile_imports_nothing_of_the_check_command(source):
     assert result.stdout == "[]\n"
 
 
+def test_a_cached_compile_imports_only_the_compiler(tmp_path):
+    """What a compile imports is its start-up: outside the standard library, a compile
+    whose module is in the format cache imports libcst, sexpdata and black's one-line
+    version module, and of the package no tool, interpreter or runtime; no torch,
+    transformers or black. bert's module has lines too long to fit, which the first
+    compile has black format."""
+    root = Path(__file__).resolve().parents[2]
+    bert = root / "examples" / "bert.lisp"
+    probe = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "from sx2torch.cli import main\n"
+        f"assert main([{str(bert)!r}, '-o', {str(tmp_path / 'bert.py')!r}]) == 0\n"
+        "loaded = set(sys.modules) - before\n"
+        "print(sorted({m.split('.')[0] for m in loaded} - sys.stdlib_module_names))\n"
+        "print(sorted(m for m in loaded if m.split('.')[:2] in (\n"
+        "    ['sx2torch', 'tools'], ['sx2torch', 'interpret'], ['sx2torch', 'runtime'])))\n"
+    )
+    env = {**os.environ, "SX2TORCH_CACHE_DIR": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = str(root)  # this checkout's compiler, not an installed one
+    env.pop("SX2TORCH_NO_CACHE", None)
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert "'black'" in runs[0]
+    assert runs[1] == "['_black_version', 'libcst', 'sexpdata', 'sx2torch']\n[]\n"
+
+
 def test_run_picks_the_defrun(capsys, source):
     rc, out, _ = run(capsys, source, "--run", "eval")
     assert rc == 0

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cases import GEMMA2, GENERATE_RUNS, GPT2, LLAMA, MIXTRAL, lisp
-from conftest import load_module
+from conftest import assert_generated, greedy, load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
 
@@ -83,24 +83,13 @@ def test_greedy_generate_gives_transformers_tokens_and_logits_bit_for_bit(
     model = compiled(name, run)(**PORTS[name][2])
     model.load_state_dict(reference.state_dict(), strict=True)
     prompt = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(1))
-    want = reference.generate(
-        prompt,
-        do_sample=False,
-        max_new_tokens=32,
-        output_logits=True,
-        return_dict_in_generate=True,
-        pad_token_id=0,
-        cache_implementation="static" if static else None,
-    )
+    want = greedy(reference, prompt, cache_implementation="static" if static else None)
     monkeypatch.setattr(torch, "compile", lambda module, **options: module)
     tokens, logits = generate(
         model, prompt, 32, return_logits=True, static_cache=static
     )
-    assert torch.equal(tokens, want.sequences)
-    assert len(logits) == len(want.logits) == 32
-    for step, (got, expected) in enumerate(zip(logits, want.logits)):
-        assert got.dtype == torch.float32 and got.shape == (2, 256)
-        assert torch.equal(got, expected), f"step {step}"
+    assert len(logits) == 32 and logits[0].shape == (2, 256)
+    assert_generated(tokens, logits, want)
     # without a generation running, the same module gives every position's logits
     with torch.no_grad():
         full = model(prompt)

@@ -22,23 +22,13 @@ import pytest
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from cases import lisp
+from cases import T5, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 
 torch.set_num_threads(1)
 
-SIZES = dict(
-    vocab_size=64,
-    d_model=16,
-    d_kv=4,
-    d_ff=24,
-    num_layers=2,
-    num_decoder_layers=3,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    relative_attention_max_distance=12,
-)
+SIZES = T5
 EAGER = dict(attn_implementation="eager")
 # (encoder length, decoder length): the second past max_distance
 LENGTHS = [(7, 5), (20, 13)]

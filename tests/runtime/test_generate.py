@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 from cases import GENERATE_RUNS, LLAMA, lisp
-from conftest import load_module
+from conftest import compiled_once, load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import cached_attention, generate
 from sx2torch.runtime.cache import Cache, generating
@@ -166,31 +166,15 @@ def test_the_windowed_static_decode_step_compiles_once(length, monkeypatch):
     serves every step, across the slot filling (prompt 2) and full from the first step
     (prompt 5), counted by a backend that runs each graph as torch does; its tokens and
     logits are the uncompiled static cache's, bit for bit."""
-    import functools
-
-    graphs = []
-
-    def counting(graph, inputs):
-        graphs.append(graph)
-        return graph.forward
-
     torch.set_num_threads(1)
     module = model("chat-exact")
     prompt = torch.randint(
         0, 64, (2, length), generator=torch.Generator().manual_seed(2)
     )
-    compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
-    eager = generate(module, prompt, 12, static_cache=True, return_logits=True)
-    monkeypatch.setattr(torch, "compile", functools.partial(compile, backend=counting))
-    torch._dynamo.reset()
-    try:
-        with torch._dynamo.config.patch(error_on_recompile=True):
-            tokens, logits = generate(
-                module, prompt, 12, static_cache=True, return_logits=True
-            )
-    finally:
-        torch._dynamo.reset()
+    eager, (tokens, logits), graphs = compiled_once(
+        monkeypatch,
+        lambda: generate(module, prompt, 12, static_cache=True, return_logits=True),
+    )
     assert len(graphs) == 1
     assert torch.equal(tokens, eager[0])
     assert all(torch.equal(a, b) for a, b in zip(logits, eager[1], strict=True))

@@ -320,8 +320,43 @@ def test_a_run_that_does_not_generate_has_no_cache():
 
 def test_a_recurrent_state_costs_no_bytes_per_token():
     """Mamba's generate run keeps conv and SSM states, whose size does not grow: explain
-    reports no attention and 0 bytes per token (it read a state's op as an attention)."""
+    reports no attention and 0 bytes per token (it read a state's op as an attention).
+    """
     report = explain.run(
         lisp("mamba").read_text(), "mamba.lisp", Options(run="generate")
     )
     assert report["cache"]["attentions"] == report["cache"]["bytes_per_token"] == 0
+
+
+TINY_T5 = [
+    ("(defconst vocab-size 32128)", "(defconst vocab-size 64)"),
+    ("(defconst d-model 512)", "(defconst d-model 16)"),
+    ("(defconst d-kv 64)", "(defconst d-kv 4)"),
+    ("(defconst d-ff 2048)", "(defconst d-ff 24)"),
+    ("(defconst num-layers 6)", "(defconst num-layers 2)"),
+    ("(defconst num-heads 8)", "(defconst num-heads 4)"),
+]
+
+
+def test_an_encoder_decoders_cache_is_its_decoders_self_attentions():
+    """T5's generate run: the decoder's self-attentions keep their keys and values; the
+    encoder and the cross-attentions' projections are made once per prompt (as the plain
+    module makes them) and cost nothing per token."""
+    source = lisp("t5").read_text()
+    for old, new in TINY_T5:
+        assert old in source
+        source = source.replace(old, new)
+    source += "\n(defrun generate :precision :f32 :generate decoder-input-ids)\n"
+    options = Options(run="generate")
+    report = explain.run(source, "t5.lisp", options)
+    model = load_module(compile_source(source, "t5.lisp", options)).T5()
+    cache = Cache()
+    with torch.no_grad(), generating(cache):
+        cache.begin(0)
+        model(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long))
+    # 2 layers' K and V, 4 heads of 4, f32
+    assert (
+        report["cache"]["bytes_per_token"] == cache.bytes_per_token() == 2 * 2 * 16 * 4
+    )
+    assert report["cache"]["attentions"] == 2 and report["cache"]["unknown"] == 0
+    assert len(cache.kept) == 4 and len(cache.prompt) == 1 + 2 * 2

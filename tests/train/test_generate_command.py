@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import load_module
-from sx2torch.compiler import compile_source
-from sx2torch.runtime import checkpoint, generate_cli, train
+from sx2torch.compiler import Options, compile_source
+from sx2torch.runtime import checkpoint, generate, generate_cli, train
 from sx2torch.runtime.data import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,3 +119,67 @@ def test_a_path_that_holds_no_weights_is_one_line(tiny_gpt, saved, tmp_path, cap
     )
     assert (code, stdout) == (2, "")
     assert err.startswith("error: --checkpoint ") and err.count("\n") == 1
+
+
+ENCODER_DECODER = "\n(defrun chat :precision :f32 :generate decoder-input-ids)\n"
+
+
+def test_an_encoder_decoder_generates_from_its_decoders_start_token(tmp_path, capsys):
+    """T5's port, tiny: the prompt is the encoder's, the tokens printed the decoder's, as
+    `generate(..., decoder_start_token_id=0)` gives them; without the start token, or with
+    it for a decoder alone, one line and exit 2."""
+    from cases import T5
+
+    source = (ROOT / "examples" / "t5.lisp").read_text(encoding="utf-8")
+    code = compile_source(source + ENCODER_DECODER, "t5.lisp", Options(run="chat"))
+    t5 = load_module(code).T5
+    torch.manual_seed(0)
+    model = t5(**T5).eval()
+    checkpoint.export(model, tmp_path / "model.pt")
+    settings = dict(SETTINGS, encoder_decoder=True)
+    argv = [
+        "generate",
+        "--checkpoint",
+        str(tmp_path / "model.pt"),
+        "--prompt-ids",
+        "1,2,3",
+    ]
+    with pytest.raises(SystemExit) as exit:
+        train.main(lambda: t5(**T5), settings, argv + ["--decoder-start-token-id", "0"])
+    out, _ = capsys.readouterr()
+    want = generate(model, torch.tensor([[1, 2, 3]]), 32, decoder_start_token_id=0)
+    assert exit.value.code == 0 and out == ",".join(map(str, want[0].tolist())) + "\n"
+    with pytest.raises(SystemExit) as exit:
+        train.main(lambda: t5(**T5), settings, argv)
+    assert exit.value.code == 2
+    assert (
+        "--decoder-start-token-id: an encoder-decoder's decoder starts from it, give it"
+        in (capsys.readouterr().err)
+    )
+
+
+def test_a_decoder_alone_refuses_a_decoder_start_token(tiny_gpt, saved, capsys):
+    code, out, err = script(
+        tiny_gpt,
+        capsys,
+        "--checkpoint",
+        str(saved[0]),
+        "--prompt-ids",
+        "1",
+        "--decoder-start-token-id",
+        "0",
+    )
+    assert code == 2 and out == ""
+    assert err.splitlines()[-1].endswith("and this model is not one")
+
+
+def test_the_script_of_an_encoder_decoders_run_says_it_is_one():
+    source = (
+        "(defparam e (normal [16 8]))\n"
+        "(defun forward (prompt ids)\n"
+        "  (matmul (attention (take e ids) (take e ids) (take e ids) :causal true)"
+        " (transpose e [1 0])))\n"
+        "(defun loss (prompt ids) (mean (forward prompt ids)))\n"
+        "(defrun train :loss loss :generate ids :batch-size 2 :seq-len 4)\n"
+    )
+    assert '"encoder_decoder": True' in compile_source(source, "m.lisp")
