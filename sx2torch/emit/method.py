@@ -19,7 +19,7 @@ from sx2torch.plan.casts import Hoist
 from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.plan.targets import Target
 from sx2torch.policy import Typed
-from sx2torch.syntax.scalars import ScalarOp
+from sx2torch.syntax.scalars import ScalarOp, operands_of, walk_up
 
 
 @dataclass
@@ -66,6 +66,14 @@ class Spelling:
         return node
 
     def scalar(self, scalar: Scalar) -> b.Expr:
+        """A number as the method writes it, the kept numbers it holds by their names."""
+        return walk_up(scalar, self._written, self._unnamed)
+
+    def _unnamed(self, scalar: Scalar, of) -> tuple:
+        """The operands a number is written with: none where a local holds it."""
+        return () if scalar in self.locals.scalars else operands_of(scalar)
+
+    def _written(self, scalar: Scalar, of) -> b.Expr:
         if scalar.op is ScalarOp.LIT:
             return b.number(scalar.value)
         if scalar.op is ScalarOp.CONST:
@@ -78,7 +86,7 @@ class Spelling:
             return self.ref(scalar.args[0])
         if scalar in self.locals.scalars:  # a number the source names, kept as a local
             return b.name(self.locals.scalars[scalar])
-        return self.computed(scalar)
+        return scalars.python(scalar.op, scalar.args, of)
 
     def computed(self, scalar: Scalar) -> b.Expr:
         """A compound number written out, the kept numbers it holds by their names."""

@@ -237,6 +237,7 @@ INTERNAL = [
         {"axis": -1, "start": 1, "end": None, "step": 2},
     ),
     ("group-norm-backward", {"g": [2, 4, 3], "x": [2, 4, 3], "w": [4]}, {"groups": 2}),
+    ("run-number", {"value": []}, {}),  # a let's arithmetic on sizes: a number
     # the cache's ops without a generation running (the plain ops' values); last-position
     # on one position, which it keeps while generating
     ("cached-attention", {"q": [2, 4, 5, 8], "k": [2, 4, 5, 8], "v": [2, 4, 5, 8]}, {}),
