@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import os
+import sys
 import types
 from pathlib import Path
 
 import pytest
 import torch
 
-from sx2torch.compiler import Options, compile_source
+# Python's bytecode cache, on for the suite even where PYTHONDONTWRITEBYTECODE turns it off
+# (as container images often do): without it each xdist worker compiles every test module
+# and re-writes its asserts (5 of a worker's 13 CPU seconds of collection), and every
+# subprocess a test starts compiles sx2torch again. The caches are __pycache__ folders,
+# which git ignores. Set before sx2torch's first import, and in the environment the tests'
+# subprocesses inherit.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+from sx2torch.compiler import Options, compile_source  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -74,8 +84,15 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="session")
 def _format_cache(tmp_path_factory):
     """Compiles (in-process and in the CLI's subprocesses) keep black's results in a
-    temporary folder, never in the user's home."""
-    os.environ["SX2TORCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("format-cache"))
+    temporary folder, never in the user's home: one for the run, which its xdist workers
+    share (a module two workers compile is formatted once; entries are written whole).
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above each worker's own
+    folder = base / "format-cache"
+    folder.mkdir(exist_ok=True)
+    os.environ["SX2TORCH_CACHE_DIR"] = str(folder)
     os.environ.pop("SX2TORCH_NO_CACHE", None)
 
 
@@ -88,6 +105,14 @@ def load_module(code: str, name: str = "generated") -> types.ModuleType:
 def method_code(code: str, name: str) -> str:
     """The text of generated method `name`, up to the next method."""
     return code.split(f"    def {name}(")[1].split("\n    def ")[0]
+
+
+def seed_cpu(value: int) -> None:
+    """`torch.manual_seed(value)` for the CPU's generator, the one the suite draws from:
+    torch.manual_seed also queues the seed for CUDA, XPU and MTIA until they start, formatting
+    the Python stack for each (about 1 ms a call under pytest's stack), and the target
+    comparisons and the interpreter's public-entry checks seed 5,000 times."""
+    torch.default_generator.manual_seed(value)
 
 
 def seeded_model(source: str):

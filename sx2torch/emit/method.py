@@ -19,7 +19,7 @@ from sx2torch.plan.casts import Hoist
 from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.plan.targets import Target
 from sx2torch.policy import Typed
-from sx2torch.syntax.scalars import ScalarOp
+from sx2torch.syntax.scalars import ScalarOp, operands_of, walk_up
 
 
 @dataclass
@@ -66,6 +66,14 @@ class Spelling:
         return node
 
     def scalar(self, scalar: Scalar) -> b.Expr:
+        """A number as the method writes it, the kept numbers it holds by their names."""
+        return walk_up(scalar, self._written, self._unnamed)
+
+    def _unnamed(self, scalar: Scalar, of) -> tuple:
+        """The operands a number is written with: none where a local holds it."""
+        return () if scalar in self.locals.scalars else operands_of(scalar)
+
+    def _written(self, scalar: Scalar, of) -> b.Expr:
         if scalar.op is ScalarOp.LIT:
             return b.number(scalar.value)
         if scalar.op is ScalarOp.CONST:
@@ -78,7 +86,7 @@ class Spelling:
             return self.ref(scalar.args[0])
         if scalar in self.locals.scalars:  # a number the source names, kept as a local
             return b.name(self.locals.scalars[scalar])
-        return self.computed(scalar)
+        return scalars.python(scalar.op, scalar.args, of)
 
     def computed(self, scalar: Scalar) -> b.Expr:
         """A compound number written out, the kept numbers it holds by their names."""
@@ -243,12 +251,7 @@ class MethodEmitter:
             keys[k]: self.spelling.scalar(v) for k, v in node.attrs["keys"].items()
         }
         method = self.ctx.naming.methods[callee]
-        if node.kind is Kind.CALL and self.ctx.plans.function(callee):
-            function = b.name(method)  # a module-level function
-        elif node.kind is Kind.CALL:
-            function = b.attr(b.name("self"), method)
-        else:
-            function = module if method == "forward" else b.attr(module, method)
+        function = _called(node, module, method, self.ctx.plans.function(callee))
         if node.attrs.get("once"):  # a :generate run's call of the prompt alone
             return b.call("sx.once", function, *args, **kwargs)
         return b.call(function, *args, **kwargs)
@@ -497,3 +500,11 @@ def located(statement, span, source_lines: Optional[str]):
     return statement.with_changes(
         trailing_whitespace=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), comment)
     )
+
+
+def _called(node: Node, module: b.Expr, method: str, function: bool) -> b.Expr:
+    """What a call node calls: a module-level function, a method of the model's own, or a
+    sub-model (its forward, or the method of a specialization)."""
+    if node.kind is Kind.CALL:
+        return b.name(method) if function else b.attr(b.name("self"), method)
+    return module if method == "forward" else b.attr(module, method)

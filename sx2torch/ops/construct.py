@@ -9,7 +9,7 @@ and no gradient flows through them.
 import sx2torch.build as b
 import sx2torch.ops.sequence as sequence
 from sx2torch.ops.registry import Arg, Key, Op, register
-from sx2torch.ops.rank import RankRule, ShapeError, known
+from sx2torch.ops.rank import SCALAR, RankRule, ShapeError, known
 
 ARANGE_OF = RankRule(
     "1", lambda shapes, attrs: (_size(shapes[0], known(attrs["axis"])),)
@@ -119,7 +119,24 @@ register(
             "arithmetic on it serve where torch takes an int: (slice y :end (- (size x "
             ":axis 1) 1)) is y[: x.shape[1] - 1]"
         ),
-        rank=RankRule("0", lambda shapes, attrs: ()),
+        rank=SCALAR,
+    )
+)
+register(
+    Op(
+        "run-number",
+        (Arg("value", "number"),),
+        lambda a, ctx: a[0],
+        result="int",
+        python_number=True,
+        internal=True,
+        doc=(
+            "VALUE, arithmetic on sizes known when the module runs, that a `let` "
+            "names: a local of its own, `m = n - 2`, read by name as a size's "
+            "`n = x.shape[1]` is, so that a chain of lets nests no expression deeper "
+            "than one step (made by `let`, never written)"
+        ),
+        rank=SCALAR,
     )
 )
 

@@ -21,7 +21,13 @@ from sx2torch.plan.casts import Conversions, Hoists, cast_reads
 from sx2torch.plan.targets import Target
 from sx2torch.ir import ISLAND, Kind, Node, Scalar, numbers_read, outputs, reads, walk
 from sx2torch.policy import Lowered, Typed
-from sx2torch.syntax.scalars import LEAVES, ScalarOp
+from sx2torch.syntax.scalars import (
+    MAX_OPERANDS,
+    ScalarOp,
+    operands_of,
+    scalars_in,
+    walk_up,
+)
 
 RETURN = "return"
 TOP = "top"  # where a parameter's casts are written: before every statement
@@ -326,54 +332,43 @@ def _unblocked(layout: Layout) -> set:
 def _scalar_locals(graph) -> tuple:
     """(name, Scalar) of the `let`-bound compile-time numbers kept as locals, in the
     order they are bound: each that the method writes more than once, counting a
-    number written inside a kept one's definition once. They are assigned before every
+    number written inside a kept one's definition once, and each that, written in place,
+    would nest too deep (`_too_deep`). They are assigned before every
     statement, so only numbers of consts and &key arguments are (no loop's layer or
     index, no run-time size). Each number is visited once (a let's number is read by
     reference where it is written), so a long chain of lets costs its length."""
     candidates: dict = {}  # Scalar -> the first name bound to it
+    top: dict = {}  # id -> whether it is computed first, shared by the lets' walks
     for name, scalar in graph.lets:
-        if _at_the_top(scalar):
+        if walk_up(scalar, _computed_first, done=top):
             candidates.setdefault(scalar, name)
     if not candidates:
         return ()
     by_id = {id(scalar): scalar for scalar in candidates}
-    below: dict = (
-        {}
-    )  # id(value) -> Counter of the candidates in it, none inside another
+    # id -> Counter of the candidates in a number's operands, none inside another
+    below: dict = {}
 
-    def count(value) -> Counter:
-        if isinstance(value, Scalar) and id(value) in by_id:
-            return Counter({id(value): 1})
-        return parts(value)
-
-    def parts(value) -> Counter:
-        """The candidates in `value`'s operands (a Scalar's args, a tuple's, a dict's)."""
-        if id(value) in below:
-            return below[id(value)]
-        if isinstance(value, Scalar):
-            inner = value.args
-        elif isinstance(value, dict):
-            inner = tuple(value.values())
-        elif isinstance(value, (tuple, list)):
-            inner = value
-        else:
-            return Counter()
+    def inside(scalar: Scalar, of) -> Counter:
         found: Counter = Counter()
-        for item in inner:
-            found.update(count(item))
-        below[id(value)] = found
+        for operand in operands_of(scalar):
+            found.update({id(operand): 1} if id(operand) in by_id else of(operand))
         return found
+
+    def parts(scalar: Scalar) -> Counter:
+        """The candidates in a number's operands."""
+        return walk_up(scalar, inside, lambda s, _: _uncounted(s, by_id), done=below)
 
     written: Counter = Counter()
     for value in _written_scalars(graph):
-        written.update(count(value))
+        for scalar in scalars_in(value):
+            written.update({id(scalar): 1} if id(scalar) in by_id else parts(scalar))
     # the candidates each definition holds: a later number holds earlier ones
     holders: dict = {}
     for scalar in candidates:
         for inner, times in parts(scalar).items():
             holders.setdefault(inner, []).append((id(scalar), times))
     occurrences: dict = {}
-    kept: set = set()
+    kept: set = _too_deep(candidates)
     for scalar in reversed(list(candidates)):
         key = id(scalar)
         occurrences[key] = written[key] + sum(
@@ -383,6 +378,53 @@ def _scalar_locals(graph) -> tuple:
         if occurrences[key] > 1:
             kept.add(key)
     return tuple((name, s) for s, name in candidates.items() if id(s) in kept)
+
+
+def _uncounted(scalar: Scalar, by_id: dict) -> tuple:
+    """A number's operands but the candidates, which are counted, not walked into."""
+    return tuple(o for o in operands_of(scalar) if id(o) not in by_id)
+
+
+def _too_deep(candidates: dict) -> set:
+    """The ids of the candidates that, written in place, would nest deeper than
+    MAX_INLINE_DEPTH or chain more than MAX_OPERANDS operands, in the order they are
+    bound, each kept one written by its name: a chain of lets each inside the one before
+    (`(- 3 (- a 1))`, an `if`'s branch) is then a local every few levels, where written
+    whole it would nest as deep as the chain (beyond what Python's parser and libcst's
+    code take: they recurse once per level)."""
+    kept, written = set(), {}  # written: id -> (depth, operands), shared by the walks
+    for scalar in candidates:
+        depth, chained = walk_up(scalar, _nesting, done=written)
+        if depth > MAX_INLINE_DEPTH or chained > MAX_OPERANDS:
+            kept.add(id(scalar))
+            written[id(scalar)] = (0, 1)  # its name, where a later one reads it
+    return kept
+
+
+# Python's precedence of the arithmetic written as a chain: a left operand of the same or a
+# higher level continues the chain unparenthesized (`a - 2 + 2`), one level deep
+LEVELS = {ScalarOp.ADD: 1, ScalarOp.SUB: 1, ScalarOp.MUL: 2, ScalarOp.DIV: 2}
+LEVELS.update({ScalarOp.FLOORDIV: 2, ScalarOp.MOD: 2, ScalarOp.POW: 3})
+
+
+def _nesting(scalar: Scalar, of) -> tuple:
+    """(how deep a number is written in place, the operands of the chain it ends): a leaf
+    (0, 1); a chain continues its first operand's where that is written unparenthesized,
+    and every other operand nests one level deeper."""
+    if not operands_of(scalar):
+        return 0, 1
+    first, level = scalar.args[0], LEVELS.get(scalar.op)
+    continues = (
+        level is not None
+        and isinstance(first, Scalar)
+        and LEVELS.get(first.op, 0) >= level
+        and scalar.op is not ScalarOp.POW
+    )
+    nested = scalars_in(scalar.args[1:] if continues else scalar.args)
+    depth = max([1 + of(o)[0] for o in nested] + [of(first)[0] if continues else 0])
+    if not continues:
+        return depth, len(scalar.args) if level is not None else 1
+    return depth, of(first)[1] + len(scalar.args) - 1
 
 
 def _written_scalars(graph):
@@ -396,18 +438,13 @@ def _written_scalars(graph):
     yield graph.output
 
 
-def _at_the_top(scalar: Scalar) -> bool:
+def _computed_first(scalar: Scalar, of) -> bool:
     """Whether a number can be computed before the method's first statement."""
     if scalar.op in (ScalarOp.LAYER, ScalarOp.INDEX, ScalarOp.RUN):
         return False
     if scalar.op is ScalarOp.CONST:
         return len(scalar.args) < 4  # not a const of a loop's layer
-    if scalar.op in LEAVES:
-        return True
-    parts = [
-        a for arg in scalar.args for a in (arg if isinstance(arg, tuple) else (arg,))
-    ]
-    return all(_at_the_top(p) for p in parts if isinstance(p, Scalar))
+    return all(of(operand) for operand in operands_of(scalar))
 
 
 def _last_reads(layout: Layout) -> dict:

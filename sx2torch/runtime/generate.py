@@ -50,17 +50,12 @@ def generate(
     that token first, as transformers' `sequences` of an encoder-decoder.
     """
     if decoder_start_token_id is not None:
-        if static_cache or attention_mask is not None:
-            raise ValueError(
-                "an encoder-decoder generates with a dynamic cache and prompts of one "
-                "length: give neither static_cache nor attention_mask"
-            )
-        prompt = input_ids
-        input_ids = torch.full_like(prompt[:, :1], decoder_start_token_id)
-        model = functools.partial(model, prompt)
+        _one_length(static_cache, attention_mask)
+        model, input_ids = (
+            functools.partial(model, input_ids),
+            torch.full_like(input_ids[:, :1], decoder_start_token_id),
+        )
     cache = _new_cache(input_ids, max_new_tokens, attention_mask, static_cache)
-    ends = _ends(eos_token_id, input_ids.device)
-    unfinished = None if ends is None else torch.ones_like(input_ids[:, 0])
     sample = dict(
         do_sample=do_sample,
         temperature=temperature,
@@ -69,29 +64,48 @@ def generate(
         generator=generator,
     )
     step = _compiled_step(model, input_ids.device) if static_cache else model
-    tokens, logits = input_ids, []
     if streamer is not None:
         streamer.put(input_ids.cpu())
+    ends = _ends(eos_token_id, input_ids.device)
     with torch.no_grad(), generating(cache):
-        chunk, forward = input_ids, model  # the prompt runs eagerly, at its own length
-        position = torch.arange(input_ids.shape[1], device=input_ids.device)
-        for _ in range(max_new_tokens):
-            cache.begin(tokens.shape[1] - chunk.shape[1], position)
-            logits.append(_last_logits(forward(chunk), cache))
-            chosen = next_tokens(logits[-1], **sample)
-            if ends is not None:  # a finished row is padded with the first end token
-                chosen = chosen * unfinished + ends[0] * (1 - unfinished)
-                unfinished = unfinished & ~torch.isin(chosen, ends)
-            tokens = torch.cat([tokens, chosen[:, None]], dim=-1)
-            if streamer is not None:
-                streamer.put(chosen.cpu())
-            if unfinished is not None and unfinished.max() == 0:
-                break
-            chunk, forward = chosen[:, None], step
-            position = _advance(cache, position, tokens.shape[1] - 1)
+        tokens, logits = _decode(
+            (model, step), input_ids, cache, max_new_tokens, sample, ends, streamer
+        )
     if streamer is not None:
         streamer.end()
     return (tokens, tuple(logits)) if return_logits else tokens
+
+
+def _decode(forwards, input_ids, cache, max_new_tokens, sample, ends, streamer):
+    """(the tokens, the logits of each step): the prompt's forward eager, at its own
+    length, then each token's by `forwards`' second (compiled for a static cache)."""
+    unfinished = None if ends is None else torch.ones_like(input_ids[:, 0])
+    tokens, logits = input_ids, []
+    chunk, (forward, step) = input_ids, forwards
+    position = torch.arange(input_ids.shape[1], device=input_ids.device)
+    for _ in range(max_new_tokens):
+        cache.begin(tokens.shape[1] - chunk.shape[1], position)
+        logits.append(_last_logits(forward(chunk), cache))
+        chosen = next_tokens(logits[-1], **sample)
+        if ends is not None:  # a finished row is padded with the first end token
+            chosen = chosen * unfinished + ends[0] * (1 - unfinished)
+            unfinished = unfinished & ~torch.isin(chosen, ends)
+        tokens = torch.cat([tokens, chosen[:, None]], dim=-1)
+        if streamer is not None:
+            streamer.put(chosen.cpu())
+        if unfinished is not None and unfinished.max() == 0:
+            break
+        chunk, forward = chosen[:, None], step
+        position = _advance(cache, position, tokens.shape[1] - 1)
+    return tokens, logits
+
+
+def _one_length(static_cache: bool, attention_mask) -> None:
+    if static_cache or attention_mask is not None:
+        raise ValueError(
+            "an encoder-decoder generates with a dynamic cache and prompts of one "
+            "length: give neither static_cache nor attention_mask"
+        )
 
 
 def _compiled_step(model, device: torch.device):

@@ -160,6 +160,39 @@ class Scalar:
 
     def __post_init__(self):
         object.__setattr__(self, "op", ScalarOp(self.op))  # an unknown one is refused
+        # its operands' hashes are kept, so a number a chain of lets nests a thousand deep
+        # is hashed in one step, not one call per level
+        object.__setattr__(self, "_hash", hash((self.op, self.args, self.value)))
+        # whether it reads a number known only when the module runs: a walk for those
+        # numbers passes by the operands that read none (a chain of a const's lets)
+        runs = self.op is ScalarOp.RUN or any(a.runs for a in operands_of(self))
+        object.__setattr__(self, "runs", runs)
+        object.__setattr__(self, "bound", False)  # see `bound`
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        """Equal operations of equal operands, compared with a stack of its own."""
+        if not isinstance(other, Scalar):
+            return NotImplemented
+        pending = [(self, other)]
+        while pending:
+            a, b = pending.pop()
+            if a is b:
+                continue
+            if isinstance(a, Scalar) and isinstance(b, Scalar):
+                if a._hash != b._hash or a.op is not b.op or a.value != b.value:
+                    return False
+                a, b = a.args, b.args
+            if not (isinstance(a, tuple) and isinstance(b, tuple)):
+                if a != b:
+                    return False
+            elif len(a) != len(b):
+                return False
+            else:
+                pending.extend(zip(a, b))
+        return True
 
     @staticmethod
     def lit(value: Union[int, float, bool, str]) -> "Scalar":
@@ -171,54 +204,150 @@ class Scalar:
         return Scalar(ScalarOp.RUN, (node,), RUN_VALUE)
 
 
+def bound(scalar: Scalar) -> Scalar:
+    """The number a `let` binds: an equal copy that a fold reads as one operand (`(+ a 2)`
+    of a let's `a = (+ n 1)` is a + 2, not n + 1 + 2), so that the plan may write it by
+    its name, and a chain of lets nests where the plan can cut it."""
+    copy = Scalar(scalar.op, scalar.args, scalar.value)
+    object.__setattr__(copy, "bound", True)
+    return copy
+
+
+def operands_of(scalar: Scalar) -> tuple:
+    """The scalars a scalar's operation reads, the items of a tuple operand (`in`'s
+    options) among them; a leaf reads none."""
+    if scalar.op in LEAVES:
+        return ()
+    return tuple(
+        a
+        for arg in scalar.args
+        for a in (arg if isinstance(arg, tuple) else (arg,))
+        if isinstance(a, Scalar)
+    )
+
+
+def _every(scalar: Scalar, of) -> tuple:
+    return operands_of(scalar)
+
+
+# an operand's result not computed yet, as `walk_up`'s `needs` sees it
+PENDING = object()
+
+
+def walk_up(root: Scalar, result: Callable, needs: Callable = _every, done=None):
+    """`result(scalar, of)` of `root`, each scalar's computed after those of the operands
+    it `needs(scalar, of)` (by default all of them; `of` gives PENDING for one not yet
+    computed), which `of(operand)` then gives. The walk keeps a stack of its own, not
+    Python's: a number that a chain of a thousand lets builds is read as any other. A
+    scalar the tree holds twice is visited once; `done` (id -> result) may be shared by
+    the walks over numbers that share operands, each then visited once in all."""
+    done = {} if done is None else done
+
+    def of(operand: Scalar):
+        return done[id(operand)]
+
+    def so_far(operand: Scalar):
+        return done.get(id(operand), PENDING)
+
+    stack = [root]
+    while stack:
+        scalar = stack[-1]
+        if id(scalar) in done:
+            stack.pop()
+            continue
+        pending = [s for s in needs(scalar, so_far) if id(s) not in done]
+        if pending:
+            stack.extend(reversed(pending))
+            continue
+        done[id(scalar)] = result(scalar, of)
+        stack.pop()
+    return done[id(root)]
+
+
+def scalars_in(value) -> list:
+    """The scalars in a value: itself, or the items of a tuple or list, or the values of
+    a dict (a call's keys), however nested."""
+    found, pending = [], [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            item = tuple(item.values())
+        if isinstance(item, (tuple, list)):
+            pending.extend(reversed(item))
+        elif isinstance(item, Scalar):
+            found.append(item)
+    return found
+
+
 def run_nodes(value) -> list:
     """The nodes whose run-time numbers a scalar (or a tuple of them) reads, in order."""
-    if isinstance(value, tuple):
-        return [n for v in value for n in run_nodes(v)]
-    if not isinstance(value, Scalar) or value.op is ScalarOp.LIT:
-        return []
-    if value.op is ScalarOp.RUN:
-        return [value.args[0]]
-    return run_nodes(value.args) if value.op not in LEAVES else []
+    return [
+        n for s in scalars_in(value) if s.runs for n in walk_up(s, _run_nodes, _running)
+    ]
+
+
+def _running(scalar: Scalar, of) -> tuple:
+    return tuple(a for a in operands_of(scalar) if a.runs)
+
+
+def _run_nodes(scalar: Scalar, of) -> list:
+    if scalar.op is ScalarOp.RUN:
+        return [scalar.args[0]]
+    return [n for operand in _running(scalar, of) for n in of(operand)]
 
 
 def compute(scalar: Scalar, env: dict):
     """A scalar's value with the consts, keys and layer indices of `env` (defaults for the
     rest)."""
+    return walk_up(scalar, lambda s, of: _computed(s, of, env), _needed)
+
+
+def _needed(scalar: Scalar, of) -> tuple:
+    """The operands a value is computed from: an `if`'s condition, then the branch it
+    takes alone (the other may divide by zero, or index out of range)."""
+    if scalar.op is not ScalarOp.IF:
+        return operands_of(scalar)
+    condition, then, otherwise = scalar.args
+    if of(condition) is PENDING:
+        return (condition,)
+    return (then if of(condition) else otherwise,)
+
+
+def _computed(scalar: Scalar, of, env: dict):
     op, args = scalar.op, scalar.args
     if op is ScalarOp.LIT:
         return scalar.value
     if op in LEAVES:
         return env.get(args[0], scalar.value)
     if op is ScalarOp.NEG:
-        return -compute(args[0], env)
+        return -of(args[0])
     if op is ScalarOp.NOT:
-        return not compute(args[0], env)
+        return not of(args[0])
     if op in UNARY:
-        return UNARY[op](compute(args[0], env))
+        return UNARY[op](of(args[0]))
     if op is ScalarOp.IN:
-        return compute(args[0], env) in _options(args[1], env)
+        options = args[1]
+        return of(args[0]) in (
+            list(of(options)) if isinstance(options, Scalar) else map(of, options)
+        )
     if op is ScalarOp.IF:
         condition, then, otherwise = args
-        return compute(then if compute(condition, env) else otherwise, env)
+        return of(then if of(condition) else otherwise)
     if op is ScalarOp.LIST:
-        return tuple(compute(a, env) for a in args)
+        return tuple(of(a) for a in args)
     if op is ScalarOp.AT:
-        return compute(args[0], env)[compute(args[1], env)]
+        return of(args[0])[of(args[1])]
     if op is ScalarOp.LEN:
-        return len(compute(args[0], env))
-    return functools.reduce(BINARY[op], (compute(a, env) for a in args))
-
-
-def _options(options, env: dict) -> list:
-    """`in`'s options: a vector's scalars, or a list const's elements."""
-    if isinstance(options, Scalar):
-        return list(compute(options, env))
-    return [compute(o, env) for o in options]
+        return len(of(args[0]))
+    return functools.reduce(BINARY[op], (of(a) for a in args))
 
 
 def text(scalar: Scalar, leaf) -> str:
     """A scalar as the dumps show it, its leaves (but literals) written by `leaf`."""
+    return walk_up(scalar, lambda s, of: _text(s, of, leaf))
+
+
+def _text(scalar: Scalar, of, leaf) -> str:
     op, args = scalar.op, scalar.args
     if op is ScalarOp.LIT:
         return (
@@ -228,7 +357,7 @@ def text(scalar: Scalar, leaf) -> str:
         )
     if op in LEAVES:
         return leaf(scalar)
-    shown = [text(a, leaf) if isinstance(a, Scalar) else a for a in args]
+    shown = [of(a) if isinstance(a, Scalar) else a for a in args]
     if op is ScalarOp.NEG:
         return f"-({shown[0]})"
     if op is ScalarOp.NOT:
@@ -238,7 +367,7 @@ def text(scalar: Scalar, leaf) -> str:
     if op in UNARY:
         return f"{op}({shown[0]})"
     if op is ScalarOp.IN:
-        return f"({shown[0]} in [{' '.join(text(o, leaf) for o in args[1])}])"
+        return f"({shown[0]} in [{' '.join(of(o) for o in args[1])}])"
     if op is ScalarOp.LIST:
         return f"[{' '.join(shown)}]"
     if op is ScalarOp.AT:
@@ -258,15 +387,9 @@ MAX_OPERANDS = 2000
 
 def _made(op: ScalarOp, args: tuple, value) -> Scalar:
     """A scalar that folds to a literal when every leaf is one: only the source decides."""
-    if all(_literal(a) for a in args):
+    if all(map(_literal, scalars_in(args))):
         return Scalar.lit(value)
     return Scalar(op, args, value)
-
-
-def _literal(arg) -> bool:
-    if isinstance(arg, tuple):
-        return all(_literal(a) for a in arg)
-    return arg.op is ScalarOp.LIT
 
 
 def compare(op: str, operands: list, span) -> Scalar:
@@ -423,15 +546,19 @@ def spelled(datum: Datum) -> Optional[Scalar]:
 
 def _literal(scalar: Scalar) -> bool:
     """Whether a number is made of literals alone."""
+    return walk_up(scalar, _of_literals)
+
+
+def _of_literals(scalar: Scalar, of) -> bool:
     if scalar.op is ScalarOp.LIT:
         return True
-    return scalar.op in BINARY and all(_literal(a) for a in scalar.args)
+    return scalar.op in BINARY and all(of(a) for a in scalar.args)
 
 
 def _operands(op: ScalarOp, left: Scalar, right: Scalar, span) -> tuple:
     """A left fold `(+ k 1 1 ...)` is one flat Scalar(ADD, (k, 1, 1, ...)), so that nothing
-    that reads scalars recurses once per operand."""
-    if left.op is not op:
+    that reads scalars recurses once per operand; a let's number stays one operand."""
+    if left.op is not op or left.bound:
         return left, right
     if len(left.args) >= MAX_OPERANDS:
         raise SourceError(

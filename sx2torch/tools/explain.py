@@ -161,6 +161,12 @@ class _Sizes:
         for node in nodes:
             found[node] = self._node(node, found, typed, env, model_env)
 
+    def _kept(self, dtype, inputs: list, attrs: dict) -> None:
+        """An attention's K and V, or a product's Kᵀ or V (its scores count the attention)."""
+        self.met.append((dtype, tuple(inputs[1:])))
+        if attrs.get("keys", Scalar.lit(-1)).value == -1:
+            self.attentions += 1
+
     def _node(self, node: Node, found: dict, typed, env: dict, model_env: dict):
         if node.attrs.get("once") and not self.outside:  # the plain module's: no cache
             self.outside = True
@@ -211,17 +217,9 @@ class _Sizes:
             (out,) = chosen.outputs
             return () if isinstance(out, Scalar) else found.get(out)
         op = node.op
-        if (
-            op.caches and not self.outside
-        ):  # an attention's K and V, or a product's Kᵀ or V
-            self.met.append((typed.decided[node].dtype, tuple(inputs[1:])))
         attrs = {k: _valued(v, env) for k, v in node.attrs.items()}
-        if (
-            op.caches
-            and not self.outside
-            and attrs.get("keys", Scalar.lit(-1)).value == -1
-        ):
-            self.attentions += 1
+        if op.caches and not self.outside:
+            self._kept(typed.decided[node].dtype, inputs, attrs)
         if op.rank.tails:
             inputs = [Tail(()) if dims is None else dims for dims in inputs]
         try:

@@ -20,7 +20,7 @@ from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import HANDLERS, Layer
-from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, prune, walk
+from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, numbers_read, prune, walk
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
     Boolean,
@@ -420,20 +420,15 @@ class Tracer:
 def _on_consts(scalar: Scalar) -> bool:
     """Whether `scalar` reads a const of its model and nothing else but literals (not a
     defun's key or a layer index, which the instance does not set)."""
+    return scalars.walk_up(scalar, _reads_consts)
+
+
+def _reads_consts(scalar: Scalar, of) -> bool:
     if scalar.op is ScalarOp.CONST:
         return len(scalar.args) == 1
-    if scalar.op is ScalarOp.LIT:
-        return False
-    if scalar.op in scalars.LEAVES:
-        return False
-    operands = [
-        a
-        for arg in scalar.args
-        for a in (arg if isinstance(arg, tuple) else (arg,))
-        if isinstance(a, Scalar)
-    ]
-    return any(_on_consts(a) for a in operands) and all(
-        a.op is ScalarOp.LIT or _on_consts(a) for a in operands
+    operands = scalars.operands_of(scalar)  # none of a leaf
+    return any(of(a) for a in operands) and all(
+        a.op is ScalarOp.LIT or of(a) for a in operands
     )
 
 
@@ -452,9 +447,17 @@ def _known(operand, span, run: bool = False) -> Scalar:
     if not isinstance(operand, Scalar):
         raise SourceError(span, "expected a number known at compile time, got a tensor")
     if not run and scalars.run_nodes(operand):
-        first = scalars.run_nodes(operand)[0]
+        first = _origin(scalars.run_nodes(operand)[0])
         raise SourceError(span, _runs(f"a number computed from ({first.op.name} ...)"))
     return operand
+
+
+def _origin(node: Node) -> Node:
+    """The op whose number a run-time number is computed from, through the lets that name
+    its steps (each reads the one before as a number): `(size ...)`."""
+    while numbers_read(node):
+        node = numbers_read(node)[0]
+    return node
 
 
 def _runs(what: str) -> str:

@@ -46,11 +46,28 @@ def let(t, datum: List, env: dict, tail=None) -> Operand:
             continue
         operand = t.expr(value, env)
         if isinstance(operand, Scalar) and operand.op not in scalars.LEAVES:
-            t.builder.graph.lets.append((target.name, operand))
+            if scalars.run_nodes(operand):
+                operand = _run_number(t, value, operand, target.name)
+            else:
+                operand = scalars.bound(operand)
+                t.builder.graph.lets.append((target.name, operand))
         _bind(env, target.name, operand)
     *forms, last = datum.items[2:]
     t.body(tuple(forms), env)
     return (tail or t.expr)(last, env)
+
+
+def _run_number(t, datum: Datum, number: Scalar, name: str) -> Scalar:
+    """A number the module computes when it runs (arithmetic on sizes) that a `let`
+    names: a statement of its own, `m = n - 2`, read by name, so that each step of a
+    chain of lets is one step deep wherever it is read or written."""
+    outer, t.builder.datum = t.builder.datum, datum
+    try:
+        node = t.builder.op("run-number", [number])
+    finally:
+        t.builder.datum = outer
+    node.name = name
+    return Scalar.run(node)
 
 
 def _bind(env: dict, name: str, operand: Operand) -> None:
@@ -83,7 +100,9 @@ def with_numerics(t, datum: List, env: dict) -> Operand:
     if _wraps_gradient(datum):
         with t.builder.stamp(frame):
             return t.body(datum.items[2:], env)
-    with t.builder.frame(frame):  # a last vector [a b] gives several values, as a defun's
+    with t.builder.frame(
+        frame
+    ):  # a last vector [a b] gives several values, as a defun's
         return t.caller.returned(datum.items[2:], env)
 
 

@@ -95,3 +95,104 @@ def test_a_long_chain_of_lets_keeps_the_number_read_twice():
     x = torch.randn(3)
     a150 = 3 - 2  # each even one n - 2, each odd one that + 2
     assert torch.equal(load_module(code).Model()(x), x * (a150 + 2) * a150)
+
+
+@pytest.mark.parametrize("read", ["factor", "bound", "key"])
+def test_a_thousand_lets_of_consts_compile(read):
+    """1,000 lets, each of the one before (their numbers nest 1,000 deep): read as a
+    factor, as a slice's bound (checked for each instance's consts), or from a key, the
+    module computes the chain with the const, or key, each instance or call gives."""
+    start = "k" if read == "key" else "n"
+    binds = " ".join(
+        f"(a{i} ({'+' if i % 2 else '-'} {f'a{i - 1}' if i else start} 2))"
+        for i in range(1000)
+    )
+    value = {
+        "factor": "(* x a999 a500)",
+        "bound": "(slice x :axis -1 :end a999)",
+        "key": "(slice x :axis -1 :end a999)",
+    }[read]
+    text = (
+        "(defconst n 3)\n" f"(defun forward (x &key (k 5)) (let ({binds}) {value}))\n"
+    )
+    module = load_module(compile_source(text, "model.lisp"))
+    x = torch.randn(2, 8)
+    for n in (3, 6):  # each odd let is the start, each even one the start - 2
+        model = module.Model(n=n) if read != "key" else module.Model()
+        got = model(x, k=n) if read == "key" else model(x)
+        want = x * n * (n - 2) if read == "factor" else x[..., :n]
+        assert torch.equal(got, want)
+
+
+def _chain(step: str, count: int, start: str = "n") -> str:
+    """`count` lets, a0 of `start` and each a`i` of the one before: `step` with `{}`."""
+    return " ".join(
+        f"(a{i} {step.format(f'a{i - 1}' if i else start, i)})" for i in range(count)
+    )
+
+
+def test_lets_each_inside_the_one_before_are_cut_into_locals():
+    """1,000 lets each nested inside the next, `(- 3 (- a 1))`, would be written in place
+    1,000 parentheses deep (libcst recursed once per level; Python's parser refuses 200):
+    every 24th is a local, the next ones written with its name, and the module computes the
+    chain for each instance's const."""
+    text = (
+        "(defconst n 3)\n"
+        f"(defun forward (x) (let ({_chain('(- 3 (- {} 1))', 1000)}) (* x a999)))\n"
+    )
+    code = compile_source(text, "model.lisp")
+    body = _body(code, "forward")
+    assert re.findall(r"^\s*(\w+) = ", body, re.M) == [
+        f"a{i}" for i in range(23, 999, 24)
+    ]
+    definition = body.split("a47 = ")[1].split("a71 = ")[0]
+    assert "a23" in definition and "self.n" not in definition  # it starts at a23
+    x = torch.randn(3)
+    for n in (3, 7):
+        a = n
+        for _ in range(1000):
+            a = 3 - (a - 1)
+        assert torch.equal(load_module(code).Model(n=n)(x), x * a)
+
+
+def test_lets_of_conditionals_and_long_chains_are_cut_into_locals():
+    """1,000 lets each choosing the one before, `(if flag a (+ n i))`, and 2,500 lets each
+    adding 1 to the one before (a chain of 2,500 operands, where Python's compiler refuses
+    about 3,000; main refused it at 2,000): locals keep each expression within bounds, and
+    the module computes each chain."""
+    chosen = _chain("(if flag {} (+ n {}))", 1000)
+    module = load_module(
+        compile_source(
+            "(defconst n 3)\n"
+            f"(defun forward (x &key (flag true)) (let ({chosen})"
+            " (slice x :axis -1 :end a999)))\n",
+            "model.lisp",
+        )
+    )
+    x = torch.randn(2, 1100)
+    for flag in (True, False):
+        assert torch.equal(
+            module.Model(n=5)(x, flag=flag), x[..., : 5 if flag else 1004]
+        )
+    code = compile_source(
+        f"(defconst n 3)\n(defun forward (x) (let ({_chain('(+ {} 1)', 2500)})"
+        " (* x a2499)))\n",
+        "model.lisp",
+    )
+    assert re.findall(r"^\s*(\w+) = ", _body(code, "forward"), re.M) == ["a1999"]
+    assert torch.equal(load_module(code).Model(n=-7)(x), x * 2493)
+
+
+def test_a_lets_number_is_one_operand_of_a_later_chain():
+    """`(+ a a)` of a let's `a = (+ n 1)` adds a to a: a is written by its name where it
+    is kept (main folded it into `self.n + 1 + (self.n + 1)`, a's name lost)."""
+    text = (
+        "(defconst n 3)\n"
+        "(defun forward (x) (let ((a (+ n 1)) (b (+ a a)) (c (* b (- 2 b)))) (* x c b)))\n"
+    )
+    code = compile_source(text, "model.lisp")
+    body = _body(code, "forward")
+    assert "a = self.n + 1\n" in body and "b = a + a\n" in body
+    x = torch.randn(3)
+    b = 2 * (5 + 1)
+    assert torch.equal(load_module(code).Model(n=5)(x), x * (b * (2 - b)) * b)

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from cases import lisp
-from conftest import load_module
+from conftest import load_module, seed_cpu
 from interpret.test_interpret_examples import (
     REORDERED,
     compiled_and_interpreted,
@@ -218,10 +218,10 @@ def _agree(interpreted, method, args: list, where: str, loose: bool, in_corpus: 
     `loose` (OWN_ORDER says why not); in the corpus, where the f64 evaluation is exact.
     """
     alone = [_alone(a) for a in args]
-    torch.manual_seed(1)  # dropout's and randn-like's draws alike
+    seed_cpu(1)  # dropout's and randn-like's draws alike
     with torch.no_grad():
         want = method(*[_clone(a) for a in alone])
-    torch.manual_seed(1)
+    seed_cpu(1)
     got = interpreted(alone)
     for g, w in zip(_leaves(got), _leaves(want), strict=True):
         assert (g.dtype, g.shape) == (w.dtype, w.shape), where

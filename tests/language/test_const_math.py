@@ -131,3 +131,15 @@ def test_the_names_pass_takes_math_where_the_module_imports_it():
     code = compile_source(source, "model.lisp", Options())
     assert "def forward(self, x, *, math_=1.0):" in code
     assert "n = math.floor(math_ * 1.5)" in code
+
+
+def test_a_consts_membership_of_literals_is_folded(build):
+    """`(in 2 [1 2])` of literals alone is a literal (it was an internal error: the check
+    for literals read the vector of choices as a number)."""
+    module, code = build(
+        "(defconst wide (in 2 [1 2]))\n(defun forward (x) (if wide x (* x 2)))\n"
+    )
+    assert "wide=True" in code
+    x = torch.randn(3)
+    assert torch.equal(module.Model()(x), x)
+    assert torch.equal(module.Model(wide=False)(x), x * 2)

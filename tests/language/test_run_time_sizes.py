@@ -98,6 +98,15 @@ def _error(body: str) -> tuple:
             "bound, a reshape's size, a pad's width, arange's bounds: where torch takes "
             "an int)",
         ),
+        (  # through a let, which names the number: still the size's
+            "(let ((m (- (size x :axis 0) 1)) (k (* m 2))) (f x :k k))",
+            57,
+            "expected a number known at compile time, got a number computed from (size "
+            "...), "
+            "a Python integer known only when the module runs (it may be a slice's "
+            "bound, a reshape's size, a pad's width, arange's bounds: where torch takes "
+            "an int)",
+        ),
         (
             "(slice x :end (/ (size x :axis 0) 2))",
             17,
@@ -143,3 +152,44 @@ def test_len_reads_its_operand_for_its_size_alone(build):
     y = x @ w
     (y * len(y)).sum().backward()
     torch.testing.assert_close(model.grad(x), w.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_a_let_of_a_sizes_arithmetic_is_a_local_of_its_name(build):
+    """A number computed from a size that a `let` names is a statement of its own, read by
+    its name wherever it is a factor or a bound, as a size's is."""
+    module, code = build(
+        "(defun forward (x)\n"
+        "  (let ((n (size x :axis 1)) (m (- n 2)) (h (* x m)))\n"
+        "    (+ (slice h :axis 1 :end m) (slice x :axis 1 :start 1 :end (+ m 1)))))\n"
+    )
+    body = code.split("def forward(self, x):\n")[1]
+    assert body.startswith(
+        "        n = x.shape[1]\n"
+        "        m = n - 2\n"
+        "        h = x * m\n"
+        "        return h[:, :m] + x[:, 1 : m + 1]\n"
+    )
+    for length in (3, 7):
+        x = torch.randn(2, length)
+        m = length - 2
+        assert torch.equal(module.Model()(x), (x * m)[:, :m] + x[:, 1 : m + 1])
+
+
+def test_a_thousand_lets_each_a_step_from_a_size(build):
+    """A chain of lets a thousand long, each a step from the one before and the first a
+    size: each is one statement, `v2 = v1 + 1`, so no expression nests, and the bound is
+    the one the steps compute, at each length the module runs at."""
+    steps = " ".join(
+        f"(v{i} ({'-' if i % 2 else '+'} v{i - 1} {2 if i % 2 else 1}))"
+        for i in range(1, 1001)
+    )
+    module, code = build(
+        "(defun forward (x)\n"
+        f"  (let ((v0 (size x :axis 1)) {steps})\n"
+        "    (slice x :axis 1 :end v1000)))\n"
+    )
+    assert "        v1 = v0 - 2\n        v2 = v1 + 1\n" in code
+    assert "        v1000 = v999 + 1\n        return x[:, :v1000]\n" in code
+    for length in (600, 800):  # each pair of steps takes one away
+        x = torch.randn(2, length)
+        assert torch.equal(module.Model()(x), x[:, : length - 500])

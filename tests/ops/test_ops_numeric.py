@@ -169,6 +169,15 @@ CASES: dict[str, list[Case]] = {
     "positions": [case("x", "(positions x :axis 1)", X, lambda x: torch.arange(4))],
     "size": [case("x", "(* x (size x :axis 0))", X, lambda x: x * 3)],
     "len": [case("x", "(* x (len x))", X, lambda x: x * 3)],
+    # made by a let of arithmetic on sizes: `n = x.shape[0] - 1`, read as a factor and a bound
+    "run-number": [
+        case(
+            "x",
+            "(let ((n (- (size x :axis 0) 1))) (slice (* x n) :axis 1 :end n))",
+            X,
+            lambda x: (x * 2)[:, :2],
+        )
+    ],
     "mod": [case("x y", "(mod x y)", XY, torch.remainder)],
     "dropout": [
         case("x", "(dropout x 0.25)", seeded, drawn(lambda x: F.dropout(x, 0.25)))

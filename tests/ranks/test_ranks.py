@@ -237,6 +237,7 @@ INTERNAL = [
         {"axis": -1, "start": 1, "end": None, "step": 2},
     ),
     ("group-norm-backward", {"g": [2, 4, 3], "x": [2, 4, 3], "w": [4]}, {"groups": 2}),
+    ("run-number", {"value": []}, {}),  # a let's arithmetic on sizes: a number
     # the cache's ops without a generation running (the plain ops' values); last-position
     # on one position, which it keeps while generating
     ("cached-attention", {"q": [2, 4, 5, 8], "k": [2, 4, 5, 8], "v": [2, 4, 5, 8]}, {}),
@@ -248,6 +249,9 @@ INTERNAL = [
         {"padding": 3, "groups": 3},
     ),
     ("cached-linear-scan", {"a": [2, 5, 1], "b": [2, 5, 3]}, {"axis": 1}),
+    ("cached-matmul", {"a": [2, 4, 5, 8], "b": [2, 4, 8, 5]}, {"keys": -1}),
+    ("cached-matmul", {"a": [2, 4, 5, 5], "b": [2, 4, 5, 8]}, {"keys": -2}),
+    ("cached-causal-mask", {"x": [2, 4, 5, 5]}, {}),
     ("last-position", {"x": [2, 1, 3]}, {}),
     (
         "group-norm-backward",

@@ -45,7 +45,7 @@ from sx2torch.plan.targets import Target
 
 from bitwise import HeldSums
 from cases import SOURCES, lisp
-from conftest import adamw_losses
+from conftest import adamw_losses, seed_cpu
 
 BF16, F32 = torch.bfloat16, torch.float32
 CASES = [p.stem for p in SOURCES]
@@ -421,7 +421,7 @@ def golden(case: str, target: str) -> types.ModuleType:
 
 
 def construct(module: types.ModuleType, seed: int = 0, **consts) -> torch.nn.Module:
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     return getattr(module, module.__all__[0])(**consts)
 
 
@@ -1133,7 +1133,10 @@ def test_metal_package_names_the_device_the_emitter_uses():
     assert sx2torch.metal.DEVICE_TYPE == "mps"
     assert isinstance(sx2torch.metal.available(), bool)
     # an island with a GEMM keeps autocast disabled (tests/emit/test_autocast_blocks.py)
-    assert 'torch.autocast("mps", enabled=False)' in golden("matmul-in-island", "metal").code
+    assert (
+        'torch.autocast("mps", enabled=False)'
+        in golden("matmul-in-island", "metal").code
+    )
     code = golden("rms-mlp", "metal").code
     assert "torch.bfloat16" not in code  # no bf16 tensor for any value
 
