@@ -85,6 +85,9 @@ class Cache:
         # what the calls of the prompt alone gave (an encoder's output): one per call
         self.prompt: list = []
         self.prompt_slot = 0
+        # whether the scores of the attention written out being computed went through its
+        # causal mask (a flag of the module may leave the mask out)
+        self.masked = False
 
     def begin(self, length: int, position: Optional[Tensor] = None) -> None:
         """Before each forward: `length` tokens are stored, the chunk comes after them."""
@@ -326,13 +329,22 @@ def cached_matmul(a: Tensor, b: Tensor, *, keys: int, dtype: torch.dtype) -> Ten
     """`a @ b` of attention written out, B's positions on its axis `keys`: Kᵀ's on its
     last (the scores' columns), V's on its rows. Without a generation running, the plain
     product. While one runs, B is every key stored and the chunk's: kept as [..., positions,
-    dim] in `dtype` (a copy), as transformers keeps its keys, and read back in B's layout.
+    dim] in `dtype` (a copy), as transformers keeps its keys, and read back in B's layout;
+    V only after the scores' causal mask (the compiler checks it where it is written
+    unconditionally, this where a flag decides it).
     """
     cache = _ACTIVE[0]
     if cache is None:
         return a @ b
     if keys == -1:
+        cache.masked = False
         return a @ cache.extend(b.mT, dtype).mT
+    if not cache.masked:
+        raise ValueError(
+            "attention written out read its values with weights no causal mask covered: "
+            "a cached step has only the keys up to its own position, where the whole "
+            "sequence's forward sees every key (a flag left the causal mask out)"
+        )
     return a @ cache.extend(b, dtype)
 
 
@@ -344,6 +356,7 @@ def cached_causal_mask(scores: Tensor, fill: float = float("-inf")) -> Tensor:
     cache = _ACTIVE[0]
     if cache is None:
         return causal_mask(scores, fill)
+    cache.masked = True
     queries, keys = scores.shape[-2], scores.shape[-1]
     query_at, key_at = cache.positions(queries, 0, keys, scores.device)
     return scores.masked_fill(key_at > query_at[:, None], fill)

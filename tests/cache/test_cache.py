@@ -420,3 +420,40 @@ def test_a_call_of_the_prompt_alone_is_made_once_and_one_class_serves_both_roles
             torch.testing.assert_close(logits[step], last, rtol=0, atol=1e-5)
             prefix = torch.cat([prefix, last.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(tokens, prefix)
+
+
+FLAGGED = """(defparam e (normal [16 8]))
+(defmodel att (&key (causal true))
+  (defun forward (h)
+    (let ((s (matmul h (swap-axes h -1 -2))))
+      (matmul (softmax (if causal (causal-mask s) s) :axis -1) h))))
+(defparam a (att))
+(defun forward (ids)
+  (let ((h (take e ids)))
+    (matmul (+ h (a h)) (transpose e [1 0]))))
+(defrun chat :precision :f32 :generate true)
+"""
+
+
+def test_a_causal_mask_a_flag_leaves_out_is_refused_when_the_module_generates():
+    """Whether the written-out attention is masked is the constructor's to decide, so the
+    compiler cannot refuse it: a generation with the mask left out is an error when the
+    module runs (its cached step would see fewer keys than the whole forward), one with the
+    mask gives the tokens of re-running the prefix."""
+    import torch
+    from conftest import load_module
+    from sx2torch.runtime import generate
+
+    module = load_module(compile_string(FLAGGED, "m.lisp", run="chat"))
+    start = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(1))
+    unmasked = module.M()
+    unmasked.a = module.Att(causal=False)
+    with pytest.raises(ValueError, match="no causal mask covered"):
+        generate(unmasked, start, 4)
+    model = module.M()
+    tokens = generate(model, start, 4)
+    prefix = start
+    with torch.no_grad():
+        for _ in range(4):
+            prefix = torch.cat([prefix, model(prefix)[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(tokens, prefix)
