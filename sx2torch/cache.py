@@ -221,12 +221,11 @@ class _Follow(Analysis):
         than where it was followed before: followed as a copy of its model, the instance's
         own where the pass rewrites anything differently (cross-attention's products are
         the plain ones, its keys computed once per prompt), else the callee itself."""
-        owner = self.program.model(model)
+        target = node.attrs["target"]
         init = self.program.instance(
-            owner, node.attrs["target"], node.attrs.get("item")
+            self.program.model(model), target, node.attrs.get("item")
         )
         original = self.program.models[init.model]
-        target = node.attrs["target"]
         name = _fresh(self.program, f"{original.name}-{target}")
         copies = {}
         for defun in original.defuns:
@@ -298,11 +297,9 @@ class _Follow(Analysis):
 def _mixed_axes(attrs: dict):
     """The axes an op that mixes values combines along (None: every axis)."""
     axes = attrs.get("axis", attrs.get("axes"))
-    return (
-        None
-        if axes is None
-        else tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
-    )
+    if axes is None:
+        return None
+    return tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
 
 
 def _crossed(sizes: tuple) -> bool:
