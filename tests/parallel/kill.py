@@ -1,6 +1,6 @@
 """Runs a generated training script as `python SCRIPT ARGS...` runs it and, once rank 0 has
-written step N's metrics, kills rank 0 (SIGKILL to its process group; torchrun then ends the
-other ranks), so that no rank saves or exits cleanly:
+written step N's metrics, kills rank 0 (SIGKILL; torchrun then ends the other ranks), so
+that no rank saves or exits cleanly:
 
     python kill.py N SCRIPT ARGS...
 
@@ -22,7 +22,7 @@ write = Metrics.write
 def write_then_kill(self, record):
     write(self, record)
     if record["step"] == after:
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 Metrics.write = write_then_kill

@@ -21,14 +21,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import forked
 from cases import GENERATE_RUNS, TINY_LLAMA, lisp
 from conftest import load_module
 from models.test_llama import SIZES
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime.checkpoint import load_checkpoint
 from sx2torch.runtime.data import write_shard
-from train.test_distributed import TORCHRUN, finish, python, start
-from train.test_script import chain
+from train.test_distributed import TORCHRUN, python
+from train.test_script import chain, environment
 
 WORKER = Path(__file__).parent / "tp_worker.py"
 MODULES = {  # file -> (example, run)
@@ -55,7 +56,7 @@ def results(tmp_path_factory) -> dict:
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**SIZES, attn_implementation="sdpa")
     transformers.LlamaForCausalLM(config).save_pretrained(work / "llama")
-    python(work, *TORCHRUN, str(WORKER), str(work))
+    python(work, *TORCHRUN, *forked.FORKED_RANKS, str(WORKER), str(work))
     return json.loads((work / "results.json").read_text())
 
 
@@ -110,15 +111,8 @@ def test_the_f32_reduction_differs_from_one_device_in_at_most_a_thousandth(resul
 
 # a run that trains the tiny Llama (cases.TINY_LLAMA) in f32
 FIT = "(defrun fit :precision :f32 :loss loss :optimizer (adamw :lr 1e-3) :steps 20 :batch-size 4 :seq-len 16 :grad-clip 0.5)"
-FOUR = [*TORCHRUN[:-1], "--nproc-per-node=4"]
+FOUR = [*TORCHRUN[:-1], "--nproc-per-node=4", *forked.FORKED_RANKS]
 KILLED_AFTER = 13  # steps 10 to 13 run again from the checkpoint of step 10
-
-
-def launch(work: Path, *command: str) -> tuple:
-    """(its exit status, its stderr)."""
-    process = start(work, *command)
-    err = finish(process)
-    return process.returncode, err
 
 
 @pytest.fixture(scope="module")
@@ -135,13 +129,16 @@ def training(tmp_path_factory) -> Path:
     python(work, "llama.py", "--out", "one", *common)
     split = [*common, "--out", "four", "--parallel", "fsdp2+tp", "--tp", "2"]
     kill = str(Path(__file__).parent / "kill.py")
-    code, err = launch(work, *FOUR, kill, str(KILLED_AFTER), "llama.py", *split)
+    script = str(work / "llama.py")  # torchrun's --run-path takes an absolute path
+    code, err = forked.python(
+        work, *FOUR, kill, str(KILLED_AFTER), script, *split, env=environment()
+    )
     # torchrun ends the other ranks when rank 0 is killed
     assert code == 1 and "Signal 9 (SIGKILL)" in err
     saved = sorted(p.name for p in (work / "four" / "checkpoints").iterdir())
     assert saved == ["latest", "step-10"], err[-4000:]
     shutil.copy(work / "four" / "metrics.jsonl", work / "killed.jsonl")
-    python(work, *FOUR, "llama.py", *split, "--resume")
+    python(work, *FOUR, script, *split, "--resume")
     return work
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import forked
 from sx2torch import cli
 from sx2torch.runtime.data import write_shard
-from train.test_script import DRIVE, chain, joined, small_gpt
+from train.test_script import DRIVE, chain, environment, joined, small_gpt
 
-ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(__file__).parent / "models"
 NAMES = ["tiny-gpt", "pre-ln-gpt2", "read-after-call", "nth-stack"]
 STEPS = "8"
@@ -39,11 +39,10 @@ TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 def start(work: Path, *command: str) -> subprocess.Popen:
     """`python COMMAND` in `work`, in a process group of its own (as a terminal's job)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     return subprocess.Popen(
         [sys.executable, *command],
         cwd=work,
-        env=env,
+        env=environment(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -63,9 +62,9 @@ def finish(process: subprocess.Popen) -> str:
 
 
 def python(work: Path, *command: str) -> None:
-    process = start(work, *command)
-    err = finish(process)
-    assert process.returncode == 0, err[-3000:]
+    """`python COMMAND` in `work`, forked (tests/forked.py); it must succeed."""
+    code, err = forked.python(work, *command, env=environment())
+    assert code == 0, err[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +85,7 @@ def runs(tmp_path_factory) -> Path:
         for n in NAMES
         for mode in ("ddp", "fsdp2")
     ]
-    python(work, *TORCHRUN, DRIVE, *joined(two))
+    python(work, *TORCHRUN, *forked.FORKED_RANKS, DRIVE, *joined(two))
     return work / "out"
 
 

@@ -8,13 +8,13 @@ import json
 import os
 import runpy
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import forked
 from sx2torch.compiler import compile_source
 from sx2torch.runtime.data import write_shard
 
@@ -86,20 +86,19 @@ def work(tmp_path_factory) -> Path:
     return folder
 
 
+def environment() -> dict:
+    """The environment of the scripts' runs: this checkout's sx2torch, one thread."""
+    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+
 def train(work: Path, script: str, *args: str, interrupt: int = 0) -> tuple:
-    """(exit status, stderr) of `python SCRIPT ARGS`, interrupted by Ctrl-C after
-    `interrupt` steps when given (tests/train/interrupt.py). It waits for the process
-    without a timeout: on a loaded machine a run takes what it takes."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    """(exit status, stderr) of `python SCRIPT ARGS`, forked (tests/forked.py), interrupted
+    by Ctrl-C after `interrupt` steps when given (tests/train/interrupt.py). It waits for
+    the process without a timeout: on a loaded machine a run takes what it takes."""
     wrapper = [str(Path(__file__).with_name("interrupt.py")), str(interrupt)]
-    done = subprocess.run(
-        [sys.executable, *(wrapper if interrupt else []), script, *args],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
+    return forked.python(
+        work, *(wrapper if interrupt else []), script, *args, env=environment()
     )
-    return done.returncode, done.stderr
 
 
 def joined(runs: list) -> list:
