@@ -10,10 +10,8 @@ enable_gqa=True), the call the example's `(attention ... :causal true :enable-gq
 from __future__ import annotations
 
 import math
-import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import torch
 
 from cases import LLAMA, lisp
 from conftest import adamw_losses, load_module
+from sx2torch import cli
 from sx2torch.compiler import Options, compile_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,31 +117,26 @@ def test_the_source_is_at_most_70_lines_of_code():
     assert len(code) <= 70
 
 
-def test_the_guides_loading_snippet_runs(tmp_path, hf):
-    """The guide's snippet, on a small random checkpoint with Llama's vocabulary size."""
+def test_the_guides_loading_snippet_runs(tmp_path, hf, monkeypatch):
+    """The guide's snippet, on a small random checkpoint with Llama's vocabulary size: its
+    command line (the CLI's main) and its program, run in this process in the folder it
+    writes `llama.py` to (the test checks what they do, not a Python start)."""
     section = GUIDE.split("\n### Llama\n", 1)[1].split("\n### ", 1)[0]
     (command,) = re.findall(r"^```sh\n(.*?)\n```$", section, flags=re.M | re.S)
     (snippet,) = re.findall(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
     torch.manual_seed(4)
     config = hf.LlamaConfig(**dict(SIZES, vocab_size=32000))
     hf.LlamaForCausalLM(config).save_pretrained(tmp_path / "checkpoint")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     name, source, *rest = shlex.split(command)
-    subprocess.run(
-        [sys.executable, "-m", name, str(ROOT / source), *rest],
-        cwd=tmp_path,
-        env=env,
-        check=True,
-    )
-    script = f"CHECKPOINT = {str(tmp_path / 'checkpoint')!r}\n" + snippet
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
+    assert name == "sx2torch"
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([str(ROOT / source), *rest]) == 0
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "llama", raising=False)  # put back after the test
+    try:
+        exec(snippet, {"CHECKPOINT": str(tmp_path / "checkpoint")})
+    finally:
+        sys.modules.pop("llama", None)  # the snippet's module
 
 
 def test_the_kernels_default_scale_is_transformers_head_dim_to_the_minus_half():
