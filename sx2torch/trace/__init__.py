@@ -200,7 +200,8 @@ class Tracer:
         self.via: tuple = ()
         self.loop = None  # the FOR whose layer's forward is traced in place, if any
         self.builder = Builder(
-            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span)
+            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span),
+            program,
         )
         self.caller = Caller(self, self.builder, (model.name, defun.name))
         # (Scalar, Span, what): numbers on the model's consts read as integers (_Instances)
@@ -302,6 +303,7 @@ class Tracer:
                 self.loop.regions[0].nodes if self.loop else self.builder.graph.nodes
             )
             block.append(node)
+            self.builder.shape(node)
             self.param_reads[key] = node
         return self.param_reads[key]
 

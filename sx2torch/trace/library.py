@@ -22,7 +22,7 @@ def function_graph(op, record: Expansion, numbers: dict, shaping: dict) -> Graph
         symbol = Symbol(name, span)
         node = Node(Kind.INPUT, None, (), {}, span, symbol, name=name)
         graph.inputs.append(node)
-    builder = Builder(graph)
+    builder = Builder(graph, None)
     builder.expanding = True  # the ops it is defined by are its own nodes
     builder.datum = List(
         (Symbol(op.name, span), *(Symbol(n, span) for n in names)), span

@@ -29,6 +29,23 @@ def test_a_matrix_reduced_over_both_axes_is_a_scalar(build):
     )
 
 
+def test_a_full_sum_in_a_branch_is_a_scalar_as_at_the_top(build):
+    """A node inside a conditional has its shape as it is made, as one at the method's top
+    (the ranks of a branch's nodes were unknown: a run-time check and a longer backward).
+    """
+    module, code = build("""
+(defun forward (x &key (flag true))
+  (if flag (gradient (sum (* x x)) x) x))
+""")
+    assert "expect_scalar" not in code and "grad_x_2 = grad_mul_x * x" in code
+    model = module.__dict__[module.__all__[0]]()
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    leaf = x.double().requires_grad_()
+    (expected,) = torch.autograd.grad((leaf * leaf).sum(), leaf)
+    torch.testing.assert_close(model.forward(x).double(), expected)
+    assert torch.equal(model.forward(x, flag=False), x)
+
+
 SOURCE_OF_UNKNOWN_RANK = """
 (defun forward (x)
   (gradient (sum (* x x) :axes [0]) x))
