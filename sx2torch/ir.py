@@ -239,7 +239,8 @@ def verify(graph: Graph, known_ops) -> None:
     value a node reads is made before it, in its region or around it, or in the same
     branch of an earlier IF of the same block on the same condition (the backward of an
     IF reads what its forward branch made, as Python's flat scope lets it); every op is
-    known and every node has its shape; the output is one of the graph's values."""
+    known, every attribute of an op's node one its entry declares (an argument or a key),
+    and every node has its shape; the output is one of the graph's values."""
     _verify_block(graph.nodes, outputs(graph), set(graph.inputs), known_ops)
 
 
@@ -252,6 +253,9 @@ def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
         ), f"unknown op {node.what!r}"
         assert len(node.regions) == {Kind.IF: 2, Kind.FOR: 1}.get(node.kind, 0)
         assert node.shape is not None, f"{node!r} made without its shape"
+        if node.kind is Kind.OP:
+            declared = {a.name for a in (*node.op.args, *node.op.keys)}
+            assert set(node.attrs) <= declared, f"{node!r}: attributes {node.attrs}"
         for operand in (*node.inputs, *numbers_read(node)):
             _assert_made(operand, made, node)
         for k, region in enumerate(node.regions):
