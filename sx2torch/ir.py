@@ -77,6 +77,10 @@ class Shape:
     dims: Optional[tuple]
 
 
+# the shape an argument, or a loop's carried value, is made with: nothing known of it yet
+UNKNOWN = Shape(None)
+
+
 @dataclass(eq=False)
 class Region:
     """Nodes that run together under an `if` or a `for`: they may read values made before
@@ -240,12 +244,14 @@ def verify(graph: Graph, known_ops) -> None:
     branch of an earlier IF of the same block on the same condition (the backward of an
     IF reads what its forward branch made, as Python's flat scope lets it); every op is
     known, every attribute of an op's node one its entry declares (an argument or a key),
-    and every node has its shape; the output is one of the graph's values."""
+    and every value has its shape; the output is one of the graph's values."""
     _verify_block(graph.nodes, outputs(graph), set(graph.inputs), known_ops)
 
 
 def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
     made = set(made)
+    for value in made:
+        assert value.shape is not None, f"{value!r} made without its shape"
     branches: dict = {}  # (condition, branch) -> what the IFs so far made in it
     for node in nodes:
         assert (node.kind is Kind.OP) == (

@@ -20,7 +20,17 @@ from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import HANDLERS, Layer
-from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, numbers_read, prune, walk
+from sx2torch.ir import (
+    UNKNOWN,
+    Graph,
+    Kind,
+    Node,
+    Operand,
+    Scalar,
+    numbers_read,
+    prune,
+    walk,
+)
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
     Boolean,
@@ -211,7 +221,16 @@ class Tracer:
         graph = self.builder.graph
         env = {}
         for symbol in self.defun.args:
-            node = Node(Kind.INPUT, None, (), {}, symbol.span, symbol, name=symbol.name)
+            node = Node(
+                Kind.INPUT,
+                None,
+                (),
+                {},
+                symbol.span,
+                symbol,
+                name=symbol.name,
+                shape=UNKNOWN,
+            )
             graph.inputs.append(node)
             env[symbol.name] = node
         graph.output = self.caller.returned(self.defun.body, env)

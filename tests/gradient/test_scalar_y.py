@@ -46,6 +46,16 @@ def test_a_full_sum_in_a_branch_is_a_scalar_as_at_the_top(build):
     assert torch.equal(model.forward(x, flag=False), x)
 
 
+def test_the_gradient_of_an_argument_by_itself_checks_it_when_the_module_runs(build):
+    """Y an argument: its shape, as it is made, is unknown (the fuzzer's `(gradient x x)`)."""
+    module, code = build("(defun forward (x) (gradient x x))")
+    assert code.count('sx.expect_scalar(x, "x")') == 1
+    model = module.__dict__[module.__all__[0]]()
+    assert torch.equal(model.forward(torch.tensor(3.0)), torch.tensor(1.0))
+    with pytest.raises(ValueError, match="gradient needs a scalar Y"):
+        model.forward(torch.ones(2))
+
+
 SOURCE_OF_UNKNOWN_RANK = """
 (defun forward (x)
   (gradient (sum (* x x) :axes [0]) x))
