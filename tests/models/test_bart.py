@@ -11,7 +11,7 @@ scale_embedding. transformers runs its eager attention, the code of modeling_bar
 Equal means transformers' forward with use_cache=False. Its default fills a DynamicCache,
 which keeps contiguous copies of the keys and values, and a product reads another layout
 there: at the shorter lengths its f32 logits differ from its own uncached ones by up to
-2.4e-6 (the bf16 ones are the same)."""
+1.1e-6 (the bf16 ones are the same)."""
 
 from __future__ import annotations
 
@@ -42,14 +42,19 @@ def inputs(lengths: tuple) -> tuple:
 
 
 def real(folder, **settings) -> dict:
-    """transformers' model with random weights (biases, norms and final_logits_bias too) in
-    f32, and as from_pretrained loads it in bf16."""
-    torch.manual_seed(0)
+    """transformers' model with random weights (biases, norms and final_logits_bias too)
+    in f32, and as from_pretrained loads it in bf16. A tiny random model's greedy tokens
+    mostly repeat one token: these weights (seed 4, small biases) make test_generate_bart's
+    rows of 10 and 3 different tokens."""
+    torch.manual_seed(4)
     f32 = BartForConditionalGeneration(BartConfig(**BART, **settings, **EAGER)).eval()
     with torch.no_grad():
         for name, value in f32.named_parameters():
-            value.normal_(1.0 if "norm.weight" in name else 0.0, 0.3)
-        f32.final_logits_bias.normal_(0.0, 1.0)
+            if name.endswith("bias"):
+                value.normal_(0.0, 0.05)
+            else:
+                value.normal_(1.0 if "norm.weight" in name else 0.0, 0.2)
+        f32.final_logits_bias.normal_(0.0, 0.1)
     f32.save_pretrained(folder)
     bf16 = BartForConditionalGeneration.from_pretrained(
         folder, dtype=torch.bfloat16, **EAGER

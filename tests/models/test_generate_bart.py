@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import BartConfig, BartForConditionalGeneration
 
 from cases import BART, lisp
-from conftest import assert_generated, greedy, load_module
+from conftest import (
+    assert_generated,
+    calls_counted,
+    class_code,
+    greedy,
+    load_module,
+)
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
 from sx2torch.runtime.cache import Cache, generating
 from sx2torch.tools import explain
+from models.test_bart import real
 
-EAGER = dict(attn_implementation="eager")
 # BartConfig's own start token; no forced or early end, so that both make 32 tokens
 START = 2
 NO_END = dict(eos_token_id=None, forced_eos_token_id=None)
@@ -48,60 +53,34 @@ def tiny(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """{run: transformers' model}: random weights (biases, norms and final_logits_bias
-    too) in f32, and as from_pretrained loads them in bf16. A tiny random model's greedy
-    tokens mostly repeat one token: these weights (seed 4, small biases) make rows of 10
-    and 3 different tokens."""
-    torch.manual_seed(4)
-    config = BartConfig(**BART, scale_embedding=True, **NO_END, **EAGER)
-    f32 = BartForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, value in f32.named_parameters():
-            if name.endswith("bias"):
-                value.normal_(0.0, 0.05)
-            else:
-                value.normal_(1.0 if "norm.weight" in name else 0.0, 0.2)
-        f32.final_logits_bias.normal_(0.0, 0.1)
-    folder = tmp_path_factory.mktemp("bart")
-    f32.save_pretrained(folder)
-    bf16 = BartForConditionalGeneration.from_pretrained(
-        folder, dtype=torch.bfloat16, **EAGER
-    ).eval()
-    return {"generate-exact": f32, "generate": bf16}
+def references(tmp_path_factory):
+    """{run: transformers' model}, f32 and as from_pretrained loads it in bf16."""
+    models = real(tmp_path_factory.mktemp("bart"), scale_embedding=True, **NO_END)
+    return {"generate-exact": models["exact"], "generate": models["train"]}
 
 
 def test_the_encoder_and_the_cross_attentions_keys_are_calls_made_once():
     text = code("generate")
     assert "sx.once(self.encoder, input_ids)" in text
-    cross = text.split("class BartAttentionEncoderAttn(BartAttention):")[1]
-    cross = cross.split("\nclass ")[0]
+    cross = class_code(text, "BartAttentionEncoderAttn(BartAttention)")
     assert "self.split_heads(sx.once(self.k_proj, key_value_states))" in cross
     assert "self.split_heads(sx.once(self.v_proj, key_value_states))" in cross
     assert "cached_matmul" not in cross
-    own = text.split("class BartAttention(nn.Module):")[1].split("\nclass ")[0]
+    own = class_code(text, "BartAttention(nn.Module)")
     assert own.count("sx.cached_matmul(") == 2
 
 
 @pytest.mark.parametrize("run", DTYPES)
-def test_bart_generates_transformers_tokens_and_logits_bit_for_bit(real, run):
+def test_bart_generates_transformers_tokens_and_logits_bit_for_bit(references, run):
     torch.set_num_threads(1)
-    reference = real[run]
+    reference = references[run]
     model = load_module(code(run)).Bart(**BART, scale_embedding=True)
     model.load_state_dict(reference.state_dict(), strict=True)
     prompt = torch.randint(3, 64, (2, 9), generator=torch.Generator().manual_seed(1))
     want = greedy(reference, prompt, decoder_start_token_id=START)
-    calls = {"encoder": 0, "k_proj": 0}
-
-    def counted(name):
-        def hook(module, args):
-            calls[name] += 1
-
-        return hook
-
-    model.model.encoder.register_forward_pre_hook(counted("encoder"))
-    model.model.decoder.layers[1].encoder_attn.k_proj.register_forward_pre_hook(
-        counted("k_proj")
+    calls = calls_counted(
+        encoder=model.model.encoder,
+        k_proj=model.model.decoder.layers[1].encoder_attn.k_proj,
     )
     tokens, logits = generate(
         model, prompt, 32, return_logits=True, decoder_start_token_id=START
