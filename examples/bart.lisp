@@ -15,7 +15,6 @@
 (defconst d-model 1024)
 (defconst init-std 0.02)
 (defconst scale-embedding false)
-(defconst embed-scale (if scale-embedding (sqrt d-model) 1.0))
 
 (defmodel linear-layer (&key in-features out-features ((:bias has-bias) true) (std 0.02))
   (defparam weight (normal [out-features in-features] :std std))
@@ -130,7 +129,8 @@
                             :encoder-heads encoder-attention-heads
                             :encoder-ffn-dim encoder-ffn-dim :decoder-layers decoder-layers
                             :decoder-heads decoder-attention-heads
-                            :decoder-ffn-dim decoder-ffn-dim :embed-scale embed-scale
+                            :decoder-ffn-dim decoder-ffn-dim
+                            :embed-scale (if scale-embedding (sqrt d-model) 1.0)
                             :std init-std))
 (defparam final-logits-bias (zeros [1 vocab-size]) :trainable false)
 (defparam lm-head (linear-layer d-model vocab-size :bias false :std init-std))

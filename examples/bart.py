@@ -331,12 +331,9 @@ class Bart(nn.Module):
         decoder_attention_heads=16,
         d_model=1024,
         init_std=0.02,
-        scale_embedding=False,
-        embed_scale=None
+        scale_embedding=False
     ):
         super().__init__()
-        if embed_scale is None:
-            embed_scale = d_model**0.5 if scale_embedding else 1.0
         self.model = BartModel(
             vocab_size=vocab_size,
             d_model=d_model,
@@ -347,7 +344,7 @@ class Bart(nn.Module):
             decoder_layers=decoder_layers,
             decoder_heads=decoder_attention_heads,
             decoder_ffn_dim=decoder_ffn_dim,
-            embed_scale=embed_scale,
+            embed_scale=d_model**0.5 if scale_embedding else 1.0,
             std=init_std,
         )
         self.register_buffer(
