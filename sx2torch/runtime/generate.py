@@ -46,14 +46,20 @@ def generate(
 
     An encoder-decoder (compiled from `(defrun NAME ... :generate decoder-input-ids)`,
     forward taking the prompt and then the decoder's ids) is given `decoder_start_token_id`:
-    `input_ids` is then the encoder's prompt, run once, and the tokens are the decoder's,
-    that token first, as transformers' `sequences` of an encoder-decoder.
+    `input_ids` is then the encoder's prompt, run once, any tensor whose first axis is the
+    batch (T5's ids, Whisper's `input_features` [batch, mel bins, frames]), and the tokens
+    are the decoder's, that token first, as transformers' `sequences` of an encoder-decoder.
     """
     if decoder_start_token_id is not None:
         _one_length(static_cache, attention_mask)
         model, input_ids = (
             functools.partial(model, input_ids),
-            torch.full_like(input_ids[:, :1], decoder_start_token_id),
+            torch.full(
+                (len(input_ids), 1),
+                decoder_start_token_id,
+                dtype=torch.long,
+                device=input_ids.device,
+            ),
         )
     cache = _new_cache(input_ids, max_new_tokens, attention_mask, static_cache)
     sample = dict(
