@@ -13,6 +13,7 @@ eager attention, the code of modeling_whisper.py's eager_attention_forward.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 
 import pytest
@@ -29,6 +30,7 @@ SIZES = WHISPER
 DECODER_LENGTHS = [5, 13]
 
 
+@functools.cache
 def whisper(run: str):
     path = lisp("whisper")
     code = compile_source(path.read_text(), path.name, Options(run=run))
