@@ -16,9 +16,9 @@
 (defconst max-source-positions 1500)
 (defconst max-target-positions 448)
 
-;; the encoder's nn.Embedding of positions, frozen: its table is transformers' sinusoids(),
 ;; the sines and cosines of each position times log-spaced frequencies, side by side
 (defmodel sinusoidal-embedding (&key (length 1500) (channels 384))
+  "The encoder's nn.Embedding of positions, frozen: transformers' sinusoids()"
   (defparam weight
     (concat [(sin (outer (arange 0 length)
                          (exp (* (arange 0 (// channels 2))
@@ -90,9 +90,9 @@
   (defparam layer-norm (LayerNorm d-model))
   ;; every position's row: the mel frames are 2 * max_source_positions long
   (defun forward (input-features)
-    (let ((inputs-embeds (transpose (gelu (conv2 (gelu (conv1 input-features)))) [0 2 1])))
-      (layer-norm (chain layers (+ inputs-embeds
-                                   (embed-positions (positions inputs-embeds :axis 1))))))))
+    (let ((inputs-embeds (transpose (gelu (conv2 (gelu (conv1 input-features)))) [0 2 1]))
+          (hidden-states (+ inputs-embeds (embed-positions (positions inputs-embeds :axis 1)))))
+      (layer-norm (chain layers hidden-states)))))
 
 (defmodel whisper-decoder (&key (vocab-size 51865) (d-model 384) (decoder-layers 4) (heads 6)
                                 (ffn-dim 1536) (max-target-positions 448))

@@ -155,6 +155,8 @@ class Conv1d(nn.Module):
 
 
 class SinusoidalEmbedding(nn.Module):
+    """The encoder's nn.Embedding of positions, frozen: transformers' sinusoids()"""
+
     def __init__(self, *, length=1500, channels=384):
         super().__init__()
         self.register_buffer(
@@ -300,12 +302,12 @@ class WhisperEncoder(nn.Module):
         inputs_embeds = F.gelu(self.conv2(F.gelu(self.conv1(input_features)))).permute(
             0, 2, 1
         )
-        inputs_embeds = inputs_embeds + self.embed_positions(
+        hidden_states = inputs_embeds + self.embed_positions(
             torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
         )
         for layer in self.layers:
-            inputs_embeds = layer(inputs_embeds)
-        return self.layer_norm(inputs_embeds)
+            hidden_states = layer(hidden_states)
+        return self.layer_norm(hidden_states)
 
 
 class WhisperDecoder(nn.Module):
