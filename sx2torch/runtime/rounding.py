@@ -56,7 +56,8 @@ def round_bits(x: Tensor) -> Tensor:
 
 
 def _round(x: Tensor) -> Tensor:
-    """The rounding on eager kernels (compiled code has it inlined, ``compiling.py``)."""
+    """The rounding on eager kernels (compiled code has it inlined, ``compiling.py``); of a
+    bf16 tensor on the CPU, its widening (its values are bf16 values)."""
     if x.device.type == "cpu":
         # The same bits (checked on all 2^32 patterns) in one pass instead of about ten.
         return x.to(torch.bfloat16).float()
@@ -91,14 +92,22 @@ class _RoundToBf16(torch.autograd.Function):
     The value is rounded, and so is the gradient flowing back into it: on the
     cuda target that gradient is a bf16 tensor, the result of a bf16 backward
     op. The backward is itself this rounding, so a double backward rounds too.
-    A value's rounding is recorded as a held bf16 value (`_held`); a gradient's is not.
+    A value's rounding is recorded as a held bf16 value (`_held`), a gradient's
+    (`saved` None) is not. Where autograd may save the value (`saved`: grad mode was on),
+    the CPU cast's own bf16 tensor is kept with it, which `saves_bf16` saves: no pass of
+    its own, and the saved bits are the value's by construction.
     """
 
     @staticmethod
     def forward(
-        ctx: torch.autograd.function.FunctionCtx, x: Tensor, value: bool
+        ctx: torch.autograd.function.FunctionCtx, x: Tensor, saved: Optional[bool]
     ) -> Tensor:
-        return _held(_round(x)) if value else _round(x)
+        if saved is None:
+            return _round(x)
+        if saved and x.device.type == "cpu":
+            low = x.to(torch.bfloat16)
+            return _held(_round(low), low)
+        return _held(_round(x))
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple:
@@ -112,7 +121,7 @@ def _gradient_rounded(grad: Tensor) -> Tensor:
     if _is_held(grad):
         return grad
     if torch.is_grad_enabled():
-        return _RoundToBf16.apply(grad, False)
+        return _RoundToBf16.apply(grad, None)
     return _round(grad)
 
 
@@ -137,19 +146,19 @@ def round_to_bf16(x: Tensor) -> Tensor:
         )
     if torch.compiler.is_compiling():
         return rounding_op(x)
-    return _RoundToBf16.apply(x, True)
+    return _RoundToBf16.apply(x, torch.is_grad_enabled())
 
 
 # Each eager rounding's result -> its version counter then and the bf16 tensor that holds
-# its values (None until one is made): a held bf16 value, which `to_bf16` passes as it is
-# and `saves_bf16` saves in 2 bytes while neither it nor a view of it is written in
+# its values (None until one is needed): a held bf16 value, which `to_bf16` passes as it
+# is and `saves_bf16` saves in 2 bytes while neither it nor a view of it is written in
 # place. Weak keys: an entry goes with its tensor.
 _ROUNDED = WeakTensorKeyDictionary()
 
 
-def _held(x: Tensor) -> Tensor:
+def _held(x: Tensor, low: Optional[Tensor] = None) -> Tensor:
     if not x.is_inference():  # an inference tensor has no version counter
-        _ROUNDED[x] = x._version, None
+        _ROUNDED[x] = x._version, low
     return x
 
 
@@ -285,7 +294,7 @@ def _is_f32(grad: Tensor | None) -> bool:
 
 
 def _rounded(grad: Tensor | None) -> Tensor | None:
-    return _RoundToBf16.apply(grad, False) if _is_f32(grad) else grad
+    return _RoundToBf16.apply(grad, None) if _is_f32(grad) else grad
 
 
 class _AsF32(torch.autograd.Function):
@@ -346,7 +355,9 @@ def _pack(x: Tensor):
         return x
     base = x if x._base is None else x._base
     version, low = _ROUNDED[base]
-    if low is None:  # made once, saved by every op that saves the value or a view of it
+    if (
+        low is None
+    ):  # rounded off the CPU or without grad: made once, however often saved
         low = _high_halves(base)
         _ROUNDED[base] = version, low
     if low.stride() != base.stride():

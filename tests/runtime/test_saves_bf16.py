@@ -29,17 +29,22 @@ def bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(torch.int32)
 
 
+@pytest.mark.parametrize(
+    "grad", [True, False], ids=["the cast's own", "made at the save"]
+)
 @pytest.mark.parametrize("layout", ["contiguous", "strided", "transposed"])
-def test_a_held_value_comes_back_with_its_bits(layout):
+def test_a_held_value_comes_back_with_its_bits(layout, grad):
     """Every bf16 pattern, rounded from a contiguous tensor and from a strided one (on the
     CPU torch's cast writes a NaN differently in its scalar and vectorized loops), then
-    saved whole and as views: unpacked, each has the held value's bits."""
+    saved whole and as views: unpacked, each has the held value's bits. Its bf16 tensor is
+    the rounding's own where grad was on, else made from its bits when first saved."""
     values = every_bf16_value()
     if layout == "strided":
         values = torch.stack([values, values], dim=-1)[..., 0]
     elif layout == "transposed":
         values = values.t()
-    held = round_to_bf16(values)
+    with torch.set_grad_enabled(grad):
+        held = round_to_bf16(values)
     for saved in (held, held.t(), held[3::5, 1:200:3], held[7:]):
         packed = _pack(saved)
         assert isinstance(packed, _Bf16) and packed.low.dtype == torch.bfloat16
@@ -68,14 +73,14 @@ def test_a_rounded_weight_is_saved_once_in_two_bytes():
     inputs = [torch.randn(8, 64, requires_grad=True) for _ in range(2)]
 
     @saves_bf16
-    def forward(a, b):
+    def loss(a, b):
         w = round_to_bf16(weight)
-        return store_bf16(store_bf16(a @ w) + store_bf16(b @ w))
+        return torch.sum(store_bf16(a @ w) + store_bf16(b @ w))
 
     with PeakMemory() as memory:
-        out = forward(*inputs)
+        out = loss(*inputs)
         after_forward = memory.now
-        out.sum().backward()
+        out.backward()
     assert after_forward == out.nbytes + weight.numel() * 2
 
 
