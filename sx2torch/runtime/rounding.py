@@ -115,14 +115,15 @@ class _RoundToBf16(torch.autograd.Function):
 
 
 def _gradient_rounded(grad: Tensor) -> Tensor:
-    """The gradient flowing back into a bf16 value, rounded: as it is where it is a held
-    bf16 value already (rounded by the store's hook of the value's one read); as an
-    autograd Function in a double backward, which rounds both ways."""
+    """The gradient flowing back into a bf16 value, rounded (and recorded as held: a sum
+    whose backward passes it on, such as a residual's, does not round it again): as it is
+    where it is a held bf16 value already (rounded by the store's hook of the value's one
+    read); as an autograd Function in a double backward, which rounds both ways."""
     if _is_held(grad):
         return grad
     if torch.is_grad_enabled():
         return _RoundToBf16.apply(grad, None)
-    return _round(grad)
+    return _held(_round(grad))
 
 
 def round_to_bf16(x: Tensor) -> Tensor:
@@ -250,8 +251,11 @@ def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
             return tuple(
                 None if g is None else _round(g).add_(0.0) for g in grad_inputs
             )
-        # no graph is recorded here: the rounding itself, not its autograd Function
-        return tuple(_round(g) if _is_f32(g) else g for g in grad_inputs)
+        # no graph is recorded here: the rounding itself, not its autograd Function;
+        # a gradient the op passes on as it came (a sum's) is held already
+        return tuple(
+            _round(g) if _is_f32(g) and not _is_held(g) else g for g in grad_inputs
+        )
 
     return hook
 

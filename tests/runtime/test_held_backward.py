@@ -114,3 +114,21 @@ def test_a_gradient_a_store_rounded_is_not_rounded_again(monkeypatch):
     counted.clear()
     twice.backward(upstream)
     assert counted.count((8, 4)) == 3  # each GEMM's hook, then the sum of the two
+
+
+def test_a_sum_passes_its_rounded_gradient_on_unrounded(monkeypatch):
+    """A residual's sum: its result's rounding rounds the gradient once; the sum sends it
+    on to both operands as it is, which neither the sum's hook nor their roundings round
+    again (the same bits: a bf16 value)."""
+    counted = []
+    kernel = rounding._round
+    monkeypatch.setattr(
+        rounding, "_round", lambda x: counted.append(tuple(x.shape)) or kernel(x)
+    )
+    x, y = (torch.randn(2, 8, requires_grad=True) for _ in "xy")
+    out = store_bf16(round_to_bf16(x) + round_to_bf16(y))
+    counted.clear()
+    out.backward(torch.randn(2, 8))
+    assert counted == [(2, 8)]
+    assert torch.equal(x.grad, y.grad)
+    assert torch.equal(x.grad, x.grad.to(torch.bfloat16).float())
