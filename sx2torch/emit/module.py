@@ -198,7 +198,9 @@ def _subclass(copy: cst.ClassDef, original: cst.ClassDef, instance: str):
     )
 
 
-def _saving(method: cst.FunctionDef, ctx: ClassContext, typed: Typed):
+def _saving(
+    method: cst.FunctionDef, ctx: ClassContext, typed: Typed
+) -> cst.FunctionDef:
     """A held target's method that rounds values, decorated to save them for the backward
     in 2 bytes (sx2torch/runtime/rounding.py)."""
     if not ctx.plans.plans[typed].saves_bf16:
