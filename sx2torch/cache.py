@@ -50,7 +50,7 @@ from sx2torch.ops.sequence import (
     Seen,
     open_keys,
 )
-from sx2torch.ops.shapes import Analysis, agreed, ranked
+from sx2torch.ops.shapes import Analysis, agreed, ranked, reshape
 from sx2torch.syntax.scalars import ScalarOp
 from sx2torch.syntax.echo import echo
 from sx2torch.syntax.program import Program, Run
@@ -76,6 +76,10 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
         graph.expansions = [
             e for e in graph.expansions if not any(n.op.internal for n in e.nodes)
         ]
+    for (
+        graph
+    ) in graphs.values():  # their ops rewritten, their nodes read the last position
+        reshape(graph, program)
 
 
 def _grows(chosen: Run, program: Program) -> int:

@@ -67,12 +67,18 @@ CALLS = (Kind.CALL, Kind.SUBMODEL)
 
 @dataclass(frozen=True)
 class Shape:
-    """A value's shape as the ranks pass finds it, its defun's arguments shaped as every call
-    in the file passes them (where the calls agree): a size per axis, None where a size is not
-    known; `dims` is None where the rank is not known. A FOR's, or a call's that gives several
-    values, is the tuple of their shapes."""
+    """A value's shape: a size per axis, None where a size is not known; `dims` is None where
+    the rank is not known. A FOR's, or a call's that gives several values, is the tuple of
+    their shapes. As a node is made (sx2torch/ops/shapes.py's `Analysis.made`), its defun's
+    arguments and its calls' values are unknown, and `dims` may be a `Tail` (only the last
+    sizes known); the ranks pass sets it again with the arguments shaped as every call in the
+    file passes them (where the calls agree), a Tail then unknown."""
 
     dims: Optional[tuple]
+
+
+# the shape an argument, or a loop's carried value, is made with: nothing known of it yet
+UNKNOWN = Shape(None)
 
 
 @dataclass(eq=False)
@@ -105,7 +111,7 @@ class Node:
     aliases: tuple = ()  # the other names a `let` binds this value to, in order
     # the forward node a backward node differentiates, whose marks it carries
     forward: Optional["Node"] = None
-    shape: Optional[Shape] = None  # set by the ranks pass
+    shape: Optional[Shape] = None  # set as the node is made, and by the ranks pass
 
     @property
     def mode(self) -> Optional[str]:
@@ -142,6 +148,8 @@ class Graph:
     # a name (`(buckets (if bidirectional (// num-buckets 2) num-buckets))`), in order;
     # the plan keeps one the method writes more than once as a local
     lets: list = field(default_factory=list)
+    # node -> the shape mismatch its op's rank rule proved as it was made (ops/shapes.py)
+    mismatches: dict = field(default_factory=dict)
 
     @property
     def arity(self) -> int:
@@ -235,18 +243,25 @@ def verify(graph: Graph, known_ops) -> None:
     value a node reads is made before it, in its region or around it, or in the same
     branch of an earlier IF of the same block on the same condition (the backward of an
     IF reads what its forward branch made, as Python's flat scope lets it); every op is
-    known; the output is one of the graph's values."""
+    known, every attribute of an op's node one its entry declares (an argument or a key),
+    and every value has its shape; the output is one of the graph's values."""
     _verify_block(graph.nodes, outputs(graph), set(graph.inputs), known_ops)
 
 
 def _verify_block(nodes: list, outputs: list, made: set, known_ops) -> None:
     made = set(made)
+    for value in made:
+        assert value.shape is not None, f"{value!r} made without its shape"
     branches: dict = {}  # (condition, branch) -> what the IFs so far made in it
     for node in nodes:
         assert (node.kind is Kind.OP) == (
             node.op is not None and known_ops.get(node.op.name) is node.op
         ), f"unknown op {node.what!r}"
         assert len(node.regions) == {Kind.IF: 2, Kind.FOR: 1}.get(node.kind, 0)
+        assert node.shape is not None, f"{node!r} made without its shape"
+        if node.kind is Kind.OP:
+            declared = {a.name for a in (*node.op.args, *node.op.keys)}
+            assert set(node.attrs) <= declared, f"{node!r}: attributes {node.attrs}"
         for operand in (*node.inputs, *numbers_read(node)):
             _assert_made(operand, made, node)
         for k, region in enumerate(node.regions):

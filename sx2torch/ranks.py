@@ -1,16 +1,19 @@
-"""The ranks pass: ranks, and shapes where known, of every node of a traced graph, set on
-the node (`Node.shape`, which the policy reads); the mismatches they prove.
+"""The ranks pass: the shapes of every node of the expanded graphs as the file calls each
+defun, set on the node (`Node.shape`, which the policy reads); the first mismatch they prove.
 
-The analysis is the ops' rank rules run over a graph (sx2torch/ops/shapes.py), which the
-gradient pass also reads, each graph alone. Here each defun's arguments are shaped as every
-call in the file passes them, and `check` reports a mismatch no value of the unknowns can fix,
-such as `(matmul a b)` of [3 4] and [5 6].
+Each node was shaped as it was made by the ops' rank rules (sx2torch/ops/shapes.py), its
+defun's arguments and its calls' values unknown, and each mismatch a rule proved was recorded
+in its graph. Here each defun's arguments are shaped as every call in the file passes them,
+and each call's value as its callee's output; the rules run again only on the nodes these
+reach. A mismatch is one no value of the unknowns can fix, such as `(matmul a b)` of [3 4]
+and [5 6].
 """
 
 from __future__ import annotations
 
 from sx2torch.errors import SourceError
 from sx2torch.ir import Graph, Shape, walk
+from sx2torch.ops.rank import Tail
 from sx2torch.ops.shapes import Analysis, ranked
 from sx2torch.syntax.program import Program
 
@@ -20,10 +23,13 @@ def run(program: Program, graphs: dict) -> None:
     arguments have the shapes every call in the file passes them, where they agree; else
     unknown (a 0-d value, an element of a vector or a full reduction, is known as such).
     """
-    found = check(program, graphs).as_called()
+    check(graphs)
+    found = Analysis(program, graphs).as_called()
     for graph in graphs.values():
         for node in valued(graph):
-            node.shape = Shape(ranked(found.get(node)))
+            dims = found.get(node)
+            if node in found or node.shape is None or isinstance(dims, Tail):
+                node.shape = Shape(ranked(dims))
 
 
 def valued(graph: Graph):
@@ -35,15 +41,15 @@ def valued(graph: Graph):
             yield from region.inputs
 
 
-def check(program: Program, graphs: dict) -> Analysis:
-    """Raise the first provable shape mismatch in the source, if any; else the analysis,
-    each graph's shapes with its arguments unknown found."""
-    analysis = Analysis(program, graphs)
-    for graph in graphs.values():
-        analysis.alone(graph)
-    if analysis.problems:
-        node, message = min(
-            analysis.problems, key=lambda p: (p[0].span.line, p[0].span.col)
-        )
+def check(graphs: dict) -> None:
+    """Raise the first provable shape mismatch in the source, if any: of those the rules
+    found as the graphs' nodes were made, the first of a node still in its graph."""
+    problems = [
+        (node, graph.mismatches[node])
+        for graph in graphs.values()
+        for node in walk(graph.nodes)
+        if node in graph.mismatches
+    ]
+    if problems:
+        node, message = min(problems, key=lambda p: (p[0].span.line, p[0].span.col))
         raise SourceError(node.span, message)
-    return analysis

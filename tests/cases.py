@@ -41,6 +41,17 @@ T5 = dict(
     relative_attention_num_buckets=8,
     relative_attention_max_distance=12,
 )
+BART = dict(
+    vocab_size=64,
+    max_position_embeddings=48,
+    encoder_layers=2,
+    encoder_ffn_dim=40,
+    encoder_attention_heads=4,
+    decoder_layers=3,
+    decoder_ffn_dim=32,
+    decoder_attention_heads=2,
+    d_model=24,
+)
 GEMMA2 = dict(
     vocab_size=256,
     hidden_size=48,

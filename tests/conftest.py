@@ -107,6 +107,11 @@ def method_code(code: str, name: str) -> str:
     return code.split(f"    def {name}(")[1].split("\n    def ")[0]
 
 
+def class_code(code: str, header: str) -> str:
+    """The text of the generated class whose line is `header`, up to the next class."""
+    return code.split(f"class {header}:")[1].split("\nclass ")[0]
+
+
 def seed_cpu(value: int) -> None:
     """`torch.manual_seed(value)` for the CPU's generator, the one the suite draws from:
     torch.manual_seed also queues the seed for CUDA, XPU and MTIA until they start, formatting
@@ -159,6 +164,19 @@ def greedy(reference, prompt, steps: int = 32, **options):
         pad_token_id=0,
         **options,
     )
+
+
+def calls_counted(**modules) -> dict:
+    """{name: how many times the module of that name is called from now on} (forward
+    pre-hooks)."""
+    calls = dict.fromkeys(modules, 0)
+    for name, module in modules.items():
+
+        def hook(module, args, name=name):
+            calls[name] += 1
+
+        module.register_forward_pre_hook(hook)
+    return calls
 
 
 def assert_generated(tokens, logits, want) -> None:

@@ -56,6 +56,7 @@ def test_golden_output_is_black_stable_and_compiles_cleanly(source: Path, target
 
 def test_the_bundled_examples_are_there():
     assert sorted(p.stem for p in EXAMPLES.glob("*.lisp")) == [
+        "bart",
         "bert",
         "convnet",
         "convnext",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import sx2torch.ops.shapes as analysis
+from sx2torch.ops.shapes import ranked, reshape
 from sx2torch.errors import SourceError
 from sx2torch.gradient.backward import Backward
 from sx2torch.gradient.checks import aliased_start_check, carried_check
@@ -24,6 +24,7 @@ def run(program: Program, graphs: dict) -> None:
         if any(node.kind is Kind.GRADIENT for node in walk(graph.nodes)):
             _Expansion(program, graph).block(graph.nodes, [])
             prune(graph)
+            reshape(graph, program)  # its readers read each gradient's value now
 
 
 class _Expansion:
@@ -35,9 +36,8 @@ class _Expansion:
         self.program = program
         self.graph = graph
         self.values: dict = {}  # GRADIENT node -> dY/dX
-        self.shapes = analysis.shapes(graph, program)  # of the forward values
-        for value in _iterated(graph.nodes, set()):
-            self.shapes[value] = None
+        # values whose shapes are one iteration's, not known (the writer adds its own)
+        self.iterated = _iterated(graph.nodes, set())
 
     def block(self, nodes: list, opened: list) -> None:
         """`opened`: (block, end) of the blocks around `nodes`: their nodes up to `end`
@@ -75,7 +75,7 @@ class _Expansion:
     def _expand(self, node: Node, visible: list, around: list) -> list:
         """The nodes that compute dY/dX in place of the GRADIENT node; `around`: the
         nodes whose regions hold it."""
-        t = Writer(self.graph, self.shapes)
+        t = Writer(self.graph, self.program, self.iterated)
         t.nodes = []
         t.frames, t.datum, t.stamps = node.frames, node.form, node.attrs["marks"]
         (y, x), y_form = node.inputs, node.form.items[1]
@@ -98,8 +98,8 @@ class _Expansion:
 
     def _is_scalar(self, node: Node) -> Optional[bool]:
         """Whether a value is a 0-d tensor; None where its rank depends on arguments of unknown rank."""
-        rank = analysis.rank_of(node, self.graph, self.program)
-        return None if rank is None else rank == 0
+        dims = None if node in self.iterated else ranked(node.shape.dims)
+        return None if dims is None else dims == ()
 
 
 def _pass_note(noted: Optional[Node], nodes: list, value: Operand) -> None:

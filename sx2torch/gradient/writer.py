@@ -10,7 +10,10 @@ from sx2torch.ir import REGION, Graph, Kind, Node, Operand, Scalar
 from sx2torch.ops import REGISTRY
 from sx2torch.ops.rank import BROADCAST, REDUCED, SAME
 from sx2torch.syntax.scalars import ScalarOp
+from sx2torch.gradient.dependence import reads_around
 from sx2torch.ops.builder import Builder
+from sx2torch.ops.shapes import ranked
+from sx2torch.syntax.program import Program
 
 
 class Writer(Builder):
@@ -18,9 +21,11 @@ class Writer(Builder):
     gradient at the shape its op broadcast the operands to; `sum_back` sums it back to the
     operand's shape unless the forward's shapes show the broadcast kept that shape."""
 
-    def __init__(self, graph: Graph, shapes: dict):
-        super().__init__(graph)
-        self.shapes = shapes  # forward value -> its shape, None where not known
+    def __init__(self, graph: Graph, program: Program, iterated: set):
+        super().__init__(graph, program)
+        # the values inside loop bodies that depend on what the loops carry: their shapes
+        # are those of one iteration, and another may differ
+        self.iterated = iterated
         self.origin: dict = (
             {}
         )  # a value computed again in an adjoint loop -> the forward's
@@ -129,8 +134,16 @@ class Writer(Builder):
             value = kept[0]
         return value
 
+    def shape(self, node: Node) -> None:
+        super().shape(node)
+        if any(value in self.iterated for value in reads_around(node)):
+            self.iterated.add(node)
+
     def _shape(self, value: Node):
-        return self.shapes.get(self.origin.get(value, value))
+        value = self.origin.get(value, value)
+        if value in self.iterated or value.shape is None:
+            return None
+        return ranked(value.shape.dims)
 
 
 def _keeps_shape(value: Node) -> bool:

@@ -92,6 +92,8 @@ register(
         internal=True,
     )
 )
+
+
 def _sum_to(a, ctx):
     """`g.sum_to_size(like.shape)`; a full sum where `like` is 0-d, whose shape is known."""
     if ctx.ranks and ctx.ranks[1] == 0:
@@ -268,6 +270,7 @@ register(
         "expect-scalar",
         (Arg("y"),),
         _expect_scalar,
+        keys=(Key("form", "text"),),
         result="keep",
         exact=True,
         grad=lambda t, n, g: [g],

@@ -24,14 +24,19 @@ from sx2torch.ir import (
     Region,
     Scalar,
 )
+from sx2torch.ops.shapes import Analysis
 from sx2torch.ops.registry import REGISTRY, Op
 from sx2torch.errors import SourceError
+from sx2torch.syntax.program import Program
 from sx2torch.syntax.read import Datum
 
 
 class Builder:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, program: Optional[Program]):
         self.graph = graph
+        # the rank rules, and the parameters and stacks the nodes read (the program None
+        # for a library op's function, which reads neither), shape each node as it is made
+        self.shapes = Analysis(program, None)
         self.nodes = graph.nodes  # where new nodes go: the graph's, or a region's
         self._serials = itertools.count(1)
         self.block = 0  # the serial number of the block new nodes go to
@@ -112,7 +117,12 @@ class Builder:
 
     def add(self, node: Node) -> Node:
         self.nodes.append(node)
+        self.shape(node)
         return node
+
+    def shape(self, node: Node) -> None:
+        """The node's shape as it is made, its inputs' shapes known."""
+        self.shapes.made(node, self.graph)
 
     def items(self, node: Node, count: int) -> list:
         """The ITEM nodes that read the values of a FOR, or of a call giving several."""

@@ -46,6 +46,7 @@ class ArgKind(str, Enum):
     MODE = "mode"  # :nearest or :bilinear (interpolate's)
     KERNEL_DTYPE = "kernel-dtype"  # :f32 or :input (softmax's :dtype)
     EQUATION = "equation"  # a string, einsum's "ij,jk->ik"
+    TEXT = "text"  # a string the compiler writes into a message (a form as the source has it)
 
     @property
     def is_tensor(self) -> bool:

@@ -3,8 +3,10 @@ trace order, each op's shape from its inputs'. A parameter's shape is its initia
 written with a const unknown (the constructor can change it) but its rank known; a defun's
 argument has an unknown rank unless the caller of the analysis gives it; a call's result has
 the shape of its callee's output, found with the callee's arguments unknown, where the callees'
-graphs are given. The gradient pass reads a graph's shapes as it is traced, alone; the ranks
-pass (sx2torch/ranks.py) finds them as the file calls each defun, and the mismatches they prove.
+graphs are given. Each node is shaped as it is made (`Analysis.made`, which the builder
+calls), its defun's arguments and its calls' values unknown, so the gradient pass reads the
+shapes of the nodes it differentiates; the ranks pass (sx2torch/ranks.py) reports the
+mismatches found then and shapes again what the file's calls reach.
 """
 
 from __future__ import annotations
@@ -12,34 +14,61 @@ from __future__ import annotations
 from typing import Optional
 
 import sx2torch.ops.initializers as initializers
-from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, callee_key, reads, walk
+from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, callee_key, walk
 from sx2torch.ops.rank import Dims, ShapeError, Tail, known
 from sx2torch.syntax.program import Program
 
 
-def shapes(
-    graph: Graph,
-    program: Program,
-    inputs: Optional[dict] = None,
-    graphs: Optional[dict] = None,
-) -> dict:
-    """{node: shape} for the graph's inputs and nodes; `inputs` maps argument names to shapes,
-    `graphs` (trace's output) lets calls take their callee's output shape."""
-    found = Analysis(program, graphs).graph(graph, inputs or {})
-    return {node: ranked(dims) for node, dims in found.items()}
+def reshape(graph: Graph, program: Program) -> None:
+    """Every node of a graph shaped again, in order: after a pass changed what they read."""
+    analysis = Analysis(program, None)
+    for node in graph.nodes:
+        analysis.made(node, graph)
 
 
-def rank_of(node: Node, graph: Graph, program: Program) -> Optional[int]:
-    """The rank of one node of a graph still being traced, from the nodes it depends on."""
-    cone, pending = set(), [node]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, Node) and item not in cone:
-            cone.add(item)
-            pending.extend(reads(item))
-    nodes = [n for n in graph.nodes if n in cone]
-    dims = ranked(Analysis(program, None).nodes(graph.model, nodes, {}).get(node))
-    return None if dims is None else len(dims)
+class _AsMade:
+    """The shapes nodes were made with, read and set as the analysis's mapping."""
+
+    def get(self, node) -> Dims:
+        return None if node is None or node.shape is None else node.shape.dims
+
+    def __setitem__(self, node, dims) -> None:
+        node.shape = Shape(dims)
+
+    def update(self, pairs) -> None:
+        for node, dims in dict(pairs).items():
+            self[node] = dims
+
+
+_AS_MADE = _AsMade()
+
+
+class _Changed(dict):
+    """The shapes that differ from those the nodes were made with; a node's own elsewhere."""
+
+    def get(self, node, default=None) -> Dims:
+        return self[node] if node in self else _AS_MADE.get(node)
+
+    def __setitem__(self, node, dims) -> None:
+        if node in self or dims != _AS_MADE.get(node):
+            super().__setitem__(node, dims)
+
+    def update(self, pairs) -> None:
+        for node, dims in dict(pairs).items():
+            self[node] = dims
+
+    def reaches(self, node: Node) -> bool:
+        """Whether a changed shape, or a call's, can change the node's: it is a call or
+        reads a changed value, itself or a node in its regions."""
+        if not node.regions:
+            return node.kind in CALLS or any(i in self for i in node.inputs)
+        inner = [node, *walk([n for region in node.regions for n in region.nodes])]
+        outputs = [o for region in node.regions for o in region.outputs]
+        return (
+            any(n.kind in CALLS or any(i in self for i in n.inputs) for n in inner)
+            or any(o in self for o in outputs)
+            or node.attrs.get("reverse") in self
+        )
 
 
 class Analysis:
@@ -49,17 +78,38 @@ class Analysis:
         self.done: dict = {}  # graph -> its shapes with its arguments unknown
         self.problems: list = []  # (node, message) of each provable mismatch
 
+    def made(self, node: Node, graph: Graph) -> None:
+        """Set a node of `graph` its shape as it is made, from its inputs' (`Node.shape`):
+        a loop's or a conditional's shapes its regions' nodes again, as the loop's carried
+        values settle. A mismatch its rule proves goes to `graph.mismatches`."""
+        node.shape = Shape(self._node(node, graph.model, _AS_MADE))
+        for found, message in self.problems:
+            graph.mismatches.setdefault(found, message)
+        self.problems.clear()
+
     def alone(self, graph: Graph) -> dict:
         """The graph's shapes with its arguments unknown, found once."""
         if graph not in self.done:
             self.done[graph] = {}  # resolve rejects recursion; this only guards
-            self.done[graph] = self.graph(graph, {})
+            self.done[graph] = self.refined(graph, {})
         return self.done[graph]
 
+    def refined(self, graph: Graph, given: dict) -> dict:
+        """The graph's shapes, its arguments `given` and its calls' values their callees':
+        the nodes' own (as they were made) where neither reaches them, the rules run again
+        only on what these change."""
+        found = _Changed()
+        found.update((node, given.get(node)) for node in graph.inputs)
+        for node in graph.nodes:
+            if found.reaches(node):
+                found[node] = self._node(node, graph.model, found)
+        return found
+
     def as_called(self) -> dict:
-        """{node: shape} of every graph, its arguments shaped as its callers pass them."""
+        """The shapes of every graph's nodes, its arguments shaped as its callers pass them,
+        that differ from the nodes' own (a node's own elsewhere)."""
         passed: dict = {}  # graph -> [the shapes of its arguments at one call]
-        found: dict = {}
+        found = _Changed()
         for graph in self._callers_first():
             calls = passed.get(graph)
             if calls:
@@ -67,7 +117,7 @@ class Analysis:
                     node: agreed([call[k] for call in calls])
                     for k, node in enumerate(graph.inputs)
                 }
-                shapes = self.nodes(graph.model, graph.nodes, given)
+                shapes = self.refined(graph, given)
             else:  # no call shapes its arguments: its shapes alone
                 shapes = self.alone(graph)
             found.update(shapes)
@@ -105,9 +155,12 @@ class Analysis:
 
     def nodes(self, model: str, nodes: list, given: dict) -> dict:
         found = dict(given)
+        self._into(found, model, nodes)
+        return found
+
+    def _into(self, found, model: str, nodes: list) -> None:
         for node in nodes:
             found[node] = self._node(node, model, found)
-        return found
 
     def _node(self, node: Node, model: str, found: dict) -> Dims:
         if node.kind is Kind.PARAM:
@@ -156,7 +209,7 @@ class Analysis:
         return tuple(b if b == a else None for b, a in zip(before, carried))
 
     def _region(self, region, model: str, found: dict) -> list:
-        found.update(self.nodes(model, region.nodes, found))
+        self._into(found, model, region.nodes)
         return [() if isinstance(o, Scalar) else found.get(o) for o in region.outputs]
 
     def _param(self, node: Node, model: str) -> Dims:

@@ -20,7 +20,17 @@ from sx2torch.trace.calling import Caller
 from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import HANDLERS, Layer
-from sx2torch.ir import Graph, Kind, Node, Operand, Scalar, numbers_read, prune, walk
+from sx2torch.ir import (
+    UNKNOWN,
+    Graph,
+    Kind,
+    Node,
+    Operand,
+    Scalar,
+    numbers_read,
+    prune,
+    walk,
+)
 from sx2torch.ops import REGISTRY
 from sx2torch.syntax.read import (
     Boolean,
@@ -200,7 +210,8 @@ class Tracer:
         self.via: tuple = ()
         self.loop = None  # the FOR whose layer's forward is traced in place, if any
         self.builder = Builder(
-            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span)
+            Graph(model.name, defun.name, [], key_defaults, defun.doc, span=defun.span),
+            program,
         )
         self.caller = Caller(self, self.builder, (model.name, defun.name))
         # (Scalar, Span, what): numbers on the model's consts read as integers (_Instances)
@@ -210,7 +221,16 @@ class Tracer:
         graph = self.builder.graph
         env = {}
         for symbol in self.defun.args:
-            node = Node(Kind.INPUT, None, (), {}, symbol.span, symbol, name=symbol.name)
+            node = Node(
+                Kind.INPUT,
+                None,
+                (),
+                {},
+                symbol.span,
+                symbol,
+                name=symbol.name,
+                shape=UNKNOWN,
+            )
             graph.inputs.append(node)
             env[symbol.name] = node
         graph.output = self.caller.returned(self.defun.body, env)
@@ -302,6 +322,7 @@ class Tracer:
                 self.loop.regions[0].nodes if self.loop else self.builder.graph.nodes
             )
             block.append(node)
+            self.builder.shape(node)
             self.param_reads[key] = node
         return self.param_reads[key]
 

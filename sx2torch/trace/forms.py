@@ -14,6 +14,7 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import (
     ISLAND,
     REGION,
+    UNKNOWN,
     DType,
     Frame,
     Kind,
@@ -235,7 +236,7 @@ def loop(
     gives the carried values' next values. Returns one ITEM node per carried value.
     """
     inputs = [
-        Node(Kind.INPUT, None, (), {}, datum.span, datum, name=name)
+        Node(Kind.INPUT, None, (), {}, datum.span, datum, name=name, shape=UNKNOWN)
         for name, _ in carried
     ]
     region = Region(inputs)

@@ -29,6 +29,33 @@ def test_a_matrix_reduced_over_both_axes_is_a_scalar(build):
     )
 
 
+def test_a_full_sum_in_a_branch_is_a_scalar_as_at_the_top(build):
+    """A node inside a conditional has its shape as it is made, as one at the method's top
+    (the ranks of a branch's nodes were unknown: a run-time check and a longer backward).
+    """
+    module, code = build("""
+(defun forward (x &key (flag true))
+  (if flag (gradient (sum (* x x)) x) x))
+""")
+    assert "expect_scalar" not in code and "grad_x_2 = grad_mul_x * x" in code
+    model = module.__dict__[module.__all__[0]]()
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    leaf = x.double().requires_grad_()
+    (expected,) = torch.autograd.grad((leaf * leaf).sum(), leaf)
+    torch.testing.assert_close(model.forward(x).double(), expected)
+    assert torch.equal(model.forward(x, flag=False), x)
+
+
+def test_the_gradient_of_an_argument_by_itself_checks_it_when_the_module_runs(build):
+    """Y an argument: its shape, as it is made, is unknown (the fuzzer's `(gradient x x)`)."""
+    module, code = build("(defun forward (x) (gradient x x))")
+    assert code.count('sx.expect_scalar(x, "x")') == 1
+    model = module.__dict__[module.__all__[0]]()
+    assert torch.equal(model.forward(torch.tensor(3.0)), torch.tensor(1.0))
+    with pytest.raises(ValueError, match="gradient needs a scalar Y"):
+        model.forward(torch.ones(2))
+
+
 SOURCE_OF_UNKNOWN_RANK = """
 (defun forward (x)
   (gradient (sum (* x x) :axes [0]) x))

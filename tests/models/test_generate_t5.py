@@ -10,7 +10,13 @@ import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
 from cases import T5, lisp
-from conftest import assert_generated, greedy, load_module
+from conftest import (
+    assert_generated,
+    calls_counted,
+    class_code,
+    greedy,
+    load_module,
+)
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import generate
 
@@ -52,12 +58,11 @@ def test_the_encoder_and_the_cross_attentions_keys_are_calls_made_once():
     assert "sx.once(self.encoder, input_ids)" in text
     # the decoder's cross-attention: its own class, the keys of the prompt made once and
     # its products the plain ones; the self-attentions keep their keys and values
-    cross = text.split("class T5AttentionEncDecAttention(T5Attention):")[1]
-    cross = cross.split("\nclass ")[0]
+    cross = class_code(text, "T5AttentionEncDecAttention(T5Attention)")
     assert "self.split_heads(sx.once(self.k, key_value_states))" in cross
     assert "self.split_heads(sx.once(self.v, key_value_states))" in cross
     assert "cached_matmul" not in cross
-    own = text.split("class T5Attention(nn.Module):")[1].split("\nclass ")[0]
+    own = class_code(text, "T5Attention(nn.Module)")
     assert own.count("sx.cached_matmul(") == 2
     assert "self.EncDecAttention = T5AttentionEncDecAttention(" in text
     # a subclass that writes only the method it computes otherwise
@@ -75,17 +80,8 @@ def test_t5_generates_transformers_tokens_and_logits_bit_for_bit(
     model.load_state_dict(reference.state_dict(), strict=True)
     prompt = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
     want = greedy(reference, prompt, decoder_start_token_id=0)
-    calls = {"encoder": 0, "k": 0}
-
-    def counted(name):
-        def hook(module, args):
-            calls[name] += 1
-
-        return hook
-
-    model.encoder.register_forward_pre_hook(counted("encoder"))
-    model.decoder.block[1].layer[1].EncDecAttention.k.register_forward_pre_hook(
-        counted("k")
+    calls = calls_counted(
+        encoder=model.encoder, k=model.decoder.block[1].layer[1].EncDecAttention.k
     )
     tokens, logits = generate(
         model, prompt, 32, return_logits=True, decoder_start_token_id=0

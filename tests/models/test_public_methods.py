@@ -18,7 +18,7 @@ import re
 import pytest
 import torch
 
-from cases import lisp
+from cases import BART, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from interpret.test_interpret_examples import CASES
@@ -34,6 +34,10 @@ OTHERS = {
     "scan": (dict(d=8), lambda: [torch.randn(2, 6, 8)]),
     "mamba": (MAMBA, lambda: [torch.randint(0, 256, (2, 7))]),
     "t5": (T5, lambda: [torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))]),
+    "bart": (
+        BART,
+        lambda: [torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))],
+    ),
     "modded-nanogpt-simple": (SIZES, lambda: [torch.randint(0, 64, (2, 16))]),
     "modded-nanogpt-medium": (
         {**MEDIUM, **WINDOWS},

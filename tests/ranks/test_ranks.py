@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from sx2torch import ranks, resolve, runtime, trace
-import sx2torch.ops.shapes as analysis
+from sx2torch.ops.shapes import Analysis, ranked
 from sx2torch.api import compile_string
 from sx2torch.errors import SourceError
 from sx2torch.syntax import read
@@ -273,6 +273,21 @@ def traced(text: str, name: str = "forward"):
     return program, graphs, graphs["model", name]
 
 
+def analysed(graph, program, given=None, graphs=None) -> dict:
+    """{node: shape} by the rank rules, the arguments named in `given` shaped so, the calls
+    shaped as their callees' graphs in `graphs`."""
+    found = Analysis(program, graphs).graph(graph, given or {})
+    return {node: ranked(dims) for node, dims in found.items()}
+
+
+def made(graph) -> dict:
+    """{node: shape} as each node of a traced graph was made."""
+    return {
+        node: ranked(node.shape.dims) if node.shape else None
+        for node in ranks.valued(graph)
+    }
+
+
 def tensor(name: str, shape: list) -> torch.Tensor:
     generator = torch.Generator().manual_seed(len(shape))
     if name in INTEGER_ARGUMENTS:
@@ -295,7 +310,7 @@ def test_the_analysis_gives_the_shape_torch_returns(case, build):
 
     program, graphs, graph = traced(text)
     given = {n: tuple(shape) for n, shape in shapes.items()}
-    found = analysis.shapes(graph, program, given, graphs)[graph.output]
+    found = analysed(graph, program, given, graphs)[graph.output]
     blind = unknown[0] if unknown else set()
     assert found == tuple(
         None if axis in blind else size for axis, size in enumerate(returned)
@@ -363,11 +378,11 @@ def test_arguments_have_unknown_rank_unless_given():
   (let ((all (sum x)) (some (sum x :axes [0])) (kept (sum x :keepdims true)))
     (+ (relu x) all some kept)))
 """)
-    found = _ranks(analysis.shapes(graph, program))
+    found = _ranks(made(graph))
     by_name = {node.name: found[node] for node in graph.nodes if node.name}
     assert by_name == {"all": 0, "some": None, "kept": None}
     assert found[graph.inputs[0]] is None and found[graph.output] is None
-    given = _ranks(analysis.shapes(graph, program, {"x": (None, 5)}))
+    given = _ranks(analysed(graph, program, {"x": (None, 5)}))
     assert given[graph.output] == 2
 
 
@@ -380,7 +395,7 @@ def test_parameters_have_their_initializers_shape_a_const_size_unknown():
 (defparam b (zeros [3]))
 (defun forward (x) (+ (matmul (matmul e (matmul k w)) b) (* 2 d)))
 """)
-    found = analysis.shapes(graph, program)
+    found = made(graph)
     params = {n.attrs["param"]: found[n] for n in graph.nodes if n.kind is Kind.PARAM}
     assert params == {"w": (None, 3), "e": (4, 4), "k": (None, None), "b": (3,)}
     assert found[graph.output] == (4,)
@@ -393,7 +408,7 @@ def test_a_concat_parameter_has_the_sum_of_its_parts_sizes():
 (defparam t (concat [(full [n] 1.05) (zeros [1])]))
 (defun forward (x) (+ (sum s) (sum t)))
 """)
-    found = analysis.shapes(graph, program)
+    found = made(graph)
     params = {n.attrs["param"]: found[n] for n in graph.nodes if n.kind is Kind.PARAM}
     assert params == {"s": (7,), "t": (None,)}
 
@@ -413,10 +428,10 @@ def test_calls_have_their_callees_output_shape():
     (+ (sum a) (sum b) (sum c) (sum d))))
 """
     program, graphs, graph = traced(text)
-    found = analysis.shapes(graph, program, graphs=graphs)
+    found = analysed(graph, program, graphs=graphs)
     by_name = {node.name: found[node] for node in graph.nodes if node.name}
     assert by_name == {"a": (3, 3), "b": (None, 6), "c": (None, 6), "d": None}
-    alone = analysis.shapes(graph, program)  # without the callees' graphs: unknown
+    alone = made(graph)  # as the calls were made, before their callees': unknown
     assert {alone[n] for n in graph.nodes if n.kind in (Kind.CALL, Kind.SUBMODEL)} == {
         None
     }
@@ -429,7 +444,7 @@ def test_check_passes_where_a_const_could_make_the_sizes_agree():
 (defparam b (normal [d 6]))
 (defun forward (x) (+ (matmul a b) (reshape x [3 6])))
 """)
-    ranks.check(program, graphs)
+    ranks.check(graphs)
 
 
 # A chain whose first op reads an argument of unknown rank: the sizes its literal operands
@@ -534,7 +549,7 @@ def test_a_chain_through_a_const_size_is_not_refused():
 (defparam b (normal [d 3]))
 (defun forward (x) (matmul (matmul x a) b))
 """)
-    ranks.check(program, graphs)
+    ranks.check(graphs)
 
 
 # Values known when the file compiles that torch refuses when the module is built or run:
@@ -615,25 +630,38 @@ def test_a_size_index_or_rank_known_when_compiling_is_checked(
         in_torch()
 
 
-def test_a_graph_no_call_shapes_is_analysed_once(monkeypatch):
-    """The check's shapes of a graph with its arguments unknown are the shapes as called
-    where no call passes it any: each node's rule runs once, not again for `as_called`
-    (a long expression's ranks pass was twice its analysis)."""
+def test_the_ranks_pass_runs_the_rules_only_where_calls_change_shapes(monkeypatch):
+    """Each node is shaped as it is made; the ranks pass runs a rule again only on what a
+    call reaches: a call's value, its readers, and a callee whose arguments a call shapes
+    (a long expression's ranks pass was twice its analysis, then once)."""
     program, graphs, _ = traced("""
-(defun scaled (x) (* 2.0 x))
-(defun forward (x) (+ (sin x) (scaled x) x))
+(defparam w (normal [3 4]))
+(defun scaled (x) (* 2.0 (sin x)))
+(defun gram (x) (matmul w (transpose w [1 0])))
+(defun forward (x) (+ (sin x) (scaled w) (gram x) (cos x)))
 """)
     counted: list = []
-    node_shape = analysis.Analysis._node
+    node_shape = Analysis._node
 
     def counting(self, node, model, found):
         counted.append(node)
         return node_shape(self, node, model, found)
 
-    monkeypatch.setattr(analysis.Analysis, "_node", counting)
+    monkeypatch.setattr(Analysis, "_node", counting)
     ranks.run(program, graphs)
     forward = graphs[program.top.name, "forward"]
     scaled = graphs[program.top.name, "scaled"]
-    assert all(counted.count(n) == 1 for n in forward.nodes)
-    # the called graph: alone for the check, then with the shapes its call passes
-    assert all(counted.count(n) == 2 for n in scaled.nodes)
+    runs = [(n.what, counted.count(n)) for n in forward.nodes]
+    # gram's value is known alone, scaled's only as forward calls it: the sums from gram's on
+    assert runs == [
+        ("sin", 0),
+        ("param", 0),
+        ("call", 1),
+        ("call", 1),
+        ("cos", 0),
+        ("+", 0),
+        ("+", 1),
+        ("+", 1),
+    ]
+    assert [counted.count(n) for n in scaled.nodes] == [1, 1]
+    assert scaled.output.shape.dims == (3, 4) and forward.output.shape.dims is None

@@ -218,6 +218,21 @@ def test_traced_regions_verify_and_hold_their_nodes():
     assert [n.name for n in forward.nodes if n.kind is Kind.ITEM] == ["x", "backout"]
 
 
+def test_verify_refuses_a_node_without_its_shape_or_with_an_undeclared_attribute():
+    program = resolve.run(read("(defun forward (x) (relu (sum x :axes [0])))"), "m")
+    graph = trace.run(program)["m", "forward"]
+    verify(graph, REGISTRY)
+    reduced, _ = graph.nodes
+    assert reduced.shape.dims is None  # its rank unknown, as x's: but a shape, as made
+    reduced.attrs = {**reduced.attrs, "size": 3}  # no argument or key of sum
+    with pytest.raises(AssertionError, match="attributes"):
+        verify(graph, REGISTRY)
+    reduced.attrs.pop("size")
+    reduced.shape = None
+    with pytest.raises(AssertionError, match="made without its shape"):
+        verify(graph, REGISTRY)
+
+
 def test_a_loop_beside_the_path_of_a_gradient_calls_its_layers(build):
     """Y's loop does not depend on X: it is traced as it is, its layers called, not inlined
     (its value is the gradient: Y reads it only for the shape would leave it dead)."""
