@@ -61,7 +61,7 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
     if chosen is None or not chosen.generate:
         return
     entry = (program.top.name, "forward")
-    shapes = _Follow(program, graphs).run(entry, _grows(chosen, program))
+    shapes = _Follow(program, graphs).run(entry, grows(chosen, program))
     reached = _reached(program, graphs, entry)
     holds = _holding(program, graphs, reached)
     if not holds[entry]:
@@ -82,7 +82,7 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
         reshape(graph, program)
 
 
-def _grows(chosen: Run, program: Program) -> int:
+def grows(chosen: Run, program: Program) -> int:
     """The index of forward's argument that grows: `:generate true`'s first, or the one the
     run names (an encoder-decoder's decoder ids)."""
     if chosen.generate is True:

@@ -81,6 +81,11 @@ class Shape:
 UNKNOWN = Shape(None)
 
 
+def argument(name: Optional[str], span: Span, form) -> "Node":
+    """A defun's argument, or a loop's carried value, as it is made: its shape unknown."""
+    return Node(Kind.INPUT, None, (), {}, span, form, name=name, shape=UNKNOWN)
+
+
 @dataclass(eq=False)
 class Region:
     """Nodes that run together under an `if` or a `for`: they may read values made before

@@ -41,6 +41,21 @@ T5 = dict(
     relative_attention_num_buckets=8,
     relative_attention_max_distance=12,
 )
+# head_dim 6 in the encoder and 8 in the decoder: neither scaling is a power of 2; 20 mel
+# frames (2 * max_source_positions), and room for a 32-token generation
+WHISPER = dict(
+    vocab_size=64,
+    num_mel_bins=8,
+    d_model=24,
+    encoder_layers=2,
+    encoder_attention_heads=4,
+    encoder_ffn_dim=40,
+    decoder_layers=2,
+    decoder_attention_heads=3,
+    decoder_ffn_dim=36,
+    max_source_positions=10,
+    max_target_positions=40,
+)
 BART = dict(
     vocab_size=64,
     max_position_embeddings=48,
@@ -98,6 +113,40 @@ def f32_and_bf16(f32, folder: Path, **settings) -> tuple:
     f32.save_pretrained(folder)
     bf16 = type(f32).from_pretrained(folder, dtype=torch.bfloat16, **settings)
     return f32.eval(), bf16.eval()
+
+
+def whisper_f32_and_bf16(folder: Path) -> tuple:
+    """transformers' WhisperForConditionalGeneration at WHISPER's sizes with random weights
+    (the norms' weights around 1 and biases around 0, of std 0.3; the rest of std 1: a
+    greedy decoding of smaller ones repeats one token), eager attention, and the same as
+    from_pretrained(..., dtype=bf16) loads it from `folder`. No token is suppressed or
+    forced: its generation config leaves greedy decoding plain."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    eager = dict(attn_implementation="eager")
+    config = WhisperConfig(
+        **WHISPER,
+        **eager,
+        pad_token_id=0,
+        bos_token_id=1,
+        decoder_start_token_id=1,
+        eos_token_id=None,
+        begin_suppress_tokens=None,
+    )
+    f32 = WhisperForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, value in f32.named_parameters():
+            norm = "norm" in name
+            value.normal_(
+                1.0 if name.endswith("norm.weight") else 0.0, 0.3 if norm else 1.0
+            )
+    f32.save_pretrained(folder)
+    bf16 = WhisperForConditionalGeneration.from_pretrained(
+        folder, dtype=torch.bfloat16, **eager
+    )
+    return f32, bf16.eval()
 
 
 # The runs that compile a port for sx2torch.runtime.generate, added to its source by the

@@ -75,4 +75,5 @@ def test_the_bundled_examples_are_there():
         "t5",
         "tiny-gpt",
         "vit",
+        "whisper",
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sx2torch.errors import SourceError
 from sx2torch.gradient.dependence import read_in_regions, reads_around
 from sx2torch.gradient.labels import label
-from sx2torch.ir import UNKNOWN, Kind, Node, Operand, Region, Scalar, walk
+from sx2torch.ir import Kind, Node, Operand, Region, Scalar, argument, walk
 
 
 class Adjoint:
@@ -143,9 +143,7 @@ def _named_as_carried(start: Operand, carried: Node) -> None:
 
 
 def _input(name: str, loop: Node) -> Node:
-    return Node(
-        Kind.INPUT, None, (), {}, loop.span, loop.form, name=name, shape=UNKNOWN
-    )
+    return argument(name, loop.span, loop.form)
 
 
 class _Copier:

@@ -48,6 +48,7 @@ LINEAR |= {"amax", "amin", "previous", "topk", "alias"}
 LINEAR |= {
     "unsqueeze",
     "squeeze",
+    "contiguous",
     "flatten",
     "repeat-interleave",
     "roll",

@@ -339,6 +339,7 @@ OPS = {
     "slice": Spec(_slice, KEEP),
     "unsqueeze": Spec(lambda a, k: a[0].unsqueeze(k["axis"]), KEEP),
     "squeeze": Spec(_squeeze, KEEP),
+    "contiguous": Spec(lambda a, k: a[0].contiguous(), KEEP),
     "flatten": Spec(
         lambda a, k: torch.flatten(a[0], k.get("start", 0), k.get("end", -1)), KEEP
     ),

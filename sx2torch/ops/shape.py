@@ -24,6 +24,7 @@ from sx2torch.ops.rank import (
     UNSQUEEZE,
     ONE_HOT,
     RESHAPE,
+    SAME,
     SLICE,
     SWAP_AXES,
     TAKE,
@@ -365,6 +366,18 @@ _view(
     _reshape_back,
     FLATTEN,
     "torch.flatten: the axes :start to :end (both included; defaults 0 and -1) made one",
+)
+_view(
+    "contiguous",
+    lambda a, ctx: b.method(a[0], "contiguous"),
+    (),
+    lambda t, n, g: [g],
+    SAME,
+    "x.contiguous(): X's values, laid out row-major; a product's bits depend on its "
+    "operands' layout, so a port writes it where the real code does (Whisper's "
+    "attention: query, keys and values made contiguous before their products gives "
+    "transformers' f32 logits bit for bit, a permuted view of them does not). Its "
+    "derivative is the gradient as it is",
 )
 _view(
     "repeat-interleave",

@@ -371,14 +371,15 @@ def _arithmetic(model: Model, datum: List) -> Init:
 
 
 def _is_formula(datum: Datum) -> bool:
-    """Whether `datum` makes a tensor: an initializer, or arithmetic with one among its
-    operands (`(- 0.0 inc)` is a number, `(- 1.0 (arange 0 n))` a tensor)."""
+    """Whether `datum` makes a tensor: an initializer, or arithmetic or a function with one
+    among its operands (`(- 0.0 inc)` and `(log 10000)` are numbers, `(- 1.0 (arange 0 n))`
+    a tensor)."""
     if not (
         isinstance(datum, List) and datum.items and isinstance(datum.items[0], Symbol)
     ):
         return False
     head = datum.items[0].name
-    if head in FORMULA_ARITHMETIC:
+    if head in FORMULA_ARITHMETIC or head in FORMULA_FUNCTIONS:
         return any(_is_formula(item) for item in datum.items[1:])
     return head in INITIALIZERS
 

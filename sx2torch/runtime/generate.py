@@ -46,15 +46,13 @@ def generate(
 
     An encoder-decoder (compiled from `(defrun NAME ... :generate decoder-input-ids)`,
     forward taking the prompt and then the decoder's ids) is given `decoder_start_token_id`:
-    `input_ids` is then the encoder's prompt, run once, and the tokens are the decoder's,
-    that token first, as transformers' `sequences` of an encoder-decoder.
+    `input_ids` is then the encoder's prompt, run once (T5's ids, Whisper's features), and
+    the tokens are the decoder's, that token first, as transformers' `sequences` of an
+    encoder-decoder.
     """
     if decoder_start_token_id is not None:
         _one_length(static_cache, attention_mask)
-        model, input_ids = (
-            functools.partial(model, input_ids),
-            torch.full_like(input_ids[:, :1], decoder_start_token_id),
-        )
+        model, input_ids = _with_prompt(model, input_ids, decoder_start_token_id)
     cache = _new_cache(input_ids, max_new_tokens, attention_mask, static_cache)
     sample = dict(
         do_sample=do_sample,
@@ -98,6 +96,14 @@ def _decode(forwards, input_ids, cache, max_new_tokens, sample, ends, streamer):
         chunk, forward = chosen[:, None], step
         position = _advance(cache, position, tokens.shape[1] - 1)
     return tokens, logits
+
+
+def _with_prompt(model, prompt: Tensor, start: int) -> tuple:
+    """An encoder-decoder's forward given its prompt, any tensor whose first axis is the
+    batch (Whisper's input_features [batch, mel bins, frames]), and the decoder's first
+    tokens: `start` in each row, [batch, 1] int64, transformers' decoder_input_ids."""
+    starts = torch.full((len(prompt), 1), start, dtype=torch.long, device=prompt.device)
+    return functools.partial(model, prompt), starts
 
 
 def _one_length(static_cache: bool, attention_mask) -> None:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+import sx2torch.cache as cache
 import sx2torch.compiler as compiler
 import sx2torch.errors as errors
 import sx2torch.lint as lint
@@ -108,16 +109,22 @@ def _cache(unit) -> Optional[dict]:
     `unknown`, not in the bytes."""
     if unit.chosen is None or not unit.chosen.generate:
         return None
-    sizes = _Sizes(unit.program)
     top = unit.program.top
     entry = unit.lowered.natural[top.name, "forward"]
-    # one token of the ids (an encoder-decoder's prompt, one token too: its keys are
-    # made once, their size counts nothing per token)
-    ids = [(1, 1)] * len(entry.graph.inputs)
-    sizes.graph(entry, ids, sizes.consts(top, {}), {})
+    grows = cache.grows(unit.chosen, unit.program)
+    # one token of the ids; an encoder-decoder's prompt, whose values are made once and
+    # count nothing per token, of one row and sizes not known, at the first rank at which
+    # every cached attention's sizes are (T5's ids, Whisper's mel frames [1, bins, frames])
+    for rank in range(2, 6):
+        sizes = _Sizes(unit.program)
+        args = [(1,) + (None,) * (rank - 1)] * len(entry.graph.inputs)
+        args[grows] = (1, 1)
+        sizes.graph(entry, args, sizes.consts(top, {}), {})
+        if len(args) == 1 or not any(_unknown(dims) for _, dims in sizes.met):
+            break
     total, unknown = 0, 0
     for dtype, dims in sizes.met:
-        if any(d is None or None in d for d in dims):
+        if _unknown(dims):
             unknown += 1
         else:
             each = 2 if dtype == "bf16" and not unit.target.held else 4
@@ -127,6 +134,10 @@ def _cache(unit) -> Optional[dict]:
         "bytes_per_token": total,
         "unknown": unknown,
     }
+
+
+def _unknown(dims: tuple) -> bool:
+    return any(d is None or None in d for d in dims)
 
 
 class _Sizes:

@@ -21,12 +21,12 @@ from sx2torch.errors import SourceError
 from sx2torch.errors import suggest as _suggest
 from sx2torch.trace.forms import HANDLERS, Layer
 from sx2torch.ir import (
-    UNKNOWN,
     Graph,
     Kind,
     Node,
     Operand,
     Scalar,
+    argument,
     numbers_read,
     prune,
     walk,
@@ -221,16 +221,7 @@ class Tracer:
         graph = self.builder.graph
         env = {}
         for symbol in self.defun.args:
-            node = Node(
-                Kind.INPUT,
-                None,
-                (),
-                {},
-                symbol.span,
-                symbol,
-                name=symbol.name,
-                shape=UNKNOWN,
-            )
+            node = argument(symbol.name, symbol.span, symbol)
             graph.inputs.append(node)
             env[symbol.name] = node
         graph.output = self.caller.returned(self.defun.body, env)

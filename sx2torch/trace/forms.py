@@ -14,7 +14,6 @@ from sx2torch.errors import SourceError
 from sx2torch.ir import (
     ISLAND,
     REGION,
-    UNKNOWN,
     DType,
     Frame,
     Kind,
@@ -22,6 +21,7 @@ from sx2torch.ir import (
     Operand,
     Region,
     Scalar,
+    argument,
 )
 from sx2torch.syntax.read import Datum, Keyword, List, Symbol, Vector, shown
 from sx2torch.syntax.program import LISTS
@@ -235,10 +235,7 @@ def loop(
     `carried` [(name, operand)]; `body(node, carried inputs)` traces one iteration and
     gives the carried values' next values. Returns one ITEM node per carried value.
     """
-    inputs = [
-        Node(Kind.INPUT, None, (), {}, datum.span, datum, name=name, shape=UNKNOWN)
-        for name, _ in carried
-    ]
+    inputs = [argument(name, datum.span, datum) for name, _ in carried]
     region = Region(inputs)
     attrs = {"stack": stack, "index": index, "layer": layer}
     node = Node(

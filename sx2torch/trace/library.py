@@ -3,7 +3,7 @@ traced as a graph of its own with the builder its uses were traced with."""
 
 from __future__ import annotations
 
-from sx2torch.ir import LIBRARY, UNKNOWN, Expansion, Graph, Kind, Node
+from sx2torch.ir import LIBRARY, Expansion, Graph, Node, argument
 from sx2torch.syntax.read import List, Symbol
 from sx2torch.syntax.scalars import Scalar, ScalarOp
 from sx2torch.ops.builder import Builder, default
@@ -20,7 +20,7 @@ def function_graph(op, record: Expansion, numbers: dict, shaping: dict) -> Graph
     graph = Graph(LIBRARY, op.name, [], keys, None, span=span)
     for name in names:
         symbol = Symbol(name, span)
-        node = Node(Kind.INPUT, None, (), {}, span, symbol, name=name, shape=UNKNOWN)
+        node = argument(name, span, symbol)
         graph.inputs.append(node)
     builder = Builder(graph, None)
     builder.expanding = True  # the ops it is defined by are its own nodes

@@ -81,6 +81,11 @@ UNARY = {
         False,
     ),
     "unsqueeze": ("(unsqueeze x :axis 1)", lambda x: x.unsqueeze(1), False),
+    "contiguous": (
+        "(contiguous (swap-axes x 0 1))",
+        lambda x: x.transpose(0, 1).contiguous(),
+        False,
+    ),
     "squeeze": (
         "(squeeze (reshape x [3 1 4]) :axis 1)",
         lambda x: x.reshape(3, 1, 4).squeeze(1),

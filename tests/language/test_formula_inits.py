@@ -80,3 +80,17 @@ def test_a_bad_formula_is_a_located_diagnostic(source, message, where):
         compile_source(source + "\n(defun forward (x) (* x w))", "model.lisp")
     assert message in caught.value.message
     assert (caught.value.span.line, caught.value.span.col) == where
+
+
+def test_a_function_of_numbers_in_a_formula_is_a_number():
+    """`(log 10000)` among a formula's operands holds no initializer: a number, as Python's
+    math computes it (Whisper's sinusoids() without a const of its increment)."""
+    source = (
+        "(defconst channels 8)\n"
+        "(defparam w (* (arange 0 (// channels 2))"
+        " (- 0.0 (/ (log 10000) (- (// channels 2) 1)))))\n"
+        "(defun forward (x) (* x w))\n"
+    )
+    model = load_module(compile_source(source, "model.lisp")).Model(channels=10)
+    increment = math.log(10000) / (10 // 2 - 1)
+    assert torch.equal(model.w.detach(), -increment * torch.arange(10 // 2))

@@ -18,7 +18,7 @@ import re
 import pytest
 import torch
 
-from cases import BART, lisp
+from cases import BART, WHISPER, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from interpret.test_interpret_examples import CASES
@@ -37,6 +37,10 @@ OTHERS = {
     "bart": (
         BART,
         lambda: [torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))],
+    ),
+    "whisper": (
+        WHISPER,
+        lambda: [torch.randn(2, 8, 20), torch.randint(0, 64, (2, 5))],
     ),
     "modded-nanogpt-simple": (SIZES, lambda: [torch.randint(0, 64, (2, 16))]),
     "modded-nanogpt-medium": (

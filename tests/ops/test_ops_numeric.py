@@ -694,6 +694,9 @@ CASES: dict[str, list[Case]] = {
         case("x", "(unsqueeze x :axis 1)", X, lambda x: x.unsqueeze(1)),
         case("x", "(unsqueeze x :axis -1)", X, lambda x: x.unsqueeze(-1)),
     ],
+    "contiguous": [
+        case("x", "(contiguous (swap-axes x 0 1))", X, lambda x: x.t().contiguous()),
+    ],
     "squeeze": [
         case("x", "(squeeze (reshape x [3 1 4]) :axis 1)", X, lambda x: x),
         case("x", "(squeeze (reshape x [1 3 1 4]))", X, lambda x: x),

@@ -146,3 +146,33 @@ def test_a_reshape_that_only_appends_ones_is_written_unsqueeze(build):
     assert torch.equal(checked, g.reshape(2, 3, 4, 1))
     with pytest.raises(RuntimeError):
         module.Model()(torch.randn(2, 3, 5, 1))
+
+
+CONTIGUOUS = """
+(defun split-heads (x) (swap-axes x 1 2))
+(defun forward (q k)
+  (matmul (contiguous (split-heads q))
+          (swap-axes (contiguous (split-heads k)) -1 -2)))
+(defun grad (q k) (gradient (sum (* (forward q k) (forward q k))) q))
+(defrun exact :precision :f32)
+"""
+
+
+def test_contiguous_lays_out_a_products_operands_as_the_real_code_does(build):
+    """transformers' Whisper makes its queries and keys contiguous before q @ kᵀ; torch's
+    f32 product of a permuted view sums in another order (here it differs in the last
+    bits), so only `.contiguous()` gives its bits. The interpreter's gradient is the
+    module's."""
+    module, code = build(CONTIGUOUS)
+    assert code.split("def forward")[1].split("def grad")[0].count(".contiguous()") == 2
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 10, 4, 6), torch.randn(2, 10, 4, 6)
+    got = module.Model()(q, k)
+    want = q.transpose(1, 2).contiguous() @ k.transpose(1, 2).contiguous().transpose(
+        2, 3
+    )
+    assert torch.equal(got, want)
+    assert not torch.equal(q.transpose(1, 2) @ k.transpose(1, 2).transpose(2, 3), want)
+    interpreted = interpret.load(CONTIGUOUS)
+    assert torch.equal(interpreted.evaluate("forward", [q, k]), got)
+    assert torch.equal(interpreted.evaluate("grad", [q, k]), module.Model().grad(q, k))

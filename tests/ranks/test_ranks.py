@@ -77,6 +77,7 @@ CASES = [
     ("unsqueeze", "(unsqueeze x :axis 0)", {"x": []}),
     ("squeeze", "(squeeze x :axis 1)", {"x": [2, 1, 5]}),
     ("squeeze", "(squeeze x)", {"x": [1, 2, 1, 5]}),
+    ("contiguous", "(contiguous (swap-axes x 0 1))", {"x": [2, 3, 5]}),
     ("flatten", "(flatten x :start 1)", {"x": [2, 3, 5]}),
     ("flatten", "(flatten x :start 0 :end -2)", {"x": [2, 3, 5]}),
     ("flatten", "(flatten x)", {"x": []}),

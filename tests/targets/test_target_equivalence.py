@@ -395,6 +395,9 @@ SKIPPED: dict[str, str] = {
     "bart": "as llama: F.linear and F.layer_norm on the held targets run in f32 and round "
     "once; its numbers are checked against transformers' BartForConditionalGeneration in "
     "tests/models/test_bart.py",
+    "whisper": "as llama: F.linear, F.conv1d and F.layer_norm on the held targets run in f32 "
+    "and round once; its numbers are checked against transformers' "
+    "WhisperForConditionalGeneration in tests/models/test_whisper.py",
 }
 
 COMPARED = [case for case in CASES if case not in SKIPPED]

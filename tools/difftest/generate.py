@@ -54,6 +54,7 @@ EXACT |= {"cast-run", "scalar-like"}
 EXACT |= {
     "unsqueeze",
     "squeeze",
+    "contiguous",
     "flatten",
     "repeat-interleave",
     "roll",
@@ -236,6 +237,7 @@ class Gen:
         start = self.pick(0, 1)
         forms = {
             "squeeze": f"(squeeze (unsqueeze {x} :axis {axis}) :axis {axis})",
+            "contiguous": f"(swap-axes (contiguous (swap-axes {x} 0 1)) 0 1)",
             "flatten": self.pick(
                 f"(flatten (reshape {x} [{B} 2 2]) :start 1)",
                 f"(reshape (flatten {x}) [{B} {D}])",
@@ -255,7 +257,7 @@ class Gen:
                 f"(flatten (slice (stack [{x} {y}] :axis {self.pick(2, -1)}) :axis 2 "
                 f":start {start} :end {start + 1}) :start 1)"
             )
-        for used in ("unsqueeze", "slice", "reshape", "flatten"):
+        for used in ("unsqueeze", "slice", "reshape", "flatten", "swap-axes"):
             if f"({used} " in forms[op]:
                 self.use(used)
         return forms[op]
