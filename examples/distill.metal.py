@@ -16,6 +16,7 @@ class Distill(nn.Module):
         )
         self.student = nn.Parameter(torch.normal(0.0, 0.1, size=(d, d)))
 
+    @sx.saves_bf16
     def project(self, x, w):
         # (with-numerics (:precision :bf16) ...)
         with sx.bf16_region():

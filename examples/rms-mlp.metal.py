@@ -15,6 +15,7 @@ class RmsMlp(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(d_hidden))
         self.w2 = nn.Parameter(torch.normal(0.0, 0.02, size=(d_hidden, n_class)))
 
+    @sx.saves_bf16
     def rms_norm_star(self, x, *, eps=1e-06):
         """The rms-norm of the precision page, written out."""
         x = sx.to_bf16(x)
@@ -23,6 +24,7 @@ class RmsMlp(nn.Module):
         rsqrt_x = torch.rsqrt(torch.mean(x_f32 * x_f32, dim=-1, keepdim=True) + eps)
         return sx.store_bf16(x * sx.round_to_bf16(rsqrt_x))
 
+    @sx.saves_bf16
     def forward(self, x):
         w1_bf16 = sx.round_to_bf16(self.w1)
         b1_bf16 = sx.round_to_bf16(self.b1)

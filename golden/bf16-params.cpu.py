@@ -26,6 +26,7 @@ class Bf16Params(nn.Module):
             )
         )
 
+    @sx.saves_bf16
     def forward(self, ids):
         head_bf16 = sx.round_to_bf16(self.head)
         scalars_bf16 = sx.round_to_bf16(self.scalars)

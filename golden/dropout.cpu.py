@@ -15,6 +15,7 @@ class Dropout(nn.Module):
         self.p = p
         self.enc = nn.Parameter(torch.normal(0.0, 1.0, size=(d, 2 * d)))
 
+    @sx.saves_bf16
     def forward(self, x):
         enc_bf16 = sx.round_to_bf16(self.enc)
         h = sx.store_bf16(

@@ -13,6 +13,7 @@ class Block(nn.Module):
         super().__init__()
         self.w = nn.Parameter(torch.normal(0.0, 0.5, size=(d, d)))
 
+    @sx.saves_bf16
     def forward(self, x, *, scale=1.0):
         x = sx.to_bf16(x)
         w_bf16 = sx.round_to_bf16(self.w)
@@ -28,6 +29,7 @@ class GradientRegions(nn.Module):
         self.blocks = nn.ModuleList([Block(d=4) for _ in range(3)])
         self.gate = nn.Parameter(torch.normal(0.0, 1.0, size=(4,)))
 
+    @sx.saves_bf16
     def energy(self, x0):
         gate_bf16 = sx.round_to_bf16(self.gate)
         x = sx.round_to_bf16(x0)
@@ -39,6 +41,7 @@ class GradientRegions(nn.Module):
             backout = y if i == self.backout_layer else backout
         return sx.store_bf16(torch.sum(sx.store_bf16(sx.store_bf16(x - backout) * x)))
 
+    @sx.saves_bf16
     def forward(self, x0):
         gate_bf16 = sx.round_to_bf16(self.gate)
         x = sx.round_to_bf16(x0)
@@ -108,6 +111,7 @@ class GradientRegions(nn.Module):
         grad_x0 = sx.store_bf16(grad_x + grad_backout)
         return grad_x0
 
+    @sx.saves_bf16
     def chained(self, x):
         x = sx.round_to_bf16(x)
         x_per_layer = []

@@ -16,6 +16,7 @@ class GroupNorm(nn.Module):
         self.norm_weight = nn.Parameter(torch.ones(channels))
         self.norm_bias = nn.Parameter(torch.zeros(channels))
 
+    @sx.saves_bf16
     def forward(self, x):
         conv_bf16 = sx.round_to_bf16(self.conv)
         conv1d_x = sx.store_bf16(F.conv1d(sx.round_to_bf16(x), conv_bf16, stride=2))
@@ -25,6 +26,7 @@ class GroupNorm(nn.Module):
         )
         return F.gelu(group_norm_conv1d_x)
 
+    @sx.saves_bf16
     def norm_gradient(self, x):
         conv_bf16 = sx.round_to_bf16(self.conv)
         conv1d_x = sx.store_bf16(F.conv1d(sx.round_to_bf16(x), conv_bf16, stride=2))

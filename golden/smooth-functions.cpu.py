@@ -15,6 +15,7 @@ class SmoothFunctions(nn.Module):
         self.dt_bias = nn.Parameter(torch.zeros(d))
         self.a_log = nn.Parameter(torch.zeros(d))
 
+    @sx.saves_bf16
     def forward(self, x):
         dt_proj_bf16 = sx.round_to_bf16(self.dt_proj)
         dt_bias_bf16 = sx.round_to_bf16(self.dt_bias)
@@ -34,6 +35,7 @@ class SmoothFunctions(nn.Module):
             + sx.round_to_bf16(F.softplus(x, beta=2.0, threshold=10))
         )
 
+    @sx.saves_bf16
     def step_gradient(self, x):
         dt_proj_bf16 = sx.round_to_bf16(self.dt_proj)
         matmul_x = sx.store_bf16(sx.round_to_bf16(x) @ dt_proj_bf16)

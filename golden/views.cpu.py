@@ -17,6 +17,7 @@ class Views(nn.Module):
         self.wq = nn.Parameter(torch.normal(0.0, 1.0, size=(16, 16)))
         self.wk = nn.Parameter(torch.normal(0.0, 1.0, size=(8, 16)))
 
+    @sx.saves_bf16
     def rotate_pairs(self, x, cos, sin):
         x = sx.to_bf16(x)
         even = x[..., ::2]
@@ -35,6 +36,7 @@ class Views(nn.Module):
             dim=-1,
         )
 
+    @sx.saves_bf16
     def forward(self, x, cos, sin):
         wq_bf16 = sx.round_to_bf16(self.wq)
         wk_bf16 = sx.round_to_bf16(self.wk)
@@ -55,6 +57,7 @@ class Views(nn.Module):
         shifted = torch.roll(scores, 1, dims=-1)
         return shifted.permute(0, 2, 1, 3).flatten(2).unsqueeze(0).squeeze(0)
 
+    @sx.saves_bf16
     def key_gradient(self, x, cos, sin):
         wq_bf16 = sx.round_to_bf16(self.wq)
         wk_bf16 = sx.round_to_bf16(self.wk)

@@ -14,6 +14,7 @@ class ZeroDRules(nn.Module):
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(4, 4)))
         self.v = nn.Parameter(torch.normal(0.0, 1.0, size=(4,)))
 
+    @sx.saves_bf16
     def forward(self, x):
         w_bf16 = sx.round_to_bf16(self.w)
         v_bf16 = sx.round_to_bf16(self.v)

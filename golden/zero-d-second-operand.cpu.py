@@ -14,6 +14,7 @@ class ZeroDSecondOperand(nn.Module):
         self.v = nn.Parameter(torch.normal(0.0, 1.0, size=(4,)))
         self.w = nn.Parameter(torch.normal(0.0, 1.0, size=(4, 4)))
 
+    @sx.saves_bf16
     def forward(self, x):
         w_bf16 = sx.round_to_bf16(self.w)
         h = sx.store_bf16(F.linear(sx.round_to_bf16(x), w_bf16))

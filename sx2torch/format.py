@@ -267,7 +267,7 @@ OPENS_BLOCK = re.compile(r":(  #[^'\"]*)?$")
 def _blank_lines(lines: list) -> list:
     """The lines with the blank lines black requires and the emitted module lacks: one
     after the imports, two after a class, and one before each method but the first after
-    its class line (before the comments right above it)."""
+    its class line (before the comments and the decorator right above it)."""
     written: list = []
     top = ""  # the last line at depth 0
     for index, line in enumerate(lines):
@@ -287,7 +287,9 @@ def _blank_lines(lines: list) -> list:
             depth >= 1
             and _opens_method(lines, index, depth)
             and before.strip()
-            and not (before.lstrip(" ").startswith("#") and _depth(before) == depth)
+            and not (
+                before.lstrip(" ").startswith(("#", "@")) and _depth(before) == depth
+            )
             and not (before.lstrip(" ").startswith("class ") and _depth(before) < depth)
         ):
             written.append("")
@@ -298,8 +300,11 @@ def _blank_lines(lines: list) -> list:
 
 
 def _opens_method(lines: list, index: int, depth: int) -> bool:
-    """Whether line `index` is a `def` at `depth`, or a comment right above one."""
-    while index < len(lines) and lines[index].startswith("    " * depth + "#"):
+    """Whether line `index` is a `def` at `depth`, or a comment or decorator right above
+    one."""
+    while index < len(lines) and lines[index].startswith(
+        ("    " * depth + "#", "    " * depth + "@")
+    ):
         index += 1
     return index < len(lines) and lines[index].startswith("    " * depth + "def ")
 

@@ -166,7 +166,7 @@ def _class(
         for code, name in methods:
             if name not in emitted:
                 emitted.add(name)
-                body.append(_method(code, name, ctx, public))
+                body.append(_saving(_method(code, name, ctx, public), ctx, code))
     base = b.dotted("nn.Module")
     return cst.ClassDef(
         cst.Name(ctx.naming.classes[model.name]),
@@ -196,6 +196,16 @@ def _subclass(copy: cst.ClassDef, original: cst.ClassDef, instance: str):
         body=cst.IndentedBlock([_docstring(doc), *own]),
         bases=[cst.Arg(cst.Name(original.name.value))],
     )
+
+
+def _saving(
+    method: cst.FunctionDef, ctx: ClassContext, typed: Typed
+) -> cst.FunctionDef:
+    """A held target's method that rounds values, decorated to save them for the backward
+    in 2 bytes (sx2torch/runtime/rounding.py)."""
+    if not ctx.plans.plans[typed].saves_bf16:
+        return method
+    return method.with_changes(decorators=[cst.Decorator(b.dotted("sx.saves_bf16"))])
 
 
 def _tp_plan(plan: Plan, naming: Naming) -> list:

@@ -25,7 +25,7 @@ import sx2torch.plan.functions as shared_functions
 from sx2torch.plan.casts import may_be_none
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.sharing import Sharing
-from sx2torch.plan.spelled import Cast, Spelled, rounds
+from sx2torch.plan.spelled import Cast, Spelled, rounding, rounds
 from sx2torch.plan.targets import Target, or_bool, or_none
 from sx2torch.policy import Lowered, Typed
 from sx2torch.policy.rules import calling
@@ -48,6 +48,14 @@ class Plan:
     spelled: Spelled  # each cast spelled, the results rounded on store
     code: Typed  # the specialization whose method serves it (itself, where its own)
     entry: dict  # argument index -> the Cast it is cast down with at entry
+
+    @property
+    def saves_bf16(self) -> bool:
+        """Whether its method saves its held bf16 values for the backward in 2 bytes
+        (`@sx.saves_bf16`): on a held target, where it rounds a value (at entry or
+        inside), which autograd may save."""
+        rounds = self.spelled.rounds() or any(map(rounding, self.entry.values()))
+        return self.layout.target.held and rounds
 
 
 @dataclass(frozen=True)

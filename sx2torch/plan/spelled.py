@@ -80,6 +80,23 @@ class Spelled:
             for hoist in hoists
         }
 
+    def rounds(self) -> bool:
+        """Whether the method rounds a value (a store, or a cast down), which autograd may
+        save for the backward: a held target's method then saves its held bf16 values in
+        2 bytes (`@sx.saves_bf16`)."""
+        casts = [*self.reads.values(), *self.outputs.values(), *self.hoists.values()]
+        casts += self.gathered.values()
+        return bool(self.stores) or any(rounding(c) for c in casts)
+
+
+# the spellings that round (sx2torch/plan/targets.py): a cast down, an argument's at entry
+ROUNDINGS = ("round", "to-held")
+
+
+def rounding(cast) -> bool:
+    """Whether a read's cast (a Cast, or the Hoist it reads by name) rounds its value."""
+    return isinstance(cast, Cast) and (cast.spelling or "").endswith(ROUNDINGS)
+
 
 def rounds(typed: Typed, node: Node) -> bool:
     """Whether an op's result is a bf16 value its op can leave, which a held target rounds

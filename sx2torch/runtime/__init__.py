@@ -34,7 +34,13 @@ from sx2torch.runtime.grad import (
 from sx2torch.runtime.matmul import matmul_f32_out
 from sx2torch.runtime.optim import newton_schulz
 from sx2torch.runtime.regions import bf16_region
-from sx2torch.runtime.rounding import as_f32, round_to_bf16, store_bf16, to_bf16
+from sx2torch.runtime.rounding import (
+    as_f32,
+    round_to_bf16,
+    saves_bf16,
+    store_bf16,
+    to_bf16,
+)
 from sx2torch.runtime.sizes import layers
 from sx2torch.runtime.scan import (
     linear_scan,
@@ -72,6 +78,7 @@ __all__ = [
     "once",
     "previous",
     "round_to_bf16",
+    "saves_bf16",
     "slice_backward",
     "sparse_experts",
     "store_bf16",

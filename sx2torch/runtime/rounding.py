@@ -10,13 +10,28 @@ In eager mode the roundings are autograd Functions (and hooks on backward nodes)
 code that torch.compile traces calls them as an op, ``torch.ops.sx2torch.round_to_bf16``,
 which inductor computes as a cast it keeps on the CPU and in the integer form elsewhere
 (``compiling.py``).
+
+Each eager rounding's result is recorded as a held bf16 value: a method that rounds
+(``saves_bf16``) has autograd save such values as bf16 tensors, half the memory, and a
+rounding passes as it is a value or gradient that is one already.
 """
+
+import functools
+import threading
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 from torch.utils.weak import WeakTensorKeyDictionary
 
-__all__ = ["as_f32", "round_bits", "round_to_bf16", "store_bf16", "to_bf16"]
+__all__ = [
+    "as_f32",
+    "round_bits",
+    "round_to_bf16",
+    "saves_bf16",
+    "store_bf16",
+    "to_bf16",
+]
 
 _QUIET_NAN = 0x7FC00000
 _HIGH_HALF = -0x10000  # 0xFFFF0000 as an int32
@@ -41,7 +56,8 @@ def round_bits(x: Tensor) -> Tensor:
 
 
 def _round(x: Tensor) -> Tensor:
-    """The rounding on eager kernels (compiled code has it inlined, ``compiling.py``)."""
+    """The rounding on eager kernels (compiled code has it inlined, ``compiling.py``); of a
+    bf16 tensor on the CPU, its widening (its values are bf16 values)."""
     if x.device.type == "cpu":
         # The same bits (checked on all 2^32 patterns) in one pass instead of about ten.
         return x.to(torch.bfloat16).float()
@@ -76,15 +92,38 @@ class _RoundToBf16(torch.autograd.Function):
     The value is rounded, and so is the gradient flowing back into it: on the
     cuda target that gradient is a bf16 tensor, the result of a bf16 backward
     op. The backward is itself this rounding, so a double backward rounds too.
+    A value's rounding is recorded as a held bf16 value (`_held`), a gradient's
+    (`saved` None) is not. Where autograd may save the value (`saved`: grad mode was on),
+    the CPU cast's own bf16 tensor is kept with it, which `saves_bf16` saves: no pass of
+    its own, and the saved bits are the value's by construction.
     """
 
     @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor) -> Tensor:
-        return _round(x)
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx, x: Tensor, saved: Optional[bool]
+    ) -> Tensor:
+        if saved is None:
+            return _round(x)
+        if saved and x.device.type == "cpu":
+            low = x.to(torch.bfloat16)
+            return _held(_round(low), low)
+        return _held(_round(x))
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> Tensor:
-        return _RoundToBf16.apply(grad)
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple:
+        return _gradient_rounded(grad), None
+
+
+def _gradient_rounded(grad: Tensor) -> Tensor:
+    """The gradient flowing back into a bf16 value, rounded (and recorded as held: a sum
+    whose backward passes it on, such as a residual's, does not round it again): as it is
+    where it is a held bf16 value already (rounded by the store's hook of the value's one
+    read); as an autograd Function in a double backward, which rounds both ways."""
+    if _is_held(grad):
+        return grad
+    if torch.is_grad_enabled():
+        return _RoundToBf16.apply(grad, None)
+    return _held(_round(grad))
 
 
 def round_to_bf16(x: Tensor) -> Tensor:
@@ -108,19 +147,29 @@ def round_to_bf16(x: Tensor) -> Tensor:
         )
     if torch.compiler.is_compiling():
         return rounding_op(x)
-    return _held(_RoundToBf16.apply(x))
+    return _RoundToBf16.apply(x, torch.is_grad_enabled())
 
 
-# Each eager rounding's result -> its version counter then: a held bf16 value, which
-# `to_bf16` passes as it is while neither it nor a view of it is written in place.
-# Weak keys: an entry goes with its tensor.
+# Each eager rounding's result -> its version counter then and the bf16 tensor that holds
+# its values (None until one is needed): a held bf16 value, which `to_bf16` passes as it
+# is and `saves_bf16` saves in 2 bytes while neither it nor a view of it is written in
+# place. Weak keys: an entry goes with its tensor.
 _ROUNDED = WeakTensorKeyDictionary()
 
 
-def _held(x: Tensor) -> Tensor:
+def _held(x: Tensor, low: Optional[Tensor] = None) -> Tensor:
     if not x.is_inference():  # an inference tensor has no version counter
-        _ROUNDED[x] = x._version
+        _ROUNDED[x] = x._version, low
     return x
+
+
+def _is_held(x: Tensor) -> bool:
+    """Whether `x` is a held bf16 value: a rounding's result or a view of one, neither
+    written in place since (a gradient summed in place into one is not)."""
+    if x.dtype != torch.float32 or x.is_inference():
+        return False
+    entry = _ROUNDED.get(x if x._base is None else x._base)
+    return entry is not None and entry[0] == x._version
 
 
 def to_bf16(x: Tensor) -> Tensor:
@@ -137,10 +186,8 @@ def to_bf16(x: Tensor) -> Tensor:
     value is rounded, as ``round_to_bf16``. Compiled code always rounds: inductor fuses
     the rounding into its neighbours.
     """
-    if x.dtype == torch.float32 and not torch.compiler.is_compiling():
-        base = x if x._base is None else x._base
-        if not x.is_inference() and _ROUNDED.get(base) == x._version:
-            return x
+    if not torch.compiler.is_compiling() and _is_held(x):
+        return x
     return round_to_bf16(x)
 
 
@@ -177,8 +224,8 @@ def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
     name = type(node).__name__
     result = x.detach() if name in _FROM_RESULT else None
     operands = None
-    if name == "MulBackward0" and hasattr(node, "_saved_self"):
-        a, b = node._saved_self, node._saved_other  # None where not needed
+    if name == "MulBackward0":
+        a, b = _peek(node)
         if a is not None and b is not None and a.shape != b.shape:
             operands = (a.detach(), b.detach())
 
@@ -186,6 +233,10 @@ def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
         (grad,) = grad_outputs
         if torch.is_grad_enabled() or grad is None:
             return tuple(_rounded(g) for g in grad_inputs)
+        # held bf16 values, which the roundings of the inputs' stores pass as they are
+        return tuple(_held(g) if _is_f32(g) else g for g in rounded(grad_inputs, grad))
+
+    def rounded(grad_inputs: tuple, grad: Tensor) -> tuple:
         if result is not None:
             return (_round(_FROM_RESULT[name](grad, _round(result))),)
         if operands is not None:
@@ -200,10 +251,24 @@ def _bf16_backward(node: torch.autograd.graph.Node, x: Tensor):
             return tuple(
                 None if g is None else _round(g).add_(0.0) for g in grad_inputs
             )
-        # no graph is recorded here: the rounding itself, not its autograd Function
-        return tuple(_round(g) if _is_f32(g) else g for g in grad_inputs)
+        # no graph is recorded here: the rounding itself, not its autograd Function;
+        # a gradient the op passes on as it came (a sum's) is held already
+        return tuple(
+            _round(g) if _is_f32(g) and not _is_held(g) else g for g in grad_inputs
+        )
 
     return hook
+
+
+def _peek(node: torch.autograd.graph.Node) -> tuple:
+    """A product's operands as its node saved them (None where not needed): a held bf16
+    value as its bf16 tensor, which `_round_terms` multiplies exactly in f32, so that the
+    hook holds no f32 copy of what autograd saves in 2 bytes."""
+    _PEEKING.on = True
+    try:
+        return getattr(node, "_saved_self", None), getattr(node, "_saved_other", None)
+    finally:
+        _PEEKING.on = False
 
 
 def _round_terms(g: Tensor | None, grad: Tensor, other: Tensor) -> Tensor | None:
@@ -233,7 +298,7 @@ def _is_f32(grad: Tensor | None) -> bool:
 
 
 def _rounded(grad: Tensor | None) -> Tensor | None:
-    return _RoundToBf16.apply(grad) if _is_f32(grad) else grad
+    return _RoundToBf16.apply(grad, None) if _is_f32(grad) else grad
 
 
 class _AsF32(torch.autograd.Function):
@@ -245,7 +310,7 @@ class _AsF32(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> Tensor:
-        return _RoundToBf16.apply(grad)
+        return _gradient_rounded(grad)
 
 
 def as_f32(x: Tensor) -> Tensor:
@@ -273,3 +338,69 @@ def _(x: Tensor) -> Tensor:
 
 
 reading_op.register_autograd(lambda ctx, grad: rounding_op(grad))
+
+
+class _Bf16(NamedTuple):
+    """A held bf16 value as autograd saves it: the bf16 tensor of its values."""
+
+    low: Tensor
+
+
+# Set while a store's hook takes the operands its op saved as they are saved (`_peek`).
+_PEEKING = threading.local()
+
+
+def _pack(x: Tensor):
+    """What autograd saves of `x`: a held bf16 value (the result of a rounding, or a view
+    of one, neither written in place since) as its bf16 tensor, 2 bytes a value; any other
+    tensor as it is (an f32 island's values, which are not bf16 values). A value saved by
+    several ops (a rounded weight and its readers) is one bf16 tensor."""
+    if type(x) is not Tensor or not _is_held(x):  # a DTensor's shards as they are
+        return x
+    base = x if x._base is None else x._base
+    version, low = _ROUNDED[base]
+    if (
+        low is None
+    ):  # rounded off the CPU or without grad: made once, however often saved
+        low = _high_halves(base)
+        _ROUNDED[base] = version, low
+    if low.stride() != base.stride():
+        return x
+    return _Bf16(low.as_strided(x.size(), x.stride(), x.storage_offset()))
+
+
+def _high_halves(x: Tensor) -> Tensor:
+    """The bf16 tensor of a held bf16 value's bits, their high halves (the low ones are
+    zero), strided as `x`. Not torch's cast: on the CPU its vectorized and scalar loops
+    write a NaN differently (0xFFFF and 0x7FC0 here), so a NaN that one loop rounded would
+    not always come back with its bits."""
+    return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+
+
+def _unpack(saved):
+    """The tensor `_pack` saved, as it was: bf16 -> f32 is exact (NaN payloads, -0.0,
+    infinities and subnormals kept bit for bit)."""
+    if not isinstance(saved, _Bf16):
+        return saved
+    return saved.low if getattr(_PEEKING, "on", False) else saved.low.float()
+
+
+def saves_bf16(method: Callable) -> Callable:
+    """A held target's method: what autograd saves of its held bf16 values for the backward
+    is their bf16 tensors (`_pack`), half the memory of f32 ones, restored exactly. Within
+    a method that does so already, under hooks of the caller's own
+    (`torch.utils.checkpoint`, `save_on_cpu`) and in compiled code, the method runs as it
+    is."""
+
+    @functools.wraps(method)
+    def saving(*args, **kwargs):
+        if (
+            torch.compiler.is_compiling()
+            or not torch._C._autograd._saved_tensors_hooks_is_enabled()
+            or torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
+        ):
+            return method(*args, **kwargs)
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+            return method(*args, **kwargs)
+
+    return saving

@@ -9,7 +9,7 @@ inputs are bf16 values with full bf16 mantissas, so that an unrounded gradient s
 import pytest
 import torch
 
-from sx2torch.runtime import as_f32, round_to_bf16, store_bf16
+from sx2torch.runtime import as_f32, round_to_bf16, rounding, store_bf16
 
 BF16 = torch.bfloat16
 
@@ -90,3 +90,45 @@ def test_store_bf16_adds_no_graph_break():
         return store_bf16(torch.tanh(x) * 3.0)
 
     assert torch._dynamo.explain(f)(torch.randn(4)).graph_break_count == 0
+
+
+def test_a_gradient_a_store_rounded_is_not_rounded_again(monkeypatch):
+    """A value with one read gets the gradient that read's store hook rounded: its own
+    rounding passes it as it is (the same bits), where a value read twice rounds the sum.
+    """
+    counted = []
+    kernel = rounding._round
+    monkeypatch.setattr(
+        rounding, "_round", lambda x: counted.append(tuple(x.shape)) or kernel(x)
+    )
+    x = torch.randn(2, 8, requires_grad=True)
+    w = torch.randn(8, 4, requires_grad=True)
+    upstream = torch.randn(2, 4)
+    once = store_bf16(round_to_bf16(x) @ round_to_bf16(w))
+    counted.clear()
+    once.backward(upstream)
+    # the result's rounding, then the GEMM's hook for x and w; their roundings pass them
+    assert counted == [(2, 4), (2, 8), (8, 4)]
+    w_bf16 = round_to_bf16(w)
+    twice = store_bf16(store_bf16(x @ w_bf16) + store_bf16(x @ w_bf16))
+    counted.clear()
+    twice.backward(upstream)
+    assert counted.count((8, 4)) == 3  # each GEMM's hook, then the sum of the two
+
+
+def test_a_sum_passes_its_rounded_gradient_on_unrounded(monkeypatch):
+    """A residual's sum: its result's rounding rounds the gradient once; the sum sends it
+    on to both operands as it is, which neither the sum's hook nor their roundings round
+    again (the same bits: a bf16 value)."""
+    counted = []
+    kernel = rounding._round
+    monkeypatch.setattr(
+        rounding, "_round", lambda x: counted.append(tuple(x.shape)) or kernel(x)
+    )
+    x, y = (torch.randn(2, 8, requires_grad=True) for _ in "xy")
+    out = store_bf16(round_to_bf16(x) + round_to_bf16(y))
+    counted.clear()
+    out.backward(torch.randn(2, 8))
+    assert counted == [(2, 8)]
+    assert torch.equal(x.grad, y.grad)
+    assert torch.equal(x.grad, x.grad.to(torch.bfloat16).float())
