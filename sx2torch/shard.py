@@ -135,7 +135,9 @@ def _flows(nodes: list, states: dict) -> bool:
             except Refused:
                 return False
         elif node.kind is Kind.IF:
-            given = {states.get(out) for region in node.regions for out in region.outputs}
+            given = {
+                states.get(out) for region in node.regions for out in region.outputs
+            }
             if len(given) > 1:
                 return False
             states[node] = given.pop()
@@ -166,7 +168,8 @@ class _Groups:
         self.refused: dict = {}  # root -> [reason]
         self.pinned: set = set()  # layers whose weight itself must stay whole (a tie)
         self.returned: set = set()  # layers whose split output the top model returns
-        self.heads: dict = {}  # colwise layer -> {(model, sizes)}: the heads it splits into
+        # colwise layer -> {(model, sizes)}: the heads it splits into
+        self.heads: dict = {}
 
     def find(self, key):
         self.parent.setdefault(key, key)

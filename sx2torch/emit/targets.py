@@ -27,7 +27,8 @@ def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
     spelling = spelled and spelled.spelling
     if spelling and spelling.startswith(OPTIONAL):  # a value that may be None
         return _optional(value, Cast(spelling[len(OPTIONAL) :], spelled.want))
-    if spelling and spelling.startswith(MASK):  # a float mask cast, booleans as they are
+    # a float mask cast, booleans as they are
+    if spelling and spelling.startswith(MASK):
         how = MASK_CASTS[spelling[len(MASK) :]]
         return b.call("sx.mask_as", value, b.dotted(how))
     if spelling == "fill":  # made in the dtype wanted: `torch.ones_like(x, dtype=...)`

@@ -146,12 +146,15 @@ def _matrix_scan(a, k):
 
 def _softcapped(q, key, v, allowed, mask, k):
     """transformers' eager_attention_forward with Gemma 2's soft-cap, in Q's dtype: the
-    scores, scaled, capped tanh(s / C) C, masked, an f32 softmax read back in Q's dtype."""
+    scores, scaled, capped tanh(s / C) C, masked, an f32 softmax read back in Q's dtype.
+    """
     if k.get("enable-gqa", False):
         groups = q.shape[-3] // key.shape[-3]
         key, v = (t.repeat_interleave(groups, dim=-3) for t in (key, v))
     scale = k.get("scale")
-    scores = (q @ key.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    scores = (q @ key.transpose(-1, -2)) * (
+        q.shape[-1] ** -0.5 if scale is None else scale
+    )
     cap = k["softcap"]
     scores = torch.tanh(scores / cap) * cap
     if mask is not None and mask.dtype == torch.bool:

@@ -124,7 +124,8 @@ register(
 
 def _bias_bound(args) -> dict:
     """torch's `bound = 1 / math.sqrt(fan_in)` (a bias of nn.Linear and the
-    convolutions), the low end written -1 / math.sqrt(fan_in), which is -bound exactly."""
+    convolutions), the low end written -1 / math.sqrt(fan_in), which is -bound exactly.
+    """
     root = Scalar(ScalarOp.SQRT, (args["fan-in"],), math.sqrt(args["fan-in"].value))
     low, high = (
         Scalar(ScalarOp.DIV, (Scalar.lit(one), root), one / root.value)

@@ -364,11 +364,11 @@ class _Policy:
 
     def _for(self, typed: Typed, node: Node) -> None:
         """Carried dtypes start as the initial values' (a none start as f32, which any
-        join absorbs) and join with what an iteration gives, until they stay the same."""
+        join absorbs) and join with an iteration's, until they stay the same."""
         (body,) = node.regions
         carried = [self._data_dtype(typed, init) for init in node.inputs]
         forward, start = node.attrs.get("reverse"), len(self.order)
-        if forward is not None:  # an adjoint loop: the forward's carried values, recorded
+        if forward is not None:  # an adjoint loop: the forward's carried values
             recorded = body.inputs[len(carried) :]
             for value, dtype in zip(recorded, typed.decided[forward].dtype):
                 typed.decided[value] = Decision(dtype)

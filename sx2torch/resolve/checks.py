@@ -103,7 +103,8 @@ def _named(sub: Model, init) -> dict:
     if missing:
         raise SourceError(
             init.span,
-            f"model '{sub.name}' needs " + ", ".join(f":{k}" for k in missing)
+            f"model '{sub.name}' needs "
+            + ", ".join(f":{k}" for k in missing)
             + f" (it has no default): ({sub.name} "
             + " ".join(c.argument.upper() for c in consts if c.required)
             + " ...)",

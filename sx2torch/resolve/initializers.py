@@ -452,7 +452,9 @@ def _instance_args(model: Model, datum: List) -> dict:
     first = next(
         (i for i, item in enumerate(items) if isinstance(item, Keyword)), len(items)
     )
-    args = {i: (item.span, evaluate(model, item)) for i, item in enumerate(items[:first])}
+    args = {
+        i: (item.span, evaluate(model, item)) for i, item in enumerate(items[:first])
+    }
     items = items[first:]
     every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
     pairs = read_keywords(items, every_key, "a sub-model instance")

@@ -154,7 +154,8 @@ def _aliased(datum: List) -> tuple:
     """`(:bias has-bias)`: the name read in the model and the key its instances pass."""
     if len(datum.items) != 2 or not isinstance(datum.items[0], Keyword):
         raise SourceError(
-            datum.span, "expected (:KEY NAME): the key instances pass, then the name read"
+            datum.span,
+            "expected (:KEY NAME): the key instances pass, then the name read",
         )
     return datum.items[1], datum.items[0].name
 
@@ -174,7 +175,8 @@ def defmodel(datum: List) -> Model:
     for symbol, default, key in keys:
         if passed.setdefault(key or symbol.name, symbol) is not symbol:
             raise SourceError(
-                symbol.span, f"model '{name.name}' takes the key :{key or symbol.name} twice"
+                symbol.span,
+                f"model '{name.name}' takes the key :{key or symbol.name} twice",
             )
         value = Scalar.lit(RUN_VALUE) if default is None else evaluate(model, default)
         model.consts[symbol.name] = Const(

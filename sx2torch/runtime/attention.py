@@ -1,5 +1,6 @@
 """The causal mask of ``causal-attention`` (LANGUAGE.md 5, 6.8), the sliding window of
-``attention``, and ``attention`` with a score soft-cap (Gemma 2's), which has no SDPA form."""
+``attention``, and ``attention`` with a score soft-cap (Gemma 2's), which has no SDPA form.
+"""
 
 from typing import Callable, Optional
 

@@ -49,7 +49,10 @@ _LOWERINGS = "torch._inductor.lowering"
 def prepare_compiling() -> None:
     """Registers the ops with inductor now if it is loaded, else as soon as it is: importing
     it (dynamo with it) doubles the import time of a process that never compiles."""
-    for name, register in ((_DECOMPOSITIONS, _register), (_LOWERINGS, _register_lowering)):
+    for name, register in (
+        (_DECOMPOSITIONS, _register),
+        (_LOWERINGS, _register_lowering),
+    ):
         if "torch._inductor" in sys.modules:
             register()
         else:

@@ -74,7 +74,7 @@ def markdown() -> str:
         "",
         "## Layers",
         "",
-        "The layer library (docs/LANGUAGE.md, \"The layer library\"), made from its source",
+        'The layer library (docs/LANGUAGE.md, "The layer library"), made from its source',
         "(`sx2torch/resolve/layers.py`): each layer is a model, its arguments in torch's order",
         "(those in capitals have no default), its parameters torch's keys; its forward's ops",
         "have their rows above, with their precision and derivative.",
@@ -109,7 +109,9 @@ def _layer_row(model) -> str:
         return model.consts[scalar.args[0]].argument
 
     def shown(scalar) -> str:
-        return _shown(scalar.value) if scalar.op == "lit" else scalars.text(scalar, leaf)
+        return (
+            _shown(scalar.value) if scalar.op == "lit" else scalars.text(scalar, leaf)
+        )
 
     keys = [f":{c.argument} {shown(c.value)}" for c in consts if not c.required]
     args = [c.argument.upper() for c in consts if c.required]
