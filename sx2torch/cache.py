@@ -76,9 +76,8 @@ def run(program: Program, graphs: dict, chosen: Optional[Run]) -> None:
         graph.expansions = [
             e for e in graph.expansions if not any(n.op.internal for n in e.nodes)
         ]
-    for (
-        graph
-    ) in graphs.values():  # their ops rewritten, their nodes read the last position
+    # their ops rewritten, their nodes read the last position: shaped again
+    for graph in graphs.values():
         reshape(graph, program)
 
 

@@ -28,7 +28,7 @@ def run(program: Program, graphs: dict) -> None:
     for graph in graphs.values():
         for node in valued(graph):
             dims = found.get(node)
-            if node in found or node.shape is None or isinstance(dims, Tail):
+            if node in found or isinstance(dims, Tail):
                 node.shape = Shape(ranked(dims))
 
 

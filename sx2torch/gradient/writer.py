@@ -141,9 +141,7 @@ class Writer(Builder):
 
     def _shape(self, value: Node):
         value = self.origin.get(value, value)
-        if value in self.iterated or value.shape is None:
-            return None
-        return ranked(value.shape.dims)
+        return None if value in self.iterated else ranked(value.shape.dims)
 
 
 def _keeps_shape(value: Node) -> bool:

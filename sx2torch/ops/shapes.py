@@ -26,7 +26,15 @@ def reshape(graph: Graph, program: Program) -> None:
         analysis.made(node, graph)
 
 
-class _AsMade:
+class _Setting:
+    """`update` as the analysis calls it, each pair through the mapping's own setter."""
+
+    def update(self, pairs) -> None:
+        for node, dims in dict(pairs).items():
+            self[node] = dims
+
+
+class _AsMade(_Setting):
     """The shapes nodes were made with, read and set as the analysis's mapping."""
 
     def get(self, node) -> Dims:
@@ -35,15 +43,11 @@ class _AsMade:
     def __setitem__(self, node, dims) -> None:
         node.shape = Shape(dims)
 
-    def update(self, pairs) -> None:
-        for node, dims in dict(pairs).items():
-            self[node] = dims
-
 
 _AS_MADE = _AsMade()
 
 
-class _Changed(dict):
+class _Changed(_Setting, dict):
     """The shapes that differ from those the nodes were made with; a node's own elsewhere."""
 
     def get(self, node, default=None) -> Dims:
@@ -52,10 +56,6 @@ class _Changed(dict):
     def __setitem__(self, node, dims) -> None:
         if node in self or dims != _AS_MADE.get(node):
             super().__setitem__(node, dims)
-
-    def update(self, pairs) -> None:
-        for node, dims in dict(pairs).items():
-            self[node] = dims
 
     def reaches(self, node: Node) -> bool:
         """Whether a changed shape, or a call's, can change the node's: it is a call or
@@ -148,10 +148,6 @@ class Analysis:
         for graph in self.graphs.values():
             visit(graph)
         return order[::-1]
-
-    def graph(self, graph: Graph, inputs: dict) -> dict:
-        given = {node: inputs.get(node.name) for node in graph.inputs}
-        return self.nodes(graph.model, graph.nodes, given)
 
     def nodes(self, model: str, nodes: list, given: dict) -> dict:
         found = dict(given)

@@ -275,10 +275,11 @@ def traced(text: str, name: str = "forward"):
 
 
 def analysed(graph, program, given=None, graphs=None) -> dict:
-    """{node: shape} by the rank rules, the arguments named in `given` shaped so, the calls
-    shaped as their callees' graphs in `graphs`."""
-    found = Analysis(program, graphs).graph(graph, given or {})
-    return {node: ranked(dims) for node, dims in found.items()}
+    """{node: shape} as the ranks pass refines them, the arguments named in `given` shaped
+    so, the calls shaped as their callees' graphs in `graphs`."""
+    shaped = {x: (given or {}).get(x.name) for x in graph.inputs}
+    found = Analysis(program, graphs).refined(graph, shaped)
+    return {node: ranked(found.get(node)) for node in ranks.valued(graph)}
 
 
 def made(graph) -> dict:
