@@ -359,9 +359,8 @@ def _pack(x: Tensor):
         return x
     base = x if x._base is None else x._base
     version, low = _ROUNDED[base]
-    if (
-        low is None
-    ):  # rounded off the CPU or without grad: made once, however often saved
+    # rounded off the CPU or without grad: made once, however often saved
+    if low is None:
         low = _high_halves(base)
         _ROUNDED[base] = version, low
     if low.stride() != base.stride():
