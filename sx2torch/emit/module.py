@@ -492,14 +492,18 @@ REGISTER = {"parameters": "register_parameter", "modules": "add_module"}
 
 
 def _register(model: Model, param: Param, value, ctx: ClassContext):
-    """`self.w = ...` (a buffer: `self.register_buffer("w", ...)`); a key that is a Python
+    """`self.w = ...` (a buffer: `self.register_buffer("w", ...)`, with `persistent=False`
+    where state_dict leaves it out); a key that is a Python
     keyword is registered by name (`self.add_module("class", ...)`), one that is nn.Module's
     own attribute straight into its store (`self._parameters["type"] = ...`)."""
     key, store = ctx.attrs[param.name], store_of(param)
     attribute = ctx.naming.stores[model.name].get(param.name) is None
     if (store == "buffers" and attribute) or keyword.iskeyword(key):
         register = REGISTER.get(store, "register_buffer")
-        call = b.call(b.attr(b.name("self"), register), b.string(key), value)
+        persistent = {} if param.persistent else {"persistent": b.name("False")}
+        call = b.call(
+            b.attr(b.name("self"), register), b.string(key), value, **persistent
+        )
         return cst.SimpleStatementLine([cst.Expr(call)])
     return _assign_name(
         b.member(b.name("self"), key, None if attribute else store), value

@@ -282,7 +282,8 @@ def initial(init, env: dict) -> torch.Tensor:
     if init.kind == "concat":
         return torch.cat([initial(part, env) for part in args["parts"]], args["axis"])
     if init.kind == "arange":
-        return torch.arange(f("start"), f("end")).float()
+        step = f("step") if "step" in args else 1.0
+        return torch.arange(f("start"), f("end"), step).float()
     if init.kind in FORMULA_FUNCTIONS:
         return getattr(torch, init.kind)(initial(args["part"], env))
     if init.kind == "outer":

@@ -195,6 +195,7 @@ register(
             "torch.arange",
             write(args["start"]),
             write(args["end"]),
+            *([write(args["step"])] if "step" in args else []),
             dtype=b.dotted("torch.float32"),
         ),
         sizes=lambda args: (args["size"],),

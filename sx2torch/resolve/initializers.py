@@ -306,11 +306,12 @@ def _tensor(model: Model, datum: List) -> Init:
 
 
 def _arange(model: Model, datum: List) -> Init:
-    """`(arange START END)`: START, START + 1, ..., END - 1 as floats, Mamba's
-    `torch.arange(1, d_state + 1, dtype=torch.float32)`; its size END - START in terms
-    of the consts."""
-    match(datum, Shape((Part("START"), Part("END"))))
-    start, end = (
+    """`(arange START END [STEP])`: START, START + STEP, ... below END as floats, Mamba's
+    `torch.arange(1, d_state + 1, dtype=torch.float32)`, a rotary model's
+    `torch.arange(0, dim, 2)`; its size ceil((END - START) / STEP) in terms of the consts.
+    """
+    match(datum, Shape((Part("START"), Part("END"), Part("STEP", optional=True))))
+    start, end, *step = (
         scalars.expect_int(evaluate(model, item), item.span, "arange's bound")
         for item in datum.items[1:]
     )
@@ -320,7 +321,29 @@ def _arange(model: Model, datum: List) -> Init:
             datum.span,
             f"arange's END must not be below its START, got {start.value} and {end.value}",
         )
-    return Init("arange", {"start": start, "end": end, "size": size})
+    if not step:
+        return Init("arange", {"start": start, "end": end, "size": size})
+    if step[0].value < 1:
+        raise SourceError(
+            datum.items[3].span, f"arange's STEP must be positive, got {step[0].value}"
+        )
+    return Init(
+        "arange",
+        {
+            "start": start,
+            "end": end,
+            "step": step[0],
+            "size": _steps(size, step[0], datum.span),
+        },
+    )
+
+
+def _steps(size: Scalar, step: Scalar, span) -> Scalar:
+    """ceil(size / step), as (size + step - 1) // step."""
+    rounded_up = scalars.fold(
+        ScalarOp.SUB, scalars.fold(ScalarOp.ADD, size, step, span), Scalar.lit(1), span
+    )
+    return scalars.fold(ScalarOp.FLOORDIV, rounded_up, step, span)
 
 
 def _tensor_part(model: Model, datum: Datum, what: str) -> Init:

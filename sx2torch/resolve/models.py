@@ -82,14 +82,28 @@ def _defparam(model: Model, datum: List) -> Param:
         param.numerics_high = True
     if "trainable" in options:
         param.trainable = options["trainable"].value
+    if "persistent" in options:
+        _persistent(param, options["persistent"])
     if "dtype" in options:
         param.dtype = options["dtype"].name
     if param.is_module and len(options):
         raise SourceError(
             datum.items[3 + (doc is not None)].span,
-            "a sub-model parameter takes no :numerics, :trainable or :dtype",
+            "a sub-model parameter takes no :numerics, :trainable, :persistent or :dtype",
         )
     return param
+
+
+def _persistent(param: Param, flag) -> None:
+    """Only a frozen buffer may stay out of state_dict: a trained parameter is what a
+    checkpoint saves."""
+    param.persistent = flag.value
+    if not param.persistent and param.trainable and not param.is_module:
+        raise SourceError(
+            flag.span,
+            f"'{param.name}' is trained: :persistent false is for a frozen buffer "
+            "(:trainable false), which state_dict leaves out and its init recomputes",
+        )
 
 
 def _defun(datum: List) -> Defun:

@@ -159,6 +159,7 @@ DEFINITIONS = {
         keys={
             "numerics": choice("high"),
             "trainable": FLAG,
+            "persistent": FLAG,
             "dtype": choice(*PRECISIONS),
             "when": None,
         },

@@ -103,6 +103,8 @@ class Param:
     span: Span
     numerics_high: bool = False
     trainable: bool = True
+    # `:persistent false`: a frozen buffer left out of state_dict, computed by its init
+    persistent: bool = True
     dtype: Optional[str] = None  # `:dtype`: the stored dtype, whatever the readers read
     # `:when`: a condition on the consts; else always made
     when: Optional[Scalar] = None
