@@ -30,6 +30,7 @@ def program(prog) -> str:
                 f
                 for f, on in (
                     ("frozen", not p.trainable),
+                    ("not persistent", not p.persistent),
                     ("numerics high", p.numerics_high),
                     (f"dtype {p.dtype}", p.dtype),
                 )

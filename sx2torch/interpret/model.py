@@ -124,6 +124,7 @@ class ParamValue:
     tensor: torch.Tensor
     high: bool = False
     trainable: bool = True
+    persistent: bool = True  # in state_dict; else computed by its init at each build
     # an `if` of parameter reads is a read of the one it chose, :numerics :high where any
     # of them is; as a value (a defun's result) it has the join of their dtypes
     joined: Optional[torch.dtype] = None
@@ -258,10 +259,13 @@ def _param(program: Program, instance: Instance, param: Param, state):
             )
             for i in range(scalar(init.count, env))
         ]
-    tensor = initial(init, env) if state is None else state[name].detach().float()
+    stored = state is not None and param.persistent
+    tensor = state[name].detach().float() if stored else initial(init, env)
     if param.dtype == "bf16":
         tensor = tensor.to(torch.bfloat16)
-    return ParamValue(param.name, tensor, param.numerics_high, param.trainable)
+    return ParamValue(
+        param.name, tensor, param.numerics_high, param.trainable, param.persistent
+    )
 
 
 def stand_in(instance: Instance, param: Param):
@@ -331,7 +335,8 @@ def instances(instance: Instance):
 
 
 def state_dict(instance: Instance) -> dict:
-    """Every parameter's stored tensor by its state_dict key."""
+    """Every parameter's stored tensor by its state_dict key (a `:persistent false` buffer
+    has none)."""
     found, normed = {}, {}
     for name, value in instance.params.items():
         for part in value if isinstance(value, list) else [value]:
@@ -339,6 +344,6 @@ def state_dict(instance: Instance) -> dict:
                 found.update(state_dict(part))
             elif isinstance(part, WeightNormed):  # after the module's own, as torch's
                 normed.update(part.stored(instance.prefix))
-            else:
+            elif part.persistent:
                 found[instance.prefix + key(name)] = part.tensor
     return found | normed

@@ -51,6 +51,21 @@ def register(initializer: Initializer) -> None:
     INITIALIZERS[initializer.name] = initializer
 
 
+# the initializers that draw from torch's generator
+DRAWN = ("normal", "kaiming-uniform", "fan-in-uniform", "uniform")
+
+
+def draws(init) -> bool:
+    """Whether an Init, or a part of a composite one, draws from torch's generator."""
+    parts = [
+        part
+        for value in init.args.values()
+        for part in (value if isinstance(value, (tuple, list)) else [value])
+        if hasattr(part, "kind")
+    ]
+    return init.kind in DRAWN or any(draws(part) for part in parts)
+
+
 def sizes(init) -> tuple:
     """The sizes of the tensor an Init makes."""
     return INITIALIZERS[init.kind].sizes(init.args)

@@ -4,6 +4,7 @@ defparam, defun, tie), each added to the model's tables once."""
 from __future__ import annotations
 
 from sx2torch.errors import SourceError
+from sx2torch.ops.initializers import draws
 from sx2torch.resolve.initializers import check_size, initializer
 from sx2torch.resolve.values import evaluate, expect_symbol, form_head
 from sx2torch.syntax.forms import match
@@ -95,14 +96,22 @@ def _defparam(model: Model, datum: List) -> Param:
 
 
 def _persistent(param: Param, flag) -> None:
-    """Only a frozen buffer may stay out of state_dict: a trained parameter is what a
-    checkpoint saves."""
+    """Only a frozen buffer that its init computes may stay out of state_dict: a trained
+    parameter is what a checkpoint saves, and a drawn one would differ after a load."""
     param.persistent = flag.value
-    if not param.persistent and param.trainable and not param.is_module:
+    if param.persistent or param.is_module:  # a sub-model's is refused with its others
+        return
+    if param.trainable:
         raise SourceError(
             flag.span,
             f"'{param.name}' is trained: :persistent false is for a frozen buffer "
             "(:trainable false), which state_dict leaves out and its init recomputes",
+        )
+    if draws(param.init):
+        raise SourceError(
+            flag.span,
+            f"'{param.name}' is drawn at random: a buffer out of state_dict is computed "
+            "again by each build, so its init must be a formula such as (arange 0 n)",
         )
 
 

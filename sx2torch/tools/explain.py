@@ -580,6 +580,7 @@ class _Rows:
                 "dtype": dtype,
                 "bytes": count * BYTES[dtype] * copies,
                 "trainable": param.trainable,
+                "persistent": param.persistent,
                 "count": copies,
             }
         )
@@ -698,6 +699,13 @@ def _cache_line(cache: dict) -> str:
     return line
 
 
+def _frozen(param: dict) -> str:
+    """What the dtype column adds of a buffer: frozen, and whether state_dict holds it."""
+    if param["trainable"]:
+        return ""
+    return " (frozen)" if param["persistent"] else " (frozen, not in state_dict)"
+
+
 def _param_table(report: dict) -> list:
     """The parameters' rows, columns aligned, then the totals."""
     out = ["Parameters:"]
@@ -706,7 +714,7 @@ def _param_table(report: dict) -> list:
         (
             p["name"],
             "[" + ", ".join(map(str, p["shape"])) + "]",
-            p["dtype"] + ("" if p["trainable"] else " (frozen)"),
+            p["dtype"] + _frozen(p),
             f"{p['bytes']:,}",
         )
         for p in report["params"]

@@ -166,10 +166,11 @@ def _params(report: dict) -> str:
     for p in report["params"]:
         shape = "[" + ", ".join(map(str, p["shape"])) + "]"
         trained = "trainable" if p["trainable"] else "frozen"
+        saved = "" if p["persistent"] else ", not in state_dict"
         rows.append(
             f'<tr class="{trained}"><td>{escape(p["name"])}</td><td>{shape}</td>'
             f'<td><span class="dtype {escape(p["dtype"])}">{escape(p["dtype"])}</span></td>'
-            f'<td>{trained}</td><td class="num">{p["bytes"]:,}</td></tr>'
+            f'<td>{trained}{saved}</td><td class="num">{p["bytes"]:,}</td></tr>'
         )
     totals = report["totals"]
     foot = "".join(
