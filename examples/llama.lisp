@@ -65,12 +65,13 @@
   (defparam layers (stack depth (llama-decoder-layer :dim dim :hidden hidden :eps eps :heads heads
                                                      :kv-heads kv-heads :head-dim head-dim)))
   (defparam norm (llama-rms-norm :dim dim :eps eps))
-  ;; LlamaRotaryEmbedding: cos and sin computed in f32, rounded once to x's dtype
+  ;; LlamaRotaryEmbedding: inv_freq computed once, an f32 buffer out of state_dict, read in
+  ;; f32; cos and sin computed in f32, rounded once to x's dtype
+  (defparam inv-freq (/ 1.0 (pow theta (/ (arange 0 head-dim 2) head-dim)))
+    :numerics :high :trainable false :persistent false)
   (defun forward (input-ids)
-    (let ((x (embed-tokens input-ids))
-          (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
-          (freqs (* (unsqueeze (arange-of input-ids :axis 1) :axis -1) inv-freq))
-          (emb (unsqueeze (concat [freqs freqs] :axis -1) :axis -3)))
+    (let ((freqs (* (unsqueeze (arange-of input-ids :axis 1) :axis -1) inv-freq))
+          (x (embed-tokens input-ids)) (emb (unsqueeze (concat [freqs freqs] :axis -1) :axis -3)))
       (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))
 
 (defparam model (llama-model :vocab vocab-size :dim hidden-size :hidden intermediate-size

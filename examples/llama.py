@@ -136,8 +136,6 @@ class LlamaModel(nn.Module):
         theta=10000.0
     ):
         super().__init__()
-        self.head_dim = head_dim
-        self.theta = theta
         self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.layers = nn.ModuleList(
             [
@@ -153,19 +151,21 @@ class LlamaModel(nn.Module):
             ]
         )
         self.norm = LlamaRmsNorm(dim=dim, eps=eps)
+        self.register_buffer(
+            "inv_freq",
+            1.0
+            / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim),
+            persistent=False,
+        )
 
     def forward(self, input_ids):
-        x = self.embed_tokens(input_ids)
-        inv_freq = 1.0 / self.theta ** (
-            torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=x.device)
-            / self.head_dim
-        )
         freqs = (
             torch.arange(
                 input_ids.shape[1], dtype=torch.float32, device=input_ids.device
             ).unsqueeze(-1)
-            * inv_freq
+            * self.inv_freq
         )
+        x = self.embed_tokens(input_ids)
         emb = torch.cat([freqs, freqs], dim=-1).unsqueeze(-3)
         cos_emb = torch.cos(emb).to(torch.bfloat16)
         sin_emb = torch.sin(emb).to(torch.bfloat16)
