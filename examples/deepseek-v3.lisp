@@ -149,11 +149,13 @@
                                  :shared shared :top-k top-k :n-group n-group
                                  :topk-group topk-group :norm norm-topk :scaling scaling)))
   (defparam norm (deepseek-v3-rms-norm :dim dim :eps eps))
-  ;; DeepseekV3RotaryEmbedding over the rotary dims: cos and sin of the first half of its
-  ;; table, what the interleaved rotary reads, computed in f32 and rounded once to x's dtype
+  ;; DeepseekV3RotaryEmbedding over the rotary dims: inv_freq computed once, an f32 buffer
+  ;; out of state_dict, read in f32; cos and sin of the first half of its table, what the
+  ;; interleaved rotary reads, computed in f32 and rounded once to x's dtype
+  (defparam inv-freq (/ 1.0 (pow theta (/ (arange 0 rope-dim 2) rope-dim)))
+    :numerics :high :trainable false :persistent false)
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
-          (inv-freq (/ 1.0 (pow theta (/ (arange x 0 rope-dim 2) rope-dim))))
           (freqs (outer (arange-of x :axis 1) inv-freq)))
       (norm (chain layers x (cast-run (cos freqs)) (cast-run (sin freqs)))))))
 

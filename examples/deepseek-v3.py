@@ -339,8 +339,6 @@ class DeepseekV3Model(nn.Module):
         scaling=2.5
     ):
         super().__init__()
-        self.rope_dim = rope_dim
-        self.theta = theta
         self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.layers = nn.ModuleList(
             [
@@ -369,16 +367,18 @@ class DeepseekV3Model(nn.Module):
             ]
         )
         self.norm = DeepseekV3RmsNorm(dim=dim, eps=eps)
+        self.register_buffer(
+            "inv_freq",
+            1.0
+            / theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim),
+            persistent=False,
+        )
 
     def forward(self, input_ids):
         x = self.embed_tokens(input_ids)
-        inv_freq = 1.0 / self.theta ** (
-            torch.arange(0, self.rope_dim, 2, dtype=torch.float32, device=x.device)
-            / self.rope_dim
-        )
         freqs = torch.arange(
             x.shape[1], dtype=torch.float32, device=x.device
-        ).unsqueeze(-1) * inv_freq.unsqueeze(-2)
+        ).unsqueeze(-1) * self.inv_freq.unsqueeze(-2)
         cos_freqs = torch.cos(freqs).to(torch.bfloat16)
         sin_freqs = torch.sin(freqs).to(torch.bfloat16)
         for layer in self.layers:

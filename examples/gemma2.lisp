@@ -94,10 +94,12 @@
                                  :head-dim head-dim :eps eps :scalar scalar :softcap softcap
                                  :window (if (= (mod i 2) 0) window 0))))
   (defparam norm (gemma2-rms-norm :dim dim :eps eps))
-  ;; Gemma2RotaryEmbedding: cos and sin computed in f32, rounded once to x's dtype
+  ;; Gemma2RotaryEmbedding: inv_freq computed once, an f32 buffer out of state_dict, read in
+  ;; f32; cos and sin computed in f32, rounded once to x's dtype
+  (defparam inv-freq (/ 1.0 (pow theta (/ (arange 0 head-dim 2) head-dim)))
+    :numerics :high :trainable false :persistent false)
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
-          (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
           (freqs (outer (arange-of x :axis 1) inv-freq))
           (emb (concat [freqs freqs] :axis -1)))
       (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))

@@ -91,10 +91,12 @@
                                                      :kv-heads kv-heads :head-dim head-dim
                                                      :num-experts num-experts :top-k top-k)))
   (defparam norm (mixtral-rms-norm :dim dim :eps eps))
-  ;; LlamaRotaryEmbedding: cos and sin computed in f32, rounded once to x's dtype
+  ;; LlamaRotaryEmbedding: inv_freq computed once, an f32 buffer out of state_dict, read in
+  ;; f32; cos and sin computed in f32, rounded once to x's dtype
+  (defparam inv-freq (/ 1.0 (pow theta (/ (arange 0 head-dim 2) head-dim)))
+    :numerics :high :trainable false :persistent false)
   (defun forward (input-ids)
     (let ((x (embed-tokens input-ids))
-          (inv-freq (/ 1.0 (pow theta (/ (arange x 0 head-dim 2) head-dim))))
           (freqs (outer (arange-of x :axis 1) inv-freq))
           (emb (concat [freqs freqs] :axis -1)))
       (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))

@@ -188,8 +188,6 @@ class MixtralModel(nn.Module):
         top_k=2
     ):
         super().__init__()
-        self.head_dim = head_dim
-        self.theta = theta
         self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
         self.layers = nn.ModuleList(
             [
@@ -207,16 +205,18 @@ class MixtralModel(nn.Module):
             ]
         )
         self.norm = MixtralRmsNorm(dim=dim, eps=eps)
+        self.register_buffer(
+            "inv_freq",
+            1.0
+            / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim),
+            persistent=False,
+        )
 
     def forward(self, input_ids):
         x = self.embed_tokens(input_ids)
-        inv_freq = 1.0 / self.theta ** (
-            torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=x.device)
-            / self.head_dim
-        )
         freqs = torch.arange(
             x.shape[1], dtype=torch.float32, device=x.device
-        ).unsqueeze(-1) * inv_freq.unsqueeze(-2)
+        ).unsqueeze(-1) * self.inv_freq.unsqueeze(-2)
         emb = torch.cat([freqs, freqs], dim=-1)
         cos_emb = torch.cos(emb).to(torch.bfloat16)
         sin_emb = torch.sin(emb).to(torch.bfloat16)
