@@ -439,7 +439,7 @@ CASES = {
         b"(defmodel b () (defun forward (x) x))\n(defparam s (b) :dtype :bf16)\n",
         2,
         17,
-        "a sub-model parameter takes no :numerics, :trainable or :dtype",
+        "a sub-model parameter takes no :numerics, :trainable, :persistent or :dtype",
     ),
     "concat-not-a-vector": (
         b"(defparam s (concat (zeros [2])))\n",

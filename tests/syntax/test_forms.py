@@ -35,7 +35,7 @@ CASES = [
     ('(defconst "d" 1)\n' + FORWARD, 1, 11, "expected a constant name, got a string"),
     ("(defconst d 1 2)\n" + FORWARD, 1, 15, "expected a docstring, got 2"),
     ("(defparam w)\n" + FORWARD, 1, 1,
-     f"{WRONG} (defparam NAME INIT [DOC] &key :numerics :trainable :dtype :when), got 1"),
+     f"{WRONG} (defparam NAME INIT [DOC] &key :numerics :trainable :persistent :dtype :when), got 1"),
     ("(defparam w (ones [2]) :dtype :f16)\n" + FORWARD, 1, 31, ":dtype must be :f32 or :bf16, got :f16"),
     ("(defparam w (ones [2]) :trainable 0)\n" + FORWARD, 1, 35, ":trainable must be true or false, got 0"),
     ("(defparam w (ones [2]) :numerics :low)\n" + FORWARD, 1, 34, ":numerics must be :high, got :low"),
