@@ -103,7 +103,9 @@ register(
             size=b.tuple_([write(s) for s in args["shape"]]),
         ),
         ("shape",),
-        {"mean": 0, "std": 1},
+        # :padding-idx P: row P zeroed after the draw, as nn.Embedding(..., padding_idx=P)
+        # and transformers' _init_weights leave it (emit/module.py writes torch's fill)
+        {"mean": 0, "std": 1, "padding-idx": None},
     )
 )
 # nn.Linear's and the convolutions' default weight: torch's own call (`a` is sqrt(5)

@@ -542,7 +542,23 @@ def _at(shapes, attrs):
 
 def _take(shapes, attrs):
     table, ids = shapes
+    if attrs.get("padding-idx") is not None and isinstance(table, tuple):
+        _padding_row(table, known(attrs["padding-idx"]))
     return None if table is None or ids is None else ids + table[1:]
+
+
+def _padding_row(table: tuple, row: Optional[int]) -> None:
+    """torch's embedding takes a matrix, and a padding_idx among its rows."""
+    if len(table) != 2:
+        raise ShapeError(
+            f"take with :padding-idx reads a table of rows, [rows width], as torch's "
+            f"embedding does: got {shown(table)}"
+        )
+    if row is not None and table[0] is not None and not -table[0] <= row < table[0]:
+        raise ShapeError(
+            f":padding-idx {row} is out of range for a table of {table[0]} rows "
+            f"(from {-table[0]} to {table[0] - 1})"
+        )
 
 
 def _one_hot(shapes, attrs):

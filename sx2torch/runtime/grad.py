@@ -12,11 +12,20 @@ from torch.nn import functional as F
 
 
 def take_backward(
-    grad: torch.Tensor, table: torch.Tensor, ids: torch.Tensor
+    grad: torch.Tensor,
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    padding_idx: Optional[int] = None,
 ) -> torch.Tensor:
-    """The gradient of `table[ids]` with respect to `table`: rows scattered back and summed."""
+    """The gradient of `table[ids]` with respect to `table`: rows scattered back and summed;
+    with a padding_idx, F.embedding's: that row's gradient zero."""
     rows = grad.reshape(-1, *table.shape[1:])
-    return grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
+    summed = grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
+    if padding_idx is None:
+        return summed
+    kept = torch.ones(table.shape[0], 1, dtype=torch.bool, device=summed.device)
+    kept[padding_idx] = False
+    return torch.where(kept, summed, 0.0)
 
 
 def slice_backward(

@@ -96,6 +96,7 @@ class _Instances:
             if value is not None and not _is_int(value):
                 raise self._error(chain, scalar, span, what, value)
         for param in made:
+            _check_padding_row(param, env, chain)
             init = param.init
             when = _value(init.args["when"], env) if init.kind == "choice" else None
             for instance in init.built(when) if param.is_module else ():
@@ -142,6 +143,22 @@ class _Instances:
             chain[-1][0].span,
             f"{reader}'s {where} must be an integer, got {_shown(value)} with this "
             "instance's arguments",
+        )
+
+
+def _check_padding_row(param, env: dict, chain: tuple) -> None:
+    """A drawn table's :padding-idx among its rows at the values an instance passes (at
+    the defaults, the top level's), as torch's nn.Embedding requires of its padding_idx.
+    """
+    row = None if param.is_module else param.init.args.get("padding-idx")
+    if row is None or not param.init.args["shape"]:
+        return
+    index, rows = _value(row, env), _value(param.init.args["shape"][0], env)
+    if _is_int(index) and _is_int(rows) and not -rows <= index < rows:
+        raise SourceError(
+            chain[-1][0].span if chain else param.span,
+            f"parameter '{param.name}' has :padding-idx {index}, out of range for its "
+            f"{rows} rows (from {-rows} to {rows - 1})",
         )
 
 
