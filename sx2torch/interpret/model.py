@@ -313,8 +313,9 @@ def initial(init, env: dict) -> torch.Tensor:
         return torch.full(shape, f("value"))
     if init.kind == "normal":
         drawn = torch.normal(f("mean"), f("std"), size=shape)
-        row = scalar(args["padding-idx"], env)
-        if row is not None:
+        row = args.get("padding-idx")
+        row = None if row is None else scalar(row, env)
+        if row is not None:  # nn.Embedding's padding_idx row, zeroed after the draw
             drawn[row] = 0.0
         return drawn
     if init.kind == "kaiming-uniform":

@@ -85,7 +85,8 @@ def initializer(model: Model, datum: Datum) -> Init:
     for key, item in keywords.items():
         args[key] = evaluate(model, item)
     for key, default in defaults.items():
-        args.setdefault(key, Scalar.lit(default))
+        if default is not None:  # an optional key (normal's :padding-idx) left out
+            args.setdefault(key, Scalar.lit(default))
     for key in INITIALIZERS[head].counts:
         scalars.expect_int(args[key], datum.items[1].span, f"{head}'s size")
     _check_ranges(head, args, keywords, datum)
@@ -474,8 +475,8 @@ def _check_padding_row(args: dict, keywords: dict, datum: List) -> None:
     """:padding-idx, the row zeroed after the draw: an integer (or a const whose default
     is none) among the first axis's rows where both are literals, as torch's embedding
     refuses another."""
-    row = args["padding-idx"]
-    if row.value is None:
+    row = args.get("padding-idx")
+    if row is None or row.value is None:
         return
     span = keywords["padding-idx"].span
     scalars.expect_int(row, span, ":padding-idx")

@@ -352,7 +352,7 @@ def _text(scalar: Scalar, of, leaf) -> str:
     if op is ScalarOp.LIT:
         return (
             _shown(scalar.value)
-            if isinstance(scalar.value, tuple)
+            if isinstance(scalar.value, tuple) or scalar.value is None
             else repr(scalar.value)
         )
     if op in LEAVES:
