@@ -21,11 +21,9 @@ def take_backward(
     with a padding_idx, F.embedding's: that row's gradient zero."""
     rows = grad.reshape(-1, *table.shape[1:])
     summed = grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
-    if padding_idx is None:
-        return summed
-    kept = torch.ones(table.shape[0], 1, dtype=torch.bool, device=summed.device)
-    kept[padding_idx] = False
-    return torch.where(kept, summed, 0.0)
+    if padding_idx is not None:
+        summed[padding_idx] = 0
+    return summed
 
 
 def slice_backward(
