@@ -84,6 +84,8 @@ def initializer(model: Model, datum: Datum) -> Init:
     keywords = form.keys
     for key, item in keywords.items():
         args[key] = evaluate(model, item)
+        if key not in INITIALIZERS[head].rows:
+            scalars.expect_some(args[key], item.span)
     for key, default in defaults.items():
         if default is not None:  # an optional key (normal's :padding-idx) left out
             args.setdefault(key, Scalar.lit(default))

@@ -441,6 +441,7 @@ def vector(items: list, span) -> Scalar:
             raise SourceError(
                 span, "a list's elements are numbers, booleans or keywords, not lists"
             )
+        expect_some(item, span)
     value = tuple(item.value for item in items)
     if all(item.op is ScalarOp.LIT for item in items):
         return Scalar.lit(value)

@@ -151,12 +151,18 @@ def _check_padding_row(param, env: dict, chain: tuple) -> None:
     the defaults, the top level's), as torch's nn.Embedding requires of its padding_idx.
     """
     row = None if param.is_module else param.init.args.get("padding-idx")
-    if row is None or not param.init.args["shape"]:
+    index = None if row is None else _value(row, env)
+    if index is None:
         return
-    index, rows = _value(row, env), _value(param.init.args["shape"][0], env)
+    at, shape = chain[-1][0].span if chain else param.span, param.init.args["shape"]
+    if not shape:
+        raise SourceError(
+            at, f"parameter '{param.name}' has :padding-idx {index}, but no rows"
+        )
+    rows = _value(shape[0], env)
     if _is_int(index) and _is_int(rows) and not -rows <= index < rows:
         raise SourceError(
-            chain[-1][0].span if chain else param.span,
+            at,
             f"parameter '{param.name}' has :padding-idx {index}, out of range for its "
             f"{rows} rows (from {-rows} to {rows - 1})",
         )

@@ -168,6 +168,29 @@ TABLE = "(defparam table (normal [8 4]))\n"
             "Embedding's :padding-idx (a row, or none) must be an integer, got 0.5",
         ),
         (
+            "(defmodel lookup (&key (pad none))\n"
+            "  (defparam table (normal [4 4] :padding-idx pad))\n"
+            "  (defun forward (x) x))\n"
+            "(defparam layers (stack (i 6) (lookup :pad (- i 5))))\n"
+            "(defun forward (x) (chain layers x))\n",
+            "4:31",
+            "parameter 'table' has :padding-idx -5, out of range for its 4 rows",
+        ),
+        (
+            "(defmodel lookup (&key (pad none))\n"
+            "  (defparam table (normal [] :padding-idx pad))\n"
+            "  (defun forward (x) x))\n"
+            "(defparam one (lookup :pad 0))\n(defun forward (x) (one x))\n",
+            "4:15",
+            "parameter 'table' has :padding-idx 0, but no rows",
+        ),
+        (
+            "(defconst pad none)\n(defparam w (normal [4 4] :std pad))\n"
+            "(defun forward (x) x)\n",
+            "2:32",
+            "this number is none (a &key whose default is none)",
+        ),
+        (
             "(defparam e (Linear 4 4 :bias none))\n(defun forward (x) (e x))\n",
             "1:25",
             "Linear's :bias takes no none",
