@@ -554,11 +554,20 @@ def _padding_row(table: tuple, row: Optional[int]) -> None:
             f"take with :padding-idx reads a table of rows, [rows width], as torch's "
             f"embedding does: got {shown(table)}"
         )
-    if row is not None and table[0] is not None and not -table[0] <= row < table[0]:
-        raise ShapeError(
-            f":padding-idx {row} is out of range for a table of {table[0]} rows "
-            f"(from {-table[0]} to {table[0] - 1})"
-        )
+    problem = outside_rows(row, table[0])
+    if problem:
+        raise ShapeError(problem)
+
+
+def outside_rows(row, rows) -> str:
+    """Why `row` is not one of a table's `rows` (torch's padding_idx: from -rows to rows
+    - 1), or "" where it is one, or where either is not known when the file compiles."""
+    if not isinstance(row, int) or not isinstance(rows, int) or -rows <= row < rows:
+        return ""
+    return (
+        f":padding-idx {row} is out of range for {rows} rows "
+        f"(from {-rows} to {rows - 1})"
+    )
 
 
 def _one_hot(shapes, attrs):

@@ -48,7 +48,8 @@ def _check_none(sub: Model, const, span, value) -> None:
     if value is None and (default is not None or const.required):
         raise SourceError(
             span,
-            f"{sub.name}'s :{const.argument} takes no none: none is a row's default",
+            f"{sub.name}'s :{const.argument} takes a number, not none (only a key whose "
+            "default is none takes it)",
         )
     if default is None and not const.required and value is not None:
         what = f"{sub.name}'s :{const.argument} (a row, or none)"

@@ -16,6 +16,7 @@ from sx2torch.ops.initializers import (
     INITIALIZERS,
     sizes,
 )
+from sx2torch.ops.rank import known, outside_rows
 from sx2torch.resolve.values import (
     built_from,
     evaluate,
@@ -485,9 +486,6 @@ def _check_padding_row(args: dict, keywords: dict, datum: List) -> None:
     if not args["shape"]:
         raise SourceError(span, ":padding-idx zeroes a row: the shape has no rows")
     rows = args["shape"][0]
-    if ScalarOp.LIT is row.op is rows.op and not -rows.value <= row.value < rows.value:
-        raise SourceError(
-            span,
-            f":padding-idx {row.value} is out of range for {rows.value} rows "
-            f"(from {-rows.value} to {rows.value - 1})",
-        )
+    problem = outside_rows(known(row), known(rows))
+    if problem:
+        raise SourceError(span, problem)

@@ -32,6 +32,7 @@ from sx2torch.ir import (
     walk,
 )
 from sx2torch.ops import REGISTRY
+from sx2torch.ops.rank import outside_rows
 from sx2torch.syntax.read import (
     Boolean,
     Datum,
@@ -159,13 +160,9 @@ def _check_padding_row(param, env: dict, chain: tuple) -> None:
         raise SourceError(
             at, f"parameter '{param.name}' has :padding-idx {index}, but no rows"
         )
-    rows = _value(shape[0], env)
-    if _is_int(index) and _is_int(rows) and not -rows <= index < rows:
-        raise SourceError(
-            at,
-            f"parameter '{param.name}' has :padding-idx {index}, out of range for its "
-            f"{rows} rows (from {-rows} to {rows - 1})",
-        )
+    problem = outside_rows(index, _value(shape[0], env))
+    if problem:
+        raise SourceError(at, f"parameter '{param.name}': {problem}")
 
 
 def _value(scalar: Scalar, env: dict):

@@ -126,12 +126,12 @@ TABLE = "(defparam table (normal [8 4]))\n"
         (
             TABLE + "(defun forward (ids) (take table ids :padding-idx 8))\n",
             "2:22",
-            ":padding-idx 8 is out of range for a table of 8 rows (from -8 to 7)",
+            ":padding-idx 8 is out of range for 8 rows (from -8 to 7)",
         ),
         (
             TABLE + "(defun forward (ids) (take table ids :padding-idx -9))\n",
             "2:22",
-            ":padding-idx -9 is out of range for a table of 8 rows (from -8 to 7)",
+            ":padding-idx -9 is out of range for 8 rows (from -8 to 7)",
         ),
         (
             "(defparam table (normal [8]))\n"
@@ -155,12 +155,12 @@ TABLE = "(defparam table (normal [8 4]))\n"
             "(defconst rows 8)\n(defparam table (normal [rows 4] :padding-idx -9))\n"
             "(defun forward (ids) (take table ids))\n",
             "2:11",
-            "parameter 'table' has :padding-idx -9, out of range for its 8 rows",
+            "parameter 'table': :padding-idx -9 is out of range for 8 rows (from -8 to 7)",
         ),
         (
             "(defparam e (Embedding 10 4 :padding-idx 10))\n(defun forward (x) (e x))\n",
             "1:13",
-            "parameter 'weight' has :padding-idx 10, out of range for its 10 rows",
+            "parameter 'weight': :padding-idx 10 is out of range for 10 rows",
         ),
         (
             "(defparam e (Embedding 10 4 :padding-idx 0.5))\n(defun forward (x) (e x))\n",
@@ -174,7 +174,7 @@ TABLE = "(defparam table (normal [8 4]))\n"
             "(defparam layers (stack (i 6) (lookup :pad (- i 5))))\n"
             "(defun forward (x) (chain layers x))\n",
             "4:31",
-            "parameter 'table' has :padding-idx -5, out of range for its 4 rows",
+            "parameter 'table': :padding-idx -5 is out of range for 4 rows",
         ),
         (
             "(defmodel lookup (&key (pad none))\n"
@@ -193,7 +193,7 @@ TABLE = "(defparam table (normal [8 4]))\n"
         (
             "(defparam e (Linear 4 4 :bias none))\n(defun forward (x) (e x))\n",
             "1:25",
-            "Linear's :bias takes no none",
+            "Linear's :bias takes a number, not none",
         ),
         (
             "(defconst pad none)\n"
