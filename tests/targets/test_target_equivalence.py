@@ -111,6 +111,10 @@ INPUTS: dict[str, dict[str, tuple]] = {
         "loss": (Floats((5, 3)), Floats((5, 3))),
     },
     "frozen-params": {"forward": (Floats((4, 8)),)},
+    "buffer-persistent": {
+        "forward": (Floats((5, 8)),),
+        "rope.forward": (Floats((5, 8)),),
+    },
     "arithmetic": {
         "forward": (Floats((2, 4)),),
         "layers.0.forward": (Floats((2, 4)),),
