@@ -18,7 +18,7 @@ from sx2torch.plan.casts import Conversions
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.methods import DECIDING, Plan, defuns
 from sx2torch.plan.printed import printed
-from sx2torch.plan.sharing import View
+from sx2torch.plan.sharing import Sharing, View
 from sx2torch.plan.spelled import Spelled
 from sx2torch.plan.targets import Target
 
@@ -173,3 +173,39 @@ def test_each_op_s_promotion_and_reads_in_bf16_are_found_once(monkeypatch):
     assert counted["reads"] == [forward]
     # the 0-d sum beside x is converted by the product's kernel: kept for the plan
     assert list(forward.promoted.values()) == [[True, False]]
+
+
+def test_a_plan_is_printed_once_and_follows_its_callees_groups(monkeypatch):
+    """Sharing prints a specialization's plan once per layout and stand-ins of its callees
+    (grouping, the casts at entry and the views' comparisons all ask for it). BERT's groups
+    are taken into later ones after their callers' plans were printed: those plans print
+    again with the later stand-ins, as a fresh printing does (a plan kept by its layout
+    alone cast four arguments at entry that the program's callers pass in bf16)."""
+    import sx2torch.plan.sharing as sharing_module
+
+    (source,) = [s for s in SHARED if s.stem == "bert"]
+    unit = compiler.run(Unit(source.read_text(), source.name, Options()), "policy")
+    lowered = unit.lowered
+    by_defun = defuns(lowered)
+    layouts = {
+        t: Layout(t, DECIDING, lowered)
+        for t in lowered.specializations
+        if len(by_defun[t.model, t.graph.name]) > 1
+    }
+    counted: list = []
+
+    def printed_counted(layout, methods, spelled=None):
+        callees = layout.typed.callee.values()
+        counted.append((layout, *(methods[c] for c in callees)))
+        return printed(layout, methods, spelled)
+
+    monkeypatch.setattr(sharing_module, "printed", printed_counted)
+    sharing = Sharing(lowered, DECIDING, layouts)
+    sharing.run(by_defun)
+    for group in dict.fromkeys(sharing.group.values()):
+        sharing.entry(group)
+    own = [key for key in counted if key[0] in layouts.values()]
+    assert len(own) == len(set(own))
+    assert len({key[0] for key in own}) < len(own)  # a callee's stand-in changed
+    for typed, layout in layouts.items():
+        assert sharing.plan_of(typed) == printed(layout, sharing.stand_ins)
