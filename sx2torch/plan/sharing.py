@@ -165,5 +165,12 @@ class Sharing:
             callee[node] = called
         view = replace(rep, callee=callee)
         conversions = View(view, self.target, self.lowered, typed)
-        layout = Layout(view, self.target, self.lowered, conversions=conversions)
+        structure = self.layouts[rep].structure
+        layout = Layout(
+            view,
+            self.target,
+            self.lowered,
+            conversions=conversions,
+            structure=structure,
+        )
         return printed(layout, self.stand_ins) == self.plan_of(typed)
