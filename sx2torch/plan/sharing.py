@@ -23,6 +23,7 @@ from typing import Optional
 from sx2torch.plan.casts import Conversions, cast_once
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.printed import printed
+import sx2torch.printer as printer
 from sx2torch.ir import Kind, Node
 from sx2torch.policy import Lowered, Typed
 
@@ -71,6 +72,7 @@ class Sharing:
         self.served: dict = {}  # (rep, typed) -> bool
         # (layout, its callees' stand-ins...) -> its printed plan (see `plan_of`)
         self.printed: dict = {}
+        self.texts: dict = {}  # Graph -> its text without notes, for every printing
 
     def run(self, by_defun: dict) -> dict:
         groups: dict = {}
@@ -98,8 +100,14 @@ class Sharing:
         layout = self.layouts[typed]
         key = (layout, *(self.stand_ins[c] for c in typed.callee.values()))
         if key not in self.printed:
-            self.printed[key] = printed(layout, self.stand_ins)
+            self.printed[key] = self._printed(layout)
         return self.printed[key]
+
+    def _printed(self, layout: Layout) -> str:
+        graph = layout.graph
+        if graph not in self.texts:
+            self.texts[graph] = printer.Text(graph)
+        return printed(layout, self.stand_ins, text=self.texts[graph])
 
     def _joins(self, group: Group, typed: Typed, plan: str) -> bool:
         return plan == group.plan or self.serves(group.rep, typed)
@@ -173,4 +181,4 @@ class Sharing:
             conversions=conversions,
             structure=structure,
         )
-        return printed(layout, self.stand_ins) == self.plan_of(typed)
+        return self._printed(layout) == self.plan_of(typed)

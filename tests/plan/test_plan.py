@@ -194,10 +194,10 @@ def test_a_plan_is_printed_once_and_follows_its_callees_groups(monkeypatch):
     }
     counted: list = []
 
-    def printed_counted(layout, methods, spelled=None):
+    def printed_counted(layout, methods, **text):
         callees = layout.typed.callee.values()
         counted.append((layout, *(methods[c] for c in callees)))
-        return printed(layout, methods, spelled)
+        return printed(layout, methods, **text)
 
     monkeypatch.setattr(sharing_module, "printed", printed_counted)
     sharing = Sharing(lowered, DECIDING, layouts)
