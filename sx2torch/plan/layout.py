@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
@@ -114,16 +115,20 @@ class Layout:
         self.nodes_of, self.order = laid.nodes_of, laid.order
         self.unblocked = _unblocked(self)
         self.scalars = self.structure.scalars
-        self.last_read = _last_reads(self)
-        # a compile-time number kept as a local is assigned first and read to the end
-        self.last_read.update(
-            (scalar, self.order[RETURN]) for _, scalar in self.scalars
-        )
         self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
         self.hoists.top(TOP)
         for statement in laid.statements:
             region = self.region_of(statement)
             self.hoists.write(statement, region, self.nodes_of.get(statement, []))
+
+    @cached_property
+    def last_read(self) -> dict:
+        """The last statement that reads each value (`_last_reads`), for the names pass:
+        made where a layout is named, not for those sharing only prints."""
+        last = _last_reads(self)
+        # a compile-time number kept as a local is assigned first and read to the end
+        last.update((scalar, self.order[RETURN]) for _, scalar in self.scalars)
+        return last
 
     def _laid(self) -> Laid:
         """Its statements, from its graph's structure, its ambient precision and its
