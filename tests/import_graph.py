@@ -7,6 +7,7 @@ submodule's full path (`import sx2torch.ir as ir`, `from sx2torch.ir import Grap
 only the submodule. Read by tests/test_import_cycles.py and tests/test_boundaries.py."""
 
 import ast
+import functools
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -28,13 +29,20 @@ def _owner(name: str):
     return name or None
 
 
+@functools.cache
+def _import_nodes(path: pathlib.Path) -> list:
+    """Read once per test process: every test of the graph walks every module."""
+    tree = ast.parse(path.read_text())
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
 def imports(module: str) -> set:
     path = MODULES[module]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _import_nodes(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = node.module or ""
             if node.level:
                 package = (
@@ -46,7 +54,5 @@ def imports(module: str) -> set:
             names = [f"{base}.{alias.name}" for alias in node.names]
             if MODULES.get(base, path).name == "__init__.py":
                 names.append(base)  # the package's namespace is read
-        else:
-            continue
         found |= {_owner(name) for name in names} - {None, module}
     return found
