@@ -82,9 +82,7 @@ class Plans:
 
 
 def run(program: Program, lowered: Lowered, target: Target) -> Plans:
-    # each graph's structure, which all its layouts share (plan/layout.py)
-    graphs = dict.fromkeys(typed.graph for typed in lowered.specializations)
-    structures = {graph: Structure(graph) for graph in graphs}
+    structures = _structures(lowered)
     layouts = {
         typed: Layout(typed, target, lowered, structure=structures[typed.graph])
         for typed in lowered.specializations
@@ -290,6 +288,12 @@ def verify(plans: Plans, lowered: Lowered) -> None:
         assert plan.typed is typed and plan.layout.target == plans.target
         assert plans.plans[plan.code].code is plan.code, typed.graph.name
         assert set(plan.entry) <= set(range(len(typed.graph.inputs)))
+
+
+def _structures(lowered: Lowered) -> dict:
+    """Graph -> its Structure, which all its layouts share (plan/layout.py)."""
+    graphs = dict.fromkeys(typed.graph for typed in lowered.specializations)
+    return {graph: Structure(graph) for graph in graphs}
 
 
 def _deciding(lowered: Lowered, by_defun: dict, structures: dict) -> dict:
