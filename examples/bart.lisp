@@ -15,6 +15,7 @@
 (defconst d-model 1024)
 (defconst init-std 0.02)
 (defconst scale-embedding false)
+(defconst pad-token-id 1)
 
 (defmodel linear-layer (&key in-features out-features ((:bias has-bias) true) (std 0.02))
   (defparam weight (normal [out-features in-features] :std std))
@@ -22,10 +23,11 @@
   (defun forward (x) (if has-bias (linear x weight bias) (linear x weight))))
 
 ;; BartScaledWordEmbedding: nn.Embedding's rows times embed_scale
-(defmodel bart-scaled-word-embedding (&key num-embeddings embedding-dim (embed-scale 1.0)
-                                           (std 0.02))
-  (defparam weight (normal [num-embeddings embedding-dim] :std std))
-  (defun forward (input-ids) (* (take weight input-ids) embed-scale)))
+(defmodel bart-scaled-word-embedding (&key num-embeddings embedding-dim (padding-idx none)
+                                           (embed-scale 1.0) (std 0.02))
+  (defparam weight (normal [num-embeddings embedding-dim] :std std :padding-idx padding-idx))
+  (defun forward (input-ids)
+    (* (take weight input-ids :padding-idx padding-idx) embed-scale)))
 
 ;; BartLearnedPositionalEmbedding: two rows more than the positions, which start at row 2
 ;; (its offset); when generating, they start where the cache ends
@@ -82,8 +84,8 @@
       (final-layer-norm (+ hidden-states (fc2 (gelu (fc1 hidden-states))))))))
 
 (defmodel bart-encoder (&key vocab-size d-model max-positions depth heads ffn-dim
-                             (embed-scale 1.0) (std 0.02))
-  (defparam embed-tokens (bart-scaled-word-embedding vocab-size d-model
+                             (padding-idx none) (embed-scale 1.0) (std 0.02))
+  (defparam embed-tokens (bart-scaled-word-embedding vocab-size d-model padding-idx
                                                      :embed-scale embed-scale :std std))
   (defparam embed-positions (bart-learned-positional-embedding max-positions d-model :std std))
   (defparam layers
@@ -95,8 +97,8 @@
       (chain layers hidden-states))))
 
 (defmodel bart-decoder (&key vocab-size d-model max-positions depth heads ffn-dim
-                             (embed-scale 1.0) (std 0.02))
-  (defparam embed-tokens (bart-scaled-word-embedding vocab-size d-model
+                             (padding-idx none) (embed-scale 1.0) (std 0.02))
+  (defparam embed-tokens (bart-scaled-word-embedding vocab-size d-model padding-idx
                                                      :embed-scale embed-scale :std std))
   (defparam embed-positions (bart-learned-positional-embedding max-positions d-model :std std))
   (defparam layers
@@ -109,17 +111,19 @@
 
 (defmodel bart-model (&key vocab-size d-model max-positions encoder-layers encoder-heads
                            encoder-ffn-dim decoder-layers decoder-heads decoder-ffn-dim
-                           (embed-scale 1.0) (std 0.02))
-  (defparam shared (bart-scaled-word-embedding vocab-size d-model
+                           (padding-idx none) (embed-scale 1.0) (std 0.02))
+  (defparam shared (bart-scaled-word-embedding vocab-size d-model padding-idx
                                                :embed-scale embed-scale :std std))
   (defparam encoder (bart-encoder :vocab-size vocab-size :d-model d-model
                                   :max-positions max-positions :depth encoder-layers
                                   :heads encoder-heads :ffn-dim encoder-ffn-dim
-                                  :embed-scale embed-scale :std std))
+                                  :padding-idx padding-idx :embed-scale embed-scale
+                                  :std std))
   (defparam decoder (bart-decoder :vocab-size vocab-size :d-model d-model
                                   :max-positions max-positions :depth decoder-layers
                                   :heads decoder-heads :ffn-dim decoder-ffn-dim
-                                  :embed-scale embed-scale :std std))
+                                  :padding-idx padding-idx :embed-scale embed-scale
+                                  :std std))
   (defun forward (input-ids decoder-input-ids)
     (decoder decoder-input-ids (encoder input-ids))))
 
@@ -129,7 +133,7 @@
                             :encoder-heads encoder-attention-heads
                             :encoder-ffn-dim encoder-ffn-dim :decoder-layers decoder-layers
                             :decoder-heads decoder-attention-heads
-                            :decoder-ffn-dim decoder-ffn-dim
+                            :decoder-ffn-dim decoder-ffn-dim :padding-idx pad-token-id
                             :embed-scale (if scale-embedding (sqrt d-model) 1.0)
                             :std init-std))
 (defparam final-logits-bias (zeros [1 vocab-size]) :trainable false)

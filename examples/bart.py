@@ -72,15 +72,32 @@ class LinearLayer(nn.Module):
 
 
 class BartScaledWordEmbedding(nn.Module):
-    def __init__(self, *, num_embeddings, embedding_dim, embed_scale=1.0, std=0.02):
+    def __init__(
+        self,
+        *,
+        num_embeddings,
+        embedding_dim,
+        padding_idx=None,
+        embed_scale=1.0,
+        std=0.02
+    ):
         super().__init__()
+        self.padding_idx = padding_idx
         self.embed_scale = embed_scale
         self.weight = nn.Parameter(
             torch.normal(0.0, std, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, input_ids):
-        return self.weight[input_ids].to(torch.bfloat16) * self.embed_scale
+        return (
+            F.embedding(input_ids, self.weight, padding_idx=self.padding_idx).to(
+                torch.bfloat16
+            )
+            * self.embed_scale
+        )
 
 
 class BartLearnedPositionalEmbedding(nn.Module):
@@ -189,6 +206,7 @@ class BartEncoder(nn.Module):
         depth,
         heads,
         ffn_dim,
+        padding_idx=None,
         embed_scale=1.0,
         std=0.02
     ):
@@ -196,6 +214,7 @@ class BartEncoder(nn.Module):
         self.embed_tokens = BartScaledWordEmbedding(
             num_embeddings=vocab_size,
             embedding_dim=d_model,
+            padding_idx=padding_idx,
             embed_scale=embed_scale,
             std=std,
         )
@@ -229,6 +248,7 @@ class BartDecoder(nn.Module):
         depth,
         heads,
         ffn_dim,
+        padding_idx=None,
         embed_scale=1.0,
         std=0.02
     ):
@@ -236,6 +256,7 @@ class BartDecoder(nn.Module):
         self.embed_tokens = BartScaledWordEmbedding(
             num_embeddings=vocab_size,
             embedding_dim=d_model,
+            padding_idx=padding_idx,
             embed_scale=embed_scale,
             std=std,
         )
@@ -272,6 +293,7 @@ class BartModel(nn.Module):
         decoder_layers,
         decoder_heads,
         decoder_ffn_dim,
+        padding_idx=None,
         embed_scale=1.0,
         std=0.02
     ):
@@ -279,6 +301,7 @@ class BartModel(nn.Module):
         self.shared = BartScaledWordEmbedding(
             num_embeddings=vocab_size,
             embedding_dim=d_model,
+            padding_idx=padding_idx,
             embed_scale=embed_scale,
             std=std,
         )
@@ -289,6 +312,7 @@ class BartModel(nn.Module):
             depth=encoder_layers,
             heads=encoder_heads,
             ffn_dim=encoder_ffn_dim,
+            padding_idx=padding_idx,
             embed_scale=embed_scale,
             std=std,
         )
@@ -299,6 +323,7 @@ class BartModel(nn.Module):
             depth=decoder_layers,
             heads=decoder_heads,
             ffn_dim=decoder_ffn_dim,
+            padding_idx=padding_idx,
             embed_scale=embed_scale,
             std=std,
         )
@@ -331,7 +356,8 @@ class Bart(nn.Module):
         decoder_attention_heads=16,
         d_model=1024,
         init_std=0.02,
-        scale_embedding=False
+        scale_embedding=False,
+        pad_token_id=1
     ):
         super().__init__()
         self.model = BartModel(
@@ -344,6 +370,7 @@ class Bart(nn.Module):
             decoder_layers=decoder_layers,
             decoder_heads=decoder_attention_heads,
             decoder_ffn_dim=decoder_ffn_dim,
+            padding_idx=pad_token_id,
             embed_scale=d_model**0.5 if scale_embedding else 1.0,
             std=init_std,
         )

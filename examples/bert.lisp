@@ -14,19 +14,21 @@
 (defconst max-position-embeddings 512)
 (defconst type-vocab-size 2)
 (defconst layer-norm-eps 1e-12)
+(defconst pad-token-id 0)
 
 (defmodel linear-layer (&key (in-features 768) (out-features 768))
   (defparam weight (normal [out-features in-features] :std 0.02))
   (defparam bias (zeros [out-features]))
   (defun forward (x) (linear x weight bias)))
 
-(defmodel embedding (&key (num-embeddings 30522) (embedding-dim 768))
-  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
-  (defun forward (ids) (take weight ids)))
+(defmodel embedding (&key (num-embeddings 30522) (embedding-dim 768) (padding-idx none))
+  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02 :padding-idx padding-idx))
+  (defun forward (ids) (take weight ids :padding-idx padding-idx)))
 
 (defmodel bert-embeddings (&key (vocab 30522) (dim 768) (max-positions 512) (types 2)
-                                (eps 1e-12) (p 0.1))
-  (defparam word-embeddings (embedding :num-embeddings vocab :embedding-dim dim))
+                                (eps 1e-12) (p 0.1) (pad-token-id 0))
+  (defparam word-embeddings
+    (embedding :num-embeddings vocab :embedding-dim dim :padding-idx pad-token-id))
   (defparam position-embeddings (embedding :num-embeddings max-positions :embedding-dim dim))
   (defparam token-type-embeddings (embedding :num-embeddings types :embedding-dim dim))
   (defparam LayerNorm (LayerNorm dim :eps eps))
@@ -88,7 +90,7 @@
 (defparam embeddings (bert-embeddings :vocab vocab-size :dim hidden-size
                                       :max-positions max-position-embeddings
                                       :types type-vocab-size :eps layer-norm-eps
-                                      :p hidden-dropout-prob))
+                                      :p hidden-dropout-prob :pad-token-id pad-token-id))
 (defparam encoder (bert-encoder :depth num-hidden-layers :dim hidden-size
                                 :hidden intermediate-size :heads num-attention-heads
                                 :eps layer-norm-eps :p hidden-dropout-prob))

@@ -70,23 +70,39 @@ class LinearLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, *, num_embeddings=30522, embedding_dim=768):
+    def __init__(self, *, num_embeddings=30522, embedding_dim=768, padding_idx=None):
         super().__init__()
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, ids):
-        return self.weight[ids].to(torch.bfloat16)
+        return F.embedding(ids, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
 
 
 class BertEmbeddings(nn.Module):
     def __init__(
-        self, *, vocab=30522, dim=768, max_positions=512, types=2, eps=1e-12, p=0.1
+        self,
+        *,
+        vocab=30522,
+        dim=768,
+        max_positions=512,
+        types=2,
+        eps=1e-12,
+        p=0.1,
+        pad_token_id=0
     ):
         super().__init__()
         self.p = p
-        self.word_embeddings = Embedding(num_embeddings=vocab, embedding_dim=dim)
+        self.word_embeddings = Embedding(
+            num_embeddings=vocab, embedding_dim=dim, padding_idx=pad_token_id
+        )
         self.position_embeddings = Embedding(
             num_embeddings=max_positions, embedding_dim=dim
         )
@@ -230,7 +246,8 @@ class Bert(nn.Module):
         hidden_dropout_prob=0.1,
         max_position_embeddings=512,
         type_vocab_size=2,
-        layer_norm_eps=1e-12
+        layer_norm_eps=1e-12,
+        pad_token_id=0
     ):
         super().__init__()
         self.embeddings = BertEmbeddings(
@@ -240,6 +257,7 @@ class Bert(nn.Module):
             types=type_vocab_size,
             eps=layer_norm_eps,
             p=hidden_dropout_prob,
+            pad_token_id=pad_token_id,
         )
         self.encoder = BertEncoder(
             depth=num_hidden_layers,

@@ -26,14 +26,15 @@
 (defconst norm-topk-prob true)
 (defconst rms-norm-eps 1e-6)
 (defconst rope-theta 10000.0)
+(defconst pad-token-id none)
 
 (defmodel linear-layer (&key (in-features 7168) (out-features 7168))
   (defparam weight (normal [out-features in-features] :std 0.02))
   (defun forward (x) (linear x weight)))
 
-(defmodel embedding (&key (num-embeddings 129280) (embedding-dim 7168))
-  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
-  (defun forward (ids) (take weight ids)))
+(defmodel embedding (&key (num-embeddings 129280) (embedding-dim 7168) (padding-idx none))
+  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02 :padding-idx padding-idx))
+  (defun forward (ids) (take weight ids :padding-idx padding-idx)))
 
 (defmodel deepseek-v3-rms-norm (&key (dim 7168) (eps 1e-6))
   (defparam weight (ones [dim]))
@@ -138,8 +139,9 @@
     (&key (vocab 129280) (dim 7168) (hidden 18432) (moe-hidden 2048) (depth 61) (heads 128)
           (q-rank 1536) (kv-rank 512) (rope-dim 64) (nope-dim 128) (v-dim 128) (eps 1e-6)
           (theta 10000.0) (first-dense 3) (num-experts 256) (shared 1) (top-k 8) (n-group 8)
-          (topk-group 4) (norm-topk true) (scaling 2.5))
-  (defparam embed-tokens (embedding :num-embeddings vocab :embedding-dim dim))
+          (topk-group 4) (norm-topk true) (scaling 2.5) (pad-token-id none))
+  (defparam embed-tokens
+    (embedding :num-embeddings vocab :embedding-dim dim :padding-idx pad-token-id))
   (defparam layers
     (stack (i depth)
       (deepseek-v3-decoder-layer :dim dim :hidden hidden :moe-hidden moe-hidden :heads heads
@@ -165,7 +167,8 @@
                      :eps rms-norm-eps :theta rope-theta :first-dense first-k-dense-replace
                      :num-experts n-routed-experts :shared n-shared-experts
                      :top-k num-experts-per-tok :n-group n-group :topk-group topk-group
-                     :norm-topk norm-topk-prob :scaling routed-scaling-factor))
+                     :norm-topk norm-topk-prob :scaling routed-scaling-factor
+                     :pad-token-id pad-token-id))
 (defparam lm-head (linear-layer :in-features hidden-size :out-features vocab-size))
 
 (defun forward (input-ids) (lm-head (model input-ids)))

@@ -34,14 +34,20 @@ class LinearLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, *, num_embeddings=129280, embedding_dim=7168):
+    def __init__(self, *, num_embeddings=129280, embedding_dim=7168, padding_idx=None):
         super().__init__()
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, ids):
-        return self.weight[ids].to(torch.bfloat16)
+        return F.embedding(ids, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
 
 
 class DeepseekV3RmsNorm(nn.Module):
@@ -336,12 +342,15 @@ class DeepseekV3Model(nn.Module):
         n_group=8,
         topk_group=4,
         norm_topk=True,
-        scaling=2.5
+        scaling=2.5,
+        pad_token_id=None
     ):
         super().__init__()
         self.rope_dim = rope_dim
         self.theta = theta
-        self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
+        self.embed_tokens = Embedding(
+            num_embeddings=vocab, embedding_dim=dim, padding_idx=pad_token_id
+        )
         self.layers = nn.ModuleList(
             [
                 DeepseekV3DecoderLayer(
@@ -423,7 +432,8 @@ class DeepseekV3(nn.Module):
         first_k_dense_replace=3,
         norm_topk_prob=True,
         rms_norm_eps=1e-06,
-        rope_theta=10000.0
+        rope_theta=10000.0,
+        pad_token_id=None
     ):
         super().__init__()
         self.model = DeepseekV3Model(
@@ -448,6 +458,7 @@ class DeepseekV3(nn.Module):
             topk_group=topk_group,
             norm_topk=norm_topk_prob,
             scaling=routed_scaling_factor,
+            pad_token_id=pad_token_id,
         )
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
 

@@ -18,16 +18,17 @@
 (defconst sliding-window 4096)
 (defconst final-logit-softcapping 30.0)
 (defconst attn-logit-softcapping 50.0)
+(defconst pad-token-id 0)
 
 (defmodel linear-layer (&key (in-features 2304) (out-features 2304))
   (defparam weight (normal [out-features in-features] :std 0.02))
   (defun forward (x) (linear x weight)))
 
-(defmodel embedding (&key (num-embeddings 256000) (embedding-dim 2304))
-  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
+(defmodel embedding (&key (num-embeddings 256000) (embedding-dim 2304) (padding-idx none))
+  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02 :padding-idx padding-idx))
   ;; Gemma2TextScaledWordEmbedding: times sqrt(hidden) rounded to the table's dtype
   (defun forward (ids)
-    (let ((x (take weight ids))) (* x (scalar-like x (sqrt embedding-dim))))))
+    (let ((x (take weight ids :padding-idx padding-idx))) (* x (scalar-like x (sqrt embedding-dim))))))
 
 (defmodel gemma2-rms-norm (&key (dim 2304) (eps 1e-6))
   (defparam weight (zeros [dim]))
@@ -85,8 +86,9 @@
 (defmodel gemma2-model
     (&key (vocab 256000) (dim 2304) (hidden 9216) (depth 26) (heads 8) (kv-heads 4)
           (head-dim 256) (eps 1e-6) (theta 10000.0) (scalar 256) (softcap 50.0)
-          (window 4096))
-  (defparam embed-tokens (embedding :num-embeddings vocab :embedding-dim dim))
+          (window 4096) (pad-token-id 0))
+  (defparam embed-tokens
+    (embedding :num-embeddings vocab :embedding-dim dim :padding-idx pad-token-id))
   ;; layer_types: even layers slide, odd ones attend to every earlier position
   (defparam layers
     (stack (i depth)
@@ -107,7 +109,7 @@
                               :kv-heads num-key-value-heads :head-dim head-dim
                               :eps rms-norm-eps :theta rope-theta
                               :scalar query-pre-attn-scalar :softcap attn-logit-softcapping
-                              :window sliding-window))
+                              :window sliding-window :pad-token-id pad-token-id))
 (defparam lm-head (linear-layer :in-features hidden-size :out-features vocab-size))
 (tie lm-head.weight model.embed-tokens.weight)
 

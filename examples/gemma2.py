@@ -31,15 +31,21 @@ class LinearLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, *, num_embeddings=256000, embedding_dim=2304):
+    def __init__(self, *, num_embeddings=256000, embedding_dim=2304, padding_idx=None):
         super().__init__()
         self.embedding_dim = embedding_dim
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, ids):
-        x = self.weight[ids].to(torch.bfloat16)
+        x = F.embedding(ids, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
         return x * torch.tensor(
             self.embedding_dim**0.5, dtype=torch.bfloat16, device=x.device
         )
@@ -199,12 +205,15 @@ class Gemma2Model(nn.Module):
         theta=10000.0,
         scalar=256,
         softcap=50.0,
-        window=4096
+        window=4096,
+        pad_token_id=0
     ):
         super().__init__()
         self.head_dim = head_dim
         self.theta = theta
-        self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
+        self.embed_tokens = Embedding(
+            num_embeddings=vocab, embedding_dim=dim, padding_idx=pad_token_id
+        )
         self.layers = nn.ModuleList(
             [
                 Gemma2DecoderLayer(
@@ -266,7 +275,8 @@ class Gemma2(nn.Module):
         query_pre_attn_scalar=256,
         sliding_window=4096,
         final_logit_softcapping=30.0,
-        attn_logit_softcapping=50.0
+        attn_logit_softcapping=50.0,
+        pad_token_id=0
     ):
         super().__init__()
         self.vocab_size = vocab_size
@@ -284,6 +294,7 @@ class Gemma2(nn.Module):
             scalar=query_pre_attn_scalar,
             softcap=attn_logit_softcapping,
             window=sliding_window,
+            pad_token_id=pad_token_id,
         )
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
         self.lm_head.weight = self.model.embed_tokens.weight

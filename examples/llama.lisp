@@ -12,14 +12,15 @@
 (defconst max-position-embeddings 2048 "unused: the rotary table is built for any length")
 (defconst rms-norm-eps 1e-6)
 (defconst rope-theta 10000.0)
+(defconst pad-token-id none)
 
 (defmodel linear-layer (&key (in-features 4096) (out-features 4096))
   (defparam weight (normal [out-features in-features] :std 0.02))
   (defun forward (x) (linear x weight)))
 
-(defmodel embedding (&key (num-embeddings 32000) (embedding-dim 4096))
-  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
-  (defun forward (ids) (take weight ids)))
+(defmodel embedding (&key (num-embeddings 32000) (embedding-dim 4096) (padding-idx none))
+  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02 :padding-idx padding-idx))
+  (defun forward (ids) (take weight ids :padding-idx padding-idx)))
 
 (defmodel llama-rms-norm (&key (dim 4096) (eps 1e-6))
   (defparam weight (ones [dim]))
@@ -60,8 +61,8 @@
       (+ x (mlp (post-attention-layernorm x))))))
 
 (defmodel llama-model (&key (vocab 32000) (dim 4096) (hidden 11008) (depth 32) (heads 32)
-                            (kv-heads 32) (head-dim 128) (eps 1e-6) (theta 10000.0))
-  (defparam embed-tokens (embedding :num-embeddings vocab :embedding-dim dim))
+                            (kv-heads 32) (head-dim 128) (eps 1e-6) (theta 10000.0) (pad none))
+  (defparam embed-tokens (embedding vocab dim pad))
   (defparam layers (stack depth (llama-decoder-layer :dim dim :hidden hidden :eps eps :heads heads
                                                      :kv-heads kv-heads :head-dim head-dim)))
   (defparam norm (llama-rms-norm :dim dim :eps eps))
@@ -75,7 +76,8 @@
 
 (defparam model (llama-model :vocab vocab-size :dim hidden-size :hidden intermediate-size
                              :depth num-hidden-layers :heads num-attention-heads :eps rms-norm-eps
-                             :kv-heads num-key-value-heads :head-dim head-dim :theta rope-theta))
+                             :kv-heads num-key-value-heads :head-dim head-dim :theta rope-theta
+                             :pad pad-token-id))
 (defparam lm-head (linear-layer :in-features hidden-size :out-features vocab-size))
 
 (defun forward (input-ids) (lm-head (model input-ids)))

@@ -31,14 +31,20 @@ class LinearLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, *, num_embeddings=32000, embedding_dim=4096):
+    def __init__(self, *, num_embeddings=32000, embedding_dim=4096, padding_idx=None):
         super().__init__()
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, ids):
-        return self.weight[ids].to(torch.bfloat16)
+        return F.embedding(ids, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
 
 
 class LlamaRmsNorm(nn.Module):
@@ -133,12 +139,15 @@ class LlamaModel(nn.Module):
         kv_heads=32,
         head_dim=128,
         eps=1e-06,
-        theta=10000.0
+        theta=10000.0,
+        pad=None
     ):
         super().__init__()
         self.head_dim = head_dim
         self.theta = theta
-        self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
+        self.embed_tokens = Embedding(
+            num_embeddings=vocab, embedding_dim=dim, padding_idx=pad
+        )
         self.layers = nn.ModuleList(
             [
                 LlamaDecoderLayer(
@@ -208,7 +217,8 @@ class Llama(nn.Module):
         head_dim=None,
         max_position_embeddings=2048,
         rms_norm_eps=1e-06,
-        rope_theta=10000.0
+        rope_theta=10000.0,
+        pad_token_id=None
     ):
         super().__init__()
         self.vocab_size = vocab_size
@@ -224,6 +234,7 @@ class Llama(nn.Module):
             kv_heads=num_key_value_heads,
             head_dim=head_dim,
             theta=rope_theta,
+            pad=pad_token_id,
         )
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
 

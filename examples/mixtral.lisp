@@ -18,14 +18,15 @@
 (defconst rope-theta 1000000.0)
 (defconst num-local-experts 8)
 (defconst num-experts-per-tok 2)
+(defconst pad-token-id none)
 
 (defmodel linear-layer (&key (in-features 4096) (out-features 4096))
   (defparam weight (normal [out-features in-features] :std 0.02))
   (defun forward (x) (linear x weight)))
 
-(defmodel embedding (&key (num-embeddings 32000) (embedding-dim 4096))
-  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02))
-  (defun forward (ids) (take weight ids)))
+(defmodel embedding (&key (num-embeddings 32000) (embedding-dim 4096) (padding-idx none))
+  (defparam weight (normal [num-embeddings embedding-dim] :std 0.02 :padding-idx padding-idx))
+  (defun forward (ids) (take weight ids :padding-idx padding-idx)))
 
 (defmodel mixtral-rms-norm (&key (dim 4096) (eps 1e-6))
   (defparam weight (ones [dim]))
@@ -85,8 +86,9 @@
 
 (defmodel mixtral-model (&key (vocab 32000) (dim 4096) (hidden 14336) (depth 32) (heads 32)
                             (kv-heads 8) (head-dim 128) (eps 1e-5) (theta 1000000.0)
-                            (num-experts 8) (top-k 2))
-  (defparam embed-tokens (embedding :num-embeddings vocab :embedding-dim dim))
+                            (num-experts 8) (top-k 2) (pad-token-id none))
+  (defparam embed-tokens
+    (embedding :num-embeddings vocab :embedding-dim dim :padding-idx pad-token-id))
   (defparam layers (stack depth (mixtral-decoder-layer :dim dim :hidden hidden :eps eps :heads heads
                                                      :kv-heads kv-heads :head-dim head-dim
                                                      :num-experts num-experts :top-k top-k)))
@@ -102,7 +104,8 @@
 (defparam model (mixtral-model :vocab vocab-size :dim hidden-size :hidden intermediate-size
                              :depth num-hidden-layers :heads num-attention-heads :eps rms-norm-eps
                              :kv-heads num-key-value-heads :head-dim head-dim :theta rope-theta
-                             :num-experts num-local-experts :top-k num-experts-per-tok))
+                             :num-experts num-local-experts :top-k num-experts-per-tok
+                             :pad-token-id pad-token-id))
 (defparam lm-head (linear-layer :in-features hidden-size :out-features vocab-size))
 
 (defun forward (input-ids) (lm-head (model input-ids)))

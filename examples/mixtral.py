@@ -33,14 +33,20 @@ class LinearLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, *, num_embeddings=32000, embedding_dim=4096):
+    def __init__(self, *, num_embeddings=32000, embedding_dim=4096, padding_idx=None):
         super().__init__()
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 0.02, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, ids):
-        return self.weight[ids].to(torch.bfloat16)
+        return F.embedding(ids, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
 
 
 class MixtralRmsNorm(nn.Module):
@@ -185,12 +191,15 @@ class MixtralModel(nn.Module):
         eps=1e-05,
         theta=1000000.0,
         num_experts=8,
-        top_k=2
+        top_k=2,
+        pad_token_id=None
     ):
         super().__init__()
         self.head_dim = head_dim
         self.theta = theta
-        self.embed_tokens = Embedding(num_embeddings=vocab, embedding_dim=dim)
+        self.embed_tokens = Embedding(
+            num_embeddings=vocab, embedding_dim=dim, padding_idx=pad_token_id
+        )
         self.layers = nn.ModuleList(
             [
                 MixtralDecoderLayer(
@@ -258,7 +267,8 @@ class Mixtral(nn.Module):
         rms_norm_eps=1e-05,
         rope_theta=1000000.0,
         num_local_experts=8,
-        num_experts_per_tok=2
+        num_experts_per_tok=2,
+        pad_token_id=None
     ):
         super().__init__()
         self.vocab_size = vocab_size
@@ -276,6 +286,7 @@ class Mixtral(nn.Module):
             theta=rope_theta,
             num_experts=num_local_experts,
             top_k=num_experts_per_tok,
+            pad_token_id=pad_token_id,
         )
         self.lm_head = LinearLayer(in_features=hidden_size, out_features=vocab_size)
 

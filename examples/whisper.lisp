@@ -15,6 +15,7 @@
 (defconst d-model 384)
 (defconst max-source-positions 1500)
 (defconst max-target-positions 448)
+(defconst pad-token-id 50256)
 
 ;; the sines and cosines of each position times log-spaced frequencies, side by side
 (defmodel sinusoidal-embedding (&key (length 1500) (channels 384))
@@ -95,8 +96,8 @@
       (layer-norm (chain layers hidden-states)))))
 
 (defmodel whisper-decoder (&key (vocab-size 51865) (d-model 384) (decoder-layers 4) (heads 6)
-                                (ffn-dim 1536) (max-target-positions 448))
-  (defparam embed-tokens (Embedding vocab-size d-model))
+                                (ffn-dim 1536) (max-target-positions 448) (padding-idx none))
+  (defparam embed-tokens (Embedding vocab-size d-model padding-idx))
   (defparam embed-positions (Embedding max-target-positions d-model))
   (defparam layers (stack decoder-layers (whisper-decoder-layer :embed-dim d-model :num-heads heads
                                                         :ffn-dim ffn-dim)))
@@ -108,7 +109,7 @@
 
 (defmodel whisper-model (&key (vocab-size 51865) (num-mel-bins 80) (d-model 384)
                               (encoder-layers 4) (encoder-attention-heads 6)
-                              (encoder-ffn-dim 1536) (decoder-layers 4)
+                              (encoder-ffn-dim 1536) (decoder-layers 4) (pad-token-id 50256)
                               (decoder-attention-heads 6) (decoder-ffn-dim 1536)
                               (max-source-positions 1500) (max-target-positions 448))
   (defparam encoder (whisper-encoder :num-mel-bins num-mel-bins :d-model d-model
@@ -117,7 +118,7 @@
                                      :max-source-positions max-source-positions))
   (defparam decoder (whisper-decoder :vocab-size vocab-size :d-model d-model
                                      :decoder-layers decoder-layers :heads decoder-attention-heads
-                                     :ffn-dim decoder-ffn-dim
+                                     :ffn-dim decoder-ffn-dim :padding-idx pad-token-id
                                      :max-target-positions max-target-positions))
   (defun forward (input-features decoder-input-ids)
     (decoder decoder-input-ids (encoder input-features))))
@@ -127,7 +128,7 @@
                                :encoder-attention-heads encoder-attention-heads
                                :encoder-ffn-dim encoder-ffn-dim :decoder-layers decoder-layers
                                :decoder-attention-heads decoder-attention-heads
-                               :decoder-ffn-dim decoder-ffn-dim
+                               :decoder-ffn-dim decoder-ffn-dim :pad-token-id pad-token-id
                                :max-source-positions max-source-positions
                                :max-target-positions max-target-positions))
 (defparam proj-out (Linear d-model vocab-size :bias false))

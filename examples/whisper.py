@@ -54,14 +54,20 @@ class Linear(nn.Module):
 class Embedding(nn.Module):
     """torch.nn.Embedding: rows of the table"""
 
-    def __init__(self, *, num_embeddings, embedding_dim):
+    def __init__(self, *, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 1.0, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, x):
-        return self.weight[x].to(torch.bfloat16)
+        return F.embedding(x, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
 
 
 class LayerNorm(nn.Module):
@@ -319,10 +325,13 @@ class WhisperDecoder(nn.Module):
         decoder_layers=4,
         heads=6,
         ffn_dim=1536,
-        max_target_positions=448
+        max_target_positions=448,
+        padding_idx=None
     ):
         super().__init__()
-        self.embed_tokens = Embedding(num_embeddings=vocab_size, embedding_dim=d_model)
+        self.embed_tokens = Embedding(
+            num_embeddings=vocab_size, embedding_dim=d_model, padding_idx=padding_idx
+        )
         self.embed_positions = Embedding(
             num_embeddings=max_target_positions, embedding_dim=d_model
         )
@@ -354,6 +363,7 @@ class WhisperModel(nn.Module):
         encoder_attention_heads=6,
         encoder_ffn_dim=1536,
         decoder_layers=4,
+        pad_token_id=50256,
         decoder_attention_heads=6,
         decoder_ffn_dim=1536,
         max_source_positions=1500,
@@ -374,6 +384,7 @@ class WhisperModel(nn.Module):
             decoder_layers=decoder_layers,
             heads=decoder_attention_heads,
             ffn_dim=decoder_ffn_dim,
+            padding_idx=pad_token_id,
             max_target_positions=max_target_positions,
         )
 
@@ -405,7 +416,8 @@ class Whisper(nn.Module):
         encoder_ffn_dim=1536,
         d_model=384,
         max_source_positions=1500,
-        max_target_positions=448
+        max_target_positions=448,
+        pad_token_id=50256
     ):
         super().__init__()
         self.model = WhisperModel(
@@ -418,6 +430,7 @@ class Whisper(nn.Module):
             decoder_layers=decoder_layers,
             decoder_attention_heads=decoder_attention_heads,
             decoder_ffn_dim=decoder_ffn_dim,
+            pad_token_id=pad_token_id,
             max_source_positions=max_source_positions,
             max_target_positions=max_target_positions,
         )

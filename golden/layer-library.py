@@ -41,14 +41,20 @@ class Linear(nn.Module):
 class Embedding(nn.Module):
     """torch.nn.Embedding: rows of the table"""
 
-    def __init__(self, *, num_embeddings, embedding_dim):
+    def __init__(self, *, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
+        self.padding_idx = padding_idx
         self.weight = nn.Parameter(
             torch.normal(0.0, 1.0, size=(num_embeddings, embedding_dim))
         )
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, x):
-        return self.weight[x].to(torch.bfloat16)
+        return F.embedding(x, self.weight, padding_idx=self.padding_idx).to(
+            torch.bfloat16
+        )
 
 
 class LayerNorm(nn.Module):

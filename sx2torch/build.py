@@ -195,7 +195,7 @@ def neg(operand: Expr) -> Expr:
     return cst.UnaryOperation(cst.Minus(), at_least(operand, UNARY))
 
 
-def number(value: int | float | bool | str | tuple) -> Expr:
+def number(value: int | float | bool | str | tuple | None) -> Expr:
     """A scalar's literal; a keyword scalar (a const `(defconst mode :fast)`) is its name as
     a string, a list const a tuple of them (an immutable default: `depths=(3, 3, 9, 3)`).
     """
@@ -205,6 +205,8 @@ def number(value: int | float | bool | str | tuple) -> Expr:
         return string(value)
     if isinstance(value, bool):
         return cst.Name("True" if value else "False")
+    if value is None:  # a model's &key whose default is `none`
+        return cst.Name("None")
     if value < 0 or (isinstance(value, float) and str(value).startswith("-")):
         return neg(number(-value))
     if isinstance(value, int):

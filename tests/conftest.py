@@ -102,6 +102,21 @@ def load_module(code: str, name: str = "generated") -> types.ModuleType:
     return module
 
 
+def refused_alike(text: str) -> "SourceError":
+    """The compiler's diagnostic for `text`, which the interpreter's front end (the same
+    passes) gives too."""
+    from sx2torch import interpret
+    from sx2torch.errors import SourceError
+
+    with pytest.raises(SourceError) as caught:
+        compile_source(text, "model.lisp")
+    error = caught.value
+    with pytest.raises(SourceError) as caught:
+        interpret.load(text)
+    assert caught.value.message == error.message
+    return error
+
+
 def method_code(code: str, name: str) -> str:
     """The text of generated method `name`, up to the next method."""
     return code.split(f"    def {name}(")[1].split("\n    def ")[0]

@@ -384,10 +384,9 @@ def _init(
             )
     for param in model.params.values():
         # located: an error building it (a size past the limit) points at its defparam
-        statement = _param(program, model, param, lowered, ctx, names)
-        body.append(
-            _documented(located(statement, param.span, ctx.source_lines), param)
-        )
+        first, *rest = _param(program, model, param, lowered, ctx, names)
+        body.append(_documented(located(first, param.span, ctx.source_lines), param))
+        body += rest
     body += [_tie(program, model, tie, ctx) for tie in model.ties]
     params = cst.Parameters(
         star_arg=cst.ParamStar() if kwonly else cst.MaybeSentinel.DEFAULT,
@@ -451,13 +450,13 @@ def _param(program, model: Model, param: Param, lowered: Lowered, ctx, names: di
             return _register(model, param, value, ctx)
 
         if init.kind == "model":
-            return _when(param, register(instance(init)), scalar)
+            return _when(param, scalar, register(instance(init)))
         if init.kind == "sequential":
             items = b.call("nn.Sequential", *map(instance, init.items))
-            return _when(param, register(items), scalar)
+            return _when(param, scalar, register(items))
         if init.kind == "module-list":
             items = b.call("nn.ModuleList", b.list_(list(map(instance, init.items))))
-            return _when(param, register(items), scalar)
+            return _when(param, scalar, register(items))
         if init.kind == "choice":  # as transformers chooses a layer's mlp
             then, otherwise = (register(instance(i)) for i in init.items)
             chosen = cst.If(
@@ -465,19 +464,45 @@ def _param(program, model: Model, param: Param, lowered: Lowered, ctx, names: di
                 cst.IndentedBlock([then]),
                 orelse=cst.Else(cst.IndentedBlock([otherwise])),
             )
-            return _when(param, chosen, scalar)
+            return _when(param, scalar, chosen)
         loop = cst.CompFor(
             target=cst.Name(mangle(init.index) if init.index else "_"),
             iter=_layers(init.count, scalar),
         )
         instances = b.call("nn.ModuleList", cst.ListComp(instance(init), loop))
-        return _when(param, register(instances), scalar)
+        return _when(param, scalar, register(instances))
     value = initializers.emit(init, scalar)
     if lowered.storage[model.name, param.name] == "bf16":
         value = b.method(value, "to", b.dotted("torch.bfloat16"))
     if param.trainable:
         value = b.call("nn.Parameter", value)
-    return _when(param, _register(model, param, value, ctx), scalar)
+    made = _register(model, param, value, ctx)
+    return _when(param, scalar, made, *_padding_row(model, param, ctx, scalar))
+
+
+def _padding_row(model: Model, param: Param, ctx: ClassContext, scalar) -> list:
+    """A drawn table's :padding-idx row zeroed, as nn.Embedding's reset_parameters does:
+    `with torch.no_grad(): self.weight[padding_idx].fill_(0)`, under `if padding_idx is
+    not None:` where the caller sets it."""
+    row = param.init.args.get("padding-idx")
+    if row is None or (row.op is ScalarOp.LIT and row.value is None):
+        return []
+    key, store = ctx.attrs[param.name], store_of(param)
+    own = ctx.naming.stores[model.name].get(param.name) is not None
+    table = b.member(
+        b.name("self"), key, store if own or keyword.iskeyword(key) else None
+    )
+    fill = b.method(b.subscript(table, scalar(row)), "fill_", b.number(0))
+    zeroed = cst.With(
+        [cst.WithItem(b.call("torch.no_grad"))],
+        cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(fill)])]),
+    )
+    if row.op is ScalarOp.LIT:
+        return [zeroed]
+    given = cst.Comparison(
+        scalar(row), [cst.ComparisonTarget(cst.IsNot(), b.name("None"))]
+    )
+    return [cst.If(given, cst.IndentedBlock([zeroed]))]
 
 
 def _layers(count: Scalar, scalar) -> cst.BaseExpression:
@@ -526,8 +551,8 @@ def _tie(program: Program, model: Model, tie: Tie, ctx: ClassContext):
     return _assign_name(target, value)
 
 
-def _when(param: Param, statement, scalar):
+def _when(param: Param, scalar, *statements) -> list:
     """A `:when` parameter exists only on the instances whose consts meet its condition."""
     if param.when is None:
-        return statement
-    return cst.If(scalar(param.when), cst.IndentedBlock([statement]))
+        return list(statements)
+    return [cst.If(scalar(param.when), cst.IndentedBlock(list(statements)))]

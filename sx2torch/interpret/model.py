@@ -312,7 +312,12 @@ def initial(init, env: dict) -> torch.Tensor:
     if init.kind == "full":
         return torch.full(shape, f("value"))
     if init.kind == "normal":
-        return torch.normal(f("mean"), f("std"), size=shape)
+        drawn = torch.normal(f("mean"), f("std"), size=shape)
+        row = args.get("padding-idx")
+        row = None if row is None else scalar(row, env)
+        if row is not None:  # nn.Embedding's padding_idx row, zeroed after the draw
+            drawn[row] = 0.0
+        return drawn
     if init.kind == "kaiming-uniform":
         return torch.nn.init.kaiming_uniform_(torch.empty(shape), a=f("a"))
     if init.kind == "fan-in-uniform":

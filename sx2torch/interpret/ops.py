@@ -49,6 +49,14 @@ def _reduce(fn):
     return apply
 
 
+def _take(a, k):
+    """Rows of the table; with a :padding-idx, torch's embedding, whose derivative leaves
+    that row's gradient zero."""
+    if k.get("padding-idx") is None:
+        return a[0][a[1]]
+    return F.embedding(a[1], a[0], padding_idx=k["padding-idx"])
+
+
 def _axis(k, default=-1):
     """A routing op's :axis (sx2torch/ops/routing.py)."""
     return k.get("axis", default)
@@ -356,7 +364,7 @@ OPS = {
     ),
     "pad": Spec(lambda a, k: F.pad(a[0], tuple(a[1]), value=k.get("value", 0.0)), KEEP),
     "at": Spec(lambda a, k: a[0][a[1]], KEEP),
-    "take": Spec(lambda a, k: a[0][a[1]], KEEP, skip=(1,)),
+    "take": Spec(_take, KEEP, skip=(1,)),
     "previous": Spec(_previous, KEEP),
     "causal-mask": Spec(_causal_mask, KEEP),
     "zeros-like": Spec(lambda a, k: torch.zeros(a[0].shape), skip=(0,)),

@@ -1,6 +1,7 @@
 """Ops that derivative rules build the backward from (they are ordinary ops, usable in source too)."""
 
 import sx2torch.build as b
+from sx2torch.errors import SourceError
 from sx2torch.ops.registry import Arg, Key, Op, register
 from sx2torch.ops.rank import CONCAT_PART, MATMUL, SCALAR, like
 
@@ -187,7 +188,19 @@ register(
 )
 
 
+def _take_backward(a, ctx):
+    padding = ctx.attrs["padding-idx"]
+    if padding is None:
+        return b.call("sx.take_backward", *a)
+    return b.call("sx.take_backward", *a, padding_idx=padding)
+
+
 def _take_backward_grad(t, node, g):
+    if node.attrs["padding-idx"] is not None:
+        raise SourceError(
+            node.span,
+            "a second derivative through take with :padding-idx is not supported yet",
+        )
     return [t.op("take", [g, node.inputs[2]]), None, None]
 
 
@@ -195,7 +208,8 @@ register(
     Op(
         "take-backward",
         (G, LIKE, Arg("ids", "ids")),
-        lambda a, ctx: b.call("sx.take_backward", *a),
+        _take_backward,
+        keys=(Key("padding-idx", "row"),),
         grad=_take_backward_grad,
         rank=LIKE_SHAPE,
         internal=True,

@@ -36,6 +36,9 @@ class Initializer:
     counts: tuple = ()
     # the arguments it computes from those given, once resolve has read them
     derived: Callable = lambda args: {}
+    # the keys that name a row, which a const whose default is none may give (normal's
+    # :padding-idx); every other argument is a number
+    rows: tuple = ()
 
 
 INITIALIZERS: dict[str, Initializer] = {}
@@ -103,7 +106,10 @@ register(
             size=b.tuple_([write(s) for s in args["shape"]]),
         ),
         ("shape",),
-        {"mean": 0, "std": 1},
+        # :padding-idx P: row P zeroed after the draw, as nn.Embedding(..., padding_idx=P)
+        # and transformers' _init_weights leave it (emit/module.py writes torch's fill)
+        {"mean": 0, "std": 1, "padding-idx": None},
+        rows=("padding-idx",),
     )
 )
 # nn.Linear's and the convolutions' default weight: torch's own call (`a` is sqrt(5)

@@ -542,7 +542,32 @@ def _at(shapes, attrs):
 
 def _take(shapes, attrs):
     table, ids = shapes
+    if attrs.get("padding-idx") is not None and isinstance(table, tuple):
+        _padding_row(table, known(attrs["padding-idx"]))
     return None if table is None or ids is None else ids + table[1:]
+
+
+def _padding_row(table: tuple, row: Optional[int]) -> None:
+    """torch's embedding takes a matrix, and a padding_idx among its rows."""
+    if len(table) != 2:
+        raise ShapeError(
+            f"take with :padding-idx reads a table of rows, [rows width], as torch's "
+            f"embedding does: got {shown(table)}"
+        )
+    problem = outside_rows(row, table[0])
+    if problem:
+        raise ShapeError(problem)
+
+
+def outside_rows(row, rows) -> str:
+    """Why `row` is not one of a table's `rows` (torch's padding_idx: from -rows to rows
+    - 1), or "" where it is one, or where either is not known when the file compiles."""
+    if not isinstance(row, int) or not isinstance(rows, int) or -rows <= row < rows:
+        return ""
+    return (
+        f":padding-idx {row} is out of range for {rows} rows "
+        f"(from {-rows} to {rows - 1})"
+    )
 
 
 def _one_hot(shapes, attrs):

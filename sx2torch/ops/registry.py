@@ -30,6 +30,9 @@ class ArgKind(str, Enum):
     AS_IS = "as-is"
     TENSORS = "tensors"  # a vector of tensors, e.g. `[x y]`
     INT = "int"  # a compile-time integer
+    # a compile-time integer or a const whose default is `none`: a row of a table, torch's
+    # padding_idx (None, as torch takes it, where the caller leaves the const at none)
+    ROW = "row"
     NUMBER = "number"  # a compile-time number
     BOOL = "bool"  # a compile-time boolean
     INTS = "ints"  # a vector of compile-time integers, e.g. `[0 (* 2 d)]`

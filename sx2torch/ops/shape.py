@@ -436,17 +436,36 @@ register(
         "the module runs, a Python integer as `size`'s",
     )
 )
+
+
+def _take(a, ctx):
+    """`table[ids]`; with a :padding-idx (a literal, or a const the caller may set to
+    None), torch's embedding, whose derivative leaves that row's gradient zero."""
+    if ctx.attrs["padding-idx"] is None:
+        return b.subscript(a[0], a[1])
+    return b.call("F.embedding", a[1], a[0], padding_idx=ctx.attrs["padding-idx"])
+
+
+def _take_grad(t, node, g):
+    padding = node.attrs["padding-idx"]
+    return [t.op("take-backward", [g, *node.inputs], **{"padding-idx": padding}), None]
+
+
 register(
     Op(
         "take",
         (Arg("table"), Arg("ids", "ids")),
-        lambda a, ctx: b.subscript(a[0], a[1]),
+        _take,
+        keys=(Key("padding-idx", "row"),),
         result="keep",
         exact=True,
-        grad=lambda t, n, g: [t.op("take-backward", [g, *n.inputs]), None],
+        grad=_take_grad,
         rank=TAKE,
         gathers=True,
-        doc="row gather: an embedding lookup",
+        doc="row gather: an embedding lookup, `table[ids]`; with :padding-idx P (an "
+        "integer, negative from the end, or a const whose default is none), "
+        "F.embedding(ids, table, padding_idx=P), TABLE a matrix: the same rows, and its "
+        "derivative, torch's embedding backward, leaves row P's gradient zero",
     )
 )
 

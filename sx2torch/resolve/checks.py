@@ -27,6 +27,7 @@ def check_params(program: Program, model: Model) -> None:
         for key, (span, value) in init.args.items():
             const = sub.consts[key]
             default = const.value.value
+            _check_none(sub, const, span, value.value)
             if isinstance(default, tuple) != isinstance(value.value, tuple):
                 what = "a list" if isinstance(default, tuple) else "not a list"
                 shown = scalars.text(Scalar.lit(default), None)
@@ -38,6 +39,21 @@ def check_params(program: Program, model: Model) -> None:
                 )
         if init.weight_norm is not None:
             _check_weight_norm(sub, init.weight_norm)
+
+
+def _check_none(sub: Model, const, span, value) -> None:
+    """`none` is passed only to a key whose default is none, which reads a row or none
+    (torch's padding_idx): an integer there, or none."""
+    default = const.value.value
+    if value is None and (default is not None or const.required):
+        raise SourceError(
+            span,
+            f"{sub.name}'s :{const.argument} takes a number, not none (only a key whose "
+            "default is none takes it)",
+        )
+    if default is None and not const.required and value is not None:
+        what = f"{sub.name}'s :{const.argument} (a row, or none)"
+        scalars.expect_int(Scalar.lit(value), span, what)
 
 
 def _check_weight_norm(sub: Model, norm) -> None:

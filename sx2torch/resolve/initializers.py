@@ -16,9 +16,11 @@ from sx2torch.ops.initializers import (
     INITIALIZERS,
     sizes,
 )
+from sx2torch.ops.rank import known, outside_rows
 from sx2torch.resolve.values import (
     built_from,
     evaluate,
+    evaluate_or_none,
     expect_symbol,
     form_head,
     read_keywords,
@@ -83,8 +85,11 @@ def initializer(model: Model, datum: Datum) -> Init:
     keywords = form.keys
     for key, item in keywords.items():
         args[key] = evaluate(model, item)
+        if key not in INITIALIZERS[head].rows:
+            scalars.expect_some(args[key], item.span)
     for key, default in defaults.items():
-        args.setdefault(key, Scalar.lit(default))
+        if default is not None:  # an optional key (normal's :padding-idx) left out
+            args.setdefault(key, Scalar.lit(default))
     for key in INITIALIZERS[head].counts:
         scalars.expect_int(args[key], datum.items[1].span, f"{head}'s size")
     _check_ranges(head, args, keywords, datum)
@@ -426,6 +431,8 @@ def _check_ranges(head: str, args: dict, keywords: dict, datum: List) -> None:
                 datum.items[1].span,
                 f"{head}'s size must not be negative, got {args[key].value}",
             )
+    if head == "normal":
+        _check_padding_row(args, keywords, datum)
     if head == "normal" and args["std"].value < 0:
         raise SourceError(
             keywords["std"].span,
@@ -453,13 +460,32 @@ def _instance_args(model: Model, datum: List) -> dict:
         (i for i, item in enumerate(items) if isinstance(item, Keyword)), len(items)
     )
     args = {
-        i: (item.span, evaluate(model, item)) for i, item in enumerate(items[:first])
+        i: (item.span, evaluate_or_none(model, item))
+        for i, item in enumerate(items[:first])
     }
     items = items[first:]
     every_key = {item.name: None for item in items[::2] if isinstance(item, Keyword)}
     pairs = read_keywords(items, every_key, "a sub-model instance")
     keys = {item.name: item.span for item in items[::2]}
     args.update(
-        (key, (keys[key], evaluate(model, value))) for key, value in pairs.items()
+        (key, (keys[key], evaluate_or_none(model, value)))
+        for key, value in pairs.items()
     )
     return args
+
+
+def _check_padding_row(args: dict, keywords: dict, datum: List) -> None:
+    """:padding-idx, the row zeroed after the draw: an integer (or a const whose default
+    is none) among the first axis's rows where both are literals, as torch's embedding
+    refuses another."""
+    row = args.get("padding-idx")
+    if row is None or row.value is None:
+        return
+    span = keywords["padding-idx"].span
+    scalars.expect_int(row, span, ":padding-idx")
+    if not args["shape"]:
+        raise SourceError(span, ":padding-idx zeroes a row: the shape has no rows")
+    rows = args["shape"][0]
+    problem = outside_rows(known(row), known(rows))
+    if problem:
+        raise SourceError(span, problem)

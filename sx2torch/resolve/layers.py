@@ -25,10 +25,10 @@ SOURCE = """
   (defun forward (x)
     (if has-bias (linear x weight bias) (linear x weight))))
 
-(defmodel Embedding (&key num-embeddings embedding-dim)
+(defmodel Embedding (&key num-embeddings embedding-dim (padding-idx none))
   "torch.nn.Embedding: rows of the table"
-  (defparam weight (normal [num-embeddings embedding-dim]))
-  (defun forward (x) (take weight x)))
+  (defparam weight (normal [num-embeddings embedding-dim] :padding-idx padding-idx))
+  (defun forward (x) (take weight x :padding-idx padding-idx)))
 
 (defmodel LayerNorm (&key normalized-shape (eps 1e-5) (elementwise-affine true)
                           ((:bias has-bias) true))

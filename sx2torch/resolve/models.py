@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from sx2torch.errors import SourceError
 from sx2torch.resolve.initializers import check_size, initializer
-from sx2torch.resolve.values import evaluate, expect_symbol, form_head
+from sx2torch.resolve.values import (
+    evaluate,
+    evaluate_or_none,
+    expect_symbol,
+    form_head,
+)
 from sx2torch.syntax.forms import match
 from sx2torch.syntax.names import FORMS, mangle
 from sx2torch.syntax.program import Const, Defun, Model, Param, Tie
@@ -56,7 +61,7 @@ def _define(model: Model, definition, table: dict) -> None:
 
 def _defconst(model: Model, datum: List) -> Const:
     name, given, _ = match(datum).parts
-    value = evaluate(model, given)
+    value = evaluate_or_none(model, given)
     flag = datum.items[0].name == "defflag"
     if flag and not isinstance(given, Boolean):
         raise SourceError(given.span, f"a flag is true or false, got {shown(given)}")
@@ -178,7 +183,11 @@ def defmodel(datum: List) -> Model:
                 symbol.span,
                 f"model '{name.name}' takes the key :{key or symbol.name} twice",
             )
-        value = Scalar.lit(RUN_VALUE) if default is None else evaluate(model, default)
+        value = (
+            Scalar.lit(RUN_VALUE)
+            if default is None
+            else evaluate_or_none(model, default)
+        )
         model.consts[symbol.name] = Const(
             symbol.name, value, symbol.span, key=key, required=default is None
         )

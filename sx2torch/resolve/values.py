@@ -46,6 +46,19 @@ def evaluate(model: Model, datum: Datum) -> Scalar:
     return scalars.evaluate(datum, built_from(model, datum), model.names)
 
 
+def evaluate_or_none(model: Model, datum: Datum) -> Scalar:
+    """A const's value, a &key's default or an instance's argument: a number known at
+    compile time, or `none`, Python's None, which only a key that takes it reads (take's
+    :padding-idx: torch's padding_idx=None, a config's pad_token_id=None)."""
+    if (
+        isinstance(datum, Symbol)
+        and datum.name == "none"
+        and "none" not in model.consts
+    ):
+        return Scalar.lit(None)
+    return evaluate(model, datum)
+
+
 def built_from(model: Model, datum: Datum):
     """`model.lookup_const` for a number that decides what is built, which a flag may not:
     setting the flag on the built module would change nothing there."""

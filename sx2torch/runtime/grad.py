@@ -12,11 +12,18 @@ from torch.nn import functional as F
 
 
 def take_backward(
-    grad: torch.Tensor, table: torch.Tensor, ids: torch.Tensor
+    grad: torch.Tensor,
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    padding_idx: Optional[int] = None,
 ) -> torch.Tensor:
-    """The gradient of `table[ids]` with respect to `table`: rows scattered back and summed."""
+    """The gradient of `table[ids]` with respect to `table`: rows scattered back and summed;
+    with a padding_idx, F.embedding's: that row's gradient zero."""
     rows = grad.reshape(-1, *table.shape[1:])
-    return grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
+    summed = grad.new_zeros(table.shape).index_add(0, ids.reshape(-1), rows)
+    if padding_idx is not None:
+        summed[padding_idx] = 0
+    return summed
 
 
 def slice_backward(

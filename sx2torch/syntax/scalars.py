@@ -352,7 +352,7 @@ def _text(scalar: Scalar, of, leaf) -> str:
     if op is ScalarOp.LIT:
         return (
             _shown(scalar.value)
-            if isinstance(scalar.value, tuple)
+            if isinstance(scalar.value, tuple) or scalar.value is None
             else repr(scalar.value)
         )
     if op in LEAVES:
@@ -441,6 +441,7 @@ def vector(items: list, span) -> Scalar:
             raise SourceError(
                 span, "a list's elements are numbers, booleans or keywords, not lists"
             )
+        expect_some(item, span)
     value = tuple(item.value for item in items)
     if all(item.op is ScalarOp.LIT for item in items):
         return Scalar.lit(value)
@@ -731,6 +732,19 @@ def expect_int(scalar: Scalar, span, what: str) -> Scalar:
     return scalar
 
 
+def expect_some(value, span):
+    """`value`, unless it is a number whose value is none (a model's &key whose default is
+    `none`): only a key that takes none reads one (take's :padding-idx), never an
+    operand, a size or a condition."""
+    if isinstance(value, Scalar) and value.value is None:
+        raise SourceError(
+            span,
+            "this number is none (a &key whose default is none): only a key that takes "
+            "none reads it, as take's :padding-idx",
+        )
+    return value
+
+
 def _list(scalar: Scalar, span, what: str) -> Scalar:
     if not isinstance(scalar.value, tuple):
         raise SourceError(
@@ -766,4 +780,4 @@ def _shown(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return ":" + value
-    return repr(value)
+    return "none" if value is None else repr(value)

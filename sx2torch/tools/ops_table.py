@@ -26,7 +26,7 @@ def _shown(value) -> str:
         return "true" if value else "false"
     if isinstance(value, tuple):
         return "[" + " ".join(map(str, value)) + "]"
-    return str(value)
+    return "none" if value is None else str(value)
 
 
 def marks(op: Op) -> str:

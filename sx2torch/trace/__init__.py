@@ -32,6 +32,7 @@ from sx2torch.ir import (
     walk,
 )
 from sx2torch.ops import REGISTRY
+from sx2torch.ops.rank import outside_rows
 from sx2torch.syntax.read import (
     Boolean,
     Datum,
@@ -96,6 +97,7 @@ class _Instances:
             if value is not None and not _is_int(value):
                 raise self._error(chain, scalar, span, what, value)
         for param in made:
+            _check_padding_row(param, env, chain)
             init = param.init
             when = _value(init.args["when"], env) if init.kind == "choice" else None
             for instance in init.built(when) if param.is_module else ():
@@ -143,6 +145,24 @@ class _Instances:
             f"{reader}'s {where} must be an integer, got {_shown(value)} with this "
             "instance's arguments",
         )
+
+
+def _check_padding_row(param, env: dict, chain: tuple) -> None:
+    """A drawn table's :padding-idx among its rows at the values an instance passes (at
+    the defaults, the top level's), as torch's nn.Embedding requires of its padding_idx.
+    """
+    row = None if param.is_module else param.init.args.get("padding-idx")
+    index = None if row is None else _value(row, env)
+    if index is None:
+        return
+    at, shape = chain[-1][0].span if chain else param.span, param.init.args["shape"]
+    if not shape:
+        raise SourceError(
+            at, f"parameter '{param.name}' has :padding-idx {index}, but no rows"
+        )
+    problem = outside_rows(index, _value(shape[0], env))
+    if problem:
+        raise SourceError(at, f"parameter '{param.name}': {problem}")
 
 
 def _value(scalar: Scalar, env: dict):

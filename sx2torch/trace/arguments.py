@@ -16,6 +16,7 @@ from sx2torch.syntax.read import Datum, Keyword, List, String, Symbol, Vector, s
 
 SCALAR_KINDS = {
     ArgKind.INT: "an integer",
+    ArgKind.ROW: "an integer",
     ArgKind.NUMBER: "a number",
     ArgKind.BOOL: "true or false",
 }
@@ -118,6 +119,8 @@ def _argument(t, spec, item: Datum, env: dict, what: str, numbers=False):
             return keyword
     # an op that folds compile-time numbers (`at` of a list const) takes no run-time one
     value = _value_of(t, spec.kind, item, env, what, run=not numbers)
+    if spec.kind is not ArgKind.ROW:
+        scalars.expect_some(value, item.span)
     scalars_given = value if isinstance(value, tuple) else (value,)
     if spec.static and any(
         isinstance(s, Scalar) and s.op is not ScalarOp.LIT for s in scalars_given
@@ -190,7 +193,7 @@ def _value_of(t, kind: str, item: Datum, env: dict, what: str, run: bool = True)
         )
     # torch takes an int that the module computes where it takes one written in the file
     value = t.scalar(item, env, run=run and kind is ArgKind.INT)
-    if kind is ArgKind.INT:
+    if kind is ArgKind.INT or (kind is ArgKind.ROW and value.value is not None):
         return t.integer(value, item.span, what)
     if kind is ArgKind.BOOL and not isinstance(value.value, bool):
         raise SourceError(item.span, f"{what} must be true or false")

@@ -313,7 +313,7 @@ def for_(t, datum: List, env: dict) -> Operand:
 def if_(t, datum: List, env: dict) -> Operand:
     """(if COND THEN ELSE), COND known when the module runs: both branches are compiled."""
     match(datum)
-    condition = t.expr(datum.items[1], env)
+    condition = scalars.expect_some(t.expr(datum.items[1], env), datum.items[1].span)
     if not isinstance(condition, Scalar):
         raise SourceError(
             datum.items[1].span,

@@ -26,7 +26,7 @@ def refused(text: str, filename: str = "m.lisp") -> SourceError:
     "name, line, form",
     [
         # the encoders asked to generate: bidirectional attention
-        ("bert", 44, "(attention (...) (...) (...) mask)"),
+        ("bert", 46, "(attention (...) (...) (...) mask)"),
         # its pixels' axis 1, taken for the sequence's, are the channels a conv2d sums
         ("vit", 25, "(conv2d x weight bias :stride kernel-size)"),
         # a scan carries its value along the sequence: its state is not cached yet

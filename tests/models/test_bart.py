@@ -131,3 +131,30 @@ def test_the_source_is_shorter_than_transformers():
         line for line in lines if line.strip() and not line.lstrip().startswith(";")
     ]
     assert len(code) <= 125
+
+
+def test_a_fine_tuning_steps_embedding_gradient_is_transformers(reals):
+    """BartScaledWordEmbedding's padding_idx (pad_token_id, 1): the pad token's rows send
+    the shared embedding no gradient, so a fine-tuning step's gradient of the tied table
+    (embeddings and lm_head) is transformers' own, bit for bit, padded rows and all."""
+    reference = reals[False]["exact"]
+    model = bart("exact")(**BART)
+    model.load_state_dict(reference.state_dict(), strict=True)
+    generator = torch.Generator().manual_seed(7)
+    input_ids = torch.randint(3, 64, (2, 7), generator=generator)
+    decoder_input_ids = torch.randint(3, 64, (2, 5), generator=generator)
+    labels = torch.randint(3, 64, (2, 5), generator=generator)
+    input_ids[1, -3:] = decoder_input_ids[1, -2:] = 1  # padded
+    logits = model(input_ids, decoder_input_ids)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()).backward()
+    try:
+        theirs = reference(
+            input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False
+        ).logits
+        loss = torch.nn.functional.cross_entropy(theirs.flatten(0, 1), labels.flatten())
+        loss.backward()
+        got, want = model.model.shared.weight.grad, reference.model.shared.weight.grad
+        assert got.dtype == want.dtype == torch.float32
+        assert torch.equal(got, want)
+    finally:
+        reference.zero_grad(set_to_none=True)

@@ -106,6 +106,7 @@ TINY = [
     ("(defconst decoder-attention-heads 6)", "(defconst decoder-attention-heads 3)"),
     ("(defconst d-model 384)", "(defconst d-model 24)"),
     ("(defconst max-source-positions 1500)", "(defconst max-source-positions 10)"),
+    ("(defconst pad-token-id 50256)", "(defconst pad-token-id 0)"),
 ]
 
 

@@ -143,4 +143,31 @@ def test_the_source_is_shorter_than_transformers():
     ours = [
         line for line in lines if line.strip() and not line.lstrip().startswith(";")
     ]
-    assert theirs == 576 and len(ours) == 119
+    assert theirs == 576 and len(ours) == 120
+
+
+def test_a_fine_tuning_steps_embedding_gradient_is_transformers(reals):
+    """The decoder's nn.Embedding has transformers' padding_idx (pad_token_id, 0 here):
+    the pad token's rows send embed_tokens no gradient, so a fine-tuning step's gradient
+    of the tied table (embed_tokens and proj_out) is transformers' own, bit for bit."""
+    reference = reals["exact"]
+    model = whisper("exact")(**SIZES)
+    model.load_state_dict(reference.state_dict(), strict=True)
+    generator = torch.Generator().manual_seed(7)
+    ids = torch.randint(1, 64, (2, 6), generator=generator)
+    labels = torch.randint(1, 64, (2, 6), generator=generator)
+    ids[1, -3:] = SIZES["pad_token_id"]  # padded
+    logits = model(features(), ids)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()).backward()
+    try:
+        theirs = reference(
+            input_features=features(), decoder_input_ids=ids, use_cache=False
+        ).logits
+        loss = torch.nn.functional.cross_entropy(theirs.flatten(0, 1), labels.flatten())
+        loss.backward()
+        got = model.model.decoder.embed_tokens.weight.grad
+        want = reference.model.decoder.embed_tokens.weight.grad
+        assert got.dtype == want.dtype == torch.float32
+        assert torch.equal(got, want)
+    finally:
+        reference.zero_grad(set_to_none=True)

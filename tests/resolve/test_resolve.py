@@ -88,7 +88,7 @@ BUILT = """
          "stack takes a sub-model instance, such as (block :d d)"),
         ("(defun forward (x) x)\n(defparam w (zeros [-1]))", 2, 21, "a size must not be negative, got -1"),
         ("(defun forward (x) x)\n(defparam w (normal [2] :sd 1))", 2, 25,
-         "unknown keyword :sd in normal (known: :mean, :std)"),
+         "unknown keyword :sd in normal (known: :mean, :std, :padding-idx)"),
         ("(defun forward (x) x)\n(defparam w (ones [2]) :trainable 0)", 2, 35, ":trainable must be true or false, got 0"),
         ("(defun forward (x) x)\n(defparam w (ones [2]) :numerics :low)", 2, 34, ":numerics must be :high, got :low"),
         ("(defun forward (x &key eps) x)", 1, 24, "a &key argument needs a default: (eps DEFAULT)"),

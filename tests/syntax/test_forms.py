@@ -62,8 +62,8 @@ CASES = [
     ("(defparam w (tensor))\n" + FORWARD, 1, 13, f"{WRONG} (tensor [VALUE ...]), got 0"),
     ("(defparam w (weight-norm (Linear 2 2) :name 3))\n" + FORWARD, 1, 45, ":name must be a parameter's name, got 3"),
     # a tensor initializer's shape is made from its registry entry
-    ("(defparam w (normal))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std), got 0"),
-    ("(defparam w (normal :std 1 [2]))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std), got 0"),
+    ("(defparam w (normal))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std :padding-idx), got 0"),
+    ("(defparam w (normal :std 1 [2]))\n" + FORWARD, 1, 13, f"{WRONG} (normal SHAPE &key :mean :std :padding-idx), got 0"),
     ("(defparam w (zeros [2] :std 1))\n" + FORWARD, 1, 24, "unknown keyword :std in zeros (known: none)"),
     # the special forms, which trace's handlers trace
     (body("(let ((y x)))"), 3, 20, f"{WRONG} (let ((NAME EXPR) ...) BODY ...), got 1"),

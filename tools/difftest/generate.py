@@ -216,7 +216,10 @@ class Gen:
         if kind == 5 and scope.ids and not scope.smooth:
             if self.chance(0.5):
                 return f"({self.use('one-hot')} ids {D})"
-            return f"({self.use('take')} {self.pick('table', 'table')} ids)"
+            # torch's embedding with a padding row, whose gradient is zero: rows 0 and 3
+            # (-5 of TABLE's 8, from the end), which `ids` (0 to D - 1) reach
+            padding = self.pick("", "", " :padding-idx 0", " :padding-idx -5")
+            return f"({self.use('take')} {self.pick('table', 'table')} ids{padding})"
         if kind == 6 and not scope.smooth:
             return f"({self.use('clamp')} {x} :min -1.0 :max 1.5)"
         if kind == 7:
