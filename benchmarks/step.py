@@ -24,18 +24,22 @@ not counted). Goals (issue 39): ``cpu / f32 <= 1.15`` and the cpu variant's peak
 within 1.1x autocast's.
 
 ``--profile`` adds a breakdown of the cpu variant's step (the share of
-``sx.round_to_bf16``, the top ops), an ablation (the cpu variant with the
-rounding done by torch's cast round trip, and with no rounding at all), one
-rounding against one f32 op, and a square GEMM in bf16 against f32.
+``sx.round_to_bf16``, the top ops), an ablation (the cpu variant with the module's own
+``sx.round_to_bf16`` calls, those of its parameters and inputs, done by torch's cast round
+trip, and left out; the roundings inside ``sx.store_bf16``, ``sx.to_bf16`` and the
+gradient hooks stay), one rounding against one f32 op, and a square GEMM in bf16 against
+f32. ``--compiled`` adds the Llama port's held and f32 steps under ``torch.compile``
+(warm steps, side by side), where inductor fuses the roundings into their neighbours.
 
 Run: ``python -m benchmarks.step [--reps 30] [--batch 256] [--no-tiny-gpt]
-[--no-llama] [--threads 1]``.
+[--no-llama] [--threads 1] [--profile] [--compiled]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import types
 from pathlib import Path
@@ -90,7 +94,8 @@ def cast_round_trip(x: torch.Tensor) -> torch.Tensor:
 
 
 def no_rounding(x: torch.Tensor) -> torch.Tensor:
-    """The ablation's upper bound: what the held form costs without any rounding."""
+    """The ablation's bound: the held form without the module's own roundings (its
+    stores, entry casts and gradient hooks still round, inside the runtime)."""
     return x.float()
 
 
@@ -143,6 +148,21 @@ def llama_variants(inputs: tuple[torch.Tensor, ...]) -> tuple[list[Variant], dic
         made.append(Variant(name, training_step(net, loss_of, inputs)))
         losses[name] = net, loss_of
     return made, losses
+
+
+def compiled_llama(inputs: tuple[torch.Tensor, ...]) -> list[Variant]:
+    """The Llama port's held bf16 (`train`) and f32 (`exact`) steps with `torch.compile` of
+    the loss, where inductor fuses each rounding into its neighbours' kernels."""
+    source = LLAMA.read_text(encoding="utf-8")
+    made = []
+    for name, run in (("cpu", "train"), ("f32", "exact")):
+        module = load(source, LLAMA.name, "cpu", run=run)
+        module.__name__ = f"llama_{run}"  # dynamo imports the module its code runs in
+        sys.modules[module.__name__] = module
+        torch.manual_seed(0)
+        net = module.Llama(**MODELS["llama"][3])
+        made.append(Variant(name, training_step(net, torch.compile(net.loss), inputs)))
+    return made
 
 
 def autocast(loss_of: Callable) -> Callable:
@@ -293,6 +313,7 @@ def main() -> None:
     parser.add_argument("--no-llama", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--compiled", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -339,6 +360,17 @@ def main() -> None:
             native=False,
         )
         peak_memory(losses, (ids, targets))
+        if args.compiled:
+            runs = compiled_llama((ids, targets))
+            measure(runs, max(args.reps // 2, 5), args.warmup, clock=time.process_time)
+            median = {run.name: statistics.median(run.times) for run in runs}
+            ratio = median["cpu"] / median["f32"]
+            print(
+                f"  compiled (torch.compile of the loss, warm steps): cpu"
+                f" {median['cpu'] * 1e3:.2f} ms, f32 {median['f32'] * 1e3:.2f} ms,"
+                f" cpu / f32 = {ratio:6.2f}   (goal <= 1.15:"
+                f" {'met' if ratio <= 1.15 else 'MISSED'})"
+            )
 
 
 if __name__ == "__main__":

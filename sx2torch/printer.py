@@ -8,7 +8,7 @@ held code is written from (sx2torch/plan/printed.py), and compares the texts.
 from __future__ import annotations
 
 from sx2torch.errors import Span
-from sx2torch.ir import Frame, Graph, Node, Scalar, outputs
+from sx2torch.ir import Frame, Graph, Node, Scalar, outputs, walk
 from sx2torch.syntax import scalars
 from sx2torch.syntax.program import Init
 from sx2torch.syntax.scalars import ScalarOp
@@ -42,19 +42,52 @@ PLAIN = Notes()
 TOP, RETURN = "top", "return"
 
 
-def graph(g: Graph, notes: Notes = PLAIN, head: str = "") -> str:
-    ids = numbering(g)
+def graph(g: Graph, notes: Notes = PLAIN, head: str = "", text=None) -> str:
+    """`g` as text with `notes`; `text`: its `Text`, where it is printed several times."""
+    text = text or Text(g)
+    ids = text.ids
     lines = [
         f"{g.model}.{g.name}({', '.join(f'{ids[n]} {n.name}' for n in g.inputs)}){head}"
     ]
     if notes.inputs:
         lines += [f"  {ids[n]}{notes.node(n)}" for n in g.inputs]
     lines += ["  " + line for line in notes.before(TOP, ids)]
-    _block(g.nodes, ids, notes, "  ", lines)
+    _block(g.nodes, text, notes, "  ", lines)
     lines += ["  " + line for line in notes.before(RETURN, ids)]
-    returned = ", ".join(operand(o, ids) for o in outputs(g))
-    lines.append(f"  return {returned}{notes.returned()}")
+    lines.append(f"  return {text.returned}{notes.returned()}")
     return "\n".join(lines) + "\n"
+
+
+class Text:
+    """What a graph's text is without notes: each value's number, each node's line on
+    either side of its note, each region's carried values and outputs; made once where a
+    graph is printed with several notes (the plan pass prints a graph's plans for each
+    of its specializations and for sharing's views)."""
+
+    def __init__(self, g: Graph):
+        ids = self.ids = numbering(g)
+        self.returned = ", ".join(operand(o, ids) for o in outputs(g))
+        self.line: dict = {}  # node -> its line before its note, and after it
+        self.carried: dict = {}  # region -> its carried values
+        self.given: dict = {}  # region -> its outputs
+        for node in walk(g.nodes):
+            inputs = ", ".join(operand(i, ids) for i in node.inputs)
+            attrs = "".join(
+                f" {k}={value(v)}" for k, v in node.attrs.items() if v is not None
+            )
+            frames = "".join(
+                f" [{f.mode}{' library' if f.library else ''}]" for f in node.frames
+            )
+            name = f" {node.name}" if node.name else ""
+            self.line[node] = (
+                f"{ids[node]}{name} = {node.what}({inputs}){attrs}{frames}",
+                f"  @{node.span.line}:{node.span.col}",
+            )
+            for region in node.regions:
+                self.carried[region] = ", ".join(
+                    f"{ids[i]} {i.name or ''}".strip() for i in region.inputs
+                )
+                self.given[region] = [operand(o, ids) for o in region.outputs]
 
 
 def numbering(g: Graph) -> dict:
@@ -77,32 +110,21 @@ def operand(value, ids: dict) -> str:
     return scalar(value) if value is not None else "None"
 
 
-def _block(nodes: list, ids: dict, notes: Notes, indent: str, lines: list) -> None:
+def _block(nodes: list, text: Text, notes: Notes, indent: str, lines: list) -> None:
+    ids = text.ids
     for node in nodes:
-        inputs = ", ".join(operand(i, ids) for i in node.inputs)
-        attrs = "".join(
-            f" {k}={value(v)}" for k, v in node.attrs.items() if v is not None
-        )
-        frames = "".join(
-            f" [{f.mode}{' library' if f.library else ''}]" for f in node.frames
-        )
-        name = f" {node.name}" if node.name else ""
         lines += [indent + line for line in notes.before(node, ids)]
-        lines.append(
-            f"{indent}{ids[node]}{name} = {node.what}({inputs}){attrs}{frames}{notes.node(node)}  @{node.span.line}:{node.span.col}"
-        )
+        before, after = text.line[node]
+        lines.append(f"{indent}{before}{notes.node(node)}{after}")
         for index, region in enumerate(node.regions):
-            carried = ", ".join(
-                f"{ids[i]} {i.name or ''}".strip() for i in region.inputs
-            )
-            lines.append(f"{indent}  region({carried}):")
+            lines.append(f"{indent}  region({text.carried[region]}):")
             if notes.inputs:
                 lines += [f"{indent}    {ids[i]}{notes.node(i)}" for i in region.inputs]
-            _block(region.nodes, ids, notes, indent + "    ", lines)
+            _block(region.nodes, text, notes, indent + "    ", lines)
             lines += [indent + "    " + l for l in notes.before((node, index), ids)]
             given = ", ".join(
-                operand(o, ids) + notes.output(node, index, k)
-                for k, o in enumerate(region.outputs)
+                written + notes.output(node, index, k)
+                for k, written in enumerate(text.given[region])
             )
             lines.append(f"{indent}    yield {given}")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from sx2torch.plan.casts import Conversions, Hoists, cast_reads
@@ -44,11 +45,46 @@ class Yield:
     region: int
 
 
+class Structure:
+    """What every layout of one graph shares, whatever its specialization's dtypes, its
+    target and its casts: where each node and carried value is made (`scope`, and each
+    region's `parent`), each value's reads (`readers`; `numbers`: the run-time numbers each
+    node reads), the ends of its regions (`yields`), the compile-time numbers kept as
+    locals (`scalars`), and which nodes are statements, found once for each ambient
+    precision and set of topk's gathers, all they depend on beside the graph (`laid`). The
+    plan pass lays a graph out once for each specialization on the target and on the
+    deciding one, for each of sharing's views and for the casts at entry: six times for
+    each defun of an attention block."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.yields: dict = {}
+        self.scope, self.parent = _scopes(graph)
+        self.readers, self.numbers = _readers(self)
+        self.scalars = _scalar_locals(graph)
+        self.laid: dict = {}  # (ambient, topk's gathers) -> Laid
+
+    def end(self, node: Node, index: int) -> Yield:
+        return self.yields.setdefault((node, index), Yield(node, index))
+
+
+@dataclass(frozen=True)
+class Laid:
+    """Which nodes a layout writes as statements, and where: see `Layout`."""
+
+    named: frozenset
+    statement_of: dict
+    nodes_of: dict
+    order: dict
+    statements: list  # those casts may be written before, in order (`_statements`)
+
+
 class Layout:
     """A specialization's statements on a target: which values are statements, in which
     precision blocks, and the casts (`conversions`: each read's; `hoists`: those written as
     statements). `conversions` defaults to the specialization's own (sharing compares
-    another's); `entry` holds the arguments cast down once at entry."""
+    another's); `entry` holds the arguments cast down once at entry. `structure`: its
+    graph's, where another layout of the graph has made it."""
 
     def __init__(
         self,
@@ -57,20 +93,47 @@ class Layout:
         lowered: Lowered,
         entry=frozenset(),
         conversions: Optional[Conversions] = None,
+        structure: Optional[Structure] = None,
     ):
         self.typed = typed
         self.target = target
         self.lowered = lowered
         self.conversions = conversions or Conversions(typed, target, lowered, entry)
         self.graph = typed.graph
-        self.yields: dict = {}
-        self.scope = self._scopes()
-        self.readers = self._readers()
+        self.structure = structure or Structure(typed.graph)
+        self.yields = self.structure.yields
+        self.scope, self.parent = self.structure.scope, self.structure.parent
+        self.readers, self.numbers = self.structure.readers, self.structure.numbers
         self.casts = cast_reads(self.graph.nodes, self.conversions, self.scope)
         # gather -> the topk-indices whose call's values it reads (see `_topk_values`)
         self.topk_values = _topk_values(self)
-        self.named = self._named()
+        key = (typed.ambient, tuple(self.topk_values.items()))
+        if key not in self.structure.laid:
+            self.structure.laid[key] = self._laid()
+        laid = self.structure.laid[key]
+        self.named, self.statement_of = laid.named, laid.statement_of
+        self.nodes_of, self.order = laid.nodes_of, laid.order
         self.unblocked = _unblocked(self)
+        self.scalars = self.structure.scalars
+        self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
+        self.hoists.top(TOP)
+        for statement in laid.statements:
+            region = self.region_of(statement)
+            self.hoists.write(statement, region, self.nodes_of.get(statement, []))
+
+    @cached_property
+    def last_read(self) -> dict:
+        """The last statement that reads each value (`_last_reads`), for the names pass:
+        made where a layout is named, not for those sharing only prints."""
+        last = _last_reads(self)
+        # a compile-time number kept as a local is assigned first and read to the end
+        last.update((scalar, self.order[RETURN]) for _, scalar in self.scalars)
+        return last
+
+    def _laid(self) -> Laid:
+        """Its statements, from its graph's structure, its ambient precision and its
+        gathers of topk's values alone."""
+        self.named = self._named()
         self.statement_of = self._statement_of()
         self.nodes_of = self._nodes_of()
         self.order = {
@@ -81,33 +144,13 @@ class Layout:
         }
         self.order[RETURN] = len(self.order)
         self.order[TOP] = -1
-        self.scalars = _scalar_locals(self.graph)
-        self.last_read = _last_reads(self)
-        # a compile-time number kept as a local is assigned first and read to the end
-        self.last_read.update(
-            (scalar, self.order[RETURN]) for _, scalar in self.scalars
+        return Laid(
+            frozenset(self.named),
+            self.statement_of,
+            self.nodes_of,
+            self.order,
+            self._statements(),
         )
-        self.hoists = Hoists(self.conversions, self.casts, self.scope, self.parent)
-        self.hoists.top(TOP)
-        for statement in self._statements():
-            region = self.region_of(statement)
-            self.hoists.write(statement, region, self.nodes_of.get(statement, []))
-
-    def _scopes(self) -> dict:
-        """Each node and region input -> the region it is made in (None: the method's own)."""
-        scope: dict = {node: None for node in self.graph.inputs}
-        self.parent: dict = {}  # region -> the region its node is in
-
-        def visit(nodes: list, region) -> None:
-            for node in nodes:
-                scope[node] = region
-                for inner in node.regions:
-                    self.parent[inner] = region
-                    scope.update((i, inner) for i in inner.inputs)
-                    visit(inner.nodes, inner)
-
-        visit(self.graph.nodes, None)
-        return scope
 
     def _sequence(self) -> list:
         """Nodes and region ends in the order their statements are written."""
@@ -124,7 +167,7 @@ class Layout:
         return order
 
     def end(self, node: Node, index: int) -> Yield:
-        return self.yields.setdefault((node, index), Yield(node, index))
+        return self.structure.end(node, index)
 
     def _statements(self) -> list:
         """The statements casts may be written before, in the order they are written: the
@@ -144,30 +187,6 @@ class Layout:
 
         visit(self.graph.nodes)
         return found + [RETURN] if returns_expression(self) else found
-
-    def _readers(self) -> dict:
-        """Each value -> (reader, input index) of its reads; `numbers`, each node that
-        reads run-time numbers -> those (`numbers_read`), kept for liveness (few nodes
-        read any: a long expression's keep no empty list each)."""
-        readers: dict = {node: [] for node in self.scope}
-        self.numbers: dict = {}
-        for node in walk(self.graph.nodes):
-            for index, operand in enumerate(node.inputs):
-                if isinstance(operand, Node):
-                    readers[operand].append((node, index))
-            numbers = numbers_read(node)
-            if numbers:
-                self.numbers[node] = numbers
-            for number in numbers:  # a size in a bound: read, never cast
-                readers[number].append((node, None))
-            for r, region in enumerate(node.regions):
-                for index, out in enumerate(region.outputs):
-                    if isinstance(out, Node):
-                        readers[out].append((self.end(node, r), index))
-        for output in outputs(self.graph):
-            if isinstance(output, Node) and output in readers:
-                readers[output].append((RETURN, None))
-        return readers
 
     def region_of(self, reader):
         """The region a reader's statement is written in."""
@@ -280,6 +299,50 @@ class Layout:
                 blocks.append(frame)
                 mode = frame.mode
         return _without_repeats(tuple(blocks))
+
+
+def _scopes(graph) -> tuple:
+    """Each node and region input -> the region it is made in (None: the method's own);
+    each region -> the region its node is in."""
+    scope: dict = {node: None for node in graph.inputs}
+    parent: dict = {}
+
+    def visit(nodes: list, region) -> None:
+        for node in nodes:
+            scope[node] = region
+            for inner in node.regions:
+                parent[inner] = region
+                scope.update((i, inner) for i in inner.inputs)
+                visit(inner.nodes, inner)
+
+    visit(graph.nodes, None)
+    return scope, parent
+
+
+def _readers(structure: Structure) -> tuple:
+    """Each value -> (reader, input index) of its reads; each node that reads run-time
+    numbers -> those (`numbers_read`), kept for liveness (few nodes read any: a long
+    expression's keep no empty list each)."""
+    graph = structure.graph
+    readers: dict = {node: [] for node in structure.scope}
+    numbers: dict = {}
+    for node in walk(graph.nodes):
+        for index, operand in enumerate(node.inputs):
+            if isinstance(operand, Node):
+                readers[operand].append((node, index))
+        found = numbers_read(node)
+        if found:
+            numbers[node] = found
+        for number in found:  # a size in a bound: read, never cast
+            readers[number].append((node, None))
+        for r, region in enumerate(node.regions):
+            for index, out in enumerate(region.outputs):
+                if isinstance(out, Node):
+                    readers[out].append((structure.end(node, r), index))
+    for output in outputs(graph):
+        if isinstance(output, Node) and output in readers:
+            readers[output].append((RETURN, None))
+    return readers, numbers
 
 
 def _topk_values(layout: Layout) -> dict:

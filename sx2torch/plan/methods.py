@@ -23,7 +23,7 @@ from typing import Optional
 from sx2torch.ir import LIBRARY, Kind, Node, walk
 import sx2torch.plan.functions as shared_functions
 from sx2torch.plan.casts import may_be_none
-from sx2torch.plan.layout import Layout
+from sx2torch.plan.layout import Layout, Structure
 from sx2torch.plan.sharing import Sharing
 from sx2torch.plan.spelled import Cast, Spelled, rounding, rounds
 from sx2torch.plan.targets import Target, or_bool, or_none
@@ -82,12 +82,14 @@ class Plans:
 
 
 def run(program: Program, lowered: Lowered, target: Target) -> Plans:
+    structures = _structures(lowered)
     layouts = {
-        typed: Layout(typed, target, lowered) for typed in lowered.specializations
+        typed: Layout(typed, target, lowered, structure=structures[typed.graph])
+        for typed in lowered.specializations
     }
     judge = target if target.held else DECIDING
     by_defun = defuns(lowered)
-    deciding = layouts if judge is target else _deciding(lowered, by_defun)
+    deciding = layouts if judge is target else _deciding(lowered, by_defun, structures)
     sharing = Sharing(lowered, judge, deciding)
     group = sharing.run(by_defun)  # Typed -> its Group
     public, called, names = _publics(program, lowered, by_defun, group, sharing)
@@ -102,7 +104,9 @@ def run(program: Program, lowered: Lowered, target: Target) -> Plans:
         found = sharing.entry(group[rep])
         if found:
             cast = frozenset(rep.graph.inputs[i] for i in found)
-            layouts[rep] = Layout(rep, target, lowered, cast)
+            layouts[rep] = Layout(
+                rep, target, lowered, cast, structure=structures[rep.graph]
+            )
             entry[rep] = sorted(set(entry.get(rep) or []) | set(found))
     rounded = Rounded(layouts, entry)
     plans = {
@@ -286,12 +290,18 @@ def verify(plans: Plans, lowered: Lowered) -> None:
         assert set(plan.entry) <= set(range(len(typed.graph.inputs)))
 
 
-def _deciding(lowered: Lowered, by_defun: dict) -> dict:
+def _structures(lowered: Lowered) -> dict:
+    """Graph -> its Structure, which all its layouts share (plan/layout.py)."""
+    graphs = dict.fromkeys(typed.graph for typed in lowered.specializations)
+    return {graph: Structure(graph) for graph in graphs}
+
+
+def _deciding(lowered: Lowered, by_defun: dict, structures: dict) -> dict:
     """The layouts on a held target that sharing compares, those of the defuns with several
     specializations: it reads no other, a defun's one specialization being its method.
     (Each Layout of a long expression is a sixth of its compile.)"""
     return {
-        typed: Layout(typed, DECIDING, lowered)
+        typed: Layout(typed, DECIDING, lowered, structure=structures[typed.graph])
         for typed in lowered.specializations
         if len(by_defun[typed.model, typed.graph.name]) > 1
     }

@@ -16,12 +16,15 @@ from sx2torch.plan.layout import RETURN, TOP, Layout, returns_expression
 from sx2torch.plan.spelled import Spelled
 
 
-def printed(layout: Layout, methods: dict, spelled: Spelled = None) -> str:
+def printed(
+    layout: Layout, methods: dict, spelled: Spelled = None, text: printer.Text = None
+) -> str:
     """The specialization's typed graph, noted with its plan (`spelled`: the layout's casts,
-    where they are already spelled). On a held target the same text as another's where
-    their code is the same but for the names of their locals. `methods`: Typed -> the name
-    its callers call it by."""
-    return printer.graph(layout.graph, _Plan(layout, methods, spelled))
+    where they are already spelled; `text`: the graph's without notes, where it is printed
+    again). On a held target the same text as another's where their code is the same but
+    for the names of their locals. `methods`: Typed -> the name its callers call it by.
+    """
+    return printer.graph(layout.graph, _Plan(layout, methods, spelled), text=text)
 
 
 class _Plan(printer.Notes):

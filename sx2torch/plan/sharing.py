@@ -23,6 +23,7 @@ from typing import Optional
 from sx2torch.plan.casts import Conversions, cast_once
 from sx2torch.plan.layout import Layout
 from sx2torch.plan.printed import printed
+import sx2torch.printer as printer
 from sx2torch.ir import Kind, Node
 from sx2torch.policy import Lowered, Typed
 
@@ -69,6 +70,9 @@ class Sharing:
         self.group: dict = {}
         self.relied: set = set()  # groups whose method a comparison counted on
         self.served: dict = {}  # (rep, typed) -> bool
+        # (layout, its callees' stand-ins...) -> its printed plan (see `plan_of`)
+        self.printed: dict = {}
+        self.texts: dict = {}  # Graph -> its text without notes, for every printing
 
     def run(self, by_defun: dict) -> dict:
         groups: dict = {}
@@ -87,10 +91,23 @@ class Sharing:
                 self._assign(typed, home)
         return self.group
 
-    def plan_of(self, typed: Typed, layout: Optional[Layout] = None) -> str:
-        """A specialization's plan (or `layout`, another's as it runs on its arguments),
-        its calls by the stand-ins so far."""
-        return printed(layout or self.layouts[typed], self.stand_ins)
+    def plan_of(self, typed: Typed) -> str:
+        """A specialization's plan, its calls by the stand-ins so far. Grouping, the
+        casts at entry and the comparisons of views all ask for it, so each is printed
+        once per layout and stand-ins of its callees: a group taken into a later one
+        gives its members the later one's stand-in, and their callers' plans a new key.
+        """
+        layout = self.layouts[typed]
+        key = (layout, *(self.stand_ins[c] for c in typed.callee.values()))
+        if key not in self.printed:
+            self.printed[key] = self._printed(layout)
+        return self.printed[key]
+
+    def _printed(self, layout: Layout) -> str:
+        graph = layout.graph
+        if graph not in self.texts:
+            self.texts[graph] = printer.Text(graph)
+        return printed(layout, self.stand_ins, text=self.texts[graph])
 
     def _joins(self, group: Group, typed: Typed, plan: str) -> bool:
         return plan == group.plan or self.serves(group.rep, typed)
@@ -156,5 +173,12 @@ class Sharing:
             callee[node] = called
         view = replace(rep, callee=callee)
         conversions = View(view, self.target, self.lowered, typed)
-        layout = Layout(view, self.target, self.lowered, conversions=conversions)
-        return self.plan_of(view, layout) == self.plan_of(typed)
+        structure = self.layouts[rep].structure
+        layout = Layout(
+            view,
+            self.target,
+            self.lowered,
+            conversions=conversions,
+            structure=structure,
+        )
+        return self._printed(layout) == self.plan_of(typed)

@@ -15,10 +15,10 @@ from sx2torch.emit import method, module, naming
 from sx2torch.emit.method import ClassContext
 from sx2torch.ir import Kind
 from sx2torch.plan.casts import Conversions
-from sx2torch.plan.layout import Layout
+from sx2torch.plan.layout import Layout, Yield
 from sx2torch.plan.methods import DECIDING, Plan, defuns
 from sx2torch.plan.printed import printed
-from sx2torch.plan.sharing import View
+from sx2torch.plan.sharing import Sharing, View
 from sx2torch.plan.spelled import Spelled
 from sx2torch.plan.targets import Target
 
@@ -173,3 +173,107 @@ def test_each_op_s_promotion_and_reads_in_bf16_are_found_once(monkeypatch):
     assert counted["reads"] == [forward]
     # the 0-d sum beside x is converted by the product's kernel: kept for the plan
     assert list(forward.promoted.values()) == [[True, False]]
+
+
+def test_a_plan_is_printed_once_and_follows_its_callees_groups(monkeypatch):
+    """Sharing prints a specialization's plan once per layout and stand-ins of its callees
+    (grouping, the casts at entry and the views' comparisons all ask for it). BERT's groups
+    are taken into later ones after their callers' plans were printed: those plans print
+    again with the later stand-ins, as a fresh printing does (a plan kept by its layout
+    alone cast four arguments at entry that the program's callers pass in bf16)."""
+    import sx2torch.plan.sharing as sharing_module
+
+    (source,) = [s for s in SHARED if s.stem == "bert"]
+    unit = compiler.run(Unit(source.read_text(), source.name, Options()), "policy")
+    lowered = unit.lowered
+    by_defun = defuns(lowered)
+    layouts = {
+        t: Layout(t, DECIDING, lowered)
+        for t in lowered.specializations
+        if len(by_defun[t.model, t.graph.name]) > 1
+    }
+    counted: list = []
+
+    def printed_counted(layout, methods, **text):
+        callees = layout.typed.callee.values()
+        counted.append((layout, *(methods[c] for c in callees)))
+        return printed(layout, methods, **text)
+
+    monkeypatch.setattr(sharing_module, "printed", printed_counted)
+    sharing = Sharing(lowered, DECIDING, layouts)
+    sharing.run(by_defun)
+    for group in dict.fromkeys(sharing.group.values()):
+        sharing.entry(group)
+    own = [key for key in counted if key[0] in layouts.values()]
+    assert len(own) == len(set(own))
+    assert len({key[0] for key in own}) < len(own)  # a callee's stand-in changed
+    for typed, layout in layouts.items():
+        assert sharing.plan_of(typed) == printed(layout, sharing.stand_ins)
+
+
+# A defun called outside and inside a bf16 region (its ambient precision): outside, the
+# product in its own region is a statement; inside, the region is the method's own.
+AMBIENT = """
+(defun g (x)
+  (+ (with-numerics (:precision :bf16) (* x x)) 1.0))
+(defun forward (x)
+  (+ (g x) (with-numerics (:precision :bf16) (g x))))
+(defrun train :precision :f32)
+"""
+# A topk in a bf16 region, on f32 and on bf16 arguments: its gather of topk's own values
+# is found only where neither reads its operand cast (the one torch.topk call).
+TOPK = """
+(defun pick (x)
+  (with-numerics (:precision :bf16)
+    (let (([top chosen] (topk x 2)))
+      (+ top chosen))))
+(defun forward (x)
+  (+ (pick x) (pick (cast x :bf16))))
+(defrun train :precision :bf16)
+"""
+LAID = [("ambient", AMBIENT), ("topk", TOPK)] + [
+    (s.stem, s.read_text()) for s in SHARED if s.stem in ("mixtral", "bert")
+]
+
+
+def _laid(layout: Layout) -> tuple:
+    """What a layout decides, comparable across layouts of a graph made apart (whose
+    region ends are other objects): its printed plan, its statements in order, and the
+    last statement that reads each value."""
+
+    def key(statement):
+        return (
+            (statement.node, statement.region)
+            if isinstance(statement, Yield)
+            else statement
+        )
+
+    order = sorted(layout.order, key=layout.order.get)
+    methods = {c: c.graph.name for c in layout.typed.callee.values()}
+    last = {
+        key(v) if not isinstance(v, tuple) else v: at
+        for v, at in layout.last_read.items()
+    }
+    return printed(layout, methods), [key(s) for s in order], last
+
+
+@pytest.mark.parametrize("name, text", LAID, ids=[name for name, _ in LAID])
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_a_layout_from_its_graph_s_shared_structure_is_the_one_made_alone(
+    name, text, target
+):
+    """The plan pass lays each graph out several times from one Structure, which finds
+    its statements once per ambient precision and set of topk's gathers: each plan's
+    layout is the one made from the graph alone (a structure that kept its first
+    statements for every ambient, or every set of gathers, wrote these two programs'
+    second method as the first)."""
+    unit = compiler.run(Unit(text, f"{name}.lisp", Options(target=target)), "plan")
+    plans = unit.plans.plans
+    for typed, plan in plans.items():
+        alone = Layout(
+            typed, plan.layout.target, unit.lowered, plan.layout.conversions.entry
+        )
+        assert alone.structure is not plan.layout.structure
+        assert _laid(plan.layout) == _laid(alone), (typed.graph.name, typed.signature)
+    shared = [p.layout.structure for p in plans.values()]
+    assert len(set(shared)) < len(shared)  # some graph laid out twice
