@@ -157,7 +157,8 @@
   (defparam inv-freq (/ 1.0 (pow theta (/ (arange 0 rope-dim 2) rope-dim)))
     :numerics :high :trainable false :persistent false)
   (defun forward (input-ids)
-    (let ((x (embed-tokens input-ids)) (freqs (outer (arange-of x :axis 1) inv-freq)))
+    (let ((x (embed-tokens input-ids))
+          (freqs (outer (arange-of x :axis 1) inv-freq)))
       (norm (chain layers x (cast-run (cos freqs)) (cast-run (sin freqs)))))))
 
 (defparam model

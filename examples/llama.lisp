@@ -72,7 +72,8 @@
     :numerics :high :trainable false :persistent false)
   (defun forward (input-ids)
     (let ((freqs (* (unsqueeze (arange-of input-ids :axis 1) :axis -1) inv-freq))
-          (x (embed-tokens input-ids)) (emb (unsqueeze (concat [freqs freqs] :axis -1) :axis -3)))
+          (x (embed-tokens input-ids))
+          (emb (unsqueeze (concat [freqs freqs] :axis -1) :axis -3)))
       (norm (chain layers x (cast-run (cos emb)) (cast-run (sin emb)))))))
 
 (defparam model (llama-model :vocab vocab-size :dim hidden-size :hidden intermediate-size
