@@ -476,8 +476,19 @@ def _param(program, model: Model, param: Param, lowered: Lowered, ctx, names: di
         value = b.method(value, "to", b.dotted("torch.bfloat16"))
     if param.trainable:
         value = b.call("nn.Parameter", value)
-    made = _register(model, param, value, ctx)
-    return _when(param, scalar, made, *_padding_row(model, param, ctx, scalar))
+    made = [_register(model, param, value, ctx), *_left_out(model, param, ctx)]
+    return _when(param, scalar, *made, *_padding_row(model, param, ctx, scalar))
+
+
+def _left_out(model: Model, param: Param, ctx: ClassContext) -> list:
+    """A buffer that state_dict leaves out, keyed as nn.Module's own attribute: put in its
+    store (`_register`), since register_buffer refuses that key, and named in the module's
+    set of buffers left out, as register_buffer's `persistent=False` names it."""
+    if param.persistent or ctx.naming.stores[model.name].get(param.name) is None:
+        return []
+    left_out = b.attr(b.name("self"), "_non_persistent_buffers_set")
+    add = b.method(left_out, "add", b.string(ctx.attrs[param.name]))
+    return [cst.SimpleStatementLine([cst.Expr(add)])]
 
 
 def _padding_row(model: Model, param: Param, ctx: ClassContext, scalar) -> list:

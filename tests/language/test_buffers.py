@@ -82,6 +82,29 @@ def test_the_interpreter_computes_it_and_agrees(model):
     assert torch.equal(interpreted("forward", x), model(x))
 
 
+# keys that are nn.Module's own attributes, which register_buffer refuses: the module puts
+# them in its store of buffers itself
+ATTRIBUTE_KEYS = """\
+(defparam training (arange 0 4) :trainable false :persistent false)
+(defparam type (ones [4]) :trainable false)
+(defun forward (x) (* (* x training) type))
+(defrun train :precision :f32)
+"""
+
+
+def test_a_buffer_keyed_as_a_module_attribute_is_left_out_too():
+    module = load_module(compile_source(ATTRIBUTE_KEYS, "m.lisp"))
+    made = module.M()
+    assert list(made.state_dict()) == ["type"]
+    assert dict(made.named_buffers()).keys() == {"training", "type"}
+    made.load_state_dict({"type": torch.full((4,), 2.0)}, strict=True)
+    x = torch.randn(3, 4)
+    assert torch.equal(made(x), x * torch.arange(0.0, 4.0) * 2.0)
+    interpreted = interpret.load(ATTRIBUTE_KEYS, "m.lisp", state=made.state_dict())
+    assert list(interpreted.state_dict()) == ["type"]
+    assert torch.equal(interpreted("forward", x), made(x))
+
+
 def test_explain_lists_it_as_not_in_state_dict(capsys):
     path = str(lisp("buffer-persistent"))
     assert cli.main(["explain", path, "--json"]) == 0
