@@ -484,7 +484,7 @@ def _left_out(model: Model, param: Param, ctx: ClassContext) -> list:
     """A buffer that state_dict leaves out, keyed as nn.Module's own attribute: put in its
     store (`_register`), since register_buffer refuses that key, and named in the module's
     set of buffers left out, as register_buffer's `persistent=False` names it."""
-    if param.persistent or ctx.naming.stores[model.name].get(param.name) is None:
+    if param.persistent or not _in_store(model, param, ctx):
         return []
     left_out = b.attr(b.name("self"), "_non_persistent_buffers_set")
     add = b.method(left_out, "add", b.string(ctx.attrs[param.name]))
@@ -499,7 +499,7 @@ def _padding_row(model: Model, param: Param, ctx: ClassContext, scalar) -> list:
     if row is None or (row.op is ScalarOp.LIT and row.value is None):
         return []
     key, store = ctx.attrs[param.name], store_of(param)
-    own = ctx.naming.stores[model.name].get(param.name) is not None
+    own = _in_store(model, param, ctx)
     table = b.member(
         b.name("self"), key, store if own or keyword.iskeyword(key) else None
     )
@@ -527,13 +527,19 @@ def _layers(count: Scalar, scalar) -> cst.BaseExpression:
 REGISTER = {"parameters": "register_parameter", "modules": "add_module"}
 
 
+def _in_store(model: Model, param: Param, ctx: ClassContext) -> bool:
+    """Whether the parameter's key is nn.Module's own attribute, so that the module puts
+    it straight into its store (`self._buffers["type"]`)."""
+    return ctx.naming.stores[model.name].get(param.name) is not None
+
+
 def _register(model: Model, param: Param, value, ctx: ClassContext):
     """`self.w = ...` (a buffer: `self.register_buffer("w", ...)`, with `persistent=False`
     where state_dict leaves it out); a key that is a Python
     keyword is registered by name (`self.add_module("class", ...)`), one that is nn.Module's
     own attribute straight into its store (`self._parameters["type"] = ...`)."""
     key, store = ctx.attrs[param.name], store_of(param)
-    attribute = ctx.naming.stores[model.name].get(param.name) is None
+    attribute = not _in_store(model, param, ctx)
     if (store == "buffers" and attribute) or keyword.iskeyword(key):
         register = REGISTER.get(store, "register_buffer")
         persistent = {} if param.persistent else {"persistent": b.name("False")}
