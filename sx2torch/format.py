@@ -37,6 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+import sx2torch.lines as lines_
 from sx2torch.build import LINE_LENGTH
 
 KEPT = 256  # entries kept; the oldest beyond that are removed when one is added
@@ -102,7 +103,7 @@ def guess(code: str) -> Optional[str]:
         ):
             long.setdefault(line, []).append(index)
     if long:
-        written = {line: _operands(line) for line in long}
+        written = {line: _operands(line) or lines_.split(line) for line in long}
         rest = [line for line, text in written.items() if text is None]
         if rest:
             split = _split(tuple(rest))

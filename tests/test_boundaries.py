@@ -43,7 +43,7 @@ LAYERS = [
     # module's methods, decided; names and emit (emit/) only name and print them
     ("plan",),
     ("emit",),
-    ("format",),
+    ("format", "lines"),
     # the pipeline's printers (--dump-after) and its warnings; then the pass table
     ("dump", "lint"),
     ("compiler",),

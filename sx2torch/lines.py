@@ -1,0 +1,928 @@
+"""Black's split of one long statement line, written without black (the format pass's).
+
+A transcription of black's own algorithm (black 26.10.1, default mode: linegen.py's
+`transform_line`, `right_hand_split` with its optional parentheses, `delimiter_split`,
+`left_hand_split`, `bracket_split_build_line`; brackets.py's delimiter priorities;
+lines.py's magic trailing commas), with the same names, over the tokens of one statement
+line spaced as black spaces it (the emitter's). Black mutates its leaves as it splits (an
+optional parenthesis made visible by one attempt stays so for the next, a line's first
+leaf loses its space, each line it builds marks its leaves' bracket depths again), and
+which split it keeps depends on that, so this module mutates its leaves where black does.
+Black formats a module twice when the first pass changed it, the second reading the
+trailing commas the first one added as magic: so does `split`.
+
+Where black's result depends on what this module does not follow (a comment, a string it
+would re-quote, a lambda or comprehension, star-arguments whose trailing comma depends on
+the target versions black detects in the module, a parenthesized or tuple value, any
+statement but an assignment to a name, a `return`, a call or a `def`), `split` answers
+None and black formats the line.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import sys
+from typing import Iterator, Optional
+
+from sx2torch.build import LINE_LENGTH
+
+COMMA_PRIORITY = 18
+LOGIC_PRIORITY = 14
+COMPARATOR_PRIORITY = 10
+MATH_PRIORITIES = {
+    "VBAR": 9, "CIRCUMFLEX": 8, "AMPER": 7, "LEFTSHIFT": 6, "RIGHTSHIFT": 6, "PLUS": 5, "MINUS": 5,
+    "STAR": 4, "SLASH": 4, "DOUBLESLASH": 4, "PERCENT": 4, "AT": 4, "DOUBLESTAR": 2,
+}  # fmt: skip
+DOT_PRIORITY = 1
+COMPARATORS = {"LESS", "GREATER", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL"}
+OPENING = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
+CLOSING = {"RPAR": "LPAR", "RSQB": "LSQB", "RBRACE": "LBRACE"}
+TOKEN_NAMES = {
+    "(": "LPAR", ")": "RPAR", "[": "LSQB", "]": "RSQB", "{": "LBRACE", "}": "RBRACE",
+    ",": "COMMA", ":": "COLON", ".": "DOT", "=": "EQUAL", "+": "PLUS", "-": "MINUS",
+    "*": "STAR", "**": "DOUBLESTAR", "/": "SLASH", "//": "DOUBLESLASH",
+    "%": "PERCENT", "@": "AT", "&": "AMPER", "|": "VBAR", "^": "CIRCUMFLEX",
+    "~": "TILDE", "<<": "LEFTSHIFT", ">>": "RIGHTSHIFT", "<": "LESS", ">": "GREATER",
+    "==": "EQEQUAL", "!=": "NOTEQUAL", "<=": "LESSEQUAL", ">=": "GREATEREQUAL",
+}  # fmt: skip
+EXPRESSION_WORDS = {"None", "True", "False", "and", "or", "not", "in", "is"}
+
+TOKEN = re.compile(
+    r"( *)(?:"
+    r"(?P<number>(?:0[xX][0-9a-fA-F_]+|(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)"
+    r"(?:[eE][-+]?\d+)?[jJ]?)(?![\w.]))"
+    r"|(?P<name>[A-Za-z_]\w*)"
+    r'|(?P<string>"[^"\\]*")'
+    r"|(?P<op>\*\*|//|<<|>>|<=|>=|==|!=|[-+*/%@&|^~<>]|[()\[\]{},:.=]))"
+)
+
+
+class Unknown(Exception):
+    """What black writes here depends on something this module does not follow."""
+
+
+class CannotTransform(Exception):
+    pass
+
+
+class CannotSplit(CannotTransform):
+    pass
+
+
+class Leaf:
+    """A token as black's leaf: `kind` its type (a name, number, string, operator or the
+    punctuation itself), `parent` the kind of node black's parser puts it in where a rule
+    asks (`atom`, `trailer` or `parameters` for a bracket; `arglist` for a comma between
+    arguments; `unary`, `vararg`, `comp_op` or `test` for an operator or keyword), `space`
+    the whitespace black writes before it, `attached` False once black's leaf would have
+    no parent (a comma black adds, a leaf replaced by a copy)."""
+
+    __slots__ = ("kind", "value", "parent", "space", "prefix", "depth", "opening")
+    __slots__ += ("attached", "invisible")
+
+    def __init__(self, kind, value, parent=None, space="", attached=True):
+        self.kind, self.value, self.parent, self.space = kind, value, parent, space
+        self.prefix = ""
+        self.depth = 0
+        self.opening = None
+        self.attached = attached
+        self.invisible = value == "" and kind in ("LPAR", "RPAR")
+
+    def copy(self) -> Leaf:
+        return Leaf(self.kind, self.value, self.parent, self.space, self.attached)
+
+
+def is_opening(leaf: Leaf) -> bool:
+    return leaf.kind in OPENING
+
+
+def is_closing(leaf: Leaf) -> bool:
+    return leaf.kind in CLOSING
+
+
+def is_word(leaf: Optional[Leaf], word: str) -> bool:
+    return leaf is not None and leaf.kind == "name" and leaf.value == word
+
+
+def split(line: str) -> Optional[str]:
+    """Black's formatting of `line`, one whole statement too long for a line, at its
+    depth (four spaces a level); None where it is not known for certain."""
+    try:
+        leaves = statement_leaves(line)
+        if leaves is None:
+            return None
+        first = format_once(leaves, _depth(line))
+        again = _pass_again(first)
+        if again is None:
+            return _text(first)
+        return _text(format_once(again, _depth(line)))
+    except Unknown:
+        return None
+
+
+def _depth(line: str) -> int:
+    return (len(line) - len(line.lstrip(" "))) // 4
+
+
+def _text(lines: list) -> str:
+    return "\n".join(str(line) for line in lines)
+
+
+def _pass_again(lines: list) -> Optional[list]:
+    """The leaves black's second pass reads, where the first added a comma (which the
+    second reads as a magic trailing comma); None where it added none."""
+    leaves = [leaf for line in lines for leaf in line.leaves]
+    if all(leaf.attached or leaf.kind != "COMMA" for leaf in leaves):
+        return None
+    text = "".join(
+        leaf.space + ("" if leaf.invisible else leaf.value) for leaf in leaves
+    )
+    return statement_leaves(text)
+
+
+def format_once(leaves: list, depth: int) -> list:
+    line = Line(depth=depth)
+    for leaf in leaves:
+        line.append(leaf)
+    return list(transform_line(line, force=False))
+
+
+# The statement's tokens, as black's parser and LineGenerator leave them.
+
+
+def statement_leaves(line: str) -> Optional[list]:
+    """`line`'s leaves with their parents' kinds, and the invisible parentheses black
+    puts around an assigned or returned value; None for a statement this module does
+    not take."""
+    if not line.isascii() or "#" in line or "'" in line or "\\" in line:
+        return None
+    tokens = tokenize(line.strip(" "))
+    if tokens is None or not tokens:
+        return None
+    start = _value_start(tokens)
+    if start is None or not _classify(tokens, start):
+        return None
+    if start > 0:
+        if not _optional_parens_fit(tokens[start:]):
+            return None
+        value = tokens[start]
+        tokens.insert(start, Leaf("LPAR", "", "atom", value.space))
+        value.space = ""
+        tokens.append(Leaf("RPAR", "", "atom"))
+    return tokens
+
+
+def tokenize(text: str) -> Optional[list]:
+    leaves, index = [], 0
+    while index < len(text):
+        match = TOKEN.match(text, index)
+        if match is None or match.end() == index:
+            return None
+        kind = match.lastgroup
+        value = match.group(kind)
+        if kind == "op":
+            kind = TOKEN_NAMES[value]
+        leaves.append(Leaf(kind, value, space=match.group(1)))
+        index = match.end()
+    return leaves
+
+
+def _value_start(tokens: list) -> Optional[int]:
+    """Where the value of `return VALUE` or `NAME.NAME = VALUE` starts (black wraps it in
+    invisible parentheses), 0 for a call statement, -1 for a `def`; None otherwise."""
+    head = tokens[0]
+    if head.kind != "name":
+        return None
+    if head.value == "def":
+        return -1
+    if head.value == "return":
+        return 1 if len(tokens) > 1 else None
+    index = 1
+    while index + 1 < len(tokens) and tokens[index].kind == "DOT":
+        if tokens[index + 1].kind != "name":
+            return None
+        index += 2
+    if index < len(tokens) and tokens[index].kind == "EQUAL":
+        return index + 1 if index + 1 < len(tokens) else None
+    return 0
+
+
+def _optional_parens_fit(value: list) -> bool:
+    """Whether black puts invisible parentheses around `value` as it is: not around a
+    parenthesized value (it makes those invisible), nor a tuple (whose trailing commas and
+    parentheses it rules on otherwise)."""
+    first, last = value[0], value[-1]
+    if first.kind == "LPAR" and last.opening is first:
+        return False
+    depth = 0
+    for leaf in value:
+        depth += is_opening(leaf) - is_closing(leaf)
+        if depth == 0 and leaf.kind == "COMMA":
+            return False
+    return True
+
+
+def _classify(tokens: list, start: int) -> bool:
+    """Give each token its parent's kind; False where a token is not one this module
+    follows (a keyword that opens a lambda, a comprehension or another statement, a
+    string black would join or re-quote, an annotation, a colon outside brackets)."""
+    stack: list = []
+    previous = None
+    is_def = start == -1
+    for index, leaf in enumerate(tokens):
+        if index == 0 and leaf.value in ("def", "return"):
+            previous = leaf
+            continue
+        if leaf.kind == "name" and not _is_name(leaf.value):
+            return False
+        if not _classify_one(leaf, previous, tokens, index, stack, is_def, start):
+            return False
+        previous = leaf
+    return not stack and (not is_def or _is_def(tokens))
+
+
+def _is_name(value: str) -> bool:
+    """A name or a keyword this module follows in an expression (not a lambda, a
+    comprehension, a conditional, which black wraps in invisible parentheses of its own,
+    or another statement's)."""
+    return value in EXPRESSION_WORDS or not keyword.iskeyword(value)
+
+
+def _is_def(tokens: list) -> bool:
+    """`def NAME(...):`, its parameters without annotations."""
+    return (
+        len(tokens) >= 5
+        and tokens[1].kind == "name"
+        and tokens[2].kind == "LPAR"
+        and tokens[-2].kind == "RPAR"
+        and tokens[-2].opening is tokens[2]
+        and tokens[-1].kind == "COLON"
+    )
+
+
+def _classify_one(leaf, previous, tokens, index, stack, is_def, start) -> bool:
+    kind = leaf.kind
+    operand_before = previous is not None and (
+        previous.kind in ("name", "number", "string") or is_closing(previous)
+    )
+    if kind == "string" and previous is not None and previous.kind == "string":
+        return False  # implicit concatenation
+    if kind == "string" and previous is not None and previous.kind == "name":
+        return leaf.space != ""  # a prefixed string
+    if is_opening(leaf):
+        leaf.parent = _bracket_parent(leaf, previous, operand_before, is_def, index)
+        stack.append(leaf)
+    elif is_closing(leaf):
+        if not stack or stack[-1].kind != CLOSING[kind]:
+            return False
+        leaf.opening = stack.pop()
+        leaf.parent = leaf.opening.parent
+    elif kind == "COMMA":
+        if not stack:
+            return False
+        if stack[-1].parent in ("trailer", "parameters") and stack[-1].kind == "LPAR":
+            leaf.parent = "arglist"
+    elif kind == "COLON":
+        if not stack:
+            return is_def and index == len(tokens) - 1
+        return stack[-1].kind in ("LSQB", "LBRACE")
+    elif kind in ("STAR", "DOUBLESTAR") and not operand_before:
+        if not stack or stack[-1].kind != "LPAR" or stack[-1].parent == "atom":
+            return False
+        leaf.parent = "vararg"
+    elif kind in ("MINUS", "PLUS", "TILDE") and not operand_before:
+        leaf.parent = "unary"
+    elif is_word(leaf, "not"):
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        leaf.parent = "comp_op" if is_word(following, "in") else "unary"
+    elif kind == "EQUAL":
+        return bool(stack) or index == start - 1
+    return True
+
+
+def _bracket_parent(leaf, previous, operand_before, is_def, index) -> str:
+    if is_def and index == 2:
+        return "parameters"
+    if leaf.kind != "LBRACE" and operand_before:
+        return "trailer"
+    return "atom"
+
+
+# black/brackets.py
+
+
+def is_split_before_delimiter(leaf: Leaf, previous: Optional[Leaf]) -> int:
+    if leaf.parent == "vararg":
+        return 0
+    if leaf.kind == "DOT" and (previous is None or is_closing(previous)):
+        return DOT_PRIORITY
+    if leaf.kind in MATH_PRIORITIES and leaf.parent != "unary":
+        return MATH_PRIORITIES[leaf.kind]
+    if leaf.kind in COMPARATORS or is_word(leaf, "is"):
+        return COMPARATOR_PRIORITY
+    if is_word(leaf, "in") and not is_word(previous, "not"):
+        return COMPARATOR_PRIORITY
+    if is_word(leaf, "not") and leaf.parent == "comp_op":
+        if not is_word(previous, "is"):
+            return COMPARATOR_PRIORITY
+    if is_word(leaf, "and") or is_word(leaf, "or"):
+        return LOGIC_PRIORITY
+    return 0
+
+
+def is_split_after_delimiter(leaf: Leaf) -> int:
+    return COMMA_PRIORITY if leaf.kind == "COMMA" else 0
+
+
+class Line:
+    """black/lines.py's Line with its BracketTracker."""
+
+    def __init__(self, depth: int = 0, inside_brackets: bool = False) -> None:
+        self.depth = depth
+        self.inside_brackets = inside_brackets
+        self.should_split_rhs = False
+        self.magic_trailing_comma: Optional[Leaf] = None
+        self.leaves: list = []
+        self.delimiters: dict = {}
+        self.bracket_depth = 0
+        self.bracket_match: dict = {}
+        self.previous: Optional[Leaf] = None
+        self.invisible: list = []
+
+    def append(self, leaf: Leaf, preformatted=False, track_bracket=False) -> None:
+        if self.leaves and not preformatted:
+            leaf.prefix += leaf.space
+        if self.inside_brackets or not preformatted or track_bracket:
+            self.mark(leaf)
+            if self.has_magic_trailing_comma(leaf):
+                self.magic_trailing_comma = leaf
+        self.leaves.append(leaf)
+
+    def mark(self, leaf: Leaf) -> None:
+        if (
+            self.bracket_depth == 0
+            and is_closing(leaf)
+            and (0, leaf.kind) not in self.bracket_match
+        ):
+            return
+        if is_closing(leaf):
+            self.bracket_depth -= 1
+            leaf.opening = self.bracket_match.pop((self.bracket_depth, leaf.kind))
+            if not leaf.value:
+                self.invisible.append(leaf)
+        leaf.depth = self.bracket_depth
+        if self.bracket_depth == 0:
+            delimiter = is_split_before_delimiter(leaf, self.previous)
+            if delimiter and self.previous is not None:
+                self.delimiters[self.previous] = delimiter
+            else:
+                delimiter = is_split_after_delimiter(leaf)
+                if delimiter:
+                    self.delimiters[leaf] = delimiter
+        if is_opening(leaf):
+            self.bracket_match[self.bracket_depth, OPENING[leaf.kind]] = leaf
+            self.bracket_depth += 1
+            if not leaf.value:
+                self.invisible.append(leaf)
+        self.previous = leaf
+
+    def max_delimiter_priority(self, exclude=()) -> int:
+        return max(v for k, v in self.delimiters.items() if k not in exclude)
+
+    def delimiter_count_with_priority(self, priority: int = 0) -> int:
+        if not self.delimiters:
+            return 0
+        priority = priority or self.max_delimiter_priority()
+        return sum(1 for p in self.delimiters.values() if p == priority)
+
+    def has_magic_trailing_comma(self, closing: Leaf) -> bool:
+        if not (
+            is_closing(closing) and self.leaves and self.leaves[-1].kind == "COMMA"
+        ):
+            return False
+        if closing.kind == "RBRACE":
+            return True
+        if closing.kind == "RSQB":
+            return not (
+                closing.parent == "trailer"
+                and is_one_sequence_between(
+                    closing.opening, closing, self.leaves, ("LSQB", "RSQB")
+                )
+            )
+        return not is_one_sequence_between(closing.opening, closing, self.leaves)
+
+    @property
+    def is_def(self) -> bool:
+        return bool(self.leaves) and self.leaves[0].value == "def"
+
+    @property
+    def is_chained_assignment(self) -> bool:
+        return [leaf.kind for leaf in self.leaves].count("EQUAL") > 1
+
+    def __bool__(self) -> bool:
+        return bool(self.leaves)
+
+    def __str__(self) -> str:
+        if not self.leaves:
+            return ""
+        first = self.leaves[0]
+        text = first.prefix + "    " * self.depth + first.value
+        return text + "".join(leaf.prefix + leaf.value for leaf in self.leaves[1:])
+
+
+def is_one_sequence_between(
+    opening, closing, leaves, brackets=("LPAR", "RPAR")
+) -> bool:
+    if opening is None or (opening.kind, closing.kind) != brackets:
+        return False
+    depth = closing.depth + 1
+    start = next((i for i, leaf in enumerate(leaves) if leaf is opening), -1)
+    if start == -1:
+        return False
+    commas = 0
+    for leaf in leaves[start + 1 :]:
+        if leaf is closing:
+            break
+        if leaf.depth == depth and leaf.kind == "COMMA":
+            commas += 1
+            if leaf.attached and leaf.parent == "arglist":
+                commas += 1
+                break
+    return commas < 2
+
+
+def is_line_short_enough(line: Line, line_length: int = LINE_LENGTH) -> bool:
+    return len(str(line)) <= line_length
+
+
+# black/linegen.py
+
+
+def transform_line(line: Line, force: bool) -> Iterator[Line]:
+    """Black's lines for `line` (`force`: black's FORCE_OPTIONAL_PARENTHESES feature)."""
+    line_str = str(line)
+    if (
+        not line.should_split_rhs
+        and not line.magic_trailing_comma
+        and is_line_short_enough(line)
+    ):
+        transformers = []
+    elif line.is_def:
+        transformers = [left_hand_split]
+    elif line.inside_brackets:
+        transformers = [delimiter_split, right_hand_split_with_omits]
+    else:
+        transformers = [right_hand_split_with_omits]
+    for transform in transformers:
+        try:
+            result = run_transformer(line, transform, force, line_str)
+        except CannotTransform:
+            continue
+        yield from result
+        return
+    yield line
+
+
+def run_transformer(line: Line, transform, force: bool, line_str: str) -> list:
+    optional_parens = [b for b in line.invisible if b.depth == 0]
+    result: list = []
+    for transformed_line in transform(line, force):
+        if str(transformed_line) == line_str:
+            raise CannotTransform("Line transformer returned an unchanged result")
+        result.extend(transform_line(transformed_line, force))
+    if (
+        force
+        or transform is not right_hand_split_with_omits
+        or not line.invisible
+        or any(bracket.value for bracket in optional_parens)
+        or is_line_short_enough(result[0])
+        or any(not leaf.attached for leaf in line.leaves)
+    ):
+        return result
+    line_copy = Line(line.depth, line.inside_brackets)
+    line_copy.should_split_rhs = line.should_split_rhs
+    line_copy.magic_trailing_comma = line.magic_trailing_comma
+    for leaf in line.leaves:  # black's append_leaves: new leaves, the old ones orphaned
+        new = leaf.copy()
+        leaf.attached = False
+        line_copy.append(new)
+    second_opinion = run_transformer(line_copy, transform, True, line_str)
+    if all(is_line_short_enough(ln) for ln in second_opinion):
+        result = second_opinion
+    return result
+
+
+class RHSResult:
+    def __init__(self, head, body, tail, opening, closing) -> None:
+        self.head, self.body, self.tail = head, body, tail
+        self.opening_bracket, self.closing_bracket = opening, closing
+
+
+def right_hand_split_with_omits(line: Line, force: bool) -> Iterator[Line]:
+    first_lines = None
+    prefix_lengths = {}
+    length = 4 * line.depth
+    for leaf in line.leaves:
+        prefix_lengths[leaf] = length
+        length += len(leaf.prefix) + len(leaf.value)
+    for omit in generate_trailers_to_omit(line, LINE_LENGTH):
+        if omit:
+            target = next(
+                (
+                    leaf.opening
+                    for leaf in reversed(line.leaves)
+                    if is_closing(leaf) and leaf not in omit
+                ),
+                None,
+            )
+            if (
+                target is not None
+                and target.value
+                and prefix_lengths.get(target, 0) > LINE_LENGTH
+            ):
+                continue
+        lines = list(right_hand_split(line, force, omit=omit))
+        if first_lines is None and not omit:
+            first_lines = lines
+        if is_line_short_enough(lines[0]):
+            yield from lines
+            return
+    if first_lines is not None:
+        yield from first_lines
+    else:
+        yield from right_hand_split(line, force)
+
+
+def right_hand_split(line: Line, force: bool, omit=()) -> Iterator[Line]:
+    rhs = _first_right_hand_split(line, omit=omit)
+    yield from _maybe_split_omitting_optional_parens(rhs, line, force, omit=omit)
+
+
+def _first_right_hand_split(line: Line, omit=()) -> RHSResult:
+    tail_leaves: list = []
+    body_leaves: list = []
+    head_leaves: list = []
+    current_leaves = tail_leaves
+    opening_bracket = closing_bracket = None
+    for leaf in reversed(line.leaves):
+        if current_leaves is body_leaves and leaf is opening_bracket:
+            current_leaves = head_leaves if body_leaves else tail_leaves
+        current_leaves.append(leaf)
+        if current_leaves is tail_leaves and is_closing(leaf) and leaf not in omit:
+            opening_bracket = leaf.opening
+            closing_bracket = leaf
+            current_leaves = body_leaves
+    if not (opening_bracket and closing_bracket and head_leaves):
+        raise CannotSplit("No brackets found")
+    tail_leaves.reverse()
+    body_leaves.reverse()
+    head_leaves.reverse()
+    head = bracket_split_build_line(head_leaves, line, opening_bracket, "head")
+    body = bracket_split_build_line(body_leaves, line, opening_bracket, "body")
+    tail = bracket_split_build_line(tail_leaves, line, opening_bracket, "tail")
+    bracket_split_succeeded_or_raise(head, body, tail)
+    return RHSResult(head, body, tail, opening_bracket, closing_bracket)
+
+
+def _maybe_split_omitting_optional_parens(
+    rhs: RHSResult, line: Line, force: bool, omit=()
+) -> Iterator[Line]:
+    if (
+        not force
+        and rhs.opening_bracket.kind == "LPAR"
+        and not rhs.opening_bracket.value
+        and rhs.closing_bracket.kind == "RPAR"
+        and not rhs.closing_bracket.value
+        and can_omit_invisible_parens(rhs, LINE_LENGTH)
+    ):
+        omit = {rhs.closing_bracket, *omit}
+        try:
+            rhs_oop = _first_right_hand_split(line, omit=omit)
+            if _prefer_split_rhs_oop_over_rhs(rhs_oop, rhs):
+                yield from _maybe_split_omitting_optional_parens(
+                    rhs_oop, line, force, omit=omit
+                )
+                return
+        except CannotSplit as error:
+            if line.is_chained_assignment:
+                pass
+            elif not can_be_split(rhs.body) and not is_line_short_enough(rhs.body):
+                raise CannotSplit("the body is still too long") from error
+    ensure_visible(rhs.opening_bracket)
+    ensure_visible(rhs.closing_bracket)
+    for result in (rhs.head, rhs.body, rhs.tail):
+        if result:
+            yield result
+
+
+def ensure_visible(leaf: Leaf) -> None:
+    if leaf.kind == "LPAR":
+        leaf.value = "("
+    elif leaf.kind == "RPAR":
+        leaf.value = ")"
+
+
+def _prefer_split_rhs_oop_over_rhs(rhs_oop: RHSResult, rhs: RHSResult) -> bool:
+    head = rhs.head.leaves
+    if not (len(head) >= 2 and head[-2].kind == "EQUAL"):
+        return True
+    if not any(is_opening(leaf) or is_closing(leaf) for leaf in head[:-1]):
+        return True
+    if not is_line_short_enough(rhs.head, LINE_LENGTH - 1):
+        return True
+    if rhs.head.magic_trailing_comma is not None:
+        return True
+    rhs_head_equal_count = [leaf.kind for leaf in head].count("EQUAL")
+    rhs_oop_head_equal_count = [leaf.kind for leaf in rhs_oop.head.leaves].count(
+        "EQUAL"
+    )
+    if rhs_head_equal_count > 1 and rhs_head_equal_count > rhs_oop_head_equal_count:
+        return False
+    has_closing_bracket_after_assign = False
+    for leaf in reversed(rhs_oop.head.leaves):
+        if leaf.kind == "EQUAL":
+            break
+        if is_closing(leaf):
+            has_closing_bracket_after_assign = True
+            break
+    return has_closing_bracket_after_assign or (
+        any(leaf.kind == "EQUAL" for leaf in rhs_oop.head.leaves)
+        and is_line_short_enough(rhs_oop.head)
+    )
+
+
+def bracket_split_succeeded_or_raise(head: Line, body: Line, tail: Line) -> None:
+    tail_len = len(str(tail).strip())
+    if not body:
+        if tail_len == 0:
+            raise CannotSplit("Splitting brackets produced the same line")
+        if tail_len < 3:
+            raise CannotSplit("Splitting brackets on an empty body is not worth it")
+
+
+def _ensure_trailing_comma(leaves: list, original: Line, opening: Leaf) -> bool:
+    """(No annotations reach here: the PEP 604 and return-annotation cases are out.)"""
+    if not leaves or not original.is_def or opening.value != "(":
+        return False
+    return not any(leaf.kind == "COMMA" for leaf in leaves)
+
+
+def bracket_split_build_line(
+    leaves: list, original: Line, opening_bracket: Leaf, component: str
+) -> Line:
+    result = Line(depth=original.depth)
+    if component == "body":
+        result.inside_brackets = True
+        result.depth += 1
+        if _ensure_trailing_comma(leaves, original, opening_bracket):
+            if leaves[-1].kind != "COMMA":
+                leaves.append(Leaf("COMMA", ",", attached=False))
+    leaves_to_track = set()
+    if component == "head":
+        leaves_to_track = get_leaves_inside_matching_brackets(leaves)
+    for leaf in leaves:
+        result.append(leaf, preformatted=True, track_bracket=leaf in leaves_to_track)
+    if component == "body" and should_split_line(result, opening_bracket):
+        result.should_split_rhs = True
+    return result
+
+
+def get_leaves_inside_matching_brackets(leaves: list) -> set:
+    start = next((i for i, leaf in enumerate(leaves) if is_opening(leaf)), None)
+    if start is None:
+        return set()
+    ids: set = set()
+    stack: list = []
+    for leaf in leaves[start:]:
+        if is_opening(leaf):
+            stack.append((OPENING[leaf.kind], [leaf]))
+        elif is_closing(leaf):
+            if stack and leaf.kind == stack[-1][0]:
+                _, level = stack.pop()
+                level.append(leaf)
+                ids.update(level)
+            else:
+                break
+        elif stack:
+            stack[-1][1].append(leaf)
+    return ids
+
+
+def should_split_line(line: Line, opening_bracket: Leaf) -> bool:
+    exclude = set()
+    trailing_comma = False
+    try:
+        last_leaf = line.leaves[-1]
+        if last_leaf.kind == "COMMA":
+            trailing_comma = True
+            exclude.add(last_leaf)
+        max_priority = line.max_delimiter_priority(exclude=exclude)
+    except (IndexError, ValueError):
+        return False
+    return max_priority == COMMA_PRIORITY and (
+        trailing_comma or opening_bracket.parent == "atom"
+    )
+
+
+def dont_increase_indentation(split_func):
+    def split_wrapper(line: Line, force: bool) -> Iterator[Line]:
+        for split_line in split_func(line, force):
+            split_line.leaves[0].prefix = ""
+            yield split_line
+
+    return split_wrapper
+
+
+@dont_increase_indentation
+def delimiter_split(line: Line, force: bool) -> Iterator[Line]:
+    if not line.leaves:
+        raise CannotSplit("Line empty")
+    last_leaf = line.leaves[-1]
+    try:
+        delimiter_priority = line.max_delimiter_priority(exclude={last_leaf})
+    except ValueError:
+        raise CannotSplit("No delimiters found") from None
+    if (
+        delimiter_priority == DOT_PRIORITY
+        and line.delimiter_count_with_priority(delimiter_priority) == 1
+    ):
+        raise CannotSplit("Splitting a single attribute from its owner looks wrong")
+    delimiters = line.delimiters
+    current_line = Line(line.depth, line.inside_brackets)
+    lowest_depth = sys.maxsize
+    trailing_comma_safe = True
+    for leaf in line.leaves:
+        current_line.append(leaf, preformatted=True)
+        lowest_depth = min(lowest_depth, leaf.depth)
+        if trailing_comma_safe and leaf.depth == lowest_depth:
+            if leaf.parent == "vararg":  # black asks the module's target versions
+                raise Unknown("a trailing comma after star-arguments")
+        if delimiters.get(leaf) == delimiter_priority:
+            yield current_line
+            current_line = Line(line.depth, line.inside_brackets)
+    if current_line:
+        if (
+            trailing_comma_safe
+            and delimiter_priority == COMMA_PRIORITY
+            and current_line.leaves[-1].kind != "COMMA"
+        ):
+            current_line.append(Leaf("COMMA", ",", attached=False))
+        yield current_line
+
+
+def left_hand_split(line: Line, force: bool) -> Iterator[Line]:
+    """(A `def` line: its first opening parenthesis is its parameters'.)"""
+    tail_leaves: list = []
+    body_leaves: list = []
+    head_leaves: list = []
+    current_leaves = head_leaves
+    matching_bracket = None
+    for leaf in line.leaves:
+        if (
+            current_leaves is body_leaves
+            and is_closing(leaf)
+            and leaf.opening is matching_bracket
+        ):
+            ensure_visible(leaf)
+            ensure_visible(matching_bracket)
+            current_leaves = tail_leaves if body_leaves else head_leaves
+        current_leaves.append(leaf)
+        if current_leaves is head_leaves and leaf.kind == "LPAR":
+            matching_bracket = leaf
+            current_leaves = body_leaves
+    if not matching_bracket or not tail_leaves:
+        raise CannotSplit("No brackets found")
+    head = bracket_split_build_line(head_leaves, line, matching_bracket, "head")
+    body = bracket_split_build_line(body_leaves, line, matching_bracket, "body")
+    tail = bracket_split_build_line(tail_leaves, line, matching_bracket, "tail")
+    bracket_split_succeeded_or_raise(head, body, tail)
+    for result in (head, body, tail):
+        if result:
+            yield result
+
+
+def generate_trailers_to_omit(line: Line, line_length: int) -> Iterator[set]:
+    omit: set = set()
+    if not line.magic_trailing_comma:
+        yield omit
+    length = 4 * line.depth
+    opening_bracket = closing_bracket = None
+    inner_brackets: set = set()
+    for index in range(len(line.leaves) - 1, -1, -1):
+        leaf = line.leaves[index]
+        length += len(leaf.prefix) + len(leaf.value)
+        if length > line_length:
+            break
+        prev = line.leaves[index - 1] if index > 0 else None
+        trailing_comma = (
+            prev is not None
+            and prev.kind == "COMMA"
+            and leaf.opening is not None
+            and not is_one_sequence_between(leaf.opening, leaf, line.leaves)
+        )
+        if opening_bracket:
+            if leaf is opening_bracket:
+                opening_bracket = None
+            elif is_closing(leaf):
+                if trailing_comma:
+                    break
+                inner_brackets.add(leaf)
+        elif is_closing(leaf):
+            if prev is not None and is_opening(prev):
+                inner_brackets.add(leaf)
+                continue
+            if closing_bracket:
+                omit.add(closing_bracket)
+                omit.update(inner_brackets)
+                inner_brackets.clear()
+                yield omit
+            if trailing_comma:
+                break
+            if leaf.value:
+                opening_bracket = leaf.opening
+                closing_bracket = leaf
+
+
+def can_omit_invisible_parens(rhs: RHSResult, line_length: int) -> bool:
+    line = rhs.body
+    if not line.delimiters:
+        return True
+    max_priority = line.max_delimiter_priority()
+    delimiter_count = line.delimiter_count_with_priority(max_priority)
+    if delimiter_count > 1:
+        return False
+    if max_priority == DOT_PRIORITY:
+        return True
+    first, second = line.leaves[0], line.leaves[1]
+    if is_opening(first) and not is_closing(second):
+        if _can_omit_opening_paren(line, first=first, line_length=line_length):
+            return True
+    penultimate, last = line.leaves[-2], line.leaves[-1]
+    if (
+        last.kind == "RPAR"
+        or last.kind == "RBRACE"
+        or (last.kind == "RSQB" and last.parent != "trailer")
+    ):
+        if is_opening(penultimate):
+            return False
+        if _can_omit_closing_paren(line, last=last, line_length=line_length):
+            return True
+    return False
+
+
+def _can_omit_opening_paren(line: Line, *, first: Leaf, line_length: int) -> bool:
+    remainder = False
+    length = 4 * line.depth
+    index = -1
+    for index, leaf in enumerate(line.leaves):
+        if is_closing(leaf) and leaf.opening is first:
+            remainder = True
+        if remainder:
+            length += len(leaf.prefix) + len(leaf.value)
+            if length > line_length:
+                break
+            if is_opening(leaf):
+                remainder = False
+    else:
+        if len(line.leaves) == index + 1:
+            return True
+    return False
+
+
+def _can_omit_closing_paren(line: Line, *, last: Leaf, line_length: int) -> bool:
+    length = 4 * line.depth
+    seen_other_brackets = False
+    for leaf in line.leaves:
+        length += len(leaf.prefix) + len(leaf.value)
+        if leaf is last.opening:
+            if seen_other_brackets or length <= line_length:
+                return True
+        elif is_opening(leaf):
+            seen_other_brackets = True
+    return False
+
+
+def can_be_split(line: Line) -> bool:
+    leaves = line.leaves
+    if len(leaves) < 2:
+        return False
+    if leaves[0].kind == "string" and leaves[1].kind == "DOT":
+        call_count = dot_count = 0
+        following = leaves[-1]
+        for leaf in leaves[-2::-1]:
+            if is_opening(leaf):
+                if not is_closing(following):
+                    return False
+                call_count += 1
+            elif leaf.kind == "DOT":
+                dot_count += 1
+            elif leaf.kind == "name":
+                if not (following.kind == "DOT" or is_opening(following)):
+                    return False
+            elif not is_closing(leaf):
+                return False
+            if dot_count > 1 and call_count > 1:
+                return False
+            following = leaf
+    return True
