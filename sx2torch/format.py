@@ -103,7 +103,10 @@ def guess(code: str) -> Optional[str]:
         ):
             long.setdefault(line, []).append(index)
     if long:
-        written = {line: _operands(line) or lines_.split(line) for line in long}
+        features = lines_.target_features(code)
+        written = {
+            line: _operands(line) or lines_.split(line, features) for line in long
+        }
         rest = [line for line, text in written.items() if text is None]
         if rest:
             split = _split(tuple(rest))

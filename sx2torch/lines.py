@@ -27,7 +27,9 @@ from typing import Iterator, Optional
 
 from sx2torch.build import LINE_LENGTH
 
+COMPREHENSION_PRIORITY = 20
 COMMA_PRIORITY = 18
+TERNARY_PRIORITY = 16
 LOGIC_PRIORITY = 14
 COMPARATOR_PRIORITY = 10
 MATH_PRIORITIES = {
@@ -47,6 +49,7 @@ TOKEN_NAMES = {
     "==": "EQEQUAL", "!=": "NOTEQUAL", "<=": "LESSEQUAL", ">=": "GREATEREQUAL",
 }  # fmt: skip
 EXPRESSION_WORDS = {"None", "True", "False", "and", "or", "not", "in", "is"}
+EXPRESSION_WORDS |= {"if", "else", "for"}
 
 TOKEN = re.compile(
     r"( *)(?:"
@@ -56,6 +59,10 @@ TOKEN = re.compile(
     r'|(?P<string>"[^"\\]*")'
     r"|(?P<op>\*\*|//|<<|>>|<=|>=|==|!=|[-+*/%@&|^~<>]|[()\[\]{},:.=]))"
 )
+
+
+FORCE = "FORCE_OPTIONAL_PARENTHESES"
+UNKNOWN = "UNKNOWN"  # the target versions black detects in the module
 
 
 class Unknown(Exception):
@@ -79,7 +86,7 @@ class Leaf:
     no parent (a comma black adds, a leaf replaced by a copy)."""
 
     __slots__ = ("kind", "value", "parent", "space", "prefix", "depth", "opening")
-    __slots__ += ("attached", "invisible")
+    __slots__ += ("attached",)
 
     def __init__(self, kind, value, parent=None, space="", attached=True):
         self.kind, self.value, self.parent, self.space = kind, value, parent, space
@@ -87,10 +94,16 @@ class Leaf:
         self.depth = 0
         self.opening = None
         self.attached = attached
-        self.invisible = value == "" and kind in ("LPAR", "RPAR")
 
     def copy(self) -> Leaf:
+        """A leaf as black's append_leaves makes it, in place of this one."""
         return Leaf(self.kind, self.value, self.parent, self.space, self.attached)
+
+    def clone(self) -> Leaf:
+        """blib2to3's clone: no parent, its whitespace kept."""
+        leaf = Leaf(self.kind, self.value, self.parent, self.space, attached=False)
+        leaf.prefix, leaf.depth, leaf.opening = self.prefix, self.depth, self.opening
+        return leaf
 
 
 def is_opening(leaf: Leaf) -> bool:
@@ -105,20 +118,49 @@ def is_word(leaf: Optional[Leaf], word: str) -> bool:
     return leaf is not None and leaf.kind == "name" and leaf.value == word
 
 
-def split(line: str) -> Optional[str]:
+def split(line: str, features: frozenset = frozenset({UNKNOWN})) -> Optional[str]:
     """Black's formatting of `line`, one whole statement too long for a line, at its
-    depth (four spaces a level); None where it is not known for certain."""
+    depth (four spaces a level), in a module whose `target_features` are `features`;
+    None where it is not known for certain."""
     try:
         leaves = statement_leaves(line)
         if leaves is None:
             return None
-        first = format_once(leaves, _depth(line))
+        first = format_once(leaves, _depth(line), features)
         again = _pass_again(first)
         if again is None:
             return _text(first)
-        return _text(format_once(again, _depth(line)))
+        return _text(format_once(again, _depth(line), features))
     except Unknown:
         return None
+
+
+# What black's get_features_used could find in a module, over-approximated: a string's
+# prefix, `:=`, a number's underscore, a positional-only marker, a soft keyword's or
+# another feature's statement, a decorator not a dotted name or call, type parameters,
+# a star anywhere but as a bare `*` between parameters, an annotated assignment.
+FEATURE_MARKS = re.compile(
+    r"(?<![\w.])[A-Za-z]{1,2}[\"']|:=|(?<![\w.])\d[\w.]*_|/\s*[,)]"
+    r"|^\s*(?:match|case|type|lazy|async|print|exec)\b|\b(?:except|yield|await)\b"
+    r"|\bwith\s*\(|__future__|\b(?:def|class)\s+\w+\s*\["
+    r"|^\s*@(?![A-Za-z_][\w.]*(?:\(.*\))?\s*$)|^\s*[\w.]+\s*:(?!\s*$)"
+    r"|(?:[\[({=:]|\b(?:return|in|else|and|or|not|if|lambda))\s*\*"
+    r"|,\s*\*(?!\s*,)",
+    re.M,
+)
+
+
+# Strings (their text emptied, their prefixes kept), then comments.
+STRINGS = re.compile(r'"""(?:(?!""\").)*"""|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+COMMENTS = re.compile(r"#.*$", re.M)
+
+
+def target_features(module: str) -> frozenset:
+    """Black's target-version features of `module` (one statement a line) as `split`
+    needs them: none where black detects no feature in it for certain (it then writes no
+    trailing comma after star-arguments), else UNKNOWN."""
+    code = COMMENTS.sub("", STRINGS.sub('""', module))
+    return frozenset({UNKNOWN}) if FEATURE_MARKS.search(code) else frozenset()
 
 
 def _depth(line: str) -> int:
@@ -135,17 +177,15 @@ def _pass_again(lines: list) -> Optional[list]:
     leaves = [leaf for line in lines for leaf in line.leaves]
     if all(leaf.attached or leaf.kind != "COMMA" for leaf in leaves):
         return None
-    text = "".join(
-        leaf.space + ("" if leaf.invisible else leaf.value) for leaf in leaves
-    )
+    text = "".join(leaf.space + leaf.value for leaf in leaves)
     return statement_leaves(text)
 
 
-def format_once(leaves: list, depth: int) -> list:
+def format_once(leaves: list, depth: int, features: frozenset) -> list:
     line = Line(depth=depth)
     for leaf in leaves:
         line.append(leaf)
-    return list(transform_line(line, force=False))
+    return list(transform_line(line, features))
 
 
 # The statement's tokens, as black's parser and LineGenerator leave them.
@@ -153,24 +193,23 @@ def format_once(leaves: list, depth: int) -> list:
 
 def statement_leaves(line: str) -> Optional[list]:
     """`line`'s leaves with their parents' kinds, and the invisible parentheses black
-    puts around an assigned or returned value; None for a statement this module does
-    not take."""
+    puts around an assigned or returned value, a tuple of targets and a conditional;
+    None for a statement this module does not take."""
     if not line.isascii() or "#" in line or "'" in line or "\\" in line:
         return None
     tokens = tokenize(line.strip(" "))
-    if tokens is None or not tokens:
+    if not tokens:
         return None
     start = _value_start(tokens)
     if start is None or not _classify(tokens, start):
         return None
-    if start > 0:
-        if not _optional_parens_fit(tokens[start:]):
-            return None
-        value = tokens[start]
-        tokens.insert(start, Leaf("LPAR", "", "atom", value.space))
-        value.space = ""
-        tokens.append(Leaf("RPAR", "", "atom"))
-    return tokens
+    _words(tokens)
+    _space_powers(tokens)
+    parens = _optional_parens(tokens, start)
+    if parens is None:
+        return None
+    parens += [span for span in _conditionals(tokens) if span not in parens]
+    return _with_parens(tokens, parens)
 
 
 def tokenize(text: str) -> Optional[list]:
@@ -189,38 +228,152 @@ def tokenize(text: str) -> Optional[list]:
 
 
 def _value_start(tokens: list) -> Optional[int]:
-    """Where the value of `return VALUE` or `NAME.NAME = VALUE` starts (black wraps it in
-    invisible parentheses), 0 for a call statement, -1 for a `def`; None otherwise."""
+    """Where the value of `return VALUE` or `TARGETS = VALUE` starts (TARGETS: names and
+    attributes, a tuple of them), 0 for a call statement, -1 for a `def`; None
+    otherwise."""
     head = tokens[0]
-    if head.kind != "name":
-        return None
-    if head.value == "def":
-        return -1
-    if head.value == "return":
-        return 1 if len(tokens) > 1 else None
-    index = 1
-    while index + 1 < len(tokens) and tokens[index].kind == "DOT":
-        if tokens[index + 1].kind != "name":
-            return None
+    if head.kind != "name" or head.value in ("def", "return"):
+        start = {"def": -1, "return": 1}.get(head.value)
+        return None if start is None or len(tokens) == start else start
+    index = 0
+    while index + 1 < len(tokens) and tokens[index].kind == "name":
+        if tokens[index + 1].kind not in ("DOT", "COMMA"):
+            break
         index += 2
-    if index < len(tokens) and tokens[index].kind == "EQUAL":
-        return index + 1 if index + 1 < len(tokens) else None
+    if tokens[index].kind != "name" or keyword.iskeyword(tokens[index].value):
+        return None
+    if index + 2 < len(tokens) and tokens[index + 1].kind == "EQUAL":
+        return index + 2
     return 0
 
 
-def _optional_parens_fit(value: list) -> bool:
-    """Whether black puts invisible parentheses around `value` as it is: not around a
-    parenthesized value (it makes those invisible), nor a tuple (whose trailing commas and
-    parentheses it rules on otherwise)."""
-    first, last = value[0], value[-1]
+def _optional_parens(tokens: list, start: int) -> Optional[list]:
+    """The spans (first, last token) black wraps in invisible parentheses: an assigned or
+    returned value, but a parenthesized one, whose parentheses it makes invisible or keeps
+    (a tuple's, a generator's); a tuple of targets. None where black would do otherwise.
+    """
+    if start <= 0:
+        return []
+    spans = [(start, len(tokens) - 1)]
+    if any(leaf.kind == "COMMA" for leaf in tokens[: start - 1]):
+        spans.append((0, start - 2))
+    first, last = tokens[start], tokens[-1]
     if first.kind == "LPAR" and last.opening is first:
-        return False
+        spans.remove((start, len(tokens) - 1))
+        inner = _levels(tokens[start + 1 : -1])[0]
+        if any(leaf.kind == "COMMA" or leaf.parent == "comp_for" for leaf in inner):
+            return spans
+        if len(inner) == 1 or (
+            inner[0].kind == "LPAR" and inner[-1].opening is inner[0]
+        ):
+            return None  # black's rules for nested parentheses
+        first.value = last.value = ""
+    return spans
+
+
+def _top_level_commas(leaves: list) -> Iterator[Leaf]:
     depth = 0
-    for leaf in value:
+    for leaf in leaves:
         depth += is_opening(leaf) - is_closing(leaf)
         if depth == 0 and leaf.kind == "COMMA":
-            return False
-    return True
+            yield leaf
+
+
+def _with_parens(tokens: list, spans: list) -> list:
+    """`tokens` with invisible parentheses around each span (black's
+    wrap_in_parentheses: the first token's whitespace goes before the parenthesis)."""
+    opens = [0] * len(tokens)
+    closes = [0] * len(tokens)
+    for first, last in spans:
+        opens[first] += 1
+        closes[last] += 1
+    leaves = []
+    for index, leaf in enumerate(tokens):
+        for _ in range(opens[index]):
+            leaves.append(Leaf("LPAR", "", "atom", leaf.space))
+            leaf.space = ""
+        leaves.append(leaf)
+        leaves += [Leaf("RPAR", "", "atom") for _ in range(closes[index])]
+    return leaves
+
+
+def _words(tokens: list) -> None:
+    """Give `for`, `in`, `if` and `else` their parents (a comprehension's, a
+    conditional's), each bracket's level apart."""
+    for level in _levels(tokens):
+        in_for = seen_for = False
+        for leaf in level:
+            if is_word(leaf, "for"):
+                leaf.parent = "comp_for"
+                in_for = seen_for = True
+            elif is_word(leaf, "in") and in_for:
+                leaf.parent = "comp_for"
+                in_for = False
+            elif is_word(leaf, "if"):
+                leaf.parent = "comp_if" if seen_for else "test"
+            elif is_word(leaf, "else"):
+                leaf.parent = "test"
+            elif leaf.kind == "COMMA" and in_for:
+                leaf.parent = "exprlist"
+
+
+def _space_powers(tokens: list) -> None:
+    """Black spaces a binary `**` as any operator, and hugs it last (hug_power_op)."""
+    for index, leaf in enumerate(tokens):
+        if leaf.kind == "DOUBLESTAR" and leaf.parent != "vararg":
+            leaf.space = tokens[index + 1].space = " "
+
+
+def _levels(tokens: list) -> list:
+    """The tokens at each bracket level: the statement's, then each bracket's (a nested
+    bracket is a token of its owner's level)."""
+    levels: list = [[]]
+    stack = [levels[0]]
+    for leaf in tokens:
+        if is_closing(leaf):
+            stack.pop()
+        stack[-1].append(leaf)
+        if is_opening(leaf):
+            levels.append([])
+            stack.append(levels[-1])
+    return levels
+
+
+def _conditionals(tokens: list) -> list:
+    """The spans of the conditionals black wraps in invisible parentheses (visit_test):
+    each one but the whole of a parenthesis's content."""
+    spans = []
+    positions = {id(leaf): index for index, leaf in enumerate(tokens)}
+    for level in _levels(tokens):
+        for at, leaf in enumerate(level):
+            if leaf.parent != "test" or not is_word(leaf, "if"):
+                continue
+            first = at
+            while first > 0 and not _bounds_conditional(level[first - 1]):
+                first -= 1
+            last = at
+            while last + 1 < len(level) and not _ends_conditional(level[last + 1]):
+                last += 1
+            first, last = positions[id(level[first])], positions[id(level[last])]
+            before = tokens[first - 1] if first > 0 else None
+            after = tokens[last + 1] if last + 1 < len(tokens) else None
+            if not (
+                before and before.kind == "LPAR" and after and after.opening is before
+            ):
+                spans.append((first, last))
+    return spans
+
+
+def _bounds_conditional(leaf: Leaf) -> bool:
+    return (
+        leaf.kind in ("COMMA", "EQUAL", "COLON")
+        or is_word(leaf, "else")
+        or is_word(leaf, "return")
+    )
+
+
+def _ends_conditional(leaf: Leaf) -> bool:
+    return leaf.kind in ("COMMA", "COLON") or leaf.parent in ("comp_for", "comp_if")
 
 
 def _classify(tokens: list, start: int) -> bool:
@@ -231,7 +384,7 @@ def _classify(tokens: list, start: int) -> bool:
     previous = None
     is_def = start == -1
     for index, leaf in enumerate(tokens):
-        if index == 0 and leaf.value in ("def", "return"):
+        if index == 0 and leaf.kind == "name" and leaf.value in ("def", "return"):
             previous = leaf
             continue
         if leaf.kind == "name" and not _is_name(leaf.value):
@@ -249,6 +402,10 @@ def _is_name(value: str) -> bool:
     return value in EXPRESSION_WORDS or not keyword.iskeyword(value)
 
 
+def _is_operand(value: str) -> bool:
+    return value in ("None", "True", "False") or not keyword.iskeyword(value)
+
+
 def _is_def(tokens: list) -> bool:
     """`def NAME(...):`, its parameters without annotations."""
     return (
@@ -264,7 +421,9 @@ def _is_def(tokens: list) -> bool:
 def _classify_one(leaf, previous, tokens, index, stack, is_def, start) -> bool:
     kind = leaf.kind
     operand_before = previous is not None and (
-        previous.kind in ("name", "number", "string") or is_closing(previous)
+        previous.kind in ("number", "string")
+        or is_closing(previous)
+        or (previous.kind == "name" and _is_operand(previous.value))
     )
     if kind == "string" and previous is not None and previous.kind == "string":
         return False  # implicit concatenation
@@ -280,7 +439,7 @@ def _classify_one(leaf, previous, tokens, index, stack, is_def, start) -> bool:
         leaf.parent = leaf.opening.parent
     elif kind == "COMMA":
         if not stack:
-            return False
+            return start > 0
         if stack[-1].parent in ("trailer", "parameters") and stack[-1].kind == "LPAR":
             leaf.parent = "arglist"
     elif kind == "COLON":
@@ -321,6 +480,10 @@ def is_split_before_delimiter(leaf: Leaf, previous: Optional[Leaf]) -> int:
         return MATH_PRIORITIES[leaf.kind]
     if leaf.kind in COMPARATORS or is_word(leaf, "is"):
         return COMPARATOR_PRIORITY
+    if leaf.parent in ("comp_for", "comp_if"):
+        return COMPREHENSION_PRIORITY if not is_word(leaf, "in") else 0
+    if leaf.parent == "test":
+        return TERNARY_PRIORITY
     if is_word(leaf, "in") and not is_word(previous, "not"):
         return COMPARATOR_PRIORITY
     if is_word(leaf, "not") and leaf.parent == "comp_op":
@@ -332,7 +495,7 @@ def is_split_before_delimiter(leaf: Leaf, previous: Optional[Leaf]) -> int:
 
 
 def is_split_after_delimiter(leaf: Leaf) -> int:
-    return COMMA_PRIORITY if leaf.kind == "COMMA" else 0
+    return COMMA_PRIORITY if leaf.kind == "COMMA" and leaf.parent != "exprlist" else 0
 
 
 class Line:
@@ -349,6 +512,7 @@ class Line:
         self.bracket_match: dict = {}
         self.previous: Optional[Leaf] = None
         self.invisible: list = []
+        self.for_loop_depths: list = []
 
     def append(self, leaf: Leaf, preformatted=False, track_bracket=False) -> None:
         if self.leaves and not preformatted:
@@ -366,6 +530,13 @@ class Line:
             and (0, leaf.kind) not in self.bracket_match
         ):
             return
+        if (
+            self.for_loop_depths
+            and self.for_loop_depths[-1] == self.bracket_depth
+            and is_word(leaf, "in")
+        ):  # a comprehension's targets are a level deeper
+            self.bracket_depth -= 1
+            self.for_loop_depths.pop()
         if is_closing(leaf):
             self.bracket_depth -= 1
             leaf.opening = self.bracket_match.pop((self.bracket_depth, leaf.kind))
@@ -386,6 +557,9 @@ class Line:
             if not leaf.value:
                 self.invisible.append(leaf)
         self.previous = leaf
+        if is_word(leaf, "for"):
+            self.bracket_depth += 1
+            self.for_loop_depths.append(self.bracket_depth)
 
     def max_delimiter_priority(self, exclude=()) -> int:
         return max(v for k, v in self.delimiters.items() if k not in exclude)
@@ -459,13 +633,16 @@ def is_line_short_enough(line: Line, line_length: int = LINE_LENGTH) -> bool:
 # black/linegen.py
 
 
-def transform_line(line: Line, force: bool) -> Iterator[Line]:
-    """Black's lines for `line` (`force`: black's FORCE_OPTIONAL_PARENTHESES feature)."""
+def transform_line(line: Line, features: frozenset) -> Iterator[Line]:
+    """Black's lines for `line`. `features`: black's, those of the target versions it
+    detects in the module (none of which this module's callers know but UNKNOWN) and
+    FORCE_OPTIONAL_PARENTHESES, which it adds for its second opinion."""
     line_str = str(line)
+    hugged = _hugged(line, features)
     if (
         not line.should_split_rhs
         and not line.magic_trailing_comma
-        and is_line_short_enough(line)
+        and len(hugged or line_str) <= LINE_LENGTH
     ):
         transformers = []
     elif line.is_def:
@@ -474,9 +651,10 @@ def transform_line(line: Line, force: bool) -> Iterator[Line]:
         transformers = [delimiter_split, right_hand_split_with_omits]
     else:
         transformers = [right_hand_split_with_omits]
+    transformers.append(hug_power_op)
     for transform in transformers:
         try:
-            result = run_transformer(line, transform, force, line_str)
+            result = run_transformer(line, transform, features, line_str)
         except CannotTransform:
             continue
         yield from result
@@ -484,15 +662,89 @@ def transform_line(line: Line, force: bool) -> Iterator[Line]:
     yield line
 
 
-def run_transformer(line: Line, transform, force: bool, line_str: str) -> list:
+def _hugged(line: Line, features: frozenset) -> Optional[str]:
+    try:
+        return str(next(hug_power_op(line, features)))
+    except CannotTransform:
+        return None
+
+
+def hug_power_op(line: Line, features: frozenset) -> Iterator[Line]:
+    """black/trans.py's: `**` between simple operands without spaces, the line's own
+    (black spaces it first, and measures a line before this)."""
+    if not any(leaf.kind == "DOUBLESTAR" for leaf in line.leaves):
+        raise CannotTransform("No doublestar token was found in the line.")
+    new_line = Line(line.depth, line.inside_brackets)
+    new_line.should_split_rhs = line.should_split_rhs
+    new_line.magic_trailing_comma = line.magic_trailing_comma
+    should_hug = False
+    for index, leaf in enumerate(line.leaves):
+        hug_this_leaf = should_hug
+        should_hug = (
+            0 < index < len(line.leaves) - 1
+            and leaf.kind == "DOUBLESTAR"
+            and _is_simple_operand(line.leaves, index - 1, -1)
+            and _is_simple_operand(line.leaves, index + 1, 1)
+        )
+        if hug_this_leaf or should_hug:
+            leaf = leaf.clone()
+            leaf.prefix = ""
+        new_line.append(leaf, preformatted=True)
+    yield new_line
+
+
+def _is_simple_operand(leaves: list, index: int, kind: int) -> bool:
+    start = leaves[index]
+    if start.kind in ("name", "number"):
+        return _is_simple_lookup(leaves, index, kind)
+    if start.kind in ("PLUS", "MINUS", "TILDE"):
+        if leaves[index + 1].kind in ("name", "number"):
+            return _is_simple_lookup(leaves, index + 1, 1)
+    return False
+
+
+def _is_simple_lookup(leaves: list, index: int, kind: int) -> bool:
+    """black's handle_is_simple_look_up_prev (kind -1) and _forward (kind 1)."""
+    if kind == 1:
+        for leaf in leaves[index:]:
+            if leaf.kind in ("LPAR", "LSQB"):
+                return False
+            if leaf.kind not in ("name", "DOT") or is_word(leaf, "for"):
+                return True
+        return True
+    contains_disallowed = False
+    chain: list = []
+    while 0 <= index:
+        chain.append(leaves[index])
+        contains_disallowed = contains_disallowed or chain[-1].kind in ("RPAR", "RSQB")
+        if not _is_expression_chained(chain):
+            return not contains_disallowed
+        index -= 1
+    return True
+
+
+def _is_expression_chained(chain: list) -> bool:
+    if len(chain) < 2:
+        return True
+    current, past = chain[-1], chain[-2]
+    if past.kind == "name":
+        return current.kind == "DOT"
+    if past.kind in ("RPAR", "RSQB"):
+        return current.kind in ("RSQB", "RPAR")
+    if past.kind in ("LPAR", "LSQB"):
+        return current.kind in ("name", "LPAR", "LSQB")
+    return False
+
+
+def run_transformer(line: Line, transform, features: frozenset, line_str: str) -> list:
     optional_parens = [b for b in line.invisible if b.depth == 0]
     result: list = []
-    for transformed_line in transform(line, force):
+    for transformed_line in transform(line, features):
         if str(transformed_line) == line_str:
             raise CannotTransform("Line transformer returned an unchanged result")
-        result.extend(transform_line(transformed_line, force))
+        result.extend(transform_line(transformed_line, features))
     if (
-        force
+        FORCE in features
         or transform is not right_hand_split_with_omits
         or not line.invisible
         or any(bracket.value for bracket in optional_parens)
@@ -507,7 +759,7 @@ def run_transformer(line: Line, transform, force: bool, line_str: str) -> list:
         new = leaf.copy()
         leaf.attached = False
         line_copy.append(new)
-    second_opinion = run_transformer(line_copy, transform, True, line_str)
+    second_opinion = run_transformer(line_copy, transform, features | {FORCE}, line_str)
     if all(is_line_short_enough(ln) for ln in second_opinion):
         result = second_opinion
     return result
@@ -519,7 +771,7 @@ class RHSResult:
         self.opening_bracket, self.closing_bracket = opening, closing
 
 
-def right_hand_split_with_omits(line: Line, force: bool) -> Iterator[Line]:
+def right_hand_split_with_omits(line: Line, features: frozenset) -> Iterator[Line]:
     first_lines = None
     prefix_lengths = {}
     length = 4 * line.depth
@@ -542,7 +794,7 @@ def right_hand_split_with_omits(line: Line, force: bool) -> Iterator[Line]:
                 and prefix_lengths.get(target, 0) > LINE_LENGTH
             ):
                 continue
-        lines = list(right_hand_split(line, force, omit=omit))
+        lines = list(right_hand_split(line, features, omit=omit))
         if first_lines is None and not omit:
             first_lines = lines
         if is_line_short_enough(lines[0]):
@@ -551,12 +803,12 @@ def right_hand_split_with_omits(line: Line, force: bool) -> Iterator[Line]:
     if first_lines is not None:
         yield from first_lines
     else:
-        yield from right_hand_split(line, force)
+        yield from right_hand_split(line, features)
 
 
-def right_hand_split(line: Line, force: bool, omit=()) -> Iterator[Line]:
+def right_hand_split(line: Line, features: frozenset, omit=()) -> Iterator[Line]:
     rhs = _first_right_hand_split(line, omit=omit)
-    yield from _maybe_split_omitting_optional_parens(rhs, line, force, omit=omit)
+    yield from _maybe_split_omitting_optional_parens(rhs, line, features, omit=omit)
 
 
 def _first_right_hand_split(line: Line, omit=()) -> RHSResult:
@@ -586,10 +838,10 @@ def _first_right_hand_split(line: Line, omit=()) -> RHSResult:
 
 
 def _maybe_split_omitting_optional_parens(
-    rhs: RHSResult, line: Line, force: bool, omit=()
+    rhs: RHSResult, line: Line, features: frozenset, omit=()
 ) -> Iterator[Line]:
     if (
-        not force
+        FORCE not in features
         and rhs.opening_bracket.kind == "LPAR"
         and not rhs.opening_bracket.value
         and rhs.closing_bracket.kind == "RPAR"
@@ -601,7 +853,7 @@ def _maybe_split_omitting_optional_parens(
             rhs_oop = _first_right_hand_split(line, omit=omit)
             if _prefer_split_rhs_oop_over_rhs(rhs_oop, rhs):
                 yield from _maybe_split_omitting_optional_parens(
-                    rhs_oop, line, force, omit=omit
+                    rhs_oop, line, features, omit=omit
                 )
                 return
         except CannotSplit as error:
@@ -726,8 +978,8 @@ def should_split_line(line: Line, opening_bracket: Leaf) -> bool:
 
 
 def dont_increase_indentation(split_func):
-    def split_wrapper(line: Line, force: bool) -> Iterator[Line]:
-        for split_line in split_func(line, force):
+    def split_wrapper(line: Line, features: frozenset) -> Iterator[Line]:
+        for split_line in split_func(line, features):
             split_line.leaves[0].prefix = ""
             yield split_line
 
@@ -735,7 +987,7 @@ def dont_increase_indentation(split_func):
 
 
 @dont_increase_indentation
-def delimiter_split(line: Line, force: bool) -> Iterator[Line]:
+def delimiter_split(line: Line, features: frozenset) -> Iterator[Line]:
     if not line.leaves:
         raise CannotSplit("Line empty")
     last_leaf = line.leaves[-1]
@@ -756,8 +1008,7 @@ def delimiter_split(line: Line, force: bool) -> Iterator[Line]:
         current_line.append(leaf, preformatted=True)
         lowest_depth = min(lowest_depth, leaf.depth)
         if trailing_comma_safe and leaf.depth == lowest_depth:
-            if leaf.parent == "vararg":  # black asks the module's target versions
-                raise Unknown("a trailing comma after star-arguments")
+            trailing_comma_safe = _can_add_trailing_comma(leaf, features)
         if delimiters.get(leaf) == delimiter_priority:
             yield current_line
             current_line = Line(line.depth, line.inside_brackets)
@@ -771,7 +1022,17 @@ def delimiter_split(line: Line, force: bool) -> Iterator[Line]:
         yield current_line
 
 
-def left_hand_split(line: Line, force: bool) -> Iterator[Line]:
+def _can_add_trailing_comma(leaf: Leaf, features: frozenset) -> bool:
+    """After star-arguments, where the module's target versions allow it: black's
+    TRAILING_COMMA_IN_CALL and _IN_DEF features, none in a module it detects none in."""
+    if leaf.parent != "vararg":
+        return True
+    if UNKNOWN in features:
+        raise Unknown("a trailing comma after star-arguments")
+    return False
+
+
+def left_hand_split(line: Line, features: frozenset) -> Iterator[Line]:
     """(A `def` line: its first opening parenthesis is its parameters'.)"""
     tail_leaves: list = []
     body_leaves: list = []
