@@ -216,6 +216,21 @@ def number(value: int | float | bool | str | tuple | None) -> Expr:
     return cst.Float(repr(value).replace("e+", "e"))  # black drops an exponent's plus
 
 
+def literal(value) -> Expr:
+    """A Python value of the module's data (the tensor-parallel plan, a training run's
+    settings: dicts, lists, tuples, strings, numbers) as black writes it, strings
+    double-quoted, where `repr` quotes them singly."""
+    if isinstance(value, dict):
+        return cst.Dict(
+            [cst.DictElement(literal(k), literal(v)) for k, v in value.items()]
+        )
+    if isinstance(value, list):
+        return list_([literal(v) for v in value])
+    if isinstance(value, tuple):
+        return tuple_([literal(v) for v in value])
+    return number(value)
+
+
 def string(value: str) -> cst.SimpleString:
     return cst.SimpleString(_quote(value))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+import sx2torch.build as b
 from sx2torch.ops import initializers
 from sx2torch.syntax.program import LISTS, Model, Optimizer, Program, Run
 
@@ -44,7 +45,7 @@ def block(
     code = (
         'if __name__ == "__main__":\n'
         "    from sx2torch.runtime import train\n\n"
-        f"    train.main({class_name}, {settings!r})\n"
+        f"    train.main({class_name}, {b.code(b.literal(settings))})\n"
     )
     statement = cst.parse_statement(code)
     return statement.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])

@@ -221,10 +221,8 @@ def _tp_plan(plan: Plan, naming: Naming) -> list:
     ]
     lines = [cst.EmptyLine(comment=cst.Comment(f"# {line}")) for line in comments]
     return [
-        cst.parse_statement(f"TP_PLAN = {plan.styles!r}").with_changes(
-            leading_lines=lines
-        ),
-        cst.parse_statement(f"TP_REDUCE = {plan.reduce!r}"),
+        _assign("TP_PLAN", plan.styles).with_changes(leading_lines=lines),
+        _assign("TP_REDUCE", plan.reduce),
         *_tp_heads(plan, naming),
     ]
 
@@ -254,10 +252,16 @@ def _tp_heads(plan: Plan, naming: Naming) -> list:
         "# checks against the devices.",
     ]
     return [
-        cst.parse_statement(f"TP_HEADS = {heads!r}").with_changes(
+        _assign("TP_HEADS", heads).with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in comments]
         )
     ]
+
+
+def _assign(name: str, value) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine(
+        [cst.Assign([cst.AssignTarget(cst.Name(name))], b.literal(value))]
+    )
 
 
 def _docstring(text: str) -> cst.SimpleStatementLine:
