@@ -90,7 +90,24 @@ def guess(code: str) -> Optional[str]:
     """The module black would write for `code`, one statement a line; None where a line
     is not one whole statement (a string over several lines)."""
     lines = code.split("\n")
-    long: dict = {}  # line -> its indices
+    long = long_lines(lines)
+    if long is None:
+        return None
+    if long:
+        written = _written(code, tuple(long))
+        if written is None:
+            return None
+        for line, indices in long.items():
+            for index in indices:
+                lines[index] = written[line]
+    return "\n".join(_blank_lines(lines))
+
+
+def long_lines(lines: list) -> Optional[dict]:
+    """The lines black may write otherwise (each -> its indices): those too long, and
+    those with a string it would re-quote; None where a line is not one whole statement.
+    """
+    long: dict = {}
     for index, line in enumerate(lines):
         if line.count('"""') % 2 or line.rstrip().endswith("\\"):
             return None
@@ -102,21 +119,21 @@ def guess(code: str) -> Optional[str]:
             len(line) > LINE_LENGTH or not line.isascii() or "'" in line or "\\" in line
         ):
             long.setdefault(line, []).append(index)
-    if long:
-        features = lines_.target_features(code)
-        written = {
-            line: _operands(line) or lines_.split(line, features) for line in long
-        }
-        rest = [line for line, text in written.items() if text is None]
-        if rest:
-            split = _split(tuple(rest))
-            if split is None:
-                return None
-            written.update(zip(rest, split))
-        for line, indices in long.items():
-            for index in indices:
-                lines[index] = written[line]
-    return "\n".join(_blank_lines(lines))
+    return long
+
+
+def _written(code: str, long: tuple) -> Optional[dict]:
+    """Each long line as black writes it: a chain of one operator by `_operands`, what
+    sx2torch/lines.py knows by it, the rest by black, in one module."""
+    features = lines_.target_features(code)
+    written = {line: _operands(line) or lines_.split(line, features) for line in long}
+    rest = [line for line, text in written.items() if text is None]
+    if rest:
+        split = _split(tuple(rest))
+        if split is None:
+            return None
+        written.update(zip(rest, split))
+    return written
 
 
 # Black's priorities of the binary operators the emitter writes spaced (black/brackets.py,

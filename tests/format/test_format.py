@@ -179,13 +179,20 @@ LONG_DOC = f"""(defun forward (x)
 
 
 @pytest.mark.parametrize(
-    ("text", "imported"), [(SOURCE, False), (LONG_LINE, True), (LONG_DOC, False)]
+    ("text", "options", "imported"),
+    [
+        (SOURCE, [], False),
+        (LONG_LINE, [], False),
+        (LONG_LINE, ["--source-lines"], True),
+        (LONG_DOC, [], False),
+    ],
 )
 def test_black_is_imported_for_a_long_line_missing_from_the_cache(
-    cache, tmp_path, text, imported
+    cache, tmp_path, text, options, imported
 ):
-    """Black's import is a quarter of a small compile's start-up: a compile imports it
-    only to format a statement too long for a line, and never when its module is in the
+    """Black's import is a fifth of a small compile's start-up: a compile imports it
+    only to format a statement too long for a line that the format pass does not split
+    itself (here one with a comment after it), and never when its module is in the
     cache. The command line in a fresh process, twice."""
     import subprocess
     import sys
@@ -195,7 +202,7 @@ def test_black_is_imported_for_a_long_line_missing_from_the_cache(
     probe = (
         "import sys\n"
         "from sx2torch.cli import main\n"
-        f"assert main([{str(source)!r}, '-o', {str(tmp_path / 'm.py')!r}]) == 0\n"
+        f"assert main([{str(source)!r}, '-o', {str(tmp_path / 'm.py')!r}, *{options!r}]) == 0\n"
         "print('black' in sys.modules)\n"
     )
     env = {**os.environ, "SX2TORCH_CACHE_DIR": str(cache)}
