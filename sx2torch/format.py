@@ -10,18 +10,22 @@ commas, not on where its lines break. The emitted module has one line per statem
 spaced as black spaces them (sx2torch/build.py), with no trailing commas. The pass
 (`guess`) keeps each line that fits in black's width; writes black's split of a statement
 whose value is a long chain of one operator (`_operands`: the sums a long expression
-compiles to); has black format the others, one copy of each, all in one small module,
-at their depths; and adds the blank lines black requires (after the imports, before a
-method): so its tokens, comments and blank lines are black's own, and black leaves the
-result as it is. Each golden module, on every target and with `--source-lines`, is
+compiles to, quickly), and of the other long statements the emitter writes (assignments,
+returns, calls, `def` lines) by black's own algorithm, transcribed in sx2torch/lines.py;
+has black format the few it leaves (a comment after the statement, a string black
+re-quotes), one copy of each, all in one small module, at their depths; and adds the
+blank lines black requires (after the imports, before a method): so its tokens, comments
+and blank lines are black's own, and black leaves the result as it is. A compile whose
+long lines are all split here does not import black (a fifth of a small compile's
+start-up). Each golden module, on every target and with `--source-lines`, is
 checked to be so (tests/format/test_format.py, tests/test_golden.py), and the fuzzer
 checks every module it makes. A module the guess cannot take (a string over several
 lines) is formatted by black whole.
 
 Black's result depends only on the text, black's version and its mode (always the
 default), so it is kept in a user-level cache by content hash, and compiling or `check`ing
-an unchanged model again skips black: it does not even import it (a quarter of a small
-compile's start-up), reading black's version from its one-line version module. The cache
+an unchanged model again skips black: it does not even import it, reading black's version
+from its one-line version module. The cache
 is the folder $SX2TORCH_CACHE_DIR, else $XDG_CACHE_HOME/sx2torch, else
 ~/.cache/sx2torch; SX2TORCH_NO_CACHE=1 turns it off. An entry that cannot be read or
 written is as if absent: the cache never fails a compile.

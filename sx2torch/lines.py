@@ -131,7 +131,7 @@ def split(line: str, features: frozenset = frozenset({UNKNOWN})) -> Optional[str
         if again is None:
             return _text(first)
         return _text(format_once(again, _depth(line), features))
-    except Unknown:
+    except (Unknown, RecursionError):  # nested past Python's stack: black's to format
         return None
 
 

@@ -173,3 +173,8 @@ def test_generated_statements_are_split_as_black_splits_them():
     answered = tuple(line for line, text in written.items() if text is not None)
     assert len(answered) == len(long) == 2000
     assert [written[line] for line in answered] == list(format._split(answered))
+
+
+def test_a_line_nested_past_pythons_stack_is_left_to_black():
+    line = "y = " + "f(" * 1500 + "x" + ")" * 1500
+    assert lines.split(line, frozenset()) is None
