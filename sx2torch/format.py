@@ -129,8 +129,8 @@ def long_lines(lines: list) -> Optional[dict]:
 def _written(code: str, long: tuple) -> Optional[dict]:
     """Each long line as black writes it: a chain of one operator by `_operands`, what
     sx2torch/lines.py knows by it, the rest by black, in one module."""
-    features = lines_.target_features(code)
-    written = {line: _operands(line) or lines_.split(line, features) for line in long}
+    targets = lines_.Targets(code)
+    written = {line: _operands(line) or lines_.split(line, targets) for line in long}
     rest = [line for line, text in written.items() if text is None]
     if rest:
         split = _split(tuple(rest))

@@ -20,6 +20,8 @@ None and black formats the line.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import keyword
 import re
 import sys
@@ -59,10 +61,6 @@ TOKEN = re.compile(
     r'|(?P<string>"[^"\\]*")'
     r"|(?P<op>\*\*|//|<<|>>|<=|>=|==|!=|[-+*/%@&|^~<>]|[()\[\]{},:.=]))"
 )
-
-
-FORCE = "FORCE_OPTIONAL_PARENTHESES"
-UNKNOWN = "UNKNOWN"  # the target versions black detects in the module
 
 
 class Unknown(Exception):
@@ -118,10 +116,11 @@ def is_word(leaf: Optional[Leaf], word: str) -> bool:
     return leaf is not None and leaf.kind == "name" and leaf.value == word
 
 
-def split(line: str, features: frozenset = frozenset({UNKNOWN})) -> Optional[str]:
+def split(line: str, targets: Optional[Targets] = None) -> Optional[str]:
     """Black's formatting of `line`, one whole statement too long for a line, at its
-    depth (four spaces a level), in a module whose `target_features` are `features`;
+    depth (four spaces a level), in the module of `targets` (None: one not known);
     None where it is not known for certain."""
+    features = Features(targets=targets)
     try:
         leaves = statement_leaves(line)
         if leaves is None:
@@ -155,12 +154,28 @@ STRINGS = re.compile(r'"""(?:(?!""\").)*"""|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\
 COMMENTS = re.compile(r"#.*$", re.M)
 
 
-def target_features(module: str) -> frozenset:
-    """Black's target-version features of `module` (one statement a line) as `split`
-    needs them: none where black detects no feature in it for certain (it then writes no
-    trailing comma after star-arguments), else UNKNOWN."""
-    code = COMMENTS.sub("", STRINGS.sub('""', module))
-    return frozenset({UNKNOWN}) if FEATURE_MARKS.search(code) else frozenset()
+class Targets:
+    """The target versions black detects in a module (one statement a line), as `split`
+    needs them: `plain` where it detects no feature in it for certain (it then writes no
+    trailing comma after star-arguments). Found when first asked: most modules never
+    ask, and the search takes 0.08 s on P1's 230 kB."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    @functools.cached_property
+    def plain(self) -> bool:
+        code = COMMENTS.sub("", STRINGS.sub('""', self.module))
+        return FEATURE_MARKS.search(code) is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """Black's features that `transform_line` reads: FORCE_OPTIONAL_PARENTHESES, which it
+    adds for its second opinion, and the trailing commas the module's targets allow."""
+
+    force: bool = False
+    targets: Optional[Targets] = None
 
 
 def _depth(line: str) -> int:
@@ -181,7 +196,7 @@ def _pass_again(lines: list) -> Optional[list]:
     return statement_leaves(text)
 
 
-def format_once(leaves: list, depth: int, features: frozenset) -> list:
+def format_once(leaves: list, depth: int, features: Features) -> list:
     line = Line(depth=depth)
     for leaf in leaves:
         line.append(leaf)
@@ -633,7 +648,7 @@ def is_line_short_enough(line: Line, line_length: int = LINE_LENGTH) -> bool:
 # black/linegen.py
 
 
-def transform_line(line: Line, features: frozenset) -> Iterator[Line]:
+def transform_line(line: Line, features: Features) -> Iterator[Line]:
     """Black's lines for `line`. `features`: black's, those of the target versions it
     detects in the module (none of which this module's callers know but UNKNOWN) and
     FORCE_OPTIONAL_PARENTHESES, which it adds for its second opinion."""
@@ -662,14 +677,14 @@ def transform_line(line: Line, features: frozenset) -> Iterator[Line]:
     yield line
 
 
-def _hugged(line: Line, features: frozenset) -> Optional[str]:
+def _hugged(line: Line, features: Features) -> Optional[str]:
     try:
         return str(next(hug_power_op(line, features)))
     except CannotTransform:
         return None
 
 
-def hug_power_op(line: Line, features: frozenset) -> Iterator[Line]:
+def hug_power_op(line: Line, features: Features) -> Iterator[Line]:
     """black/trans.py's: `**` between simple operands without spaces, the line's own
     (black spaces it first, and measures a line before this)."""
     if not any(leaf.kind == "DOUBLESTAR" for leaf in line.leaves):
@@ -736,7 +751,7 @@ def _is_expression_chained(chain: list) -> bool:
     return False
 
 
-def run_transformer(line: Line, transform, features: frozenset, line_str: str) -> list:
+def run_transformer(line: Line, transform, features: Features, line_str: str) -> list:
     optional_parens = [b for b in line.invisible if b.depth == 0]
     result: list = []
     for transformed_line in transform(line, features):
@@ -744,7 +759,7 @@ def run_transformer(line: Line, transform, features: frozenset, line_str: str) -
             raise CannotTransform("Line transformer returned an unchanged result")
         result.extend(transform_line(transformed_line, features))
     if (
-        FORCE in features
+        features.force
         or transform is not right_hand_split_with_omits
         or not line.invisible
         or any(bracket.value for bracket in optional_parens)
@@ -759,7 +774,9 @@ def run_transformer(line: Line, transform, features: frozenset, line_str: str) -
         new = leaf.copy()
         leaf.attached = False
         line_copy.append(new)
-    second_opinion = run_transformer(line_copy, transform, features | {FORCE}, line_str)
+    second_opinion = run_transformer(
+        line_copy, transform, dataclasses.replace(features, force=True), line_str
+    )
     if all(is_line_short_enough(ln) for ln in second_opinion):
         result = second_opinion
     return result
@@ -771,7 +788,7 @@ class RHSResult:
         self.opening_bracket, self.closing_bracket = opening, closing
 
 
-def right_hand_split_with_omits(line: Line, features: frozenset) -> Iterator[Line]:
+def right_hand_split_with_omits(line: Line, features: Features) -> Iterator[Line]:
     first_lines = None
     prefix_lengths = {}
     length = 4 * line.depth
@@ -806,7 +823,7 @@ def right_hand_split_with_omits(line: Line, features: frozenset) -> Iterator[Lin
         yield from right_hand_split(line, features)
 
 
-def right_hand_split(line: Line, features: frozenset, omit=()) -> Iterator[Line]:
+def right_hand_split(line: Line, features: Features, omit=()) -> Iterator[Line]:
     rhs = _first_right_hand_split(line, omit=omit)
     yield from _maybe_split_omitting_optional_parens(rhs, line, features, omit=omit)
 
@@ -838,10 +855,10 @@ def _first_right_hand_split(line: Line, omit=()) -> RHSResult:
 
 
 def _maybe_split_omitting_optional_parens(
-    rhs: RHSResult, line: Line, features: frozenset, omit=()
+    rhs: RHSResult, line: Line, features: Features, omit=()
 ) -> Iterator[Line]:
     if (
-        FORCE not in features
+        not features.force
         and rhs.opening_bracket.kind == "LPAR"
         and not rhs.opening_bracket.value
         and rhs.closing_bracket.kind == "RPAR"
@@ -978,7 +995,7 @@ def should_split_line(line: Line, opening_bracket: Leaf) -> bool:
 
 
 def dont_increase_indentation(split_func):
-    def split_wrapper(line: Line, features: frozenset) -> Iterator[Line]:
+    def split_wrapper(line: Line, features: Features) -> Iterator[Line]:
         for split_line in split_func(line, features):
             split_line.leaves[0].prefix = ""
             yield split_line
@@ -987,7 +1004,7 @@ def dont_increase_indentation(split_func):
 
 
 @dont_increase_indentation
-def delimiter_split(line: Line, features: frozenset) -> Iterator[Line]:
+def delimiter_split(line: Line, features: Features) -> Iterator[Line]:
     if not line.leaves:
         raise CannotSplit("Line empty")
     last_leaf = line.leaves[-1]
@@ -1022,17 +1039,17 @@ def delimiter_split(line: Line, features: frozenset) -> Iterator[Line]:
         yield current_line
 
 
-def _can_add_trailing_comma(leaf: Leaf, features: frozenset) -> bool:
+def _can_add_trailing_comma(leaf: Leaf, features: Features) -> bool:
     """After star-arguments, where the module's target versions allow it: black's
     TRAILING_COMMA_IN_CALL and _IN_DEF features, none in a module it detects none in."""
     if leaf.parent != "vararg":
         return True
-    if UNKNOWN in features:
+    if features.targets is None or not features.targets.plain:
         raise Unknown("a trailing comma after star-arguments")
     return False
 
 
-def left_hand_split(line: Line, features: frozenset) -> Iterator[Line]:
+def left_hand_split(line: Line, features: Features) -> Iterator[Line]:
     """(A `def` line: its first opening parenthesis is its parameters'.)"""
     tail_leaves: list = []
     body_leaves: list = []

@@ -45,11 +45,11 @@ def test_each_long_statement_is_split_as_black_splits_it(path):
     written = {}
     for options in OPTIONS:
         code = emitted(path.read_text(encoding="utf-8"), **options)
-        features = lines.target_features(code)
-        assert features == frozenset()  # the emitter writes no feature black detects
+        targets = lines.Targets(code)
+        assert targets.plain  # the emitter writes no feature black detects
         for line in format.long_lines(code.split("\n")):
             if format._operands(line) is None:
-                written[line] = lines.split(line, features)
+                written[line] = lines.split(line, targets)
     refused = [line for line, text in written.items() if text is None]
     assert all(_left_to_black(line) for line in refused), refused
     answered = tuple(line for line in written if line not in refused)
@@ -169,7 +169,9 @@ def test_generated_statements_are_split_as_black_splits_them():
             if 80 < len(statement) < 140
         )
     )[:2000]
-    written = {line: lines.split(line, frozenset()) for line in long}
+    targets = lines.Targets("\n".join(long))  # black formats them in one module
+    assert targets.plain
+    written = {line: lines.split(line, targets) for line in long}
     answered = tuple(line for line, text in written.items() if text is not None)
     assert len(answered) == len(long) == 2000
     assert [written[line] for line in answered] == list(format._split(answered))
@@ -177,4 +179,16 @@ def test_generated_statements_are_split_as_black_splits_them():
 
 def test_a_line_nested_past_pythons_stack_is_left_to_black():
     line = "y = " + "f(" * 1500 + "x" + ")" * 1500
-    assert lines.split(line, frozenset()) is None
+    assert lines.split(line) is None
+
+
+def test_a_trailing_comma_after_star_arguments_waits_for_the_modules_targets():
+    """Black adds one only where the target versions it detects in the module allow it:
+    none in a module without a feature it detects (the emitter's), some in one with an
+    f-string. The splitter knows the first for certain, and leaves the rest to black."""
+    parameters = ", ".join(f"argument_{i}=1" for i in range(9))
+    line = f"    def __init__(self, *, {parameters}):"
+    assert lines.split(line) is None
+    assert lines.split(line, lines.Targets('x = f"{y}"\n' + line)) is None
+    plain = lines.split(line, lines.Targets(line))
+    assert plain == format._split((line,))[0] and not plain.endswith(",\n    ):")
