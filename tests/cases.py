@@ -5,12 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sx2torch import format
+from sx2torch.compiler import Options, compile_source
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "golden"
 EXAMPLES = ROOT / "examples"
 SOURCES = sorted(
     (p for d in (GOLDEN, EXAMPLES) for p in d.glob("*.lisp")), key=lambda p: p.name
 )
+
+
+def emitted(source: str, **options) -> str:
+    """The module the compiler hands the format pass."""
+    handed = []
+    real = format.run
+    try:
+        format.run = lambda code: handed.append(code) or real(code)
+        compile_source(source, "m.lisp", Options(**options))
+    finally:
+        format.run = real
+    return handed[0]
 
 
 def lisp(name: str) -> Path:

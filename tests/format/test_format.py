@@ -8,8 +8,9 @@ from pathlib import Path
 import black
 import pytest
 
+from cases import emitted
 from sx2torch import format
-from sx2torch.compiler import Options, compile_source
+from sx2torch.compiler import compile_source
 
 SOURCE = """(defparam w (normal [4 4] :std 0.02))
 (defun forward (x) (matmul x w))
@@ -88,18 +89,6 @@ def test_the_default_folder_is_under_the_user_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert format.cache_dir() == tmp_path / "home" / ".cache" / "sx2torch"
-
-
-def emitted(source: str, **options) -> str:
-    """The module the compiler hands the format pass."""
-    handed = []
-    real = format.run
-    try:
-        format.run = lambda code: handed.append(code) or real(code)
-        compile_source(source, "m.lisp", Options(**options))
-    finally:
-        format.run = real
-    return handed[0]
 
 
 GOLDEN = sorted((Path(__file__).parents[2] / "golden").glob("*.lisp"))

@@ -8,28 +8,13 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
-import black
 import pytest
 
-from cases import SOURCES, lisp
+from cases import SOURCES, emitted, lisp
 from sx2torch import format, lines
-from sx2torch.compiler import Options, compile_source
 
 OPTIONS = [{}, {"target": "cpu"}, {"source_lines": True}]
-
-
-def emitted(source: str, **options) -> str:
-    """The module the compiler hands the format pass."""
-    handed = []
-    real = format.run
-    try:
-        format.run = lambda code: handed.append(code) or real(code)
-        compile_source(source, "m.lisp", Options(**options))
-    finally:
-        format.run = real
-    return handed[0]
 
 
 def _left_to_black(line: str) -> bool:
