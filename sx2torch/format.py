@@ -12,8 +12,8 @@ spaced as black spaces them (sx2torch/build.py), with no trailing commas. The pa
 whose value is a long chain of one operator (`_operands`: the sums a long expression
 compiles to, quickly), and of the other long statements the emitter writes (assignments,
 returns, calls, `def` lines) by black's own algorithm, transcribed in sx2torch/lines.py;
-has black format the few it leaves (a comment after the statement, a string black
-re-quotes), one copy of each, all in one small module, at their depths; and adds the
+has black format the few it leaves (a string black re-quotes, an assignment to a
+subscript), one copy of each, all in one small module, at their depths; and adds the
 blank lines black requires (after the imports, before a method): so its tokens, comments
 and blank lines are black's own, and black leaves the result as it is. A compile whose
 long lines are all split here does not import black (a fifth of a small compile's

@@ -3,19 +3,21 @@
 A transcription of black's own algorithm (black 26.10.1, default mode: linegen.py's
 `transform_line`, `right_hand_split` with its optional parentheses, `delimiter_split`,
 `left_hand_split`, `bracket_split_build_line`; brackets.py's delimiter priorities;
-lines.py's magic trailing commas), with the same names, over the tokens of one statement
-line spaced as black spaces it (the emitter's). Black mutates its leaves as it splits (an
+lines.py's magic trailing commas and comments; trans.py's `hug_power_op`), with the same
+names, over the tokens of one statement line spaced as black spaces it (the emitter's),
+and the comment after it (--source-lines'). Black mutates its leaves as it splits (an
 optional parenthesis made visible by one attempt stays so for the next, a line's first
 leaf loses its space, each line it builds marks its leaves' bracket depths again), and
 which split it keeps depends on that, so this module mutates its leaves where black does.
 Black formats a module twice when the first pass changed it, the second reading the
 trailing commas the first one added as magic: so does `split`.
 
-Where black's result depends on what this module does not follow (a comment, a string it
-would re-quote, a lambda or comprehension, star-arguments whose trailing comma depends on
-the target versions black detects in the module, a parenthesized or tuple value, any
-statement but an assignment to a name, a `return`, a call or a `def`), `split` answers
-None and black formats the line.
+Where black's result depends on what this module does not follow (a comment it would
+rewrite, or that its second pass would read after another leaf; a string it would
+re-quote; a lambda; star-arguments whose trailing comma depends on the target versions
+black detects in the module, where they are not known; nested parentheses around a
+value; any statement but an assignment to names or attributes, a `return`, a call or a
+`def`), `split` answers None and black formats the line.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class Leaf:
     no parent (a comma black adds, a leaf replaced by a copy)."""
 
     __slots__ = ("kind", "value", "parent", "space", "prefix", "depth", "opening")
-    __slots__ += ("attached",)
+    __slots__ += ("attached", "size")
 
     def __init__(self, kind, value, parent=None, space="", attached=True):
         self.kind, self.value, self.parent, self.space = kind, value, parent, space
@@ -92,6 +94,7 @@ class Leaf:
         self.depth = 0
         self.opening = None
         self.attached = attached
+        self.size = 0  # an invisible parenthesis's: the leaves of its atom
 
     def copy(self) -> Leaf:
         """A leaf as black's append_leaves makes it, in place of this one."""
@@ -193,7 +196,10 @@ def _pass_again(lines: list) -> Optional[list]:
     if all(leaf.attached or leaf.kind != "COMMA" for leaf in leaves):
         return None
     text = "".join(leaf.space + leaf.value for leaf in leaves)
-    return statement_leaves(text)
+    if any(line.comments for line in lines[:-1]):
+        raise Unknown("a comment the second pass reads after another leaf")
+    comments = [c for after in lines[-1].comments.values() for c in after]
+    return statement_leaves(text + "".join("  " + c.value for c in comments))
 
 
 def format_once(leaves: list, depth: int, features: Features) -> list:
@@ -210,9 +216,10 @@ def statement_leaves(line: str) -> Optional[list]:
     """`line`'s leaves with their parents' kinds, and the invisible parentheses black
     puts around an assigned or returned value, a tuple of targets and a conditional;
     None for a statement this module does not take."""
-    if not line.isascii() or "#" in line or "'" in line or "\\" in line:
+    if not line.isascii() or "'" in line or "\\" in line:
         return None
-    tokens = tokenize(line.strip(" "))
+    statement, comment = _comment(line.strip(" "))
+    tokens = tokenize(statement) if statement else None
     if not tokens:
         return None
     start = _value_start(tokens)
@@ -224,7 +231,28 @@ def statement_leaves(line: str) -> Optional[list]:
     if parens is None:
         return None
     parens += [span for span in _conditionals(tokens) if span not in parens]
-    return _with_parens(tokens, parens)
+    return _with_parens(tokens, parens) + ([comment] if comment else [])
+
+
+def _comment(text: str) -> tuple:
+    """The statement and the comment after it (a leaf), where black writes that comment
+    as it stands (`# TEXT`, two spaces before it: --source-lines' `# FILE:LINE:COL`);
+    (None, None) for any other comment."""
+    at = text.find("#")
+    if at < 0:
+        return text, None
+    statement, comment = text[:at], text[at:]
+    if (
+        statement.count('"') % 2
+        or not statement.endswith("  ")
+        or statement.endswith("   ")
+        or not COMMENT.fullmatch(comment)
+    ):
+        return None, None
+    return statement[:-2], Leaf("COMMENT", comment, space="  ")
+
+
+COMMENT = re.compile(r"# (?!type:)[^\s\"]([^\"]*\S)?")
 
 
 def tokenize(text: str) -> Optional[list]:
@@ -283,6 +311,7 @@ def _optional_parens(tokens: list, start: int) -> Optional[list]:
         ):
             return None  # black's rules for nested parentheses
         first.value = last.value = ""
+        last.size = len(tokens) - start
     return spans
 
 
@@ -298,17 +327,18 @@ def _with_parens(tokens: list, spans: list) -> list:
     """`tokens` with invisible parentheses around each span (black's
     wrap_in_parentheses: the first token's whitespace goes before the parenthesis)."""
     opens = [0] * len(tokens)
-    closes = [0] * len(tokens)
-    for first, last in spans:
+    for first, _ in spans:
         opens[first] += 1
-        closes[last] += 1
     leaves = []
+    sizes = [(last, last - first + 3) for first, last in spans]
     for index, leaf in enumerate(tokens):
         for _ in range(opens[index]):
             leaves.append(Leaf("LPAR", "", "atom", leaf.space))
             leaf.space = ""
         leaves.append(leaf)
-        leaves += [Leaf("RPAR", "", "atom") for _ in range(closes[index])]
+        for _, size in sorted(s for s in sizes if s[0] == index):
+            leaves.append(Leaf("RPAR", "", "atom"))
+            leaves[-1].size = size
     return leaves
 
 
@@ -528,10 +558,14 @@ class Line:
         self.previous: Optional[Leaf] = None
         self.invisible: list = []
         self.for_loop_depths: list = []
+        self.comments: dict = {}  # leaf -> the comments after it
 
     def append(self, leaf: Leaf, preformatted=False, track_bracket=False) -> None:
         if self.leaves and not preformatted:
             leaf.prefix += leaf.space
+        if leaf.kind == "COMMENT":
+            self.append_comment(leaf)
+            return
         if self.inside_brackets or not preformatted or track_bracket:
             self.mark(leaf)
             if self.has_magic_trailing_comma(leaf):
@@ -576,6 +610,30 @@ class Line:
             self.bracket_depth += 1
             self.for_loop_depths.append(self.bracket_depth)
 
+    def append_comment(self, comment: Leaf) -> None:
+        if not self.leaves:
+            raise Unknown("a standalone comment")
+        last_leaf = self.leaves[-1]
+        if last_leaf.kind == "RPAR" and not last_leaf.value and last_leaf.size <= 3:
+            # black's: the comment on optional parentheses around one leaf is the leaf's
+            if len(self.leaves) >= 2:
+                last_leaf = self.leaves[-2]
+        self.comments.setdefault(last_leaf, []).append(comment)
+
+    def comments_after(self, leaf: Leaf) -> list:
+        return self.comments.get(leaf, [])
+
+    def append_with_comments(self, leaf: Leaf, original: Line, **track) -> None:
+        """`leaf` and the comments after it in `original`, preformatted."""
+        self.append(leaf, preformatted=True, **track)
+        for comment in original.comments_after(leaf):
+            self.append(comment, preformatted=True)
+
+    def length(self, leaf: Leaf) -> int:
+        """black's enumerate_with_length: a leaf's, with its comments' text."""
+        comments = sum(len(comment.value) for comment in self.comments_after(leaf))
+        return len(leaf.prefix) + len(leaf.value) + comments
+
     def max_delimiter_priority(self, exclude=()) -> int:
         return max(v for k, v in self.delimiters.items() if k not in exclude)
 
@@ -617,7 +675,9 @@ class Line:
             return ""
         first = self.leaves[0]
         text = first.prefix + "    " * self.depth + first.value
-        return text + "".join(leaf.prefix + leaf.value for leaf in self.leaves[1:])
+        text += "".join(leaf.prefix + leaf.value for leaf in self.leaves[1:])
+        comments = (c for after in self.comments.values() for c in after)
+        return text + "".join(comment.prefix + comment.value for comment in comments)
 
 
 def is_one_sequence_between(
@@ -701,10 +761,13 @@ def hug_power_op(line: Line, features: Features) -> Iterator[Line]:
             and _is_simple_operand(line.leaves, index - 1, -1)
             and _is_simple_operand(line.leaves, index + 1, 1)
         )
+        new_leaf = leaf
         if hug_this_leaf or should_hug:
-            leaf = leaf.clone()
-            leaf.prefix = ""
-        new_line.append(leaf, preformatted=True)
+            new_leaf = leaf.clone()
+            new_leaf.prefix = ""
+        new_line.append(new_leaf, preformatted=True)
+        for comment in line.comments_after(leaf):
+            new_line.append(comment, preformatted=True)
     yield new_line
 
 
@@ -774,6 +837,8 @@ def run_transformer(line: Line, transform, features: Features, line_str: str) ->
         new = leaf.copy()
         leaf.attached = False
         line_copy.append(new)
+        for comment in line.comments_after(leaf):
+            line_copy.append(comment, preformatted=True)
     second_opinion = run_transformer(
         line_copy, transform, dataclasses.replace(features, force=True), line_str
     )
@@ -951,7 +1016,8 @@ def bracket_split_build_line(
     if component == "head":
         leaves_to_track = get_leaves_inside_matching_brackets(leaves)
     for leaf in leaves:
-        result.append(leaf, preformatted=True, track_bracket=leaf in leaves_to_track)
+        track = leaf in leaves_to_track
+        result.append_with_comments(leaf, original, track_bracket=track)
     if component == "body" and should_split_line(result, opening_bracket):
         result.should_split_rhs = True
     return result
@@ -1021,12 +1087,18 @@ def delimiter_split(line: Line, features: Features) -> Iterator[Line]:
     current_line = Line(line.depth, line.inside_brackets)
     lowest_depth = sys.maxsize
     trailing_comma_safe = True
-    for leaf in line.leaves:
+    migrates = delimiter_priority == COMMA_PRIORITY  # (black's STRING_PRIORITY too)
+    for index, leaf in enumerate(line.leaves):
         current_line.append(leaf, preformatted=True)
+        previous = line.leaves[index - 1] if index else None
+        if migrates or delimiters.get(previous) != delimiter_priority:
+            _append_comments(current_line, line, leaf)
         lowest_depth = min(lowest_depth, leaf.depth)
         if trailing_comma_safe and leaf.depth == lowest_depth:
             trailing_comma_safe = _can_add_trailing_comma(leaf, features)
         if delimiters.get(leaf) == delimiter_priority:
+            if index + 1 < len(line.leaves) and not migrates:
+                _append_comments(current_line, line, line.leaves[index + 1])
             yield current_line
             current_line = Line(line.depth, line.inside_brackets)
     if current_line:
@@ -1037,6 +1109,11 @@ def delimiter_split(line: Line, features: Features) -> Iterator[Line]:
         ):
             current_line.append(Leaf("COMMA", ",", attached=False))
         yield current_line
+
+
+def _append_comments(current_line: Line, line: Line, leaf: Leaf) -> None:
+    for comment in line.comments_after(leaf):
+        current_line.append(comment, preformatted=True)
 
 
 def _can_add_trailing_comma(leaf: Leaf, features: Features) -> bool:
@@ -1089,9 +1166,10 @@ def generate_trailers_to_omit(line: Line, line_length: int) -> Iterator[set]:
     inner_brackets: set = set()
     for index in range(len(line.leaves) - 1, -1, -1):
         leaf = line.leaves[index]
-        length += len(leaf.prefix) + len(leaf.value)
-        if length > line_length:
-            break
+        leaf_length = line.length(leaf)
+        length += leaf_length
+        if length > line_length or leaf_length > len(leaf.prefix) + len(leaf.value):
+            break  # (a comment after it)
         prev = line.leaves[index - 1] if index > 0 else None
         trailing_comma = (
             prev is not None
@@ -1124,6 +1202,8 @@ def generate_trailers_to_omit(line: Line, line_length: int) -> Iterator[set]:
 
 def can_omit_invisible_parens(rhs: RHSResult, line_length: int) -> bool:
     line = rhs.body
+    if rhs.head.comments_after(rhs.opening_bracket):
+        return False  # (black: omitting them would move the comment)
     if not line.delimiters:
         return True
     max_priority = line.max_delimiter_priority()
@@ -1157,7 +1237,7 @@ def _can_omit_opening_paren(line: Line, *, first: Leaf, line_length: int) -> boo
         if is_closing(leaf) and leaf.opening is first:
             remainder = True
         if remainder:
-            length += len(leaf.prefix) + len(leaf.value)
+            length += line.length(leaf)
             if length > line_length:
                 break
             if is_opening(leaf):
@@ -1172,7 +1252,7 @@ def _can_omit_closing_paren(line: Line, *, last: Leaf, line_length: int) -> bool
     length = 4 * line.depth
     seen_other_brackets = False
     for leaf in line.leaves:
-        length += len(leaf.prefix) + len(leaf.value)
+        length += line.length(leaf)
         if leaf is last.opening:
             if seen_other_brackets or length <= line_length:
                 return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -18,10 +19,10 @@ OPTIONS = [{}, {"target": "cpu"}, {"source_lines": True}]
 
 
 def _left_to_black(line: str) -> bool:
-    """The long lines the splitter leaves to black: a trailing comment (--source-lines'
-    `# FILE:LINE:COL`, which black keeps after the line's last leaf: not followed), and a
-    string black re-quotes or unescapes (a docstring with quotes and backslashes)."""
-    return "  # " in line or "\\" in line
+    """The long lines the splitter leaves to black: an assignment to a subscript (whose
+    target's brackets black may split: not followed), and a string black re-quotes or
+    unescapes (a docstring with quotes and backslashes)."""
+    return re.match(r" *[\w.]+\[[^]]*\] = ", line) is not None or "\\" in line
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda path: path.stem)
@@ -100,8 +101,9 @@ def _expression(r: random.Random, depth: int) -> str:
         )
         return f"{_expression(r, inner)}[{index}]"
     if kind in (6, 7):
-        items = ", ".join(_expression(r, inner) for _ in range(r.randint(0, 4)))
-        return f"({items})" if kind == 6 and items.count(",") else f"[{items}]"
+        items = [_expression(r, inner) for _ in range(r.randint(0, 4))]
+        tuple_ = kind == 6 and len(items) > 1  # (black drops a lone item's parentheses)
+        return f"({', '.join(items)})" if tuple_ else f"[{', '.join(items)}]"
     if kind == 8:
         return f" {r.choice(OPERATORS)} ".join(_expression(r, inner) for _ in range(2))
     if kind == 9:
@@ -142,14 +144,19 @@ def _statement(r: random.Random) -> str:
     return f"return {_expression(r, depth)}, {_expression(r, depth)}"
 
 
+def _comment(r: random.Random) -> str:
+    """--source-lines' comment, or none."""
+    return f"  # m.lisp:{r.randint(1, 999)}:{r.randint(1, 99)}" * r.randint(0, 1)
+
+
 def test_generated_statements_are_split_as_black_splits_them():
     """Written as black spaces them (a `**` hugs its simple operands), 2,000 of them
-    around a line's length, at depths 0-3."""
+    around a line's length, at depths 0-3, half with a comment after them."""
     r = random.Random(39)
     statements = (_statement(r) for _ in range(20000))
     long = list(
         dict.fromkeys(
-            "    " * r.randint(0, 3) + statement
+            "    " * r.randint(0, 3) + statement + _comment(r)
             for statement in statements
             if 80 < len(statement) < 140
         )
