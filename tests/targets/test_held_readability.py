@@ -110,6 +110,9 @@ SKIPPED = [
     "(* 4 y)",
     "(reshape y [-1 2])",
     "(slice y :start 1 :end 5)",
+    "(cast (> y 0.0) :bf16)",
+    "(* y (cast (> y 0.0) :bf16))",
+    "(* (cast (< y 1.0) :bf16) (- y))",
 ]
 
 
@@ -123,6 +126,30 @@ def test_an_op_that_cannot_change_a_bf16_value_is_not_rounded(body):
     assert "round_to_bf16" not in line and "store_bf16" not in line, code
     x = bf16_values()
     assert torch.equal(held.M()(x), native.M()(x).float())
+
+
+@pytest.mark.parametrize("target", ["cpu", "metal"])
+def test_a_mask_multiply_gives_cudas_gradient(target):
+    """`(* h (cast (> h 0.0) :bf16))` with h read again: the product by 0s and 1s is not
+    rounded, nor its gradient at the product, and x's gradient has cuda's bits."""
+    source = (
+        "(defun forward (x) (let ((h (cast x :bf16)))"
+        " (+ (* h (cast (> h 0.0) :bf16)) (* h h))))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    held, code = compiled(source, target)
+    assert "(h > 0.0).float()" in code and "sx.round_to_bf16((h" not in code, code
+    native, _ = compiled(source, "cuda")
+    generator = torch.Generator().manual_seed(0)
+    x, upstream = (
+        torch.randn(512, generator=generator).to(torch.bfloat16).float() for _ in "xg"
+    )
+    grads = []
+    for net, dtype in ((held.M(), torch.float32), (native.M(), torch.bfloat16)):
+        leaf = x.clone().requires_grad_()
+        net(leaf).backward(upstream.to(dtype))
+        grads.append(leaf.grad)
+    assert torch.equal(grads[0].view(torch.int32), grads[1].view(torch.int32))
 
 
 @pytest.mark.parametrize("scale", ["0.5", "3.0", "0.1"])
