@@ -67,6 +67,8 @@ class Spelling:
 
     def scalar(self, scalar: Scalar) -> b.Expr:
         """A number as the method writes it, the kept numbers it holds by their names."""
+        if scalar.op is ScalarOp.LIT:  # its number, as `_written` writes it, kept or not
+            return b.number(scalar.value)
         return walk_up(scalar, self._written, self._unnamed)
 
     def _unnamed(self, scalar: Scalar, of) -> tuple:
@@ -107,6 +109,9 @@ class MethodEmitter:
         self.spelled = plan.spelled
         self.locals: Locals = ctx.naming.locals[typed]
         self.py = self.locals.values
+        # identifier -> its Name node, one for every read of it (libcst's nodes are
+        # immutable): a long expression reads the same few values thousands of times
+        self.names: dict = {}
         self.spelling = Spelling(typed, ctx, self.locals, self.ref)
 
     def body(self) -> list:
@@ -271,8 +276,14 @@ class MethodEmitter:
                 attrs.get("loop"),
             )
         if operand in self.py:
-            return b.name(self.py[operand])
+            return self._name(self.py[operand])
         return self.expr(operand)
+
+    def _name(self, identifier: str) -> cst.Name:
+        found = self.names.get(identifier)
+        if found is None:
+            found = self.names[identifier] = b.name(identifier)
+        return found
 
     def read(self, node: Node, index: int) -> b.Expr:
         """An operand as `node` reads it: cast to the dtype the node computes in."""
