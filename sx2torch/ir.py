@@ -207,7 +207,8 @@ def numbers_read(node: Node) -> list:
     """The nodes whose Python numbers (ScalarOp.RUN) a node's operands and attributes read,
     besides its inputs: a size read for a slice's bound is read by the slice."""
     values = (*node.inputs, *node.attrs.values())
-    return run_nodes(tuple(v for v in values if isinstance(v, (Scalar, tuple))))
+    found = [v for v in values if isinstance(v, (Scalar, tuple))]
+    return run_nodes(tuple(found)) if found else []  # most read tensors alone
 
 
 def prune(graph: Graph, roots: tuple = ()) -> None:
