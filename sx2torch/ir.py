@@ -230,9 +230,11 @@ def prune(graph: Graph, roots: tuple = ()) -> None:
         if isinstance(node, Node) and node not in live:
             live.add(node)
             pending.extend(reads(node))
-            pending.append(owner.get(node))
-            # an adjoint loop reads the lists its forward loop records as it runs
-            pending.append(node.attrs.get("reverse") if node.kind is Kind.FOR else None)
+            if node in owner:
+                pending.append(owner[node])
+            if node.kind is Kind.FOR:
+                # an adjoint loop reads the lists its forward loop records as it runs
+                pending.append(node.attrs.get("reverse"))
     _keep(graph.nodes, live)
 
 

@@ -159,11 +159,13 @@ class Analysis:
             found[node] = self._node(node, model, found)
 
     def _node(self, node: Node, model: str, found: dict) -> Dims:
+        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
+        if node.kind is Kind.OP:  # most nodes
+            return self._op(node, inputs)
         if node.kind is Kind.PARAM:
             return self._param(node, model)
         if node.kind in CALLS:
             return self._called(node, model)
-        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
         if node.kind is Kind.CAST:
             return inputs[0]
         if node.kind is Kind.ITEM:
@@ -175,6 +177,10 @@ class Analysis:
         if node.kind is Kind.IF:
             then, otherwise = (self._region(r, model, found)[0] for r in node.regions)
             return then if then == otherwise else None
+        raise AssertionError(f"{node!r}: no shape rule for a {node.kind}")
+
+    def _op(self, node: Node, inputs: list) -> Dims:
+        """An op's shape by its rank rule, from its inputs' (`inputs`)."""
         rule = node.op.rank
         if rule.tails:
             inputs = [Tail(()) if dims is None else dims for dims in inputs]

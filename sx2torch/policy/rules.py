@@ -592,11 +592,11 @@ def _finish(policy: _Policy, typed: Typed) -> None:
 
 def _after_out_f32(typed: Typed, node: Node) -> bool:
     """Whether a node reads the f32 result of an :out :f32 matmul, or a value that does."""
-    return any(
-        (typed.decision(i).reason or NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
-        for i in node.inputs
-        if isinstance(i, Node)
-    )
+    for operand in node.inputs:  # a loop, not a generator: asked of most ops in bf16
+        reason = typed.decision(operand).reason if isinstance(operand, Node) else None
+        if reason is not None and reason.why in (Why.OUT_F32, Why.AFTER_OUT_F32):
+            return True
+    return False
 
 
 def _call_reasons(typed: Typed) -> None:
