@@ -45,7 +45,14 @@ COMPARISON = 7
 NOT, AND, OR, CONDITIONAL = 4, 3, 2, 1
 
 
+# the nodes most operands are, always atoms: found by their type at once, not by five
+# isinstance checks against libcst's abstract classes
+ATOMS = frozenset({cst.Name, cst.Call, cst.Attribute, cst.Float, cst.Integer})
+
+
 def precedence(node: Expr) -> int:
+    if type(node) in ATOMS:
+        return ATOM
     if isinstance(node, cst.BinaryOperation) and not node.lpar:
         return LEVEL[type(node.operator)]
     if isinstance(node, cst.UnaryOperation) and not node.lpar:

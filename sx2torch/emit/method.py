@@ -67,7 +67,9 @@ class Spelling:
 
     def scalar(self, scalar: Scalar) -> b.Expr:
         """A number as the method writes it, the kept numbers it holds by their names."""
-        if scalar.op is ScalarOp.LIT:  # its number, as `_written` writes it, kept or not
+        if (
+            scalar.op is ScalarOp.LIT
+        ):  # its number, as `_written` writes it, kept or not
             return b.number(scalar.value)
         return walk_up(scalar, self._written, self._unnamed)
 
@@ -334,11 +336,12 @@ class MethodEmitter:
         op = node.op
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         decided = self.typed.decided[node]
+        attrs = node.attrs  # most ops have none: no comprehension run for them
         context = EmitContext(
             self.ctx.target.name,
             decided.compute,
-            {k: self.spelling.attr(v) for k, v in node.attrs.items()},
-            {k: _value(v) for k, v in node.attrs.items()},
+            {k: self.spelling.attr(v) for k, v in attrs.items()} if attrs else {},
+            {k: _value(v) for k, v in attrs.items()} if attrs else {},
             tuple(map(is_number, node.inputs)),
             tuple(map(rank_of, node.inputs)),
         )

@@ -1,5 +1,5 @@
 """The emitter's immutable leaf nodes are shared: one operator node of each kind with its
-whitespace, one Name node per local read in a method. libcst's defaults made (and
+whitespace, one Name node per local read in a method, one node per unary function called. libcst's defaults made (and
 validated) new ones for every node, a fifth of a long expression's emission."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class _Found(cst.CSTVisitor):
         self.operators: dict = {}  # type -> ids
         self.names: dict = {}  # identifier -> ids
         self.whitespace: set = set()  # ids of the calls' and arguments' whitespace
+        self.functions: set = set()  # ids of the `torch.sin` nodes called
 
     def visit_BinaryOperation(self, node) -> None:
         self.operators.setdefault(type(node.operator), set()).add(id(node.operator))
@@ -29,6 +30,8 @@ class _Found(cst.CSTVisitor):
         self.names.setdefault(node.value, set()).add(id(node))
 
     def visit_Call(self, node) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "sin":
+            self.functions.add(id(node.func))
         self.whitespace |= {
             id(node.whitespace_after_func),
             id(node.whitespace_before_args),
@@ -57,5 +60,6 @@ def test_operators_whitespace_and_names_are_shared(monkeypatch):
         cst.Multiply: {id(b.OPERATOR["*"])},
     }
     assert found.whitespace == {id(b.NO_SPACE)}
+    assert len(found.functions) == 1  # torch.sin, one node for both calls
     # x: the argument and its six reads in forward's body, one node for the reads
     assert len(found.names["x"]) == 2
