@@ -15,7 +15,7 @@ from typing import Optional
 
 import sx2torch.ops.initializers as initializers
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, callee_key, walk
-from sx2torch.ops.rank import Dims, ShapeError, Tail, known
+from sx2torch.ops.rank import UNKNOWN, Dims, ShapeError, Tail, known
 from sx2torch.syntax.program import Program
 
 
@@ -183,7 +183,7 @@ class Analysis:
         """An op's shape by its rank rule, from its inputs' (`inputs`)."""
         rule = node.op.rank
         if rule.tails:
-            inputs = [Tail(()) if dims is None else dims for dims in inputs]
+            inputs = [UNKNOWN if dims is None else dims for dims in inputs]
         else:
             inputs = [ranked(dims) for dims in inputs]
         try:
@@ -191,7 +191,7 @@ class Analysis:
         except ShapeError as error:
             self.problems.append((node, str(error)))
             return None
-        return None if dims == Tail(()) else dims
+        return None if type(dims) is Tail and not dims.sizes else dims  # UNKNOWN
 
     def _loop(self, node: Node, model: str, found: dict, inputs: list) -> tuple:
         """The carried values' shapes after the loop: what an iteration gives, where that

@@ -262,6 +262,10 @@ class _Policy:
         self.graphs = graphs
         self.precision = precision
         self.kinds = _Reaching(program, graphs)
+        # whether a parameter is :numerics :high: else no op's operand is (`_compute_dtype`)
+        self.high = any(
+            p.numerics_high for m in program.all_models() for p in m.params.values()
+        )
         self.done: dict = {}  # (model, defun) -> (signature, ambient) -> Typed
         self.order: list = []
         # for `_outlined`: library uses; where first typed; decisions before `_finish`
@@ -462,7 +466,11 @@ class _Policy:
         node carries its forward node's marks: one of a node that reads a :numerics :high
         parameter reads in f32 too."""
         mode = node.mode or typed.ambient
-        high = next((d.name for d in floats if self._is_high(d)), None)
+        high = (
+            next((d.name for d in floats if self._is_high(d)), None)
+            if self.high
+            else None
+        )
         if high is None and node.forward is not None:
             inherited = typed.decision(node.forward).reason
             if inherited is not None and inherited.why is Why.HIGH:
