@@ -426,7 +426,7 @@ class _Policy:
 
     def _op(self, typed: Typed, node: Node) -> None:
         op, inputs = node.op, node.inputs
-        kinds = _kinds(op, len(inputs))  # each input's, looked up once
+        kinds = op.kinds(len(inputs))  # each input's, looked up once
         data = [isinstance(i, Node) and k not in UNCAST for i, k in zip(inputs, kinds)]
         decided = typed.decided
         dtypes = [decided[i].dtype if d else None for i, d in zip(inputs, data)]
@@ -696,7 +696,7 @@ class _Reaching:
             ]
         if node.kind is not Kind.OP:
             return ()
-        return [(k,) if k in REACHED else () for k in _kinds(node.op, len(node.inputs))]
+        return [(k,) if k in REACHED else () for k in node.op.kinds(len(node.inputs))]
 
 
 def _gives_int(op, floats: list, dtypes: list) -> bool:
@@ -780,7 +780,7 @@ def _reads_bf16(typed: Typed, node: Node) -> list:
         return [dtype == DType.BF16 for dtype in typed.decided[node].dtype]
     if node.kind is not Kind.OP or typed.decided[node].compute != DType.BF16:
         return [False] * count
-    return [k not in UNCAST for k in _kinds(node.op, count)]
+    return [k not in UNCAST for k in node.op.kinds(count)]
 
 
 def _callee_graph(program: Program, graphs: dict, node: Node, owner: str) -> Graph:
@@ -858,7 +858,7 @@ def _storage(program: Program, used: list) -> dict:
                 read(typed.decision(node.inputs[0]).dtype, DType.F32)
             if node.kind in CALLS or node.kind is Kind.CAST:
                 continue
-            kinds = _kinds(node.op, len(node.inputs)) if node.kind is Kind.OP else ()
+            kinds = node.op.kinds(len(node.inputs)) if node.kind is Kind.OP else ()
             for index, operand in enumerate(node.inputs):
                 if kinds and kinds[index] is ArgKind.LIKE:
                     continue  # its shape read: any storage has it (a gradient's ones)
@@ -962,12 +962,6 @@ def _kind(op, index: int) -> str:
     return op.args[min(index, len(op.args) - 1)].kind
 
 
-def _kinds(op, count: int) -> list:
-    """The kinds of an op's first `count` inputs (the last argument's repeats)."""
-    args, last = op.args, len(op.args) - 1
-    return [args[k if k < last else last].kind for k in range(count)]
-
-
 def _check_kind(node: Node, kind: str, operand, dtype: Optional[str]) -> None:
     if kind is ArgKind.IDS and dtype != DType.INT:
         got = (
@@ -1016,7 +1010,7 @@ def _fed(graph: Graph) -> set:
     found: set = set()
     for node in walk(graph.nodes):
         if node.kind is Kind.OP:
-            for operand, kind in zip(node.inputs, _kinds(node.op, len(node.inputs))):
+            for operand, kind in zip(node.inputs, node.op.kinds(len(node.inputs))):
                 if kind.takes_bool:
                     found |= _copied(operand)
     return found
@@ -1031,7 +1025,7 @@ def _copied(operand) -> set:
             continue
         found.add(node)
         if node.kind is Kind.OP and node.op.result is Result.KEEP:
-            kinds = _kinds(node.op, len(node.inputs))
+            kinds = node.op.kinds(len(node.inputs))
             pending.extend(i for i, k in zip(node.inputs, kinds) if k in DATA_KINDS)
     return found
 

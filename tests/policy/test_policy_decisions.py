@@ -183,7 +183,9 @@ def test_an_op_s_operand_kinds_are_looked_up_once_per_rule(monkeypatch):
 
     monkeypatch.setattr(rules, "_kind", counted)
     lowered = lower(MIXED, "bf16")
-    assert one_by_one == []  # the policy asks for each node's kinds together (`_kinds`)
+    assert (
+        one_by_one == []
+    )  # the policy asks for each node's kinds together (`Op.kinds`)
     (forward,) = lowered.specializations
     ops = [n for n in forward.graph.nodes if n.kind is Kind.OP]
     # typed all the same: no parameter or bf16 value reaches them
