@@ -44,6 +44,9 @@ class Spelling:
         self.ctx = ctx
         self.locals = locals_
         self.ref = ref  # how the method writes a value: a run-time number's node
+        # (type, repr) of a literal -> its node, one for every time the method writes it
+        # (libcst's nodes are immutable; the repr tells -0.0 from 0.0, the type 2 from 2.0)
+        self.literals: dict = {}
 
     def attr(self, value):
         """An op's attribute: its scalars spelled, anything else as it is."""
@@ -67,11 +70,16 @@ class Spelling:
 
     def scalar(self, scalar: Scalar) -> b.Expr:
         """A number as the method writes it, the kept numbers it holds by their names."""
-        if (
-            scalar.op is ScalarOp.LIT
-        ):  # its number, as `_written` writes it, kept or not
-            return b.number(scalar.value)
+        if scalar.op is ScalarOp.LIT:  # its number, as `_written` writes one
+            return self._literal(scalar.value)
         return walk_up(scalar, self._written, self._unnamed)
+
+    def _literal(self, value) -> b.Expr:
+        key = (type(value), repr(value))
+        found = self.literals.get(key)
+        if found is None:
+            found = self.literals[key] = b.number(value)
+        return found
 
     def _unnamed(self, scalar: Scalar, of) -> tuple:
         """The operands a number is written with: none where a local holds it."""

@@ -1,6 +1,7 @@
 """The emitter's immutable leaf nodes are shared: one operator node of each kind with its
-whitespace, one Name node per local read in a method, one node per unary function called. libcst's defaults made (and
-validated) new ones for every node, a fifth of a long expression's emission."""
+whitespace, one Name node per local read and one node per literal in a method, one node
+per unary function called. libcst's defaults made (and validated) new ones for every node,
+a fifth of a long expression's emission."""
 
 from __future__ import annotations
 
@@ -21,10 +22,14 @@ class _Found(cst.CSTVisitor):
         self.operators: dict = {}  # type -> ids
         self.names: dict = {}  # identifier -> ids
         self.whitespace: set = set()  # ids of the calls' and arguments' whitespace
+        self.floats: set = set()  # ids of the literals' nodes
         self.functions: set = set()  # ids of the `torch.sin` nodes called
 
     def visit_BinaryOperation(self, node) -> None:
         self.operators.setdefault(type(node.operator), set()).add(id(node.operator))
+
+    def visit_Float(self, node) -> None:
+        self.floats.add(id(node))
 
     def visit_Name(self, node) -> None:
         self.names.setdefault(node.value, set()).add(id(node))
@@ -61,5 +66,6 @@ def test_operators_whitespace_and_names_are_shared(monkeypatch):
     }
     assert found.whitespace == {id(b.NO_SPACE)}
     assert len(found.functions) == 1  # torch.sin, one node for both calls
+    assert len(found.floats) == 1  # 2.0, one node for both products
     # x: the argument and its six reads in forward's body, one node for the reads
     assert len(found.names["x"]) == 2
