@@ -90,7 +90,7 @@ def broadcast(*shapes) -> tuple:
     """torch's broadcast: an axis is its one size other than 1, if any is known. Of a Tail,
     a Tail: an axis before a Tail's known ones may be any size."""
     each = [_sizes(s) for s in shapes]  # found once, not per axis
-    rank = max(map(len, each), default=0)
+    rank = max(map(len, each)) if each else 0
     out = []
     for axis in range(-1, -rank - 1, -1):  # from the last axis, as torch reports
         sizes = [

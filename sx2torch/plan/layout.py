@@ -384,6 +384,8 @@ def _unblocked(layout: Layout) -> set:
     there (autocast's f32 ops would widen it)."""
     islands, blocked = set(), set()
     for node in walk(layout.graph.nodes):
+        if not node.frames:  # most nodes: in no island
+            continue
         frames = {f for f in node.frames if f.mode == ISLAND}
         islands |= frames
         if (
