@@ -104,7 +104,7 @@ class Layout:
         self.yields = self.structure.yields
         self.scope, self.parent = self.structure.scope, self.structure.parent
         self.readers, self.numbers = self.structure.readers, self.structure.numbers
-        self.casts = cast_reads(self.graph.nodes, self.conversions, self.scope)
+        self.casts = cast_reads(self.conversions, self.scope)
         # gather -> the topk-indices whose call's values it reads (see `_topk_values`)
         self.topk_values = _topk_values(self)
         key = (typed.ambient, tuple(self.topk_values.items()))
