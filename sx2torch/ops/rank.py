@@ -122,7 +122,10 @@ def _same(shapes, attrs):
 
 def _broadcast(shapes, attrs):
     # `is`, not `in`: a Tail's equality is a dataclass's, a Python call per shape
-    return None if any(s is None for s in shapes) else broadcast(*shapes)
+    if any(s is None for s in shapes):
+        return None
+    # nothing known of any (an argument's rank unknown, and all it reaches): nor of theirs
+    return None if all(s is UNKNOWN for s in shapes) else broadcast(*shapes)
 
 
 def _reduced(shapes, attrs):
