@@ -37,15 +37,19 @@ class ClassContext:
 
 class Spelling:
     """How a method spells what it reads but does not compute: members (`self.w`, a
-    loop's `layer.w`), &key arguments, loop indices and compile-time scalars."""
+    loop's `layer.w`), &key arguments, loop indices, compile-time scalars and the names of
+    its locals."""
 
     def __init__(self, typed: Typed, ctx: ClassContext, locals_: Locals, ref=None):
         self.typed = typed
         self.ctx = ctx
         self.locals = locals_
         self.ref = ref  # how the method writes a value: a run-time number's node
-        # (type, repr) of a literal -> its node, one for every time the method writes it
-        # (libcst's nodes are immutable; the repr tells -0.0 from 0.0, the type 2 from 2.0)
+        # the leaf nodes it writes, one for every place it writes each (libcst's nodes are
+        # immutable: a long expression reads the same few values thousands of times): a
+        # local's Name by its identifier, a literal by its type and repr (2 is not 2.0,
+        # -0.0 not 0.0)
+        self.names: dict = {}
         self.literals: dict = {}
 
     def attr(self, value):
@@ -73,6 +77,13 @@ class Spelling:
         if scalar.op is ScalarOp.LIT:  # its number, as `_written` writes one
             return self._literal(scalar.value)
         return walk_up(scalar, self._written, self._unnamed)
+
+    def name(self, identifier: str) -> cst.Name:
+        """A local's name as the method reads it."""
+        found = self.names.get(identifier)
+        if found is None:
+            found = self.names[identifier] = b.name(identifier)
+        return found
 
     def _literal(self, value) -> b.Expr:
         key = (type(value), repr(value))
@@ -119,9 +130,6 @@ class MethodEmitter:
         self.spelled = plan.spelled
         self.locals: Locals = ctx.naming.locals[typed]
         self.py = self.locals.values
-        # identifier -> its Name node, one for every read of it (libcst's nodes are
-        # immutable): a long expression reads the same few values thousands of times
-        self.names: dict = {}
         self.spelling = Spelling(typed, ctx, self.locals, self.ref)
 
     def body(self) -> list:
@@ -286,14 +294,8 @@ class MethodEmitter:
                 attrs.get("loop"),
             )
         if operand in self.py:
-            return self._name(self.py[operand])
+            return self.spelling.name(self.py[operand])
         return self.expr(operand)
-
-    def _name(self, identifier: str) -> cst.Name:
-        found = self.names.get(identifier)
-        if found is None:
-            found = self.names[identifier] = b.name(identifier)
-        return found
 
     def read(self, node: Node, index: int) -> b.Expr:
         """An operand as `node` reads it: cast to the dtype the node computes in."""

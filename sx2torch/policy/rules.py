@@ -262,10 +262,7 @@ class _Policy:
         self.graphs = graphs
         self.precision = precision
         self.kinds = _Reaching(program, graphs)
-        # whether a parameter is :numerics :high: else no op's operand is (`_compute_dtype`)
-        self.high = any(
-            p.numerics_high for m in program.all_models() for p in m.params.values()
-        )
+        self.high = _any_high(program)  # else no op's operand is (`_compute_dtype`)
         self.done: dict = {}  # (model, defun) -> (signature, ambient) -> Typed
         self.order: list = []
         # for `_outlined`: library uses; where first typed; decisions before `_finish`
@@ -471,10 +468,9 @@ class _Policy:
             if self.high
             else None
         )
-        if high is None and node.forward is not None:
-            inherited = typed.decision(node.forward).reason
-            if inherited is not None and inherited.why is Why.HIGH:
-                high = inherited.param
+        inherited = typed.decision(node.forward).reason
+        if high is None and inherited is not None and inherited.why is Why.HIGH:
+            high = inherited.param
         if mode == ISLAND:
             return DType.F32, _marked(node)
         if high is not None:
@@ -625,6 +621,11 @@ def _present(graph: Graph) -> set:
         for region in node.regions:
             found.update(region.inputs)
     return found
+
+
+def _any_high(program: Program) -> bool:
+    """Whether a parameter of the program is :numerics :high."""
+    return any(p.numerics_high for m in program.all_models() for p in m.params.values())
 
 
 def _callers_kinds(done: dict, graph: Graph, signature: tuple) -> tuple:
