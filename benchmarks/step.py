@@ -28,7 +28,8 @@ within 1.1x autocast's.
 ``sx.round_to_bf16`` calls, those of its parameters and inputs, done by torch's cast round
 trip, and left out; the roundings inside ``sx.store_bf16``, ``sx.to_bf16`` and the
 gradient hooks stay), one rounding against one f32 op, and a square GEMM in bf16 against
-f32. ``--compiled`` adds the Llama port's held and f32 steps under ``torch.compile``
+f32; and the Llama port's roundings in one held step, forward and backward, by what each
+is for. ``--compiled`` adds the Llama port's held and f32 steps under ``torch.compile``
 (warm steps, side by side), where inductor fuses the roundings into their neighbours.
 
 Run: ``python -m benchmarks.step [--reps 30] [--batch 256] [--no-tiny-gpt]
@@ -38,6 +39,7 @@ Run: ``python -m benchmarks.step [--reps 30] [--batch 256] [--no-tiny-gpt]
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -48,6 +50,7 @@ from typing import Callable
 import torch
 
 from sx2torch import runtime
+from sx2torch.runtime import rounding as runtime_rounding
 from benchmarks.models import MODELS
 from benchmarks.timing import PeakMemory, Variant, measure, training_step
 from sx2torch.compiler import Options, compile_source
@@ -130,17 +133,23 @@ def variants(
     return made
 
 
-def llama_variants(inputs: tuple[torch.Tensor, ...]) -> tuple[list[Variant], dict]:
+LLAMA_VARIANTS = {  # name -> (target, run)
+    "cpu": ("cpu", "train"),
+    "native-bf16": ("cuda", "train"),
+    "f32": ("cpu", "exact"),
+    "autocast": ("cpu", "exact"),
+}
+
+
+def llama_variants(
+    inputs: tuple[torch.Tensor, ...], names: tuple[str, ...] = tuple(LLAMA_VARIANTS)
+) -> tuple[list[Variant], dict]:
     """The Llama port: its `train` run (bf16) held and native, its `exact` run (f32) as it
-    is and under autocast; and each one's (module, loss)."""
+    is and under autocast (those `names`); and each one's (module, loss)."""
     source = LLAMA.read_text(encoding="utf-8")
     made, losses = [], {}
-    for name, target, run in (
-        ("cpu", "cpu", "train"),
-        ("native-bf16", "cuda", "train"),
-        ("f32", "cpu", "exact"),
-        ("autocast", "cpu", "exact"),
-    ):
+    for name in names:
+        target, run = LLAMA_VARIANTS[name]
         module = load(source, LLAMA.name, target, run=run)
         torch.manual_seed(0)
         net = module.Llama(**MODELS["llama"][3])  # benchmarks.models's sizes
@@ -263,6 +272,70 @@ def profile(path: Path, inputs: tuple[torch.Tensor, ...], reps: int) -> None:
         )
 
 
+AGAIN = "a held bf16 value, rounded again"
+FUNCTION = torch.autograd.function.__file__  # an autograd Function's apply
+# the runtime's functions that round, outermost first (a store calls round_to_bf16)
+_SITES = {
+    "store_bf16": "a bf16 op's result (sx.store_bf16)",
+    "to_bf16": "an argument at entry (sx.to_bf16)",
+    "round_to_bf16": "a cast down (sx.round_to_bf16)",
+}
+
+
+def roundings(step: Callable[[], None]) -> collections.Counter:
+    """The roundings one call of `step` runs, counted at the runtime's rounding kernel (each
+    eager rounding on the CPU, forward and backward, goes through it): by phase and why.
+    Forward: the runtime function that rounds (a store, an entry cast, a cast down).
+    Backward: the autograd node whose gradient is rounded: a store's hook on its op's node
+    (`MmBackward0`: a GEMM's gradients), a value's rounding (`_RoundToBf16Backward`: the
+    gradients of a value's reads summed), an f32 island's read (`_AsF32Backward`). A
+    gradient that is a held bf16 value already passes without one: one rounded is counted
+    as `AGAIN`."""
+    found = collections.Counter()
+    kernel = runtime_rounding._round
+
+    def counting(x: torch.Tensor) -> torch.Tensor:
+        node = torch._C._current_autograd_node()
+        phase = "forward" if node is None else "backward"
+        if runtime_rounding._is_held(x):
+            found[phase, AGAIN] += 1
+        elif node is not None:
+            found[phase, type(node).__name__] += 1
+        else:
+            found[phase, _site(sys._getframe(1))] += 1
+        return kernel(x)
+
+    runtime_rounding._round = counting
+    try:
+        step()
+    finally:
+        runtime_rounding._round = kernel
+    return found
+
+
+def _site(frame) -> str:
+    """Why a forward rounding runs: the outermost of the runtime's rounding functions on
+    the stack below the module's code."""
+    names = set()
+    while frame.f_code.co_filename in (runtime_rounding.__file__, FUNCTION):
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return next(why for name, why in _SITES.items() if name in names)
+
+
+def rounding_inventory(inputs: tuple[torch.Tensor, ...]) -> None:
+    """The held Llama step's roundings, by phase and why (`roundings`)."""
+    (variant,), _ = llama_variants(inputs, names=("cpu",))
+    variant.step()
+    found = roundings(variant.step)
+    for phase in ("forward", "backward"):
+        total = sum(n for (p, _), n in found.items() if p == phase)
+        print(f"  {phase}: {total} roundings a step")
+        for (p, why), n in sorted(found.items(), key=lambda item: -item[1]):
+            if p == phase:
+                print(f"    {n:4}  {why}")
+
+
 def gemm_cost(n: int = 1024, reps: int = 10) -> None:
     """A square bf16 GEMM against the f32 one: the premise of section 7's cpu target."""
     a = torch.randn(n, n)
@@ -360,6 +433,8 @@ def main() -> None:
             native=False,
         )
         peak_memory(losses, (ids, targets))
+        if args.profile:
+            rounding_inventory((ids, targets))
         if args.compiled:
             runs = compiled_llama((ids, targets))
             measure(runs, max(args.reps // 2, 5), args.warmup, clock=time.process_time)

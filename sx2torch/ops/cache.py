@@ -216,6 +216,7 @@ LAST_POSITION = register(
         lambda a, ctx: b.call("sx.last_position", a[0], ctx.attrs["axis"]),
         keys=AXIS,
         result="keep",
+        exact=True,  # a slice (or the value itself): a held target rounds nothing
         doc=(
             "the value the last attention of a :generate run feeds, at its last position "
             "while generating (transformers' logits_to_keep=1), else the value itself"

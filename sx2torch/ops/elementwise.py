@@ -10,10 +10,10 @@ from dataclasses import replace
 from functools import partial
 
 import sx2torch.build as b
-from sx2torch.ir import Scalar
+from sx2torch.ir import Kind, Node, Scalar
 import sx2torch.ops.sequence as sequence
 from sx2torch.ops import sharding
-from sx2torch.ops.registry import Arg, Key, Op, register
+from sx2torch.ops.registry import Arg, Key, Op, Result, register
 from sx2torch.ops.conv import given
 from sx2torch.ops.rank import BROADCAST, known
 from sx2torch.syntax import scalars
@@ -80,6 +80,23 @@ def _scales_by_a_power_of_two(operands: tuple) -> bool:
     return False
 
 
+def _zero_or_one(operand) -> bool:
+    """A comparison's booleans, read as they are or cast to a float: every value 0 or 1."""
+    if isinstance(operand, Node) and operand.kind is Kind.CAST:
+        operand = operand.inputs[0]
+    return (
+        isinstance(operand, Node)
+        and operand.kind is Kind.OP
+        and operand.op.result == Result.BOOL
+    )
+
+
+def _product_is_exact(operands: tuple) -> bool:
+    """x * 2^k (`_scales_by_a_power_of_two`), or x times a mask of 0s and 1s: x, or a zero
+    of x's sign (a NaN where x is infinite)."""
+    return _scales_by_a_power_of_two(operands) or any(map(_zero_or_one, operands))
+
+
 def _add_grad(t, n, g):
     return [t.sum_back(g, n, i, passed=True) for i in range(2)]
 
@@ -104,8 +121,9 @@ _binary(
     "*",
     _multiply_grad,
     arity=(2, None),
-    doc="n-ary product, folded left; exact in bf16 when scaling by a literal 2^k, k >= 0",
-    exact=_scales_by_a_power_of_two,
+    doc="n-ary product, folded left; exact in bf16 when scaling by a literal 2^k, k >= 0, or "
+    "by a comparison's booleans",
+    exact=_product_is_exact,
     identity=1,
 )
 _binary("/", "/", _divide_grad)

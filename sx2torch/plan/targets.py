@@ -64,9 +64,10 @@ class Target:
         if have.endswith(OR_BOOL):  # a mask's cast converts a float mask only
             spelled = self.spelling(have[: -len(OR_BOOL)], want, written)
             return spelled and MASK + spelled
-        # an integer or a boolean made a float: a held target rounds it as any f32
+        # an integer or a boolean made a float: a held target rounds an integer as any f32,
+        # and leaves a boolean's 0 and 1, bf16 values already
         if have in (DType.INT, DType.BOOL):
-            if want == "f32":
+            if want == "f32" or (have == DType.BOOL and self.held):
                 return "float"
             return "float-round" if self.held else "to-bf16"
         if written == "fill":  # zeros and ones are exact in either dtype

@@ -9,6 +9,10 @@ inputs are bf16 values with full bf16 mantissas, so that an unrounded gradient s
 import pytest
 import torch
 
+from benchmarks.step import AGAIN, roundings
+from cases import LLAMA, lisp
+from conftest import load_module
+from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import as_f32, round_to_bf16, rounding, store_bf16
 
 BF16 = torch.bfloat16
@@ -132,3 +136,36 @@ def test_a_sum_passes_its_rounded_gradient_on_unrounded(monkeypatch):
     assert counted == [(2, 8)]
     assert torch.equal(x.grad, y.grad)
     assert torch.equal(x.grad, x.grad.to(torch.bfloat16).float())
+
+
+def test_the_held_llama_step_rounds_nothing_twice():
+    """examples/llama.lisp's bf16 run on the cpu target, two layers: every rounding of one
+    forward and backward, by why it runs (benchmarks.step's inventory). None rounds a
+    value or gradient that is a held bf16 value already; each is one the precision rules
+    require. Per layer, forward: 20 stores (7 GEMMs, 2 norms, 3 rotary terms twice, the
+    attention, silu and its product, 2 residuals) and 11 casts down (7 weights, 2 norm
+    weights, 2 norms' f32 results); around the layers, the final norm's and lm_head's 2
+    stores and 6 casts (the embedding's rows, cos, sin, the final norm's weight and
+    result, lm_head's weight). Backward: each GEMM's two gradients, each product's (the
+    norms' weights' terms and sums, rotary's, the MLP's), the sums of the reads of a value
+    read more than once, the f32 islands' reads (the norms', the logits'), attention's q,
+    k and v, silu's."""
+    path = lisp("llama")
+    code = compile_source(
+        path.read_text(), path.name, Options(run="train", target="cpu")
+    )
+    torch.manual_seed(0)
+    net = load_module(code).Llama(**LLAMA)
+    ids, targets = (torch.randint(0, 256, (2, 16)) for _ in "ab")
+    found = roundings(lambda: net.loss(ids, targets).backward())
+    assert found == {
+        ("forward", "a bf16 op's result (sx.store_bf16)"): 42,
+        ("forward", "a cast down (sx.round_to_bf16)"): 28,
+        ("backward", "MmBackward0"): 30,
+        ("backward", "MulBackward0"): 27,
+        ("backward", "_RoundToBf16Backward"): 12,
+        ("backward", "_AsF32Backward"): 6,
+        ("backward", "ScaledDotProductFlashAttentionForCpuBackward0"): 6,
+        ("backward", "SiluBackward0"): 2,
+    }
+    assert AGAIN not in {why for _, why in found}

@@ -15,6 +15,7 @@ from cases import LLAMA, lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
 from sx2torch.runtime import round_to_bf16, saves_bf16, store_bf16
+from sx2torch.runtime import rounding
 from sx2torch.runtime.rounding import _Bf16, _pack, _unpack
 
 
@@ -64,6 +65,17 @@ def test_only_a_rounding_result_is_packed():
         held.mul_(2.0)  # exact, but a write: no longer known to be a rounding's result
     assert _pack(held) is held
     assert isinstance(_pack(round_to_bf16(torch.randn(4, 8))), _Bf16)
+
+
+def test_a_held_values_entry_goes_with_it():
+    """The runtime's record of the held values (a dict by id, weakly referring to each)
+    holds nothing of a value once it is gone, and is not fooled by a view or a write."""
+    before = len(rounding._ROUNDED)
+    values = [round_to_bf16(torch.randn(3, 4)) for _ in range(50)]
+    assert len(rounding._ROUNDED) == before + 50
+    assert all(isinstance(_pack(v.t()), _Bf16) for v in values)
+    del values
+    assert len(rounding._ROUNDED) == before
 
 
 def test_a_rounded_weight_is_saved_once_in_two_bytes():

@@ -10,8 +10,11 @@ import re
 import pytest
 import torch
 
+from cases import lisp
 from conftest import load_module
 from sx2torch.compiler import Options, compile_source
+from sx2torch.runtime import last_position, round_to_bf16
+from sx2torch.runtime.cache import Cache, generating
 
 RESIDUAL = """
 (defparam w (normal [16 32] :std 0.1))
@@ -64,7 +67,8 @@ BF16_STORED = """
 def test_a_bf16_stored_parameter_is_widened_where_it_is_read(target):
     """The cuda file reads a bf16-stored table as it is; a held one makes it the f32 tensor
     it computes on with `.float()` at each read, not in a statement of its own (`wte_bf16 =
-    self.wte.float()`, a name saying bf16 over code saying f32), and gives cuda's bits."""
+    self.wte.float()`, a name saying bf16 over code saying f32), and gives cuda's bits.
+    """
     held, code = compiled(BF16_STORED, target)
     native, cuda = compiled(BF16_STORED, "cuda")
     assert statements(code) == statements(cuda)
@@ -106,6 +110,9 @@ SKIPPED = [
     "(* 4 y)",
     "(reshape y [-1 2])",
     "(slice y :start 1 :end 5)",
+    "(cast (> y 0.0) :bf16)",
+    "(* y (cast (> y 0.0) :bf16))",
+    "(* (cast (< y 1.0) :bf16) (- y))",
 ]
 
 
@@ -121,6 +128,30 @@ def test_an_op_that_cannot_change_a_bf16_value_is_not_rounded(body):
     assert torch.equal(held.M()(x), native.M()(x).float())
 
 
+@pytest.mark.parametrize("target", ["cpu", "metal"])
+def test_a_mask_multiply_gives_cudas_gradient(target):
+    """`(* h (cast (> h 0.0) :bf16))` with h read again: the product by 0s and 1s is not
+    rounded, nor its gradient at the product, and x's gradient has cuda's bits."""
+    source = (
+        "(defun forward (x) (let ((h (cast x :bf16)))"
+        " (+ (* h (cast (> h 0.0) :bf16)) (* h h))))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    held, code = compiled(source, target)
+    assert "(h > 0.0).float()" in code and "sx.round_to_bf16((h" not in code, code
+    native, _ = compiled(source, "cuda")
+    generator = torch.Generator().manual_seed(0)
+    x, upstream = (
+        torch.randn(512, generator=generator).to(torch.bfloat16).float() for _ in "xg"
+    )
+    grads = []
+    for net, dtype in ((held.M(), torch.float32), (native.M(), torch.bfloat16)):
+        leaf = x.clone().requires_grad_()
+        net(leaf).backward(upstream.to(dtype))
+        grads.append(leaf.grad)
+    assert torch.equal(grads[0].view(torch.int32), grads[1].view(torch.int32))
+
+
 @pytest.mark.parametrize("scale", ["0.5", "3.0", "0.1"])
 def test_other_scalings_are_rounded(scale):
     source = f"(defun forward (x) (* (cast x :bf16) {scale}))\n"
@@ -129,3 +160,19 @@ def test_other_scalings_are_rounded(scale):
     native, _ = compiled(source, "cuda")
     x = bf16_values()
     assert torch.equal(held.M()(x), native.M()(x).float())
+
+
+@pytest.mark.parametrize("target", ["cpu", "metal"])
+def test_the_last_position_of_a_held_value_is_not_rounded(target):
+    """A :generate run reads the value its last attention feeds at its last position
+    (`sx.last_position`, a slice while generating, else the value): of a held bf16 value, a
+    bf16 value already, as plain PyTorch's slice of the bf16 tensor gives it."""
+    path = lisp("generate-cache")
+    code = compile_source(
+        path.read_text(), path.name, Options(run="chat", target=target)
+    )
+    assert "rms_norm(sx.last_position(x, 1))" in code, code
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad(), generating(Cache()):
+        got = last_position(round_to_bf16(x), 1)
+    assert torch.equal(got, x.to(torch.bfloat16).narrow(1, 4, 1).float())
