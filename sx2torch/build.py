@@ -36,12 +36,23 @@ ATOM = 20
 NO_SPACE = cst.SimpleWhitespace("")
 SPACE = cst.SimpleWhitespace(" ")
 KEYWORD_EQUAL = cst.AssignEqual(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE)
+# One instance of each operator, spaced as black spaces it: libcst's nodes are immutable,
+# so every expression shares them (a node's defaults make and validate new ones each time)
+OPERATOR = {op: kind(SPACE, SPACE) for op, (kind, _) in BINARY.items()}
+HUGGED_POWER = cst.Power(NO_SPACE, NO_SPACE)  # `x**2`
 UNARY = 14
 COMPARISON = 7
 NOT, AND, OR, CONDITIONAL = 4, 3, 2, 1
 
 
+# the nodes most operands are, always atoms: found by their type at once, not by five
+# isinstance checks against libcst's abstract classes
+ATOMS = frozenset({cst.Name, cst.Call, cst.Attribute, cst.Float, cst.Integer})
+
+
 def precedence(node: Expr) -> int:
+    if type(node) in ATOMS:
+        return ATOM
     if isinstance(node, cst.BinaryOperation) and not node.lpar:
         return LEVEL[type(node.operator)]
     if isinstance(node, cst.UnaryOperation) and not node.lpar:
@@ -94,16 +105,25 @@ def dotted(path: str) -> Expr:
 
 def call(func: Expr | str, *args: Expr, **kwargs: Expr) -> cst.Call:
     func = dotted(func) if isinstance(func, str) else func
-    arguments = [a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args]
+    arguments = [a if isinstance(a, cst.Arg) else _arg(a) for a in args]
     arguments += [
-        cst.Arg(v, keyword=cst.Name(k), equal=KEYWORD_EQUAL) for k, v in kwargs.items()
+        _arg(v, keyword=cst.Name(k), equal=KEYWORD_EQUAL) for k, v in kwargs.items()
     ]
-    return cst.Call(func, arguments)
+    return cst.Call(
+        func, arguments, whitespace_after_func=NO_SPACE, whitespace_before_args=NO_SPACE
+    )
+
+
+def _arg(value: Expr, **fields) -> cst.Arg:
+    """An argument, its whitespace shared (see OPERATOR)."""
+    return cst.Arg(
+        value, whitespace_after_star=NO_SPACE, whitespace_after_arg=NO_SPACE, **fields
+    )
 
 
 def star(value: Expr) -> cst.Arg:
     """`*value`, an argument of a call."""
-    return cst.Arg(value, star="*")
+    return _arg(value, star="*")
 
 
 def method(obj: Expr, method_name: str, *args: Expr, **kwargs: Expr) -> cst.Call:
@@ -111,7 +131,7 @@ def method(obj: Expr, method_name: str, *args: Expr, **kwargs: Expr) -> cst.Call
 
 
 def binop(left: Expr, op: str, right: Expr) -> Expr:
-    kind, level = BINARY[op]
+    level = BINARY[op][1]
     # right-associative, and binds tighter than a unary minus on its left
     if op == "**":
         left, right = at_least(left, ATOM), at_least(right, UNARY)
@@ -119,10 +139,8 @@ def binop(left: Expr, op: str, right: Expr) -> Expr:
         left, right = at_least(left, level), at_least(right, level + 1)
         left, right = _unmixed(left, op), _unmixed(right, op)
     if op == "**" and _simple_power_operand(left) and _simple_power_operand(right):
-        return cst.BinaryOperation(
-            left, kind(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE), right
-        )
-    return cst.BinaryOperation(left, kind(), right)
+        return cst.BinaryOperation(left, HUGGED_POWER, right)
+    return cst.BinaryOperation(left, OPERATOR[op], right)
 
 
 def _unmixed(operand: Expr, op: str) -> Expr:

@@ -207,7 +207,8 @@ def numbers_read(node: Node) -> list:
     """The nodes whose Python numbers (ScalarOp.RUN) a node's operands and attributes read,
     besides its inputs: a size read for a slice's bound is read by the slice."""
     values = (*node.inputs, *node.attrs.values())
-    return run_nodes(tuple(v for v in values if isinstance(v, (Scalar, tuple))))
+    found = [v for v in values if isinstance(v, (Scalar, tuple))]
+    return run_nodes(tuple(found)) if found else []  # most read tensors alone
 
 
 def prune(graph: Graph, roots: tuple = ()) -> None:
@@ -229,9 +230,11 @@ def prune(graph: Graph, roots: tuple = ()) -> None:
         if isinstance(node, Node) and node not in live:
             live.add(node)
             pending.extend(reads(node))
-            pending.append(owner.get(node))
-            # an adjoint loop reads the lists its forward loop records as it runs
-            pending.append(node.attrs.get("reverse") if node.kind is Kind.FOR else None)
+            if node in owner:
+                pending.append(owner[node])
+            if node.kind is Kind.FOR:
+                # an adjoint loop reads the lists its forward loop records as it runs
+                pending.append(node.attrs.get("reverse"))
     _keep(graph.nodes, live)
 
 

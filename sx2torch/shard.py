@@ -241,7 +241,11 @@ class _Flow:
     def node(self, graph: Graph, node: Node, states: dict) -> tuple:
         read = [states.get(i, WHOLE) for i in node.inputs]
         axes = [a for a, _, _ in read]
-        group = self.groups.union(g for a, g, _ in read if a is not None)
+        group = None
+        if axes.count(None) != len(
+            axes
+        ):  # split values read (few are): their groups joined
+            group = self.groups.union(g for a, g, _ in read if a is not None)
         if node.kind is Kind.PARAM and node.attrs.get("via"):
             self._inline(graph, node)
         if node.kind is Kind.CAST:

@@ -37,13 +37,20 @@ class ClassContext:
 
 class Spelling:
     """How a method spells what it reads but does not compute: members (`self.w`, a
-    loop's `layer.w`), &key arguments, loop indices and compile-time scalars."""
+    loop's `layer.w`), &key arguments, loop indices, compile-time scalars and the names of
+    its locals."""
 
     def __init__(self, typed: Typed, ctx: ClassContext, locals_: Locals, ref=None):
         self.typed = typed
         self.ctx = ctx
         self.locals = locals_
         self.ref = ref  # how the method writes a value: a run-time number's node
+        # the leaf nodes it writes, one for every place it writes each (libcst's nodes are
+        # immutable: a long expression reads the same few values thousands of times): a
+        # local's Name by its identifier, a literal by its type and repr (2 is not 2.0,
+        # -0.0 not 0.0)
+        self.names: dict = {}
+        self.literals: dict = {}
 
     def attr(self, value):
         """An op's attribute: its scalars spelled, anything else as it is."""
@@ -67,7 +74,23 @@ class Spelling:
 
     def scalar(self, scalar: Scalar) -> b.Expr:
         """A number as the method writes it, the kept numbers it holds by their names."""
+        if scalar.op is ScalarOp.LIT:  # its number, as `_written` writes one
+            return self._literal(scalar.value)
         return walk_up(scalar, self._written, self._unnamed)
+
+    def name(self, identifier: str) -> cst.Name:
+        """A local's name as the method reads it."""
+        found = self.names.get(identifier)
+        if found is None:
+            found = self.names[identifier] = b.name(identifier)
+        return found
+
+    def _literal(self, value) -> b.Expr:
+        key = (type(value), repr(value))
+        found = self.literals.get(key)
+        if found is None:
+            found = self.literals[key] = b.number(value)
+        return found
 
     def _unnamed(self, scalar: Scalar, of) -> tuple:
         """The operands a number is written with: none where a local holds it."""
@@ -271,7 +294,7 @@ class MethodEmitter:
                 attrs.get("loop"),
             )
         if operand in self.py:
-            return b.name(self.py[operand])
+            return self.spelling.name(self.py[operand])
         return self.expr(operand)
 
     def read(self, node: Node, index: int) -> b.Expr:
@@ -323,11 +346,12 @@ class MethodEmitter:
         op = node.op
         operands = [self.read(node, i) for i in range(len(node.inputs))]
         decided = self.typed.decided[node]
+        attrs = node.attrs  # most ops have none: no comprehension run for them
         context = EmitContext(
             self.ctx.target.name,
             decided.compute,
-            {k: self.spelling.attr(v) for k, v in node.attrs.items()},
-            {k: _value(v) for k, v in node.attrs.items()},
+            {k: self.spelling.attr(v) for k, v in attrs.items()} if attrs else {},
+            {k: _value(v) for k, v in attrs.items()} if attrs else {},
             tuple(map(is_number, node.inputs)),
             tuple(map(rank_of, node.inputs)),
         )

@@ -24,7 +24,9 @@ MASK_CASTS = {
 
 def cast(value: b.Expr, spelled: Optional[Cast]) -> b.Expr:
     """`value` cast as the plan spelled it; None: `value` as it is."""
-    spelling = spelled and spelled.spelling
+    if spelled is None:  # most reads
+        return value
+    spelling = spelled.spelling
     if spelling and spelling.startswith(OPTIONAL):  # a value that may be None
         return _optional(value, Cast(spelling[len(OPTIONAL) :], spelled.want))
     # a float mask cast, booleans as they are

@@ -241,10 +241,11 @@ GROWING = "computes in bf16 outside an f32 island, where its rounding errors gro
 def _function(
     name: str, torch_name: str, result: str, grad, exact=False, bf16_risk=""
 ) -> None:
+    function = b.dotted(torch_name)  # one node for every call written (it is immutable)
     op = Op(
         name,
         (X,),
-        lambda a, ctx: b.call(torch_name, a[0]),
+        lambda a, ctx: b.call(function, a[0]),
         result=result,
         grad=grad,
         exact=exact,

@@ -47,6 +47,9 @@ class Tail:
     sizes: tuple
 
 
+UNKNOWN = Tail(())  # a shape of which nothing is known, one for every such value
+
+
 def tail(sizes: tuple) -> Optional[Tail]:
     """A Tail of these last sizes; None where none is known."""
     return Tail(sizes) if sizes else None
@@ -86,16 +89,13 @@ def _sizes(dims) -> tuple:
 def broadcast(*shapes) -> tuple:
     """torch's broadcast: an axis is its one size other than 1, if any is known. Of a Tail,
     a Tail: an axis before a Tail's known ones may be any size."""
-    rank = max((len(_sizes(s)) for s in shapes), default=0)
+    each = [_sizes(s) for s in shapes]  # found once, not per axis
+    rank = max(map(len, each)) if each else 0
     out = []
     for axis in range(-1, -rank - 1, -1):  # from the last axis, as torch reports
         sizes = [
-            (
-                _sizes(s)[axis]
-                if -axis <= len(_sizes(s))
-                else (None if isinstance(s, Tail) else 1)
-            )
-            for s in shapes
+            own[axis] if -axis <= len(own) else (None if isinstance(s, Tail) else 1)
+            for own, s in zip(each, shapes)
         ]
         fixed = [(size, s) for size, s in zip(sizes, shapes) if size not in (None, 1)]
         for size, s in fixed[1:]:
@@ -121,7 +121,11 @@ def _same(shapes, attrs):
 
 
 def _broadcast(shapes, attrs):
-    return None if None in shapes else broadcast(*shapes)
+    # `is`, not `in`: a Tail's equality is a dataclass's, a Python call per shape
+    if any(s is None for s in shapes):
+        return None
+    # nothing known of any (an argument's rank unknown, and all it reaches): nor of theirs
+    return None if all(s is UNKNOWN for s in shapes) else broadcast(*shapes)
 
 
 def _reduced(shapes, attrs):

@@ -247,8 +247,20 @@ class Op:
 
     __hash__ = object.__hash__
 
+    def __post_init__(self):
+        # its arguments' kinds, which the passes read per operand of every node (`kinds`)
+        object.__setattr__(self, "arg_kinds", tuple(arg.kind for arg in self.args))
+
     def __repr__(self) -> str:
         return f"<op {self.name}>"
+
+    def kinds(self, count: int) -> tuple:
+        """The kinds of its first `count` operands, the last argument's repeated (a
+        variadic op's)."""
+        kinds = self.arg_kinds
+        if count <= len(kinds):
+            return kinds[:count]
+        return kinds + kinds[-1:] * (count - len(kinds))
 
     def is_sensitive(self, attrs: dict) -> bool:
         return self.sensitive(attrs) if callable(self.sensitive) else self.sensitive

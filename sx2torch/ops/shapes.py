@@ -15,7 +15,7 @@ from typing import Optional
 
 import sx2torch.ops.initializers as initializers
 from sx2torch.ir import CALLS, Graph, Kind, Node, Scalar, Shape, callee_key, walk
-from sx2torch.ops.rank import Dims, ShapeError, Tail, known
+from sx2torch.ops.rank import UNKNOWN, Dims, ShapeError, Tail, known
 from sx2torch.syntax.program import Program
 
 
@@ -159,11 +159,13 @@ class Analysis:
             found[node] = self._node(node, model, found)
 
     def _node(self, node: Node, model: str, found: dict) -> Dims:
+        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
+        if node.kind is Kind.OP:  # most nodes
+            return self._op(node, inputs)
         if node.kind is Kind.PARAM:
             return self._param(node, model)
         if node.kind in CALLS:
             return self._called(node, model)
-        inputs = [() if isinstance(i, Scalar) else found.get(i) for i in node.inputs]
         if node.kind is Kind.CAST:
             return inputs[0]
         if node.kind is Kind.ITEM:
@@ -175,9 +177,13 @@ class Analysis:
         if node.kind is Kind.IF:
             then, otherwise = (self._region(r, model, found)[0] for r in node.regions)
             return then if then == otherwise else None
+        raise AssertionError(f"{node!r}: no shape rule for a {node.kind}")
+
+    def _op(self, node: Node, inputs: list) -> Dims:
+        """An op's shape by its rank rule, from its inputs' (`inputs`)."""
         rule = node.op.rank
         if rule.tails:
-            inputs = [Tail(()) if dims is None else dims for dims in inputs]
+            inputs = [UNKNOWN if dims is None else dims for dims in inputs]
         else:
             inputs = [ranked(dims) for dims in inputs]
         try:
@@ -185,7 +191,7 @@ class Analysis:
         except ShapeError as error:
             self.problems.append((node, str(error)))
             return None
-        return None if dims == Tail(()) else dims
+        return None if type(dims) is Tail and not dims.sizes else dims  # UNKNOWN
 
     def _loop(self, node: Node, model: str, found: dict, inputs: list) -> tuple:
         """The carried values' shapes after the loop: what an iteration gives, where that

@@ -33,6 +33,9 @@ class Conversions:
         self.lowered = lowered
         self.entry = entry
         self.reads: dict = {}
+        # node -> (input index, conversion) of each of its reads that casts, in walk order:
+        # the layout's counts, hoists and spellings read these, not every read again
+        self.casts: dict = {}
         for node in walk(typed.graph.nodes):
             # a held target computes on f32 tensors, whose kernels promote nothing
             promoted = (
@@ -41,7 +44,10 @@ class Conversions:
                 else [False] * len(node.inputs)
             )
             for index in range(len(node.inputs)):
-                self.reads[node, index] = self._decide(node, index, promoted[index])
+                conversion = self._decide(node, index, promoted[index])
+                self.reads[node, index] = conversion
+                if conversion is not None:
+                    self.casts.setdefault(node, []).append((index, conversion))
 
     def conversion(self, node: Node, index: int) -> Optional[tuple]:
         """(dtype it has, dtype `node` reads it in) for an input that needs a cast, else None."""
@@ -115,18 +121,16 @@ class Conversions:
         return None if have == want else (have, want)
 
 
-def cast_reads(nodes: list, conversions: Conversions, scope: dict) -> dict:
+def cast_reads(conversions: Conversions, scope: dict) -> dict:
     """(value, conversion, region) -> how many operand slots of that region read the value
     so cast; a cast is shared within its region only."""
     counts: dict = {}
-    for node in walk(nodes):
-        for index, operand in enumerate(node.inputs):
-            conversion = conversions.conversion(node, index)
-            if conversion and node.kind not in (Kind.CAST, Kind.FOR):
-                if conversions.own_cast(node):
-                    continue
-                key = (operand, conversion, scope[node])
-                counts[key] = counts.get(key, 0) + 1
+    for node, casts in conversions.casts.items():
+        if node.kind in (Kind.CAST, Kind.FOR) or conversions.own_cast(node):
+            continue
+        for index, conversion in casts:
+            key = (node.inputs[index], conversion, scope[node])
+            counts[key] = counts.get(key, 0) + 1
     return counts
 
 
@@ -176,10 +180,11 @@ class Hoists:
             self._add(Hoist(operand, conversion, statement), region)
         loop = [statement] if getattr(statement, "kind", None) is Kind.FOR else []
         for node in written + loop:
-            for index, operand in enumerate(node.inputs):
-                conversion = self.conversions.conversion(node, index)
-                if conversion is None or self.conversions.own_cast(node):
-                    continue
+            casts = self.conversions.casts.get(node, ())
+            if not casts or self.conversions.own_cast(node):
+                continue
+            for index, conversion in casts:
+                operand = node.inputs[index]
                 hoist = self._visible((operand, conversion), self.scope[node])
                 if hoist is not None:
                     self.reads[node, index] = hoist
@@ -194,14 +199,16 @@ class Hoists:
         of a loop's layer's parameter) whose first reader is in it, and not written in its
         region or around it already."""
         due = []
-        for node in (n for n in written if not self.conversions.own_cast(n)):
-            for index, operand in enumerate(node.inputs):
-                conversion = self.conversions.conversion(node, index)
+        for node in written:
+            casts = self.conversions.casts.get(node, ())  # a read casting nothing: none
+            if not casts or self.conversions.own_cast(node):
+                continue
+            for index, conversion in casts:
+                operand = node.inputs[index]
                 key = (operand, conversion)
                 shared = (
                     self.counts.get((operand, conversion, self.scope[node]), 0) > 1
-                    or conversion is not None
-                    and is_local_param(operand)
+                    or is_local_param(operand)
                 ) and not (is_conditional(operand) or held_only(conversion))
                 if shared and self._visible(key, region) is None and key not in due:
                     due.append(key)

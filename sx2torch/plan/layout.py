@@ -104,7 +104,7 @@ class Layout:
         self.yields = self.structure.yields
         self.scope, self.parent = self.structure.scope, self.structure.parent
         self.readers, self.numbers = self.structure.readers, self.structure.numbers
-        self.casts = cast_reads(self.graph.nodes, self.conversions, self.scope)
+        self.casts = cast_reads(self.conversions, self.scope)
         # gather -> the topk-indices whose call's values it reads (see `_topk_values`)
         self.topk_values = _topk_values(self)
         key = (typed.ambient, tuple(self.topk_values.items()))
@@ -216,25 +216,7 @@ class Layout:
                 or node.name is not None
                 or len(readers) != 1
                 or depth[node] >= MAX_INLINE_DEPTH
-                or any(getattr(r, "kind", None) is Kind.ITEM for r, _ in readers)
-                # several values returned: each a name, `return h, pooled`
-                or (
-                    isinstance(self.graph.output, tuple)
-                    and (RETURN, None) in readers
-                    and self.path(node)
-                )
-                or any(
-                    r != RETURN
-                    and not isinstance(r, Yield)
-                    and r.kind is Kind.OP
-                    and r.op.names_inputs(r)
-                    for r, _ in readers
-                )
-                or self.region_of(readers[0][0]) is not self.scope[node]
-                or (
-                    readers[0][0] != RETURN
-                    and self._path_of(readers[0][0]) != self.path(node)
-                )
+                or self._apart(node, readers[0][0])
             ):
                 named.add(node)
                 depth[node] = 0
@@ -243,6 +225,25 @@ class Layout:
             # statement assigns both, `top, chosen = torch.topk(...)`
             named.discard(indices if self.absorbs(gather) else gather)
         return named
+
+    def _apart(self, node: Node, reader) -> bool:
+        """Whether a value read once is a statement of its own all the same: read by an
+        ITEM, returned beside other values from inside a block, read by an op that names
+        its inputs, or read in another region or precision block."""
+        if reader == RETURN:
+            # several values returned: each a name, `return h, pooled`
+            several = isinstance(self.graph.output, tuple) and bool(self.path(node))
+            return several or self.scope[node] is not None
+        if isinstance(reader, Yield):
+            return self.region_of(reader) is not self.scope[node] or self._path_of(
+                reader
+            ) != self.path(node)
+        return (
+            reader.kind is Kind.ITEM
+            or (reader.kind is Kind.OP and reader.op.names_inputs(reader))
+            or self.scope[reader] is not self.scope[node]
+            or self.path(reader) != self.path(node)
+        )
 
     def absorbs(self, gather: Node) -> bool:
         """Whether a gather of topk's values is the only reader of its indices."""
@@ -293,6 +294,8 @@ class Layout:
 
     def path(self, node: Node) -> tuple:
         """The precision blocks a node's statement sits in, outermost first."""
+        if not node.frames:  # most nodes: no block
+            return ()
         blocks, mode = [], self.typed.ambient
         for frame in node.frames:
             if frame.mode != mode:
@@ -381,6 +384,8 @@ def _unblocked(layout: Layout) -> set:
     there (autocast's f32 ops would widen it)."""
     islands, blocked = set(), set()
     for node in walk(layout.graph.nodes):
+        if not node.frames:  # most nodes: in no island
+            continue
         frames = {f for f in node.frames if f.mode == ISLAND}
         islands |= frames
         if (

@@ -387,6 +387,8 @@ def _scalars(value):
     pending = [value]
     while pending:
         value = pending.pop()
+        if isinstance(value, Node):  # most of a graph's parts: no number
+            continue
         if isinstance(value, Scalar):
             yield value
             pending.extend(value.args)

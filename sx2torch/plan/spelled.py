@@ -50,12 +50,13 @@ class Spelled:
             return Cast(target.spelling(*conversion, inner), conversion[1])
 
         for node in walk(layout.graph.nodes):
-            for index, operand in enumerate(node.inputs):
-                conversion = conversions.conversion(node, index)
+            # a read is hoisted or spelled only where it casts
+            for index, conversion in conversions.casts.get(node, ()):
                 hoist = layout.hoists.reads.get((node, index))
                 if hoist is not None:
                     self.reads[node, index] = hoist
-                elif conversion is not None:
+                else:
+                    operand = node.inputs[index]
                     self.reads[node, index] = cast(conversion, written(layout, operand))
             for r, region in enumerate(node.regions):
                 if not _may_draw(region.nodes):

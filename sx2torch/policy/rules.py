@@ -36,6 +36,9 @@ from sx2torch.ops.registry import UNCAST
 from sx2torch.syntax.program import Program
 
 INTEGERS = {DType.INT, DType.BOOL}
+# the kinds of operand whose arguments the policy asks for (`_Reaching`): integer ones,
+# conditions, attention's masks
+REACHED = (ArgKind.IDS, ArgKind.BOOL_TENSOR, ArgKind.MASK)
 DATA_KINDS = (
     ArgKind.TENSOR,
     ArgKind.MATRIX,
@@ -259,6 +262,7 @@ class _Policy:
         self.graphs = graphs
         self.precision = precision
         self.kinds = _Reaching(program, graphs)
+        self.high = _any_high(program)  # else no op's operand is (`_compute_dtype`)
         self.done: dict = {}  # (model, defun) -> (signature, ambient) -> Typed
         self.order: list = []
         # for `_outlined`: library uses; where first typed; decisions before `_finish`
@@ -300,7 +304,9 @@ class _Policy:
             if node in self.uses:
                 at = (len(self.order), len(self.position))  # then, in order
                 self.position.setdefault((typed, node), at)
-            if node.kind is Kind.PARAM:
+            if node.kind is Kind.OP:  # most nodes
+                self._op(typed, node)
+            elif node.kind is Kind.PARAM:
                 owner = node.attrs.get("owner", typed.model)
                 typed.decided[node] = Decision(ParamRef(owner, node.attrs["param"]))
             elif node.kind in CALLS:
@@ -315,8 +321,6 @@ class _Policy:
             elif node.kind is Kind.ITEM:
                 carried = typed.decided[node.inputs[0]].dtype
                 typed.decided[node] = Decision(carried[node.attrs["index"]])
-            else:
-                self._op(typed, node)
 
     def _if(self, typed: Typed, node: Node) -> None:
         """Both branches are compiled; the value has the join of their dtypes. An `if` of
@@ -418,19 +422,16 @@ class _Policy:
         typed.decided[node] = Decision(callee.output_dtype)
 
     def _op(self, typed: Typed, node: Node) -> None:
-        op = node.op
-        dtypes = [
-            (
-                typed.decided[i].dtype
-                if isinstance(i, Node) and _kind(op, index) not in UNCAST
-                else None
-            )
-            for index, i in enumerate(node.inputs)
-        ]
-        for index, (operand, dtype) in enumerate(zip(node.inputs, dtypes)):
-            _check_kind(node, _kind(op, index), operand, dtype)
+        op, inputs = node.op, node.inputs
+        kinds = op.kinds(len(inputs))  # each input's, looked up once
+        data = [isinstance(i, Node) and k not in UNCAST for i, k in zip(inputs, kinds)]
+        decided = typed.decided
+        dtypes = [decided[i].dtype if d else None for i, d in zip(inputs, data)]
+        for operand, kind, dtype in zip(inputs, kinds, dtypes):
+            _check_kind(node, kind, operand, dtype)
         # a 0-d value decides a dtype only where no tensor with axes does
-        dtypes = [None if p else d for p, d in zip(_promoted(typed, node), dtypes)]
+        promoted = _promoted(typed, data, node)
+        dtypes = [None if p else d for p, d in zip(promoted, dtypes)]
         floats = [d for d in dtypes if d in (DType.F32, DType.BF16) or is_param(d)]
         compute, reason = self._compute_dtype(node, typed, floats)
         if reason.why is Why.NOT_YET and _after_out_f32(typed, node):
@@ -444,8 +445,8 @@ class _Policy:
             # number literals give a float in the compute dtype.
             data = [
                 d
-                for index, d in enumerate(dtypes)
-                if d is not None and _kind(op, index) is not ArgKind.BOOL_TENSOR
+                for d, kind in zip(dtypes, kinds)
+                if d is not None and kind is not ArgKind.BOOL_TENSOR
             ]
             out = data[0] if data else compute
         else:
@@ -454,33 +455,35 @@ class _Policy:
         if chosen is not None:
             out = chosen
             if compute == DType.BF16 and chosen == DType.F32:
-                reason = Reason(Why.OUT_F32)
-        typed.decided[node] = Decision(out, compute, reason)
+                reason = OUT_F32
+        decided[node] = Decision(out, compute, reason)
 
     def _compute_dtype(self, node: Node, typed: Typed, floats: list) -> tuple:
         """The dtype a node computes in, and why (rules 6.2, 6.3, 6.5, 6.7). A backward
         node carries its forward node's marks: one of a node that reads a :numerics :high
         parameter reads in f32 too."""
-        frame = node.frames[-1] if node.frames else None
         mode = node.mode or typed.ambient
-        high = next((d.name for d in floats if self._is_high(d)), None)
+        high = (
+            next((d.name for d in floats if self._is_high(d)), None)
+            if self.high
+            else None
+        )
         inherited = typed.decision(node.forward).reason
         if high is None and inherited is not None and inherited.why is Why.HIGH:
             high = inherited.param
-        marked = Reason(Why.MARK, frame) if frame else Reason(Why.CALLED_IN)
         if mode == ISLAND:
-            return DType.F32, marked
+            return DType.F32, _marked(node)
         if high is not None:
             return DType.F32, Reason(Why.HIGH, param=high)
         if mode == REGION:
-            return DType.BF16, marked
+            return DType.BF16, _marked(node)
         if self.precision == DType.F32:
-            return DType.F32, Reason(Why.POLICY)
+            return DType.F32, POLICY
         if node.op.result is Result.RUN:
-            return DType.BF16, Reason(Why.POLICY)
+            return DType.BF16, POLICY
         if any(d == DType.BF16 or is_param(d) for d in floats):
-            return DType.BF16, Reason(Why.CONTAGION)
-        return DType.F32, Reason(Why.NOT_YET)
+            return DType.BF16, CONTAGION
+        return DType.F32, NOT_YET
 
     def _is_high(self, dtype) -> bool:
         return is_param(dtype) and any(
@@ -593,11 +596,11 @@ def _finish(policy: _Policy, typed: Typed) -> None:
 
 def _after_out_f32(typed: Typed, node: Node) -> bool:
     """Whether a node reads the f32 result of an :out :f32 matmul, or a value that does."""
-    return any(
-        (typed.decision(i).reason or NOT_YET).why in (Why.OUT_F32, Why.AFTER_OUT_F32)
-        for i in node.inputs
-        if isinstance(i, Node)
-    )
+    for operand in node.inputs:  # a loop, not a generator: asked of most ops in bf16
+        reason = typed.decision(operand).reason if isinstance(operand, Node) else None
+        if reason is not None and reason.why in (Why.OUT_F32, Why.AFTER_OUT_F32):
+            return True
+    return False
 
 
 def _call_reasons(typed: Typed) -> None:
@@ -618,6 +621,11 @@ def _present(graph: Graph) -> set:
         for region in node.regions:
             found.update(region.inputs)
     return found
+
+
+def _any_high(program: Program) -> bool:
+    """Whether a parameter of the program is :numerics :high."""
+    return any(p.numerics_high for m in program.all_models() for p in m.params.values())
 
 
 def _callers_kinds(done: dict, graph: Graph, signature: tuple) -> tuple:
@@ -646,7 +654,7 @@ class _Reaching:
     def __init__(self, program: Program, graphs: dict):
         self.program = program
         self.graphs = graphs
-        self.found: dict = {}  # (Graph, ArgKind) -> its inputs that reach one
+        self.found: dict = {}  # Graph -> ArgKind -> its inputs that reach one
 
     def natural_signature(self, graph: Graph) -> tuple:
         ints = self.reaching(graph, ArgKind.IDS)
@@ -661,22 +669,35 @@ class _Reaching:
         )
 
     def reaching(self, graph: Graph, kind: ArgKind) -> set:
-        """Arguments that reach an operand of `kind` (through ops that keep dtypes and
-        through calls)."""
-        if (graph, kind) not in self.found:
-            found = set()
-            for node in walk(graph.nodes):
-                for index, operand in enumerate(node.inputs):
-                    if self._wants(node, index, graph.model, kind):
-                        found |= _origins(operand, graph)
-            self.found[graph, kind] = found
-        return self.found[graph, kind]
+        """Arguments that reach an operand of `kind` (one of `REACHED`), through ops that
+        keep dtypes and through calls."""
+        if graph not in self.found:
+            self.found[graph] = self._reached(graph)
+        return self.found[graph][kind]
 
-    def _wants(self, node: Node, index: int, owner: str, kind: ArgKind) -> bool:
+    def _reached(self, graph: Graph) -> dict:
+        """Each kind of `REACHED` -> the arguments that reach an operand of it: all the
+        kinds in one walk of the graph."""
+        found = {kind: set() for kind in REACHED}
+        for node in walk(graph.nodes):
+            for operand, kinds in zip(node.inputs, self._wants(node, graph)):
+                for kind in kinds:
+                    found[kind] |= _origins(operand, graph)
+        return found
+
+    def _wants(self, node: Node, graph: Graph) -> list:
+        """For each input of `node`, the kinds of `REACHED` it is an operand of, or reaches
+        one of in its callee."""
         if node.kind in CALLS:
-            callee = _callee_graph(self.program, self.graphs, node, owner)
-            return callee.inputs[index] in self.reaching(callee, kind)
-        return node.kind is Kind.OP and _kind(node.op, index) is kind
+            callee = _callee_graph(self.program, self.graphs, node, graph.model)
+            reached = [(kind, self.reaching(callee, kind)) for kind in REACHED]
+            return [
+                [kind for kind, found in reached if callee.inputs[k] in found]
+                for k in range(len(node.inputs))
+            ]
+        if node.kind is not Kind.OP:
+            return ()
+        return [(k,) if k in REACHED else () for k in node.op.kinds(len(node.inputs))]
 
 
 def _gives_int(op, floats: list, dtypes: list) -> bool:
@@ -740,8 +761,8 @@ def _reads_in_bf16(typed: Typed) -> dict:
     are reads that are not."""
     reads: dict = {}
     for node in walk(typed.graph.nodes):
-        for index, operand in enumerate(node.inputs):
-            reads.setdefault(operand, []).append(_reads_bf16(typed, node, index))
+        for operand, bf16 in zip(node.inputs, _reads_bf16(typed, node)):
+            reads.setdefault(operand, []).append(bf16)
         for out in (o for region in node.regions for o in region.outputs):
             reads.setdefault(out, []).append(False)
     output = typed.graph.output
@@ -750,18 +771,17 @@ def _reads_in_bf16(typed: Typed) -> dict:
     return reads
 
 
-def _reads_bf16(typed: Typed, node: Node, index: int) -> bool:
-    """Whether an op or a cast reads its input `index` as data in bf16, or a loop carries
-    it so."""
+def _reads_bf16(typed: Typed, node: Node) -> list:
+    """Whether an op or a cast reads each input as data in bf16, or a loop carries it
+    so."""
+    count = len(node.inputs)
     if node.kind is Kind.CAST:
-        return node.attrs["dtype"] == DType.BF16
+        return [node.attrs["dtype"] == DType.BF16] * count
     if node.kind is Kind.FOR:
-        return typed.decided[node].dtype[index] == DType.BF16
-    return (
-        node.kind is Kind.OP
-        and _kind(node.op, index) not in UNCAST
-        and typed.decided[node].compute == DType.BF16
-    )
+        return [dtype == DType.BF16 for dtype in typed.decided[node].dtype]
+    if node.kind is not Kind.OP or typed.decided[node].compute != DType.BF16:
+        return [False] * count
+    return [k not in UNCAST for k in node.op.kinds(count)]
 
 
 def _callee_graph(program: Program, graphs: dict, node: Node, owner: str) -> Graph:
@@ -790,6 +810,16 @@ def _read_in(typed: Typed, node: Node, index: int):
 
 NOT_YET = Reason(Why.NOT_YET)
 AFTER_OUT_F32 = Reason(Why.AFTER_OUT_F32)
+POLICY = Reason(Why.POLICY)
+CONTAGION = Reason(Why.CONTAGION)
+OUT_F32 = Reason(Why.OUT_F32)
+CALLED_IN = Reason(Why.CALLED_IN)
+
+
+def _marked(node: Node) -> Reason:
+    """Why a node under a with-numerics mode computes as it does: its own form's mark, or
+    its defun's call inside one."""
+    return Reason(Why.MARK, node.frames[-1]) if node.frames else CALLED_IN
 
 
 def _negate_after_cast(typed: Typed, reads: dict) -> None:
@@ -829,12 +859,13 @@ def _storage(program: Program, used: list) -> dict:
                 read(typed.decision(node.inputs[0]).dtype, DType.F32)
             if node.kind in CALLS or node.kind is Kind.CAST:
                 continue
+            kinds = node.op.kinds(len(node.inputs)) if node.kind is Kind.OP else ()
             for index, operand in enumerate(node.inputs):
+                if kinds and kinds[index] is ArgKind.LIKE:
+                    continue  # its shape read: any storage has it (a gradient's ones)
                 dtype = (
                     typed.decision(operand).dtype if isinstance(operand, Node) else None
                 )
-                if node.kind is Kind.OP and _kind(node.op, index) is ArgKind.LIKE:
-                    continue  # its shape read: any storage has it (a gradient's ones)
                 if is_param(dtype):
                     decided = typed.decided[node]
                     read(
@@ -913,15 +944,11 @@ def _carried(before, after, node: Node) -> list:
     return [before, after]
 
 
-def _promoted(typed: Typed, node: Node) -> list:
+def _promoted(typed: Typed, data: list, node: Node) -> list:
     """For each input of an op, whether it is a 0-d tensor that another data input with
     axes (or of a rank not known) decides the dtype beside; kept in `typed.promoted`
-    where one is, for the plan's casts."""
-    op = node.op
-    data = [
-        isinstance(i, Node) and _kind(op, index) not in UNCAST
-        for index, i in enumerate(node.inputs)
-    ]
+    where one is, for the plan's casts. `data`: whether each input is a tensor read as
+    data."""
     # as torch's type promotion has it, a 0-d value never decides the dtype of an op that
     # reads a tensor with axes
     zero = [d and i.shape.dims == () for d, i in zip(data, node.inputs)]
@@ -984,9 +1011,8 @@ def _fed(graph: Graph) -> set:
     found: set = set()
     for node in walk(graph.nodes):
         if node.kind is Kind.OP:
-            op = node.op
-            for index, operand in enumerate(node.inputs):
-                if _kind(op, index).takes_bool:
+            for operand, kind in zip(node.inputs, node.op.kinds(len(node.inputs))):
+                if kind.takes_bool:
                     found |= _copied(operand)
     return found
 
@@ -1000,10 +1026,8 @@ def _copied(operand) -> set:
             continue
         found.add(node)
         if node.kind is Kind.OP and node.op.result is Result.KEEP:
-            op = node.op
-            pending.extend(
-                i for k, i in enumerate(node.inputs) if _kind(op, k) in DATA_KINDS
-            )
+            kinds = node.op.kinds(len(node.inputs))
+            pending.extend(i for i, k in zip(node.inputs, kinds) if k in DATA_KINDS)
     return found
 
 

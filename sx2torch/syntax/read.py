@@ -202,12 +202,11 @@ def _read_atom(
             where.span(i + at),
             f"invalid character {token[at]!r}: expected a name (letters, digits and -_*+/<>=!?&.%), a bracket or a space",
         )
-    # sexpdata converts the token; the token's end is ours, as sexpdata ends atoms only at ASCII spaces.
-    items.append(_atom(token, atoms.atom(token), span))
+    items.append(_atom(token, atoms, span))
     return i + len(token)
 
 
-def _atom(token: str, value: object, span: Span) -> Datum:
+def _atom(token: str, atoms: _AtomParser, span: Span) -> Datum:
     if token.startswith(":"):
         return Keyword(token[1:], span)
     if token in ("true", "false"):
@@ -216,6 +215,9 @@ def _atom(token: str, value: object, span: Span) -> Datum:
         return Number(float(token), span, token)
     if not NUMBER_RE.fullmatch(token):
         return Symbol(token, span)
+    # sexpdata converts a number's token (only a number's: a symbol is its token); the
+    # token's end is ours, as sexpdata ends atoms only at ASCII spaces.
+    value = atoms.atom(token)
     if not _finite(value) or (isinstance(value, int) and value not in INT_RANGE):
         raise SourceError(span, f"number out of range: {_short(token)}")
     return Number(value, span, token)

@@ -175,6 +175,45 @@ def test_each_op_s_promotion_and_reads_in_bf16_are_found_once(monkeypatch):
     assert list(forward.promoted.values()) == [[True, False]]
 
 
+def test_the_layout_walks_only_the_reads_that_cast(monkeypatch):
+    """A layout's counts of casts, its hoists and its spellings read the casts its
+    conversions found as they were made, not each read's conversion again (three walks of
+    every read of a long expression, most of which cast nothing)."""
+    source = (
+        "(defparam w (normal [4]))\n"
+        "(defun forward (x)\n  (+ x (* 2.0 x) (sin x) (* w x) (* w x)))\n"
+        "(defrun train :precision :bf16)\n"
+    )
+    unit = compiler.run(Unit(source, "m.lisp", Options(run="train")), until="policy")
+    (forward,) = unit.lowered.specializations
+    asked: list = []
+    conversion = Conversions.conversion
+
+    def counted(self, node, index):
+        asked.append((node, index))
+        return conversion(self, node, index)
+
+    monkeypatch.setattr(Conversions, "conversion", counted)
+    layout = Layout(forward, Target("cuda"), unit.lowered)
+    spelled = Spelled(layout)
+    assert asked == []
+    # the products read w and x cast down, w's cast written at the top and x's before the
+    # return, each once and read by name; the f32 sum before them cast where it is read
+    products = [  # the two products by w
+        n
+        for n in forward.graph.nodes
+        if any(getattr(i, "kind", None) is Kind.PARAM for i in n.inputs)
+    ]
+    casts = layout.conversions.casts
+    assert [casts[n] for n in products] == [
+        [(0, ("f32", "bf16")), (1, ("f32", "bf16"))]
+    ] * 2
+    assert [h.operand.name for h in spelled.hoists] == ["w", "x"]
+    assert [type(c).__name__ for c in spelled.reads.values()] == ["Hoist"] * 4 + [
+        "Cast"
+    ]
+
+
 def test_a_plan_is_printed_once_and_follows_its_callees_groups(monkeypatch):
     """Sharing prints a specialization's plan once per layout and stand-ins of its callees
     (grouping, the casts at entry and the views' comparisons all ask for it). BERT's groups

@@ -161,3 +161,52 @@ def test_a_library_call_s_reader_is_typed_as_any_call_s_reader():
         "f32",
         Why.NOT_YET,
     )
+
+
+MIXED = (
+    "(defun forward (x)\n  (+ x (* 2.0 x) (sin x) x (* 2.0 x) (sin x)))\n"
+    "(defrun train :precision :bf16)\n"
+)
+
+
+def test_an_op_s_operand_kinds_are_looked_up_once_per_rule(monkeypatch):
+    """Typing an op looks its operands' kinds up once, for all its checks (each operand's
+    kind was looked up three or four times, a tenth of a long expression's typing)."""
+    import sx2torch.policy.rules as rules
+
+    one_by_one: list = []
+    kind = rules._kind
+
+    def counted(op, index):
+        one_by_one.append(op)
+        return kind(op, index)
+
+    monkeypatch.setattr(rules, "_kind", counted)
+    lowered = lower(MIXED, "bf16")
+    assert (
+        one_by_one == []
+    )  # the policy asks for each node's kinds together (`Op.kinds`)
+    (forward,) = lowered.specializations
+    ops = [n for n in forward.graph.nodes if n.kind is Kind.OP]
+    # typed all the same: no parameter or bf16 value reaches them
+    assert {
+        (forward.decided[n].compute, forward.decided[n].reason.why) for n in ops
+    } == {("f32", Why.NOT_YET)}
+
+
+def test_the_arguments_reaching_each_kind_are_found_in_one_walk(monkeypatch):
+    """Which arguments reach integer operands, conditions and masks is found in one walk
+    of each graph for all three (it was one walk per kind)."""
+    import sx2torch.policy.rules as rules
+
+    asked: list = []
+    wants = rules._Reaching._wants
+
+    def counted(self, node, *args):
+        asked.append(node)
+        return wants(self, node, *args)
+
+    monkeypatch.setattr(rules._Reaching, "_wants", counted)
+    lowered = lower(MIXED, "bf16")
+    (forward,) = lowered.specializations
+    assert sorted(map(id, asked)) == sorted(map(id, forward.graph.nodes))
