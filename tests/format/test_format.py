@@ -284,3 +284,19 @@ def test_a_module_of_long_sums_does_not_run_black(monkeypatch):
 
     monkeypatch.setattr(format, "_split", no_black)
     assert format.formatted(code) == expected
+
+
+def test_another_black_style_formats_the_whole_module(monkeypatch):
+    """The guess writes black 26's stable style; under a black of another year's style it
+    is not asked, and black formats the module whole."""
+    installed = format.black_version()
+    assert installed.split(".")[0] == format.STYLE  # the style the goldens are of
+    code = compile_source(SOURCE, "m.lisp")
+    asked = []
+    monkeypatch.setattr(format, "guess", lambda code: asked.append(code))
+    monkeypatch.setattr(format, "black_version", lambda: "27.1.0")
+    assert format.formatted(code) == black.format_str(code, mode=black.Mode())
+    assert asked == []
+    monkeypatch.setattr(format, "black_version", lambda: installed)
+    format.formatted(code)
+    assert asked == [code]
